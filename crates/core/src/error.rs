@@ -1,0 +1,380 @@
+//! The error type of the Tether contracts, and the backend-suppliable message texts.
+//!
+//! One enum, [`Error`], crosses every crate boundary that speaks the core contracts. Its
+//! variants are stable and matchable; the human text of the lifecycle errors comes from
+//! [`ErrorTexts`], which a harness backend may replace so its users see its own wording.
+//! Errors are `Clone`: a sticky lease failure is reported at every later operation.
+
+use std::sync::Arc;
+
+use crate::ids::IdError;
+use crate::keys::BindingKey;
+
+/// A boxed error for causes that come from outside Tether.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a store operation failed (see [`Error::Store`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The namespace was never registered with the store.
+    #[error("unknown namespace `{namespace}`; register it with the store before use")]
+    UnknownNamespace {
+        /// The namespace that was asked for.
+        namespace: String,
+    },
+    /// `max_entries` would be exceeded and the overflow policy is `reject-new`.
+    #[error(
+        "namespace `{namespace}` is full ({max_entries} entries, policy reject-new); delete or let rows expire before adding more"
+    )]
+    CapacityExceeded {
+        /// The namespace.
+        namespace: String,
+        /// Its configured capacity.
+        max_entries: u64,
+    },
+    /// The value is larger than the namespace's limit.
+    #[error(
+        "value of {size} bytes exceeds the {limit}-byte limit of namespace `{namespace}`; store a bounded digest instead"
+    )]
+    ValueTooLarge {
+        /// The namespace.
+        namespace: String,
+        /// The refused size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The store could not be reached or refused the operation before writing anything.
+    #[error("store unavailable: {message}")]
+    Unavailable {
+        /// What the backend said.
+        message: String,
+    },
+    /// The configuration (URL, options) is unusable.
+    #[error("invalid store configuration: {message}")]
+    Configuration {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// The database schema is newer than this binary.
+    #[error(
+        "database schema version {found} is newer than this binary supports ({supported}); upgrade Tether"
+    )]
+    SchemaTooNew {
+        /// Migration found in the database.
+        found: String,
+        /// Newest migration known to this binary.
+        supported: String,
+    },
+    /// Any other backend failure.
+    #[error("store backend error: {message}")]
+    Backend {
+        /// What the backend said.
+        message: String,
+    },
+}
+
+/// The one error enum of the Tether contracts.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An identifier or key was refused.
+    #[error(transparent)]
+    InvalidId(#[from] IdError),
+
+    /// The owner's lease was replaced, expired, or could not be renewed.
+    #[error("{message}")]
+    LostLease {
+        /// The binding key.
+        key: BindingKey,
+        /// Backend-supplied text.
+        message: String,
+        /// What made the lease be lost, when known (for example a renewal failure).
+        #[source]
+        cause: Option<Arc<Error>>,
+    },
+    /// Another live lease kept the key busy for the whole wait budget.
+    #[error("{message}")]
+    LeaseTimeout {
+        /// The binding key.
+        key: BindingKey,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// The backend's `prepare_lease` refused the acquisition.
+    #[error("{message}")]
+    AcquisitionRejected {
+        /// The binding key.
+        key: BindingKey,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// A row is present but its value does not decode. Invalid rows fail closed: never "absent".
+    #[error("{message}")]
+    InvalidRow {
+        /// The binding key.
+        key: BindingKey,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// A mutation was refused because an exclusive operation is pending.
+    #[error("{message}")]
+    MutationBlocked {
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// The row changed between deletion preparation and commit.
+    #[error("{message}")]
+    DeletionChanged {
+        /// The binding key.
+        key: BindingKey,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// A deletion rollback found a successor and refused to overwrite it.
+    #[error("{message}")]
+    RollbackChanged {
+        /// The binding key.
+        key: BindingKey,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// One or more rollbacks failed after a failed transaction; carries the original error.
+    #[error("Session deletion rollback failed: {original}; {} rollback failure(s)", failures.len())]
+    RollbackFailed {
+        /// The error that made the transaction fail.
+        original: Arc<Error>,
+        /// The rollback failures, in the order they happened.
+        failures: Vec<Error>,
+    },
+    /// The host session generation moved (or could not be read), so the caller's authority ended.
+    #[error("{message}")]
+    SupersededGeneration {
+        /// The generation the caller acted for.
+        session_id: String,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// The outcome of a write is unknown; the key is blocked until an operator releases it.
+    #[error("{message}")]
+    OutcomeUnknown {
+        /// The binding key.
+        key: BindingKey,
+        /// Text describing the uncertain step.
+        message: String,
+        /// The failure that made the outcome unknown.
+        #[source]
+        cause: Option<Arc<Error>>,
+    },
+    /// The harness registration that owned an operation changed or the operation closed.
+    #[error("{message}")]
+    OwnerChanged {
+        /// The owner (harness id, initialization handle) that changed.
+        owner: String,
+        /// Backend-supplied text.
+        message: String,
+    },
+    /// Competing admitted work is in flight for the session.
+    #[error("{message}")]
+    CompetingWork {
+        /// The session key (or id) with work in flight.
+        session: String,
+        /// Host-supplied text.
+        message: String,
+    },
+    /// The caller's own authority refused the operation (cancelled, closed, revoked).
+    #[error("{message}")]
+    Revoked {
+        /// Why the authority refused.
+        message: String,
+    },
+    /// A store operation failed. Only an explicit conflict proves nothing happened; a store
+    /// error from a write is never replayed.
+    #[error("{kind}")]
+    Store {
+        /// What failed.
+        kind: StoreErrorKind,
+    },
+    /// Any other failure with a message (a backend's own error).
+    #[error("{message}")]
+    Other {
+        /// The message.
+        message: String,
+        /// The cause, if any.
+        #[source]
+        cause: Option<Arc<Error>>,
+    },
+}
+
+impl Error {
+    /// A store error of the given kind.
+    pub fn store(kind: StoreErrorKind) -> Self {
+        Self::Store { kind }
+    }
+
+    /// A plain error with a message.
+    pub fn other(message: impl Into<String>) -> Self {
+        Self::Other {
+            message: message.into(),
+            cause: None,
+        }
+    }
+
+    /// A revocation (the caller's assertion refused).
+    pub fn revoked(message: impl Into<String>) -> Self {
+        Self::Revoked {
+            message: message.into(),
+        }
+    }
+
+    /// Whether this is a lease loss.
+    pub fn is_lost_lease(&self) -> bool {
+        matches!(self, Self::LostLease { .. })
+    }
+
+    /// Whether the write's outcome is unknown (the key must be quarantined).
+    pub fn is_outcome_unknown(&self) -> bool {
+        matches!(self, Self::OutcomeUnknown { .. })
+    }
+}
+
+impl From<StoreErrorKind> for Error {
+    fn from(kind: StoreErrorKind) -> Self {
+        Self::Store { kind }
+    }
+}
+
+/// The texts of the lifecycle errors. `{key}` is replaced with the binding key.
+///
+/// Defaults follow the reference test fixture ("Lost binding lease: k", …). A backend sets its
+/// own wording, for example "Codex binding generation was retired: {key}" for a rejected
+/// acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorTexts {
+    /// Lost lease (`{key}`).
+    pub lost_lease: String,
+    /// Lease wait budget exhausted (`{key}`).
+    pub lease_timeout: String,
+    /// Acquisition refused by `prepare_lease` (`{key}`).
+    pub acquisition_rejected: String,
+    /// Present row failing to decode (`{key}`).
+    pub invalid_row: String,
+    /// Mutation refused while an exclusive operation is pending.
+    pub mutation_blocked: String,
+    /// Row changed before deletion commit (`{key}` optional).
+    pub deletion_changed: String,
+    /// Successor found at rollback (`{key}` optional).
+    pub rollback_changed: String,
+}
+
+impl Default for ErrorTexts {
+    fn default() -> Self {
+        Self {
+            lost_lease: "Lost binding lease: {key}".into(),
+            lease_timeout: "Binding lease timed out: {key}".into(),
+            acquisition_rejected: "Binding lease rejected: {key}".into(),
+            invalid_row: "Invalid binding row: {key}; original state retained. Back up the row and repair or delete it before retrying".into(),
+            mutation_blocked: "Binding mutation blocked while native archive is in progress".into(),
+            deletion_changed: "Binding changed before session deletion".into(),
+            rollback_changed: "Binding changed before session deletion rollback".into(),
+        }
+    }
+}
+
+fn fill(template: &str, key: &BindingKey) -> String {
+    template.replace("{key}", key.as_str())
+}
+
+impl ErrorTexts {
+    /// [`Error::LostLease`] for `key`, optionally with its cause.
+    pub fn lost_lease(&self, key: &BindingKey, cause: Option<Error>) -> Error {
+        Error::LostLease {
+            key: key.clone(),
+            message: fill(&self.lost_lease, key),
+            cause: cause.map(Arc::new),
+        }
+    }
+
+    /// [`Error::LeaseTimeout`] for `key`.
+    pub fn lease_timeout(&self, key: &BindingKey) -> Error {
+        Error::LeaseTimeout {
+            key: key.clone(),
+            message: fill(&self.lease_timeout, key),
+        }
+    }
+
+    /// [`Error::AcquisitionRejected`] for `key`.
+    pub fn acquisition_rejected(&self, key: &BindingKey) -> Error {
+        Error::AcquisitionRejected {
+            key: key.clone(),
+            message: fill(&self.acquisition_rejected, key),
+        }
+    }
+
+    /// [`Error::InvalidRow`] for `key`.
+    pub fn invalid_row(&self, key: &BindingKey) -> Error {
+        Error::InvalidRow {
+            key: key.clone(),
+            message: fill(&self.invalid_row, key),
+        }
+    }
+
+    /// [`Error::MutationBlocked`].
+    pub fn mutation_blocked(&self) -> Error {
+        Error::MutationBlocked {
+            message: self.mutation_blocked.clone(),
+        }
+    }
+
+    /// [`Error::DeletionChanged`] for `key`.
+    pub fn deletion_changed(&self, key: &BindingKey) -> Error {
+        Error::DeletionChanged {
+            key: key.clone(),
+            message: fill(&self.deletion_changed, key),
+        }
+    }
+
+    /// [`Error::RollbackChanged`] for `key`.
+    pub fn rollback_changed(&self, key: &BindingKey) -> Error {
+        Error::RollbackChanged {
+            key: key.clone(),
+            message: fill(&self.rollback_changed, key),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::{AgentId, SessionId};
+
+    #[test]
+    fn texts_are_filled_and_replaceable() {
+        let key = BindingKey::physical(&AgentId::new("a").unwrap(), &SessionId::new("k").unwrap());
+        let texts = ErrorTexts::default();
+        assert_eq!(
+            texts.lost_lease(&key, None).to_string(),
+            "Lost binding lease: session:a:k"
+        );
+        let custom = ErrorTexts {
+            acquisition_rejected: "Codex binding generation was retired: {key}".into(),
+            ..ErrorTexts::default()
+        };
+        let err = custom.acquisition_rejected(&key);
+        assert!(matches!(err, Error::AcquisitionRejected { .. }));
+        assert_eq!(
+            err.to_string(),
+            "Codex binding generation was retired: session:a:k"
+        );
+    }
+
+    #[test]
+    fn lost_lease_keeps_its_cause() {
+        let key = BindingKey::physical(&AgentId::new("a").unwrap(), &SessionId::new("k").unwrap());
+        let cause = Error::other("renewal observe failed");
+        let err = ErrorTexts::default().lost_lease(&key, Some(cause));
+        let source = std::error::Error::source(&err).expect("cause kept");
+        assert_eq!(source.to_string(), "renewal observe failed");
+    }
+}

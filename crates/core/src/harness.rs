@@ -1,0 +1,240 @@
+//! The harness contract: the [`AgentHarness`] trait, its optional capabilities, and the
+//! prepared `commit` / `rollback` mutations that harnesses hand the host during a deletion or
+//! context reset.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::attempt::AttemptResult;
+use crate::error::Error;
+use crate::finalization::FinalizationAttempt;
+use crate::ids::{AgentId, HarnessId, Namespace, SessionId, SessionKey};
+use crate::keys::BindingKey;
+use crate::lease::LifecycleRevision;
+use crate::store::{RowPredicate, RowWrite, StoredRow};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A host authority check: returns an error once the authority it stands for has ended
+/// (operation closed, registry changed, generation moved, caller cancelled). Retaining the
+/// callback grants nothing: it keeps failing once closed.
+pub type AssertCurrent = Arc<dyn Fn() -> Result<(), Error> + Send + Sync>;
+
+/// An [`AssertCurrent`] that always passes.
+pub fn always_current() -> AssertCurrent {
+    Arc::new(|| Ok(()))
+}
+
+/// Why a harness reset hook is called.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetReason {
+    /// `/reset`: in-place reset keeping the session key.
+    Reset,
+    /// `/new`: a new session under the same key.
+    New,
+    /// Post-deletion notification (owns nothing durable).
+    Deleted,
+    /// Any other host-defined reason.
+    Other(String),
+}
+
+/// Parameters of [`AgentHarness::reset`].
+#[derive(Debug, Clone)]
+pub struct ResetParams {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// The physical session being reset.
+    pub session_id: SessionId,
+    /// The logical key, when the session has one.
+    pub session_key: Option<SessionKey>,
+    /// Why.
+    pub reason: ResetReason,
+    /// The host lifecycle revision at the time of the reset, when known.
+    pub lifecycle_revision: Option<LifecycleRevision>,
+}
+
+/// Binding-row operations bound to the host's open SQL transaction.
+///
+/// When the binding rows live in the same database as the host sessions, a harness's deletion
+/// `commit` runs through this view so the binding row and the session row disappear atomically
+/// (SPEC decision 3.5). Participants whose state lives elsewhere ignore it.
+#[async_trait]
+pub trait RowTransaction: Send + Sync {
+    /// Reads a live row inside the transaction.
+    async fn lookup(&self, ns: &Namespace, key: &BindingKey) -> Result<Option<StoredRow>, Error>;
+
+    /// Deletes the live row only if `predicate` accepts it, returning the removed row.
+    async fn delete_if(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        predicate: RowPredicate<'_>,
+    ) -> Result<Option<StoredRow>, Error>;
+
+    /// Creates the row only if no live row exists.
+    async fn register_if_absent(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        row: RowWrite,
+        ttl: Option<Duration>,
+    ) -> Result<bool, Error>;
+}
+
+/// A prepared harness mutation inside a host deletion or context reset.
+///
+/// The host pushes the mutation onto its rollback list **before** calling `commit`, so
+/// `rollback` must tolerate a commit that failed part-way or never applied. `rollback` runs only
+/// when the host transaction failed before COMMIT (rows deleted through the
+/// [`RowTransaction`] are already restored by then); nothing is rolled back after COMMIT.
+#[async_trait]
+pub trait SessionMutation: Send + Sync {
+    /// Commits the mutation at the host's commit edge, inside its transaction.
+    async fn commit(&self, tx: &dyn RowTransaction) -> Result<(), Error>;
+
+    /// Undoes the mutation after a failed transaction. Never overwrites a successor.
+    async fn rollback(&self) -> Result<(), Error>;
+}
+
+/// The host's continuation inside a harness hook: it receives the harness's prepared mutation
+/// and runs the rest of the operation (further harnesses, then the host transaction).
+pub type MutationRun<'a> =
+    Box<dyn FnOnce(Arc<dyn SessionMutation>) -> BoxFuture<'a, Result<(), Error>> + Send + 'a>;
+
+/// A handle to the host's session initialization, for initialization rollbacks.
+pub trait InitializationHandle: Send + Sync + fmt::Debug {
+    /// Fails once the initialization can no longer be rolled back by this operation.
+    fn assert_rollback_current(&self) -> Result<(), Error>;
+
+    /// A stable identity of the handle (exact-handle comparisons).
+    fn handle_id(&self) -> u64;
+}
+
+/// Parameters of [`SessionDeletionHook::with_session_deletion`].
+#[derive(Clone)]
+pub struct SessionDeletionParams {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// The key being deleted.
+    pub session_key: SessionKey,
+    /// The generation being deleted.
+    pub session_id: SessionId,
+    /// The host entry's lifecycle revision at preparation.
+    pub lifecycle_revision: Option<LifecycleRevision>,
+    /// The initialization being rolled back, when the deletion undoes a failed creation.
+    pub initialization: Option<Arc<dyn InitializationHandle>>,
+    /// The host authority for this operation.
+    pub assert_current: AssertCurrent,
+}
+
+impl fmt::Debug for SessionDeletionParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionDeletionParams")
+            .field("agent_id", &self.agent_id)
+            .field("session_key", &self.session_key)
+            .field("session_id", &self.session_id)
+            .field("lifecycle_revision", &self.lifecycle_revision)
+            .field("initialization", &self.initialization)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Parameters of [`SessionContextResetHook::with_session_context_reset`].
+#[derive(Clone)]
+pub struct SessionContextResetParams {
+    /// The agent.
+    pub agent_id: AgentId,
+    /// The key whose native context is invalidated (kept, with its history).
+    pub session_key: SessionKey,
+    /// The current generation.
+    pub session_id: SessionId,
+    /// The recorded predecessor, when the entry has one.
+    pub previous_session_id: Option<SessionId>,
+    /// The host entry's lifecycle revision at preparation.
+    pub lifecycle_revision: Option<LifecycleRevision>,
+    /// The host authority for this operation.
+    pub assert_current: AssertCurrent,
+}
+
+impl fmt::Debug for SessionContextResetParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SessionContextResetParams")
+            .field("agent_id", &self.agent_id)
+            .field("session_key", &self.session_key)
+            .field("session_id", &self.session_id)
+            .field("previous_session_id", &self.previous_session_id)
+            .field("lifecycle_revision", &self.lifecycle_revision)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Optional capability: take part in session deletion.
+#[async_trait]
+pub trait SessionDeletionHook: Send + Sync {
+    /// Acquires the native owner's lease, prepares the mutation and calls `run` with it. Work
+    /// after `run` returns (subscription cleanup) happens after the host transaction.
+    async fn with_session_deletion(
+        &self,
+        params: SessionDeletionParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error>;
+}
+
+/// Optional capability: invalidate the native context on a rewind or branch switch.
+#[async_trait]
+pub trait SessionContextResetHook: Send + Sync {
+    /// Same prepared `commit` / `rollback` contract as deletion; keeps the key and history.
+    async fn with_session_context_reset(
+        &self,
+        params: SessionContextResetParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error>;
+}
+
+/// Optional capability: produce one final answer after a tool-only settled turn.
+///
+/// The `attempt` type can carry no tool surface, permission grant, user-input channel or native
+/// exec hook; see [`FinalizationAttempt`]. `settled` is the settled attempt, which must not be
+/// changed (it is shared, read-only).
+#[async_trait]
+pub trait SettledTurnFinalizer: Send + Sync {
+    /// Runs one capability-free finalization try. Returns the raw narrow result, which the host
+    /// validates (unknown fields and tool calls fail closed).
+    async fn finalize_settled_turn(
+        &self,
+        attempt: FinalizationAttempt,
+        settled: &AttemptResult,
+    ) -> Result<serde_json::Value, Error>;
+}
+
+/// A native agent runtime driven by the host.
+#[async_trait]
+pub trait AgentHarness: Send + Sync + fmt::Debug {
+    /// The harness id (registry key).
+    fn id(&self) -> &HarnessId;
+
+    /// In-place session reset (and post-deletion notification).
+    async fn reset(&self, params: ResetParams) -> Result<(), Error>;
+
+    /// The deletion capability, when the harness binds native sessions.
+    fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
+        None
+    }
+
+    /// The context-reset capability.
+    fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
+        None
+    }
+
+    /// The settled-turn finalization capability.
+    fn settled_turn_finalizer(&self) -> Option<&dyn SettledTurnFinalizer> {
+        None
+    }
+}

@@ -1,0 +1,256 @@
+//! Validated identifier newtypes.
+//!
+//! Every id is a non-blank string: leading and trailing whitespace is trimmed
+//! and an empty result is rejected with [`IdError::Blank`]. Ids are also bounded
+//! in length ([`MAX_ID_LEN`]) and may not contain control characters, so they can
+//! be logged, stored and shown without escaping surprises.
+
+use std::fmt;
+
+/// Longest accepted identifier, in bytes.
+pub const MAX_ID_LEN: usize = 512;
+
+/// Why a string was refused as an identifier.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdError {
+    /// The value was empty or only whitespace.
+    #[error("{kind} requires a non-blank value")]
+    Blank {
+        /// Which id kind was being built (for example `agent id`).
+        kind: &'static str,
+    },
+    /// The value is longer than [`MAX_ID_LEN`] bytes.
+    #[error("{kind} is {len} bytes long; the limit is {MAX_ID_LEN}")]
+    TooLong {
+        /// Which id kind was being built.
+        kind: &'static str,
+        /// The length that was refused.
+        len: usize,
+    },
+    /// The value contains a control character.
+    #[error("{kind} contains a control character")]
+    ControlCharacter {
+        /// Which id kind was being built.
+        kind: &'static str,
+    },
+    /// The value does not follow the id kind's format.
+    #[error("{kind} is malformed: {reason}")]
+    Malformed {
+        /// Which id kind was being built.
+        kind: &'static str,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+}
+
+pub(crate) fn validate(kind: &'static str, raw: &str) -> Result<String, IdError> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(IdError::Blank { kind });
+    }
+    if trimmed.len() > MAX_ID_LEN {
+        return Err(IdError::TooLong {
+            kind,
+            len: trimmed.len(),
+        });
+    }
+    if trimmed.chars().any(char::is_control) {
+        return Err(IdError::ControlCharacter { kind });
+    }
+    Ok(trimmed.to_owned())
+}
+
+macro_rules! string_id {
+    ($(#[$meta:meta])* $name:ident, $kind:literal) => {
+        $(#[$meta])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub struct $name(String);
+
+        impl $name {
+            /// Validates and builds the id (trimmed; blank, over-long or control characters refused).
+            pub fn new(raw: impl AsRef<str>) -> Result<Self, IdError> {
+                validate($kind, raw.as_ref()).map(Self)
+            }
+
+            /// The id as a string slice.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// Consumes the id, returning the inner string.
+            pub fn into_string(self) -> String {
+                self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.0)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = IdError;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<&str> for $name {
+            type Error = IdError;
+            fn try_from(s: &str) -> Result<Self, Self::Error> {
+                Self::new(s)
+            }
+        }
+
+        impl TryFrom<String> for $name {
+            type Error = IdError;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                Self::new(s)
+            }
+        }
+    };
+}
+
+string_id!(
+    /// The host's agent identifier. Binding keys use its lower-cased form (see [`AgentId::normalized`]).
+    AgentId,
+    "agent id"
+);
+string_id!(
+    /// The host's logical session key (stable across physical session rotations).
+    ///
+    /// It may carry personal data (peer e-mail addresses, phone numbers), so binding keys never
+    /// contain it in the clear: see [`crate::BindingKey::stable`].
+    SessionKey,
+    "session key"
+);
+string_id!(
+    /// A physical session id: one generation of a host session.
+    SessionId,
+    "session id"
+);
+string_id!(
+    /// The identifier of a registered agent harness (for example `codex` or `acpx`).
+    HarnessId,
+    "harness id"
+);
+string_id!(
+    /// A conversation binding id (the part after `conversation:`).
+    BindingId,
+    "binding id"
+);
+string_id!(
+    /// A tool-run identifier chosen by the host for one attempt run.
+    RunId,
+    "run id"
+);
+
+impl AgentId {
+    /// The lower-cased id used inside binding keys, so `Main` and `main` share rows.
+    pub fn normalized(&self) -> String {
+        self.0.to_lowercase()
+    }
+}
+
+/// A store namespace (one per harness backend, for example `app-server-thread-bindings`).
+///
+/// Namespaces are 1–128 characters of `[A-Za-z0-9._-]`.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Namespace(String);
+
+impl Namespace {
+    /// Validates and builds a namespace name.
+    pub fn new(raw: impl AsRef<str>) -> Result<Self, IdError> {
+        let raw = raw.as_ref();
+        if raw.is_empty() {
+            return Err(IdError::Blank { kind: "namespace" });
+        }
+        if raw.len() > 128 {
+            return Err(IdError::TooLong {
+                kind: "namespace",
+                len: raw.len(),
+            });
+        }
+        if !raw
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+        {
+            return Err(IdError::Malformed {
+                kind: "namespace",
+                reason: "only ASCII letters, digits, '.', '_' and '-' are allowed",
+            });
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The namespace as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Namespace({:?})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_ids_are_rejected_with_their_kind() {
+        let err = AgentId::new("   ").unwrap_err();
+        assert_eq!(err, IdError::Blank { kind: "agent id" });
+        assert_eq!(err.to_string(), "agent id requires a non-blank value");
+        assert!(matches!(
+            SessionId::new(""),
+            Err(IdError::Blank { kind: "session id" })
+        ));
+    }
+
+    #[test]
+    fn ids_are_trimmed() {
+        assert_eq!(SessionKey::new("  a:b  ").unwrap().as_str(), "a:b");
+    }
+
+    #[test]
+    fn control_characters_and_oversized_ids_are_rejected() {
+        assert!(matches!(
+            HarnessId::new("co\ndex"),
+            Err(IdError::ControlCharacter { .. })
+        ));
+        assert!(matches!(
+            RunId::new("x".repeat(MAX_ID_LEN + 1)),
+            Err(IdError::TooLong { .. })
+        ));
+    }
+
+    #[test]
+    fn namespaces_are_restricted() {
+        assert!(Namespace::new("app-server-thread-bindings").is_ok());
+        assert!(Namespace::new("bad namespace").is_err());
+        assert!(Namespace::new("").is_err());
+    }
+}

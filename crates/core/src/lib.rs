@@ -1,0 +1,76 @@
+//! # tether-core
+//!
+//! The contracts of Tether, a session runtime for agent harnesses: validated ids, binding-key
+//! derivation, lease and fencing values, the [`Clock`] and [`TokenSource`] seams, the
+//! [`RecordCodec`] contract, the [`BindingStore`] compare-and-swap contract, the host session
+//! contract, the [`AgentHarness`] trait with its optional capabilities, attempt parameters and
+//! results, and the one [`Error`] enum every crate speaks.
+//!
+//! **This crate does no I/O.** No tokio, no database, no HTTP, no file system, no global
+//! clock: time comes from a [`Clock`], randomness from a [`TokenSource`]. It can be depended on
+//! alone by a harness author.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tether_core::{AgentId, BindingKey, Clock, FakeClock, Lease, LeaseEpoch, LeaseToken, SessionKey, Timestamp};
+//!
+//! let agent = AgentId::new("main")?;
+//! let key = BindingKey::stable(&agent, &SessionKey::new("agent:main:telegram:peer@example.com")?);
+//! assert!(key.as_str().starts_with("session-key:main:"));
+//! assert!(!key.as_str().contains("example.com"));
+//!
+//! let clock = FakeClock::new(Timestamp::from_millis(0));
+//! let lease = Lease {
+//!     token: LeaseToken::new("token-1")?,
+//!     epoch: LeaseEpoch::INITIAL,
+//!     expires_at: clock.now() + Duration::from_secs(65),
+//!     acquired_at: clock.now(),
+//!     renewed_at: clock.now(),
+//!     holder: None,
+//! };
+//! clock.advance(Duration::from_secs(65));
+//! assert!(!lease.is_live(clock.now()), "expiry is inclusive at equality");
+//! # Ok::<(), tether_core::IdError>(())
+//! ```
+#![deny(missing_docs)]
+
+pub mod attempt;
+pub mod codec;
+pub mod error;
+pub mod finalization;
+pub mod harness;
+pub mod host;
+pub mod ids;
+pub mod keys;
+pub mod lease;
+pub mod store;
+pub mod time;
+
+pub use attempt::{
+    AcceptedSessionSpawn, AgentMessage, AttemptParams, AttemptResult, AttemptTerminal,
+    ContentBlock, DeliveryState, MessageRole, ReplayMetadata, SessionTarget, TerminalDiagnostic,
+    ToolErrorSummary, ToolMeta, Usage,
+};
+pub use codec::{JsonObjectCodec, RecordCodec, decode_row};
+pub use error::{BoxError, Error, ErrorTexts, StoreErrorKind};
+pub use finalization::{
+    Cancellation, FinalizationAttempt, HarnessFinalizationData, SettledTurnFinalizationContext,
+};
+pub use harness::{
+    AgentHarness, AssertCurrent, BoxFuture, InitializationHandle, MutationRun, ResetParams,
+    ResetReason, RowTransaction, SessionContextResetHook, SessionContextResetParams,
+    SessionDeletionHook, SessionDeletionParams, SessionMutation, SettledTurnFinalizer,
+    always_current,
+};
+pub use host::{
+    AppendOutcome, HostSessionEntry, HostSessionRead, HostSessionStore, QuarantineEntry,
+    QuarantineStore, TranscriptAnchor,
+};
+pub use ids::{AgentId, BindingId, HarnessId, IdError, Namespace, RunId, SessionId, SessionKey};
+pub use keys::{BindingKey, BindingKeyKind};
+pub use lease::{Lease, LeaseConfig, LeaseEpoch, LeaseToken, LifecycleRevision, Revision, is_live};
+pub use store::{
+    Admission, ApplyOutcome, BindingStore, Comparison, DEFAULT_MAX_VALUE_BYTES, Intent, LeaseWrite,
+    NamespaceConfig, Observation, OverflowPolicy, RowPredicate, RowWrite, StoredRow, admit_all,
+};
+pub use time::{Clock, FakeClock, SequentialTokens, SystemClock, Timestamp, TokenSource};

@@ -1,0 +1,195 @@
+//! Time and randomness, injected.
+//!
+//! `tether-core` never reads a global clock: every decision that depends on time takes a
+//! [`Clock`], and every fresh lease token comes from a [`TokenSource`]. Tests use [`FakeClock`].
+
+use std::fmt;
+use std::ops::{Add, Sub};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// An absolute instant: milliseconds since the Unix epoch (UTC).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Timestamp(i64);
+
+impl Timestamp {
+    /// The Unix epoch.
+    pub const EPOCH: Self = Self(0);
+
+    /// Builds a timestamp from milliseconds since the Unix epoch.
+    pub const fn from_millis(ms: i64) -> Self {
+        Self(ms)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// `self + d`, saturating at the representable range.
+    pub fn saturating_add(self, d: Duration) -> Self {
+        let ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Self(self.0.saturating_add(ms))
+    }
+
+    /// The duration from `earlier` to `self`, or zero when `earlier` is later.
+    pub fn saturating_since(self, earlier: Self) -> Duration {
+        u64::try_from(self.0.saturating_sub(earlier.0))
+            .map(Duration::from_millis)
+            .unwrap_or(Duration::ZERO)
+    }
+}
+
+impl Add<Duration> for Timestamp {
+    type Output = Self;
+    fn add(self, rhs: Duration) -> Self {
+        self.saturating_add(rhs)
+    }
+}
+
+impl Sub<Duration> for Timestamp {
+    type Output = Self;
+    fn sub(self, rhs: Duration) -> Self {
+        let ms = i64::try_from(rhs.as_millis()).unwrap_or(i64::MAX);
+        Self(self.0.saturating_sub(ms))
+    }
+}
+
+impl fmt::Debug for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Timestamp({}ms)", self.0)
+    }
+}
+
+impl fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}ms", self.0)
+    }
+}
+
+/// A source of the current time.
+///
+/// On a single host the system clock is enough. With PostgreSQL shared by several hosts, lease
+/// decisions must use the database server's clock (SPEC decision 3.3); the storage crate
+/// provides such a clock.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// The current instant.
+    fn now(&self) -> Timestamp;
+}
+
+impl<C: Clock + ?Sized> Clock for Arc<C> {
+    fn now(&self) -> Timestamp {
+        (**self).now()
+    }
+}
+
+/// The process's wall clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        // Reading the clock is not I/O; tether-core still only does it behind this trait.
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+            .unwrap_or(0);
+        Timestamp(ms)
+    }
+}
+
+/// A controllable clock for tests. Cloning shares the same instant.
+#[derive(Debug, Clone, Default)]
+pub struct FakeClock {
+    now: Arc<AtomicI64>,
+}
+
+impl FakeClock {
+    /// A fake clock starting at `start`.
+    pub fn new(start: Timestamp) -> Self {
+        Self {
+            now: Arc::new(AtomicI64::new(start.as_millis())),
+        }
+    }
+
+    /// Sets the current instant.
+    pub fn set(&self, at: Timestamp) {
+        self.now.store(at.as_millis(), Ordering::SeqCst);
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let ms = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
+        self.now.fetch_add(ms, Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.now.load(Ordering::SeqCst))
+    }
+}
+
+/// A source of fresh, unguessable lease tokens.
+pub trait TokenSource: Send + Sync + fmt::Debug {
+    /// A new token, different from every token handed out before.
+    fn next_token(&self) -> crate::LeaseToken;
+}
+
+/// A deterministic token source for tests: `prefix-1`, `prefix-2`, …
+#[derive(Debug)]
+pub struct SequentialTokens {
+    prefix: String,
+    next: AtomicU64,
+}
+
+impl SequentialTokens {
+    /// Tokens named `<prefix>-<n>`, starting at 1.
+    pub fn new(prefix: impl Into<String>) -> Self {
+        Self {
+            prefix: prefix.into(),
+            next: AtomicU64::new(1),
+        }
+    }
+}
+
+impl TokenSource for SequentialTokens {
+    fn next_token(&self) -> crate::LeaseToken {
+        let n = self.next.fetch_add(1, Ordering::SeqCst);
+        crate::LeaseToken::new(format!("{}-{n}", self.prefix))
+            .unwrap_or_else(|_| unreachable!("a non-empty prefix-number token is always valid"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fake_clock_is_shared_and_controllable() {
+        let clock = FakeClock::new(Timestamp::from_millis(1_000));
+        let other = clock.clone();
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(other.now(), Timestamp::from_millis(3_000));
+        other.set(Timestamp::from_millis(10));
+        assert_eq!(clock.now().as_millis(), 10);
+    }
+
+    #[test]
+    fn timestamp_arithmetic_saturates() {
+        let t = Timestamp::from_millis(i64::MAX - 1);
+        assert_eq!(t + Duration::from_secs(5), Timestamp::from_millis(i64::MAX));
+        assert_eq!(
+            Timestamp::from_millis(5).saturating_since(Timestamp::from_millis(9)),
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn sequential_tokens_are_distinct() {
+        let tokens = SequentialTokens::new("t");
+        assert_eq!(tokens.next_token().as_str(), "t-1");
+        assert_eq!(tokens.next_token().as_str(), "t-2");
+    }
+}

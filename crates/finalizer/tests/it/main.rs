@@ -1,0 +1,1 @@
+//! The integration tests of `tether-finalizer` (one test binary per package).

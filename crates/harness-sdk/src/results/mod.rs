@@ -1,0 +1,1 @@
+//! Tool and media result helpers (reference `tool-results.md` parts A–H).

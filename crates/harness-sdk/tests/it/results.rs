@@ -1,0 +1,1 @@
+//! Tool-result vectors.

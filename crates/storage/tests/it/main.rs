@@ -1,0 +1,1 @@
+//! The integration tests of `tether-storage` (one test binary per package).
