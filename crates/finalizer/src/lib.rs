@@ -1,4 +1,33 @@
 //! # tether-finalizer
 //!
 //! Settled-turn finalization: one final visible answer after a tool-only turn, through a
-//! capability-free replay that cannot repeat or extend the completed work, with a host fallback.
+//! capability-free replay that cannot repeat or extend the completed work, with a host fallback
+//! (SPEC section 4.4 and decision 3.8; reference `settled-turn-finalization.md`, generation G4).
+//!
+//! The crate holds:
+//! - [`result`]: the narrow result with exactly six allowed fields and its validator.
+//!
+//! It never holds or passes a tool surface: the attempt it hands a harness is
+//! [`tether_core::FinalizationAttempt`], which is plain data.
+//!
+//! ```
+//! use serde_json::json;
+//! use tether_finalizer::{FinalizerError, validate_settled_turn_finalization_result};
+//!
+//! let ok = json!({"assistant": {"role": "assistant", "content": [{"type": "text", "text": "done"}], "stop_reason": "stop"}});
+//! assert_eq!(validate_settled_turn_finalization_result(&ok)?.visible_text(), "done");
+//!
+//! let extra = json!({"assistant": ok["assistant"].clone(), "tools": null});
+//! let err = validate_settled_turn_finalization_result(&extra).unwrap_err();
+//! assert_eq!(err.to_string(), "Settled-turn finalization returned unsupported result field: tools");
+//! # Ok::<(), FinalizerError>(())
+//! ```
+
+pub mod error;
+pub mod result;
+
+pub use error::{FinalizerError, TerminalStatus};
+pub use result::{
+    ALLOWED_RESULT_FIELDS, DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN,
+    SettledTurnFinalizationResult, is_silent_reply_text, validate_settled_turn_finalization_result,
+};

@@ -1,1 +1,6 @@
 //! The integration tests of `tether-finalizer` (one test binary per package).
+//!
+//! Scenario tests are named `finalization_sNNN_<slug>` after the reference scenario they
+//! translate (`settled-turn-finalization.md` §6).
+
+mod validator;
