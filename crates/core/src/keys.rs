@@ -150,7 +150,10 @@ mod tests {
         assert!(is_stable_shape(a.as_str(), "main"), "{a}");
         assert!(!a.as_str().contains("peer@example.com"));
         assert!(!a.as_str().contains(raw));
-        assert_eq!(a, BindingKey::stable(&AgentId::new(" main ").unwrap(), &key));
+        assert_eq!(
+            a,
+            BindingKey::stable(&AgentId::new(" main ").unwrap(), &key)
+        );
         let b = BindingKey::stable(&other, &key);
         assert_ne!(a, b);
         assert_eq!(a.kind(), BindingKeyKind::Stable);
