@@ -5,7 +5,9 @@
 //! (SPEC section 4.4 and decision 3.8; reference `settled-turn-finalization.md`, generation G4).
 //!
 //! The crate holds:
-//! - [`result`]: the narrow result with exactly six allowed fields and its validator.
+//! - [`result`]: the narrow result with exactly six allowed fields and its validator;
+//! - [`projection`]: the projection of a full attempt result into a narrow result, for harnesses
+//!   that reuse their attempt engine ([`evidence`] holds the extra attempt facts it inspects).
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
 //! [`tether_core::FinalizationAttempt`], which is plain data.
@@ -24,9 +26,13 @@
 //! ```
 
 pub mod error;
+pub mod evidence;
+pub mod projection;
 pub mod result;
 
 pub use error::{FinalizerError, TerminalStatus};
+pub use evidence::{ItemLifecycle, TimeoutKind};
+pub use projection::{FullAttemptEvidence, project_settled_turn_finalization_attempt_result};
 pub use result::{
     ALLOWED_RESULT_FIELDS, DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN,
     SettledTurnFinalizationResult, is_silent_reply_text, validate_settled_turn_finalization_result,

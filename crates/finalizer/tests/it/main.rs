@@ -3,4 +3,6 @@
 //! Scenario tests are named `finalization_sNNN_<slug>` after the reference scenario they
 //! translate (`settled-turn-finalization.md` §6).
 
+mod projection;
+mod support;
 mod validator;
