@@ -1,4 +1,51 @@
 //! # tether-storage
 //!
-//! The SQL store of Tether (sea-orm 2; SQLite by default, PostgreSQL for several hosts) and an
-//! in-memory store implementing the same `tether-core` traits.
+//! The stores of Tether: an in-memory store ([`MemoryStore`]) and the SQL store (sea-orm 2;
+//! SQLite by default, PostgreSQL for several hosts), both implementing the `tether-core`
+//! contracts ([`BindingStore`](tether_core::BindingStore),
+//! [`QuarantineStore`](tether_core::QuarantineStore)).
+//!
+//! Every write is a compare-and-swap against an observation; a row is invisible once its
+//! `expires_at <= now`; each lease acquisition gets a lease epoch that is never reused; every
+//! lease change is recorded in a lease event history.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use tether_core::{
+//!     AgentId, ApplyOutcome, BindingKey, BindingStore, FakeClock, Intent, Namespace,
+//!     NamespaceConfig, RowWrite, SessionId, Timestamp, admit_all,
+//! };
+//! use tether_storage::MemoryStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let store = MemoryStore::new(Arc::new(FakeClock::new(Timestamp::EPOCH)));
+//! let ns = Namespace::new("example-bindings")?;
+//! store.register_namespace(NamespaceConfig::new(ns.clone()).with_max_entries(100)).await?;
+//!
+//! let key = BindingKey::physical(&AgentId::new("main")?, &SessionId::new("s-1")?);
+//! let seen = store.observe(&ns, &key).await?;
+//! let write = RowWrite { value: br#"{"thread":"t-1"}"#.to_vec(), lease: None };
+//! let outcome = store
+//!     .compare_and_apply(&ns, &key, &seen.comparison, Intent::Set { row: write, ttl: None }, &admit_all)
+//!     .await?;
+//! assert!(matches!(outcome, ApplyOutcome::Applied { .. }));
+//!
+//! // The old observation is stale now: a second write with it conflicts.
+//! let stale = store
+//!     .compare_and_apply(&ns, &key, &seen.comparison, Intent::Delete, &admit_all)
+//!     .await?;
+//! assert!(matches!(stale, ApplyOutcome::Conflict { .. }));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+pub mod admin;
+pub mod events;
+pub mod memory;
+mod plan;
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use admin::StoreAdmin;
+pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
+pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};

@@ -1,1 +1,6 @@
 //! The integration tests of `tether-storage` (one test binary per package).
+
+mod conformance;
+mod memory_hooks;
+mod memory_transaction;
+mod support;
