@@ -1,0 +1,353 @@
+//! User-turn mirroring (reference tool-results part A).
+//!
+//! [`restore_prepared_user_turn_meta`] puts the host-prepared operational metadata of a user turn
+//! back onto the message a runtime hook produced, and [`UserTurnTranscriptRecorder`] is the
+//! persisted marker that announces "the original input committed" only for a fresh append.
+//!
+//! Restored metadata authorizes nothing and does not prove that a transcript append happened.
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Value};
+use tether_core::{AppendOutcome, TranscriptAnchor};
+
+use super::tree::{deep_clone, deep_equal, is_truthy};
+
+/// The key that holds host operational metadata on a JSON message.
+pub const META_KEY: &str = "__openclaw";
+
+/// The longest accepted `steerTargetRunId`, in characters.
+pub const STEER_TARGET_RUN_ID_MAX_CHARS: usize = 512;
+
+/// Restores the prepared user-turn operational metadata onto `runtime` (the message after
+/// `before_message_write` hooks ran).
+///
+/// * No `prepared` snapshot, or a runtime message whose `role` is not `"user"`: the runtime
+///   message is returned as is ([`Cow::Borrowed`]).
+/// * `provenance` comes from the prepared message when it is valid (an object with a non-empty
+///   string `kind`); `display: false` on the prepared message is forced.
+/// * `intent` and `autoSteer`: the runtime's are dropped, the prepared ones (when truthy) restored.
+/// * `steerTargetRunId`: the runtime's is dropped; the prepared one is restored when it is a
+///   trimmed non-empty string of at most [`STEER_TARGET_RUN_ID_MAX_CHARS`] characters.
+/// * `senderIsOwner`: the prepared boolean wins. **Decision** (reference vector 11): when the
+///   prepared snapshot has none, the runtime's value is dropped too — a hook cannot grant owner
+///   status (OpenClaw keeps the hook's value; we close that gap).
+/// * `humanMentions`: the runtime's are always dropped; the prepared ones are kept only when the
+///   runtime `content` deep-equals the prepared `content`.
+/// * The metadata object is attached only when it has at least one key.
+///
+/// Neither input is mutated; `prepared` should be a snapshot taken before hooks ran.
+pub fn restore_prepared_user_turn_meta<'a>(
+    runtime: &'a Value,
+    prepared: Option<&Value>,
+) -> Cow<'a, Value> {
+    let Some(prepared) = prepared else {
+        return Cow::Borrowed(runtime);
+    };
+    let Some(runtime_obj) = runtime.as_object() else {
+        return Cow::Borrowed(runtime);
+    };
+    if runtime_obj.get("role").and_then(Value::as_str) != Some("user") {
+        return Cow::Borrowed(runtime);
+    }
+    let empty = Map::new();
+    let prepared_obj = prepared.as_object().unwrap_or(&empty);
+    let prepared_meta = prepared_obj
+        .get(META_KEY)
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+
+    let mut out = Map::new();
+    for (k, v) in runtime_obj {
+        if k != META_KEY {
+            out.insert(k.clone(), deep_clone(v));
+        }
+    }
+    if let Some(provenance) = prepared_obj
+        .get("provenance")
+        .filter(|p| is_valid_provenance(p))
+    {
+        out.insert("provenance".into(), deep_clone(provenance));
+    }
+    if prepared_obj.get("display") == Some(&Value::Bool(false)) {
+        out.insert("display".into(), Value::Bool(false));
+    }
+
+    let mut meta = Map::new();
+    if let Some(runtime_meta) = runtime_obj.get(META_KEY).and_then(Value::as_object) {
+        for (k, v) in runtime_meta {
+            meta.insert(k.clone(), deep_clone(v));
+        }
+    }
+    for key in ["intent", "autoSteer"] {
+        meta.remove(key);
+        if let Some(v) = prepared_meta.get(key).filter(|v| is_truthy(v)) {
+            meta.insert(key.into(), deep_clone(v));
+        }
+    }
+    meta.remove("steerTargetRunId");
+    if let Some(id) = normalize_steer_target_run_id(prepared_meta.get("steerTargetRunId")) {
+        meta.insert("steerTargetRunId".into(), Value::String(id.to_owned()));
+    }
+    meta.remove("senderIsOwner");
+    if let Some(owner) = prepared_meta
+        .get("senderIsOwner")
+        .filter(|v| v.is_boolean())
+    {
+        meta.insert("senderIsOwner".into(), owner.clone());
+    }
+    meta.remove("humanMentions");
+    if let Some(mentions) = prepared_meta.get("humanMentions") {
+        let same_content = match (runtime_obj.get("content"), prepared_obj.get("content")) {
+            (Some(a), Some(b)) => deep_equal(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if same_content {
+            meta.insert("humanMentions".into(), deep_clone(mentions));
+        }
+    }
+    if !meta.is_empty() {
+        out.insert(META_KEY.into(), Value::Object(meta));
+    }
+    Cow::Owned(Value::Object(out))
+}
+
+/// Whether `value` is a usable input provenance (an object with a non-empty string `kind`).
+fn is_valid_provenance(value: &Value) -> bool {
+    value
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|k| !k.trim().is_empty())
+}
+
+fn normalize_steer_target_run_id(value: Option<&Value>) -> Option<&str> {
+    let id = value?.as_str()?.trim();
+    (!id.is_empty() && id.chars().count() <= STEER_TARGET_RUN_ID_MAX_CHARS).then_some(id)
+}
+
+/// What the transcript store reported for the harness's own canonical append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Persistence {
+    /// `true` only when a new entry was written (not for an idempotent history match).
+    pub appended: bool,
+}
+
+/// The admission receipt of a committed user turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmissionReceipt {
+    /// The transcript entry.
+    pub anchor: TranscriptAnchor,
+    /// The logical turn id (the recorder's own when the caller gave only an anchor).
+    pub logical_turn_id: String,
+    /// Always `"user"` for user-turn admissions.
+    pub role: &'static str,
+}
+
+/// What the caller passes as the committed entry: a bare anchor or a full admission receipt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TranscriptReceipt {
+    /// Only the entry anchor; the recorder completes it with its own logical turn id.
+    Anchor(TranscriptAnchor),
+    /// A complete admission receipt (kept as is).
+    Admission(AdmissionReceipt),
+}
+
+/// The "original input committed" notification.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OriginalInputCommit {
+    /// The committed message.
+    pub message: Value,
+    /// Its transcript entry.
+    pub anchor: TranscriptAnchor,
+}
+
+/// The observable effects of one [`UserTurnTranscriptRecorder::mark_runtime_persisted`] call.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PersistedMarkEffects {
+    /// Set when the original input committed notification fires (at most once per recorder).
+    pub original_input_committed: Option<OriginalInputCommit>,
+    /// Set when the "message persisted" callback fires (at most once per recorder).
+    pub message_persisted: Option<Value>,
+}
+
+/// Records how a user turn reached the transcript and decides the one-time notifications.
+#[derive(Debug, Clone)]
+pub struct UserTurnTranscriptRecorder {
+    logical_turn_id: String,
+    runtime_persisted: bool,
+    persisted_message: Option<Value>,
+    admission: Option<(AdmissionReceipt, Value)>,
+    blocked: bool,
+    commit_notified: bool,
+    persisted_notified: bool,
+}
+
+impl Default for UserTurnTranscriptRecorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UserTurnTranscriptRecorder {
+    /// A fresh recorder with a random logical turn id.
+    pub fn new() -> Self {
+        Self {
+            logical_turn_id: uuid::Uuid::new_v4().to_string(),
+            runtime_persisted: false,
+            persisted_message: None,
+            admission: None,
+            blocked: false,
+            commit_notified: false,
+            persisted_notified: false,
+        }
+    }
+
+    /// The recorder's own logical turn id.
+    pub fn logical_turn_id(&self) -> &str {
+        &self.logical_turn_id
+    }
+
+    /// Marks the turn blocked: no "original input committed" notification will fire.
+    pub fn mark_blocked(&mut self) {
+        self.blocked = true;
+    }
+
+    /// Whether the turn was persisted (by the runtime or the fallback).
+    pub fn has_persisted(&self) -> bool {
+        self.runtime_persisted
+    }
+
+    /// The first admission receipt recorded, if any.
+    pub fn admission_receipt(&self) -> Option<&AdmissionReceipt> {
+        self.admission.as_ref().map(|(r, _)| r)
+    }
+
+    /// The persisted message, preferring the admitted one.
+    pub fn persisted_message(&self) -> Option<&Value> {
+        self.admission
+            .as_ref()
+            .map(|(_, m)| m)
+            .or(self.persisted_message.as_ref())
+    }
+
+    /// The harness's canonical append finished: record it.
+    ///
+    /// `persistence` must carry the store's **actual** `appended` flag; absence counts as
+    /// `false`. The "original input committed" notification fires only for `appended: true`,
+    /// at most once, never after [`Self::mark_blocked`], and never for hidden
+    /// (`display: false`), context-excluded, non-external (`provenance.kind` other than
+    /// `external_user`), late-media or before-agent-run-blocked messages.
+    pub fn mark_runtime_persisted(
+        &mut self,
+        message: Option<&Value>,
+        receipt: Option<TranscriptReceipt>,
+        persistence: Option<Persistence>,
+    ) -> PersistedMarkEffects {
+        let _span = tracing::debug_span!("mark_runtime_persisted").entered();
+        let mut effects = PersistedMarkEffects::default();
+        self.runtime_persisted = true;
+        if let Some(m) = message {
+            self.persisted_message = Some(m.clone());
+        }
+        if let (Some(m), Some(receipt)) = (message, receipt) {
+            let receipt = match receipt {
+                TranscriptReceipt::Admission(r) => r,
+                TranscriptReceipt::Anchor(anchor) => AdmissionReceipt {
+                    anchor,
+                    logical_turn_id: self.logical_turn_id.clone(),
+                    role: "user",
+                },
+            };
+            if persistence.is_some_and(|p| p.appended) && self.may_notify_commit(m) {
+                self.commit_notified = true;
+                effects.original_input_committed = Some(OriginalInputCommit {
+                    message: m.clone(),
+                    anchor: receipt.anchor.clone(),
+                });
+            }
+            if self.admission.is_none() {
+                self.admission = Some((receipt, m.clone()));
+            }
+        }
+        if !self.persisted_notified
+            && let Some(m) = self.persisted_message().cloned()
+        {
+            self.persisted_notified = true;
+            effects.message_persisted = Some(m);
+        }
+        effects
+    }
+
+    /// [`Self::mark_runtime_persisted`] fed from the store's [`AppendOutcome`].
+    pub fn mark_runtime_persisted_from_append(
+        &mut self,
+        message: &Value,
+        outcome: &AppendOutcome,
+    ) -> PersistedMarkEffects {
+        self.mark_runtime_persisted(
+            Some(message),
+            Some(TranscriptReceipt::Anchor(outcome.anchor.clone())),
+            Some(Persistence {
+                appended: outcome.appended,
+            }),
+        )
+    }
+
+    /// The host's fallback persistence path: returns the message to append, if any.
+    ///
+    /// After the runtime persisted the turn nothing is appended again, unless media resolved
+    /// after the prompt was sent to the provider: then a separate late-media message (marked
+    /// `__openclaw.lateMedia: true`) is returned. A blocked turn is never appended.
+    pub fn persist_fallback(
+        &mut self,
+        message: &Value,
+        media_resolved_after_prompt: bool,
+    ) -> Option<Value> {
+        if self.blocked {
+            return None;
+        }
+        if self.runtime_persisted {
+            if !media_resolved_after_prompt {
+                return None;
+            }
+            let mut late = message.as_object().cloned().unwrap_or_default();
+            let mut meta = late
+                .get(META_KEY)
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            meta.insert("lateMedia".into(), Value::Bool(true));
+            late.insert(META_KEY.into(), Value::Object(meta));
+            return Some(Value::Object(late));
+        }
+        self.runtime_persisted = true;
+        self.persisted_message = Some(message.clone());
+        Some(message.clone())
+    }
+
+    fn may_notify_commit(&self, message: &Value) -> bool {
+        if self.commit_notified || self.blocked {
+            return false;
+        }
+        if message.get("display") == Some(&Value::Bool(false))
+            || message.get("excludeFromContext") == Some(&Value::Bool(true))
+        {
+            return false;
+        }
+        if let Some(provenance) = message.get("provenance").filter(|p| !p.is_null())
+            && provenance.get("kind").and_then(Value::as_str) != Some("external_user")
+        {
+            return false;
+        }
+        let meta = message.get(META_KEY);
+        if meta.and_then(|m| m.get("lateMedia")) == Some(&Value::Bool(true)) {
+            return false;
+        }
+        if meta.and_then(|m| m.get("beforeAgentRunBlocked")).is_some() {
+            return false;
+        }
+        true
+    }
+}
