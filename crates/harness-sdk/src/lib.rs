@@ -8,5 +8,6 @@
 //! This crate depends on `tether-core` only; a host wires a store (for example
 //! `tether-storage`) into it.
 
+pub mod generation;
 pub mod lifecycle;
 pub mod results;

@@ -1,4 +1,5 @@
 //! The integration tests of `tether-harness-sdk` (one test binary per package).
 
+mod generation;
 mod lifecycle;
 mod results;
