@@ -7,7 +7,11 @@
 //! The crate holds:
 //! - [`result`]: the narrow result with exactly six allowed fields and its validator;
 //! - [`projection`]: the projection of a full attempt result into a narrow result, for harnesses
-//!   that reuse their attempt engine ([`evidence`] holds the extra attempt facts it inspects).
+//!   that reuse their attempt engine ([`evidence`] holds the extra attempt facts it inspects);
+//! - [`bounded`]: the bounded projection of a settled turn's history with its identity and
+//!   provenance proof, limits enforced while reading;
+//! - [`capture`]: the context producers (the built-in transcript producer and the bounded,
+//!   provenance-checked capture).
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
 //! [`tether_core::FinalizationAttempt`], which is plain data.
@@ -25,11 +29,22 @@
 //! # Ok::<(), FinalizerError>(())
 //! ```
 
+pub mod bounded;
+pub mod capture;
 pub mod error;
 pub mod evidence;
 pub mod projection;
 pub mod result;
 
+pub use bounded::{
+    BoundedProjection, HistoryReadError, HistorySource, ProjectedItem, ProjectionLimits,
+    ProvenanceInput, RejectionReason, project_current_evidence, project_settled_turn_history,
+};
+pub use capture::{
+    CaptureRequest, CapturedTurnContext, FailureFacts, FailureSource, ModelSelection,
+    TranscriptCaptureInput, capture_settled_turn_context, is_transient_failure,
+    resolve_transcript_finalization_context,
+};
 pub use error::{FinalizerError, TerminalStatus};
 pub use evidence::{ItemLifecycle, TimeoutKind};
 pub use projection::{FullAttemptEvidence, project_settled_turn_finalization_attempt_result};

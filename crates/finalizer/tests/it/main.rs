@@ -3,6 +3,8 @@
 //! Scenario tests are named `finalization_sNNN_<slug>` after the reference scenario they
 //! translate (`settled-turn-finalization.md` §6).
 
+mod bounded;
+mod capture;
 mod projection;
 mod support;
 mod validator;
