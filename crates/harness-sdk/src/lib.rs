@@ -10,4 +10,5 @@
 
 pub mod generation;
 pub mod lifecycle;
+pub mod reset;
 pub mod results;

@@ -2,4 +2,5 @@
 
 mod generation;
 mod lifecycle;
+mod reset;
 mod results;

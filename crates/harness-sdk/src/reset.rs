@@ -1,0 +1,300 @@
+//! The harness registry and the reset fan-out (reference `native-session-lifecycle.md` §2.16).
+//!
+//! [`reset_registered_harness_sessions`] calls every registered harness's
+//! [`AgentHarness::reset`] **concurrently**, each harness object at most once per call even when
+//! it is registered in several registries. A failing harness never blocks the others or the
+//! host's reset: its error is kept in the [`ResetReport`] and logged at `warn` — **once per
+//! harness id per process**. The set of already-logged ids is process-global and lives outside
+//! every [`HarnessRegistry`], so it survives registry reloads; the hook is still invoked on every
+//! later reset so the harness can recover.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use async_trait::async_trait;
+//! use tether_core::{AgentHarness, AgentId, Error, HarnessId, ResetParams, ResetReason, SessionId};
+//! use tether_harness_sdk::reset::{HarnessRegistry, reset_registered_harness_sessions};
+//!
+//! #[derive(Debug)]
+//! struct Quiet(HarnessId);
+//! #[async_trait]
+//! impl AgentHarness for Quiet {
+//!     fn id(&self) -> &HarnessId { &self.0 }
+//!     async fn reset(&self, _params: ResetParams) -> Result<(), Error> { Ok(()) }
+//! }
+//!
+//! let registry = HarnessRegistry::new();
+//! let before = registry.generation();
+//! registry.register(Arc::new(Quiet(HarnessId::new("doc-quiet")?)));
+//! assert_ne!(registry.generation(), before, "every change moves the generation");
+//!
+//! let params = ResetParams {
+//!     agent_id: AgentId::new("main")?,
+//!     session_id: SessionId::new("s-1")?,
+//!     session_key: None,
+//!     reason: ResetReason::Reset,
+//!     lifecycle_revision: None,
+//! };
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let report = reset_registered_harness_sessions(&[&registry], &params).await;
+//! assert_eq!(report.outcomes().len(), 1);
+//! assert!(report.failures().next().is_none());
+//! # });
+//! # Ok::<(), tether_core::IdError>(())
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+
+use futures::future::join_all;
+use tether_core::{AgentHarness, Error, HarnessId, ResetParams};
+use tracing::Instrument as _;
+
+/// Registry generations are drawn from one process-wide counter, so two registries (for
+/// example before and after a reload) never share a generation number.
+static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
+
+fn next_generation() -> u64 {
+    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
+}
+
+#[derive(Debug)]
+struct RegistryState {
+    generation: u64,
+    harnesses: BTreeMap<HarnessId, Arc<dyn AgentHarness>>,
+}
+
+/// The registered harnesses of one plugin registry, by id.
+///
+/// Every change (register, replace, unregister) moves [`Self::generation`] to a value never
+/// used before in this process, so an operation that captured the generation can detect that
+/// "the registry changed".
+#[derive(Debug)]
+pub struct HarnessRegistry {
+    state: RwLock<RegistryState>,
+}
+
+impl Default for HarnessRegistry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HarnessRegistry {
+    /// An empty registry with a fresh generation.
+    pub fn new() -> Self {
+        Self {
+            state: RwLock::new(RegistryState {
+                generation: next_generation(),
+                harnesses: BTreeMap::new(),
+            }),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, RegistryState> {
+        self.state.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, RegistryState> {
+        self.state.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers `harness` under its id, returning the registration it replaced.
+    pub fn register(&self, harness: Arc<dyn AgentHarness>) -> Option<Arc<dyn AgentHarness>> {
+        let mut state = self.write();
+        state.generation = next_generation();
+        state.harnesses.insert(harness.id().clone(), harness)
+    }
+
+    /// Removes the harness registered under `id`, returning it.
+    pub fn unregister(&self, id: &HarnessId) -> Option<Arc<dyn AgentHarness>> {
+        let mut state = self.write();
+        let removed = state.harnesses.remove(id);
+        if removed.is_some() {
+            state.generation = next_generation();
+        }
+        removed
+    }
+
+    /// The harness registered under `id`.
+    pub fn get(&self, id: &HarnessId) -> Option<Arc<dyn AgentHarness>> {
+        self.read().harnesses.get(id).cloned()
+    }
+
+    /// Whether `harness` (this exact object) is still the registration under its id.
+    pub fn is_registered(&self, harness: &Arc<dyn AgentHarness>) -> bool {
+        self.read()
+            .harnesses
+            .get(harness.id())
+            .is_some_and(|current| same_object(current, harness))
+    }
+
+    /// A snapshot of the registered harnesses, in id order.
+    pub fn harnesses(&self) -> Vec<Arc<dyn AgentHarness>> {
+        self.read().harnesses.values().cloned().collect()
+    }
+
+    /// The registered ids, in order.
+    pub fn ids(&self) -> Vec<HarnessId> {
+        self.read().harnesses.keys().cloned().collect()
+    }
+
+    /// How many harnesses are registered.
+    pub fn len(&self) -> usize {
+        self.read().harnesses.len()
+    }
+
+    /// Whether no harness is registered.
+    pub fn is_empty(&self) -> bool {
+        self.read().harnesses.is_empty()
+    }
+
+    /// The current generation; it changes on every change to the registry.
+    pub fn generation(&self) -> u64 {
+        self.read().generation
+    }
+}
+
+fn object_addr(harness: &Arc<dyn AgentHarness>) -> usize {
+    Arc::as_ptr(harness).cast::<()>().addr()
+}
+
+fn same_object(a: &Arc<dyn AgentHarness>, b: &Arc<dyn AgentHarness>) -> bool {
+    object_addr(a) == object_addr(b)
+}
+
+/// Harness ids whose reset failure was already logged in this process. Deliberately outside
+/// every registry: it survives registry reloads.
+static LOGGED_RESET_FAILURES: OnceLock<Mutex<HashSet<HarnessId>>> = OnceLock::new();
+
+fn logged_failures() -> std::sync::MutexGuard<'static, HashSet<HarnessId>> {
+    LOGGED_RESET_FAILURES
+        .get_or_init(|| Mutex::new(HashSet::new()))
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Records a reset failure of `id`; returns `true` when this is the first failure of that id in
+/// this process (the one that is logged).
+pub fn note_reset_failure(id: &HarnessId) -> bool {
+    logged_failures().insert(id.clone())
+}
+
+/// Whether a reset failure of `id` has already been logged in this process.
+pub fn reset_failure_logged(id: &HarnessId) -> bool {
+    logged_failures().contains(id)
+}
+
+/// What one harness's reset did.
+#[derive(Debug, Clone)]
+pub struct HarnessResetOutcome {
+    /// The harness.
+    pub harness_id: HarnessId,
+    /// The hook's error, when it failed.
+    pub error: Option<Error>,
+    /// Whether this failure was logged (the first failure of this id in the process).
+    pub logged: bool,
+}
+
+/// The outcome of one fan-out: one entry per harness object reset, in registry order.
+#[derive(Debug, Clone, Default)]
+pub struct ResetReport {
+    outcomes: Vec<HarnessResetOutcome>,
+}
+
+impl ResetReport {
+    /// Every harness reset by the call.
+    pub fn outcomes(&self) -> &[HarnessResetOutcome] {
+        &self.outcomes
+    }
+
+    /// The failed resets.
+    pub fn failures(&self) -> impl Iterator<Item = &HarnessResetOutcome> {
+        self.outcomes.iter().filter(|o| o.error.is_some())
+    }
+}
+
+/// Resets every harness of `registries` concurrently with `params`.
+///
+/// Each harness object is reset at most once per call (a harness registered in several
+/// registries, or under several ids, is called once). Failures are isolated: they are
+/// collected in the report and logged at `warn` the first time each harness id fails in this
+/// process; the call itself never fails.
+pub async fn reset_registered_harness_sessions(
+    registries: &[&HarnessRegistry],
+    params: &ResetParams,
+) -> ResetReport {
+    let span = tracing::info_span!(
+        "harness.reset_fanout",
+        session_id = %params.session_id,
+        reason = ?params.reason,
+    );
+    async {
+        let mut visited = HashSet::new();
+        let mut harnesses = Vec::new();
+        for registry in registries {
+            for harness in registry.harnesses() {
+                if visited.insert(object_addr(&harness)) {
+                    harnesses.push(harness);
+                }
+            }
+        }
+        let resets = harnesses.iter().map(|harness| {
+            let params = params.clone();
+            async move {
+                let harness_id = harness.id().clone();
+                match harness.reset(params).await {
+                    Ok(()) => HarnessResetOutcome {
+                        harness_id,
+                        error: None,
+                        logged: false,
+                    },
+                    Err(error) => {
+                        let logged = note_reset_failure(&harness_id);
+                        if logged {
+                            tracing::warn!(
+                                harness_id = %harness_id,
+                                %error,
+                                "agent harness session reset hook failed"
+                            );
+                        }
+                        HarnessResetOutcome {
+                            harness_id,
+                            error: Some(error),
+                            logged,
+                        }
+                    }
+                }
+            }
+        });
+        ResetReport {
+            outcomes: join_all(resets).await,
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_noted_once_per_id() {
+        let id = HarnessId::new("unit-note-once").unwrap();
+        assert!(!reset_failure_logged(&id));
+        assert!(note_reset_failure(&id));
+        assert!(!note_reset_failure(&id));
+        assert!(reset_failure_logged(&id));
+    }
+
+    #[test]
+    fn generations_are_unique_across_registries() {
+        let a = HarnessRegistry::new();
+        let b = HarnessRegistry::default();
+        assert_ne!(a.generation(), b.generation());
+        assert!(a.is_empty());
+        let removed = a.unregister(&HarnessId::new("absent").unwrap());
+        assert!(removed.is_none());
+    }
+}
