@@ -20,6 +20,7 @@ fn main() -> ExitCode {
     let result = match task {
         "ci" => ci(),
         "arch-check" => arch::check().map(|()| Summary::default()),
+        "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
         "help" | "--help" | "-h" => {
             usage();
             return ExitCode::SUCCESS;
@@ -49,7 +50,8 @@ fn usage() {
     say("usage: cargo xtask <task>\n\n\
          tasks:\n  \
          ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check\n  \
-         arch-check  fail when a crate depends on what its architecture invariant forbids");
+         arch-check  fail when a crate depends on what its architecture invariant forbids\n  \
+         openapi     write crates/admin-http/openapi.json; `--check` compares instead");
 }
 
 /// User-facing output of the automation tool.
@@ -97,6 +99,8 @@ fn ci() -> Result<Summary, String> {
             "warnings",
         ]),
     )?;
+    say("==> openapi snapshot");
+    openapi(Some("--check"))?;
     let summary = test()?;
     run(
         "doc",
@@ -108,6 +112,63 @@ fn ci() -> Result<Summary, String> {
     arch::check()?;
     say("    architecture check: ok");
     Ok(summary)
+}
+
+/// The committed OpenAPI snapshot.
+const OPENAPI_SNAPSHOT: &str = "crates/admin-http/openapi.json";
+
+/// Writes (or with `--check` compares) the OpenAPI snapshot from the `tether` binary.
+fn openapi(flag: Option<&str>) -> Result<(), String> {
+    let check = match flag {
+        None => false,
+        Some("--check") => true,
+        Some(other) => return Err(format!("unknown flag `{other}`; use --check")),
+    };
+    let out = cargo()
+        .args([
+            "run",
+            "--quiet",
+            "-p",
+            "tether-admin-http",
+            "--bin",
+            "tether",
+            "--",
+            "openapi",
+        ])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cannot run tether openapi: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("tether openapi failed ({})", out.status));
+    }
+    let served = String::from_utf8(out.stdout).map_err(|e| format!("not UTF-8: {e}"))?;
+    let root = workspace_root()?;
+    let path = root.join(OPENAPI_SNAPSHOT);
+    if check {
+        let committed = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        if committed != served {
+            return Err(format!(
+                "{OPENAPI_SNAPSHOT} is out of date with the served document; run `cargo xtask openapi` and commit it"
+            ));
+        }
+        say("openapi: snapshot matches the served document");
+    } else {
+        std::fs::write(&path, served)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        say(&format!("openapi: wrote {OPENAPI_SNAPSHOT}"));
+    }
+    Ok(())
+}
+
+/// The workspace root (xtask lives one level below it).
+fn workspace_root() -> Result<std::path::PathBuf, String> {
+    let manifest =
+        env::var("CARGO_MANIFEST_DIR").map_err(|_| "run through `cargo xtask`".to_owned())?;
+    std::path::Path::new(&manifest)
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .ok_or_else(|| "cannot find the workspace root".to_owned())
 }
 
 /// Runs the whole test suite, echoing its output and counting results.

@@ -1,1 +1,43 @@
-//! placeholder
+//! # tether-admin-http
+//!
+//! Tether's admin service: an axum router with a JSON API, its OpenAPI document at
+//! `/api-docs/openapi.json` and Swagger UI at `/docs` (served from the binary, no network), plus
+//! the `tether` command-line binary (`tether serve`, `tether migrate`).
+//!
+//! The router is built by [`app`] from an [`AppState`], so tests drive it with
+//! `tower::ServiceExt::oneshot` and need no socket:
+//!
+//! ```
+//! # tokio_test_block_on(async {
+//! use axum::body::Body;
+//! use axum::http::{Request, StatusCode};
+//! use tower::ServiceExt as _;
+//! use tether_admin_http::{AppState, app};
+//!
+//! let response = app(AppState::for_tests())
+//!     .oneshot(Request::get("/healthz").body(Body::empty()).unwrap())
+//!     .await
+//!     .unwrap();
+//! assert_eq!(response.status(), StatusCode::OK);
+//! # });
+//! # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+//! #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
+//! # }
+//! ```
+//!
+//! This is the only Tether crate that knows HTTP; its JSON DTOs (with `utoipa::ToSchema`) live
+//! here, not in `tether-core`.
+
+pub mod auth;
+pub mod cli;
+pub mod config;
+pub mod database;
+pub mod error;
+pub mod openapi;
+pub mod routes;
+pub mod state;
+
+pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};
+pub use error::ApiError;
+pub use openapi::{app, openapi};
+pub use state::{AppState, HealthProbe};

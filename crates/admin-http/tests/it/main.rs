@@ -1,0 +1,3 @@
+//! The integration tests of `tether-admin-http` (one test binary per package).
+
+mod serve;
