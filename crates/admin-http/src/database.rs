@@ -23,15 +23,18 @@ impl Database {
 
 /// Opens (creating and migrating) the configured database.
 pub async fn open_database(config: &ServeConfig) -> Result<Database, String> {
-    if let Some(file) = config.sqlite_file() {
-        if let Some(dir) = file.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                format!(
-                    "cannot create the database folder {}: {e}; check its permissions or pass --database-url",
-                    dir.display()
-                )
-            })?;
-        }
+    let file = config.sqlite_file();
+    if let Some(dir) = file
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            format!(
+                "cannot create the database folder {}: {e}; check its permissions or pass --database-url",
+                dir.display()
+            )
+        })?;
     }
     let backend = if config.database_url.starts_with("sqlite:") {
         "sqlite"
