@@ -11,7 +11,9 @@
 //! - [`bounded`]: the bounded projection of a settled turn's history with its identity and
 //!   provenance proof, limits enforced while reading;
 //! - [`capture`]: the context producers (the built-in transcript producer and the bounded,
-//!   provenance-checked capture).
+//!   provenance-checked capture);
+//! - [`facts`] and [`gate`]: the host's turn facts and the request gate with the settled-batch
+//!   evidence and the host prompt.
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
 //! [`tether_core::FinalizationAttempt`], which is plain data.
@@ -33,6 +35,8 @@ pub mod bounded;
 pub mod capture;
 pub mod error;
 pub mod evidence;
+pub mod facts;
+pub mod gate;
 pub mod projection;
 pub mod result;
 
@@ -47,6 +51,16 @@ pub use capture::{
 };
 pub use error::{FinalizerError, TerminalStatus};
 pub use evidence::{ItemLifecycle, TimeoutKind};
+pub use facts::{
+    CarriedFacts, FailureSignal, MessageToolSend, PayloadKind, ReplyExpectation, ReplyPayload,
+    RunTrigger, SourceReplyMode, TerminalToolFailure, ToolCallMeta, TurnFacts,
+    WriterDeliveryAuthority, WriterFence,
+};
+pub use gate::{
+    FinalizationRequest, SETTLED_TOOL_FINALIZATION_INSTRUCTION, SettledBatchEvidence,
+    TOOL_FAILURE_INSTRUCTION, resolve_settled_tool_batch_evidence,
+    resolve_settled_turn_finalization_request,
+};
 pub use projection::{FullAttemptEvidence, project_settled_turn_finalization_attempt_result};
 pub use result::{
     ALLOWED_RESULT_FIELDS, DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN,

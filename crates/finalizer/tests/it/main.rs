@@ -5,6 +5,7 @@
 
 mod bounded;
 mod capture;
+mod gate;
 mod projection;
 mod support;
 mod validator;
