@@ -13,6 +13,7 @@
 //! * [`media`] — host-owned media and `message_tool_only` routing (part F).
 //! * [`terminal`] — the terminal-outcome accumulator (part G).
 
+pub mod delivery;
 pub mod display;
 pub mod mirror;
 pub mod redact;

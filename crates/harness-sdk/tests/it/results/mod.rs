@@ -1,4 +1,5 @@
 //! Tool-result vectors (reference `tool-results.md`, vectors 1–135) and property tests.
 
+mod delivery;
 mod display;
 mod mirror;
