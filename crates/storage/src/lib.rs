@@ -43,9 +43,11 @@ pub mod admin;
 pub mod events;
 pub mod memory;
 mod plan;
+pub mod sql;
 #[cfg(feature = "test-support")]
 pub mod testing;
 
 pub use admin::StoreAdmin;
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
+pub use sql::{Store, StoreOptions};

@@ -3,4 +3,5 @@
 mod conformance;
 mod memory_hooks;
 mod memory_transaction;
+mod sql_store;
 mod support;

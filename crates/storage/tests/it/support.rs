@@ -100,3 +100,49 @@ pub(crate) fn leased(v: &str, token: &str, expires_at: Timestamp) -> RowWrite {
 pub(crate) fn text(row: &tether_core::StoredRow) -> String {
     String::from_utf8(row.value.clone()).unwrap()
 }
+
+/// A SQLite store in a temporary file (the directory lives as long as the backend's store).
+pub(crate) async fn sqlite_backend() -> Backend {
+    let clock = FakeClock::new(START);
+    let dir = Arc::new(tempfile::tempdir().unwrap());
+    let url = format!("sqlite://{}", dir.path().join("tether.db").display());
+    open_backend("sqlite", url, clock, Some(dir)).await
+}
+
+/// A backend over an existing URL (PostgreSQL test database).
+pub(crate) async fn open_backend(
+    name: &'static str,
+    url: String,
+    clock: FakeClock,
+    keep: Option<Arc<tempfile::TempDir>>,
+) -> Backend {
+    let open = {
+        let clock = clock.clone();
+        move |url: String| {
+            let clock = clock.clone();
+            async move {
+                tether_storage::Store::open_with(
+                    tether_storage::StoreOptions::new(url).clock(Arc::new(clock)),
+                )
+                .await
+                .unwrap()
+            }
+        }
+    };
+    let store = open(url.clone()).await;
+    let reopen_url = url.clone();
+    Backend {
+        name,
+        store: Arc::new(store),
+        clock,
+        reopen: Arc::new(move || {
+            let open = open.clone();
+            let url = reopen_url.clone();
+            let keep = keep.clone();
+            Box::pin(async move {
+                let _dir = keep;
+                Arc::new(open(url).await) as Arc<dyn AnyStore>
+            })
+        }),
+    }
+}

@@ -4,9 +4,38 @@ mod cases;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
-        /// Every case, by name, for backends that run them in sequence.
-        #[allow(dead_code)]
-        pub(crate) const CASE_NAMES: &[&str] = &[$(stringify!($case)),*];
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let backend = crate::support::sqlite_backend().await;
+                    super::cases::$case(&backend).await;
+                }
+            )*
+        }
+
+        /// PostgreSQL: one fresh database for the whole test binary, every case in sequence,
+        /// dropped afterwards. Skipped with a notice when the server is unreachable, unless
+        /// `TETHER_REQUIRE_PG=1`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn postgres_all_cases() {
+            let Some(db) = tether_storage::testing::PgTestDatabase::create("storage_it").await else {
+                return;
+            };
+            $(
+                {
+                    let backend = crate::support::open_backend(
+                        "postgres",
+                        db.url().to_owned(),
+                        tether_core::FakeClock::new(crate::support::START),
+                        None,
+                    )
+                    .await;
+                    cases::$case(&backend).await;
+                }
+            )*
+            db.cleanup().await;
+        }
 
         mod memory {
             $(

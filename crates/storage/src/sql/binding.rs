@@ -1,0 +1,669 @@
+//! The binding-record, quarantine and admin contracts on the SQL store.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
+use tether_core::{
+    Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
+    Lease, LeaseEpoch, LeaseToken, Namespace, NamespaceConfig, Observation, QuarantineEntry,
+    QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
+};
+
+use super::{Store, db_error};
+use crate::admin::StoreAdmin;
+use crate::events::{LeaseEvent, LeaseEventQuery, PendingEvent};
+use crate::plan;
+
+const ROW_COLUMNS: &str = "value, revision, lease_token, lease_epoch, lease_expires_at, \
+     lease_acquired_at, lease_renewed_at, holder, created_at, expires_at";
+
+fn opt_ts(v: Option<Timestamp>) -> Value {
+    Value::from(v.map(Timestamp::as_millis))
+}
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn decode_row(key: &BindingKey, row: &QueryResult) -> Result<StoredRow, Error> {
+    let invalid = || ErrorTexts::default().invalid_row(key);
+    let get_i64 = |col: &str| row.try_get::<i64>("", col).map_err(db_error);
+    let get_opt_i64 = |col: &str| row.try_get::<Option<i64>>("", col).map_err(db_error);
+    let value: Vec<u8> = row.try_get("", "value").map_err(db_error)?;
+    let token: Option<String> = row.try_get("", "lease_token").map_err(db_error)?;
+    let lease = match token {
+        None => None,
+        Some(token) => {
+            let token = LeaseToken::new(token).map_err(|_| invalid())?;
+            let (Some(epoch), Some(expires_at), Some(acquired_at), Some(renewed_at)) = (
+                get_opt_i64("lease_epoch")?,
+                get_opt_i64("lease_expires_at")?,
+                get_opt_i64("lease_acquired_at")?,
+                get_opt_i64("lease_renewed_at")?,
+            ) else {
+                return Err(invalid());
+            };
+            Some(Lease {
+                token,
+                epoch: LeaseEpoch::new(u64::try_from(epoch).map_err(|_| invalid())?),
+                expires_at: Timestamp::from_millis(expires_at),
+                acquired_at: Timestamp::from_millis(acquired_at),
+                renewed_at: Timestamp::from_millis(renewed_at),
+                holder: row.try_get("", "holder").map_err(db_error)?,
+            })
+        }
+    };
+    Ok(StoredRow {
+        value,
+        lease,
+        revision: Revision::new(u64::try_from(get_i64("revision")?).map_err(|_| invalid())?),
+        created_at: Timestamp::from_millis(get_i64("created_at")?),
+        expires_at: get_opt_i64("expires_at")?.map(Timestamp::from_millis),
+    })
+}
+
+impl Store {
+    fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The physical row (live or expired), locked for update on PostgreSQL.
+    async fn physical_row(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        key: &BindingKey,
+    ) -> Result<Option<StoredRow>, Error> {
+        let lock = if self.inner.backend == DbBackend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM binding_records WHERE namespace = $1 AND key = $2{lock}"
+        );
+        let found = tx
+            .query_one_raw(self.stmt(&sql, vec![ns.as_str().into(), key.as_str().into()]))
+            .await
+            .map_err(db_error)?;
+        found.map(|r| decode_row(key, &r)).transpose()
+    }
+
+    async fn next_counter(&self, tx: &DatabaseTransaction, name: &str) -> Result<u64, Error> {
+        let row = tx
+            .query_one_raw(self.stmt(
+                "UPDATE tether_counters SET value = value + 1 WHERE name = $1 RETURNING value",
+                vec![name.into()],
+            ))
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::other(format!("counter `{name}` is missing from the schema")))?;
+        let value: i64 = row.try_get("", "value").map_err(db_error)?;
+        u64::try_from(value).map_err(|_| Error::other(format!("counter `{name}` is negative")))
+    }
+
+    async fn live_count_tx(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        now: Timestamp,
+    ) -> Result<u64, Error> {
+        let row = tx
+            .query_one_raw(self.stmt(
+                "SELECT COUNT(*) AS n FROM binding_records WHERE namespace = $1 AND (expires_at IS NULL OR expires_at > $2)",
+                vec![ns.as_str().into(), now.as_millis().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        let n: i64 = row
+            .map(|r| r.try_get("", "n"))
+            .transpose()
+            .map_err(db_error)?
+            .unwrap_or(0);
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    async fn insert_event(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        key: &BindingKey,
+        now: Timestamp,
+        event: Option<PendingEvent>,
+    ) -> Result<(), Error> {
+        let Some(e) = event else { return Ok(()) };
+        tx.execute_raw(self.stmt(
+            "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            vec![
+                ns.as_str().into(),
+                key.as_str().into(),
+                e.kind.as_str().into(),
+                Value::from(e.epoch.map(|x| to_i64(x.get()))),
+                Value::from(e.token_prefix),
+                Value::from(e.other_token_prefix),
+                Value::from(e.holder),
+                now.as_millis().into(),
+            ],
+        ))
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Writes `write` over `physical` (the locked physical row, live or expired) inside `tx`.
+    /// Returns `None` when a concurrent writer created the row first (a conflict).
+    #[allow(clippy::too_many_arguments)] // one write's full context; a struct would only rename it
+    async fn set_tx(
+        &self,
+        tx: &DatabaseTransaction,
+        config: &NamespaceConfig,
+        key: &BindingKey,
+        physical: Option<&StoredRow>,
+        write: RowWrite,
+        ttl: Option<Duration>,
+        now: Timestamp,
+    ) -> Result<Option<(Revision, Option<LeaseEpoch>)>, Error> {
+        let ns = &config.namespace;
+        plan::check_value(config, &write.value)?;
+        let live = physical.filter(|r| plan::row_is_live(r, now));
+        if live.is_none()
+            && let Some(max) = config.max_entries
+        {
+            if self.inner.backend == DbBackend::Postgres {
+                // Serialize creations per namespace so two writers cannot both pass the count.
+                tx.execute_raw(self.stmt(
+                    "SELECT pg_advisory_xact_lock(hashtext($1))",
+                    vec![format!("tether-capacity:{ns}").into()],
+                ))
+                .await
+                .map_err(db_error)?;
+            }
+            if self.live_count_tx(tx, ns, now).await? >= max {
+                return Err(plan::capacity_exceeded(config, max));
+            }
+        }
+        let new_epoch =
+            if plan::needs_new_epoch(live.and_then(|r| r.lease.as_ref()), write.lease.as_ref()) {
+                Some(LeaseEpoch::new(self.next_counter(tx, "epoch").await?))
+            } else {
+                None
+            };
+        let revision = Revision::new(self.next_counter(tx, "revision").await?);
+        let expires_at = plan::row_expiry(config, ttl, now);
+        let planned = plan::plan_set(live, write, expires_at, now, revision, new_epoch)?;
+        let row = &planned.row;
+        let lease = row.lease.as_ref();
+        let mut values: Vec<Value> = vec![
+            ns.as_str().into(),
+            key.as_str().into(),
+            row.value.clone().into(),
+            to_i64(row.revision.get()).into(),
+            Value::from(lease.map(|l| l.token.as_str().to_owned())),
+            Value::from(lease.map(|l| to_i64(l.epoch.get()))),
+            opt_ts(lease.map(|l| l.expires_at)),
+            opt_ts(lease.map(|l| l.acquired_at)),
+            opt_ts(lease.map(|l| l.renewed_at)),
+            Value::from(lease.and_then(|l| l.holder.clone())),
+            row.created_at.as_millis().into(),
+            opt_ts(row.expires_at),
+        ];
+        let affected = match physical {
+            Some(old) => {
+                values.push(to_i64(old.revision.get()).into());
+                tx.execute_raw(self.stmt(
+                    "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, lease_epoch = $6, \
+                     lease_expires_at = $7, lease_acquired_at = $8, lease_renewed_at = $9, holder = $10, \
+                     created_at = $11, expires_at = $12 \
+                     WHERE namespace = $1 AND key = $2 AND revision = $13",
+                    values,
+                ))
+                .await
+                .map_err(db_error)?
+                .rows_affected()
+            }
+            None => tx
+                .execute_raw(self.stmt(
+                    "INSERT INTO binding_records (namespace, key, value, revision, lease_token, lease_epoch, \
+                     lease_expires_at, lease_acquired_at, lease_renewed_at, holder, created_at, expires_at) \
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                     ON CONFLICT (namespace, key) DO NOTHING",
+                    values,
+                ))
+                .await
+                .map_err(db_error)?
+                .rows_affected(),
+        };
+        if affected != 1 {
+            return Ok(None);
+        }
+        let epoch = lease.map(|l| l.epoch);
+        self.insert_event(tx, ns, key, now, planned.event).await?;
+        Ok(Some((revision, epoch)))
+    }
+
+    async fn delete_tx(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        key: &BindingKey,
+        live: &StoredRow,
+        now: Timestamp,
+    ) -> Result<bool, Error> {
+        let affected = tx
+            .execute_raw(self.stmt(
+                "DELETE FROM binding_records WHERE namespace = $1 AND key = $2 AND revision = $3",
+                vec![
+                    ns.as_str().into(),
+                    key.as_str().into(),
+                    to_i64(live.revision.get()).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        if affected == 1 {
+            self.insert_event(tx, ns, key, now, plan::release_event(live))
+                .await?;
+        }
+        Ok(affected == 1)
+    }
+
+    async fn fresh_observation(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+    ) -> Result<Observation, Error> {
+        self.lookup(ns, key).await.map(Observation::new)
+    }
+}
+
+async fn commit(tx: DatabaseTransaction) -> Result<(), Error> {
+    tx.commit().await.map_err(db_error)
+}
+
+#[async_trait]
+impl BindingStore for Store {
+    async fn register_namespace(&self, config: NamespaceConfig) -> Result<(), Error> {
+        self.inner
+            .namespaces
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(config.namespace.clone(), config);
+        Ok(())
+    }
+
+    async fn lookup(&self, ns: &Namespace, key: &BindingKey) -> Result<Option<StoredRow>, Error> {
+        self.config(ns)?;
+        let now = self.now();
+        let sql = format!(
+            "SELECT {ROW_COLUMNS} FROM binding_records WHERE namespace = $1 AND key = $2 \
+             AND (expires_at IS NULL OR expires_at > $3)"
+        );
+        let found = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(
+                &sql,
+                vec![
+                    ns.as_str().into(),
+                    key.as_str().into(),
+                    now.as_millis().into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        found.map(|r| decode_row(key, &r)).transpose()
+    }
+
+    #[tracing::instrument(level = "debug", skip(self, intent, admission), fields(store = "sql"))]
+    async fn compare_and_apply(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        comparison: &Comparison,
+        intent: Intent,
+        admission: Admission<'_>,
+    ) -> Result<ApplyOutcome, Error> {
+        let config = self.config(ns)?;
+        if let Intent::Set { row, .. } = &intent {
+            plan::check_value(&config, &row.value)?;
+        }
+        let tx = self.begin_write().await?;
+        let now = self.now();
+        let physical = self.physical_row(&tx, ns, key).await?;
+        let live = physical.clone().filter(|r| plan::row_is_live(r, now));
+        if Comparison::for_row(live.as_ref()) != *comparison {
+            if let Intent::Set { row, .. } = &intent {
+                let fenced = plan::fenced_event(live.as_ref(), row);
+                self.insert_event(&tx, ns, key, now, fenced).await?;
+            }
+            commit(tx).await?;
+            return Ok(ApplyOutcome::Conflict {
+                current: Observation::new(live),
+            });
+        }
+        admission()?;
+        let outcome = match intent {
+            Intent::Set { row, ttl } => {
+                match self
+                    .set_tx(&tx, &config, key, physical.as_ref(), row, ttl, now)
+                    .await?
+                {
+                    Some((revision, epoch)) => ApplyOutcome::Applied {
+                        revision: Some(revision),
+                        epoch,
+                    },
+                    None => {
+                        drop(tx);
+                        return Ok(ApplyOutcome::Conflict {
+                            current: self.fresh_observation(ns, key).await?,
+                        });
+                    }
+                }
+            }
+            Intent::Delete => match &live {
+                Some(row) => {
+                    self.delete_tx(&tx, ns, key, row, now).await?;
+                    ApplyOutcome::Applied {
+                        revision: None,
+                        epoch: None,
+                    }
+                }
+                None => ApplyOutcome::Applied {
+                    revision: None,
+                    epoch: None,
+                },
+            },
+            Intent::Keep | Intent::KeepOnDelete => ApplyOutcome::Unchanged,
+            #[allow(unreachable_patterns)]
+            other => {
+                return Err(Error::other(format!(
+                    "unsupported compare-and-apply intent {other:?}"
+                )));
+            }
+        };
+        commit(tx).await?;
+        Ok(outcome)
+    }
+
+    async fn register_if_absent(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        row: RowWrite,
+        ttl: Option<Duration>,
+    ) -> Result<bool, Error> {
+        let config = self.config(ns)?;
+        plan::check_value(&config, &row.value)?;
+        let tx = self.begin_write().await?;
+        let now = self.now();
+        let physical = self.physical_row(&tx, ns, key).await?;
+        if physical.as_ref().is_some_and(|r| plan::row_is_live(r, now)) {
+            return Ok(false);
+        }
+        match self
+            .set_tx(&tx, &config, key, physical.as_ref(), row, ttl, now)
+            .await?
+        {
+            Some(_) => {
+                commit(tx).await?;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    async fn delete_if(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        predicate: RowPredicate<'_>,
+    ) -> Result<Option<StoredRow>, Error> {
+        self.config(ns)?;
+        let tx = self.begin_write().await?;
+        let now = self.now();
+        let live = self
+            .physical_row(&tx, ns, key)
+            .await?
+            .filter(|r| plan::row_is_live(r, now));
+        match live {
+            Some(row) if predicate(&row) => {
+                if self.delete_tx(&tx, ns, key, &row, now).await? {
+                    commit(tx).await?;
+                    Ok(Some(row))
+                } else {
+                    Ok(None)
+                }
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn scan(
+        &self,
+        ns: &Namespace,
+        after: Option<&BindingKey>,
+        limit: usize,
+    ) -> Result<Vec<(BindingKey, StoredRow)>, Error> {
+        self.config(ns)?;
+        let now = self.now();
+        let sql = format!(
+            "SELECT key, {ROW_COLUMNS} FROM binding_records WHERE namespace = $1 \
+             AND (expires_at IS NULL OR expires_at > $2) AND key > $3 ORDER BY key LIMIT $4"
+        );
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                &sql,
+                vec![
+                    ns.as_str().into(),
+                    now.as_millis().into(),
+                    after.map_or("", BindingKey::as_str).into(),
+                    to_i64(limit as u64).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                let raw: String = r.try_get("", "key").map_err(db_error)?;
+                let key = BindingKey::parse(&raw)?;
+                let row = decode_row(&key, r)?;
+                Ok((key, row))
+            })
+            .collect()
+    }
+
+    async fn count(&self, ns: &Namespace) -> Result<u64, Error> {
+        self.config(ns)?;
+        let now = self.now();
+        let row = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(
+                "SELECT COUNT(*) AS n FROM binding_records WHERE namespace = $1 AND (expires_at IS NULL OR expires_at > $2)",
+                vec![ns.as_str().into(), now.as_millis().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        let n: i64 = row
+            .map(|r| r.try_get("", "n"))
+            .transpose()
+            .map_err(db_error)?
+            .unwrap_or(0);
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+}
+
+fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
+    let ns: String = r.try_get("", "namespace").map_err(db_error)?;
+    let key: String = r.try_get("", "key").map_err(db_error)?;
+    Ok(QuarantineEntry {
+        namespace: Namespace::new(ns)?,
+        key: BindingKey::parse(&key)?,
+        reason: r.try_get("", "reason").map_err(db_error)?,
+        custody: r.try_get("", "custody").map_err(db_error)?,
+        quarantined_at: Timestamp::from_millis(r.try_get("", "quarantined_at").map_err(db_error)?),
+    })
+}
+
+#[async_trait]
+impl QuarantineStore for Store {
+    async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
+        let tx = self.begin_write().await?;
+        tx.execute_raw(self.stmt(
+            "INSERT INTO quarantined_keys (namespace, key, reason, custody, quarantined_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, key) DO NOTHING",
+            vec![
+                entry.namespace.as_str().into(),
+                entry.key.as_str().into(),
+                entry.reason.into(),
+                Value::from(entry.custody),
+                entry.quarantined_at.as_millis().into(),
+            ],
+        ))
+        .await
+        .map_err(db_error)?;
+        commit(tx).await
+    }
+
+    async fn quarantined(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+    ) -> Result<Option<QuarantineEntry>, Error> {
+        let found = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(
+                "SELECT namespace, key, reason, custody, quarantined_at FROM quarantined_keys \
+                 WHERE namespace = $1 AND key = $2",
+                vec![ns.as_str().into(), key.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        found.as_ref().map(decode_quarantine).transpose()
+    }
+
+    async fn release_quarantine(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        operator_reason: &str,
+    ) -> Result<bool, Error> {
+        let tx = self.begin_write().await?;
+        let affected = tx
+            .execute_raw(self.stmt(
+                "DELETE FROM quarantined_keys WHERE namespace = $1 AND key = $2",
+                vec![ns.as_str().into(), key.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        commit(tx).await?;
+        tracing::info!(namespace = %ns, key = %key, operator_reason, released = affected > 0, "quarantine released");
+        Ok(affected > 0)
+    }
+}
+
+#[async_trait]
+impl StoreAdmin for Store {
+    async fn lease_events(&self, query: &LeaseEventQuery) -> Result<Vec<LeaseEvent>, Error> {
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at \
+                 FROM lease_events WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
+                 AND id > $3 ORDER BY id LIMIT $4",
+                vec![
+                    Value::from(query.namespace.as_ref().map(|n| n.as_str().to_owned())),
+                    Value::from(query.key.as_ref().map(|k| k.as_str().to_owned())),
+                    to_i64(query.after.unwrap_or(0)).into(),
+                    to_i64(query.limit as u64).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                let ns: String = r.try_get("", "namespace").map_err(db_error)?;
+                let key: String = r.try_get("", "key").map_err(db_error)?;
+                let kind: String = r.try_get("", "kind").map_err(db_error)?;
+                let id: i64 = r.try_get("", "id").map_err(db_error)?;
+                let epoch: Option<i64> = r.try_get("", "epoch").map_err(db_error)?;
+                Ok(LeaseEvent {
+                    seq: u64::try_from(id).unwrap_or(0),
+                    namespace: Namespace::new(ns)?,
+                    key: BindingKey::parse(&key)?,
+                    kind: kind.parse().map_err(Error::other)?,
+                    epoch: epoch
+                        .and_then(|e| u64::try_from(e).ok())
+                        .map(LeaseEpoch::new),
+                    token_prefix: r.try_get("", "token_prefix").map_err(db_error)?,
+                    other_token_prefix: r.try_get("", "other_token_prefix").map_err(db_error)?,
+                    holder: r.try_get("", "holder").map_err(db_error)?,
+                    at: Timestamp::from_millis(r.try_get("", "at").map_err(db_error)?),
+                })
+            })
+            .collect()
+    }
+
+    async fn sweep_expired(&self, limit: usize) -> Result<usize, Error> {
+        let tx = self.begin_write().await?;
+        let now = self.now();
+        let removed = tx
+            .query_all_raw(self.stmt(
+                "DELETE FROM binding_records WHERE (namespace, key) IN (\
+                   SELECT namespace, key FROM binding_records \
+                   WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2) \
+                 RETURNING namespace, key, lease_token, lease_epoch, holder",
+                vec![now.as_millis().into(), to_i64(limit as u64).into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        for r in &removed {
+            let token: Option<String> = r.try_get("", "lease_token").map_err(db_error)?;
+            let Some(token) = token else { continue };
+            let ns: String = r.try_get("", "namespace").map_err(db_error)?;
+            let key: String = r.try_get("", "key").map_err(db_error)?;
+            let epoch: Option<i64> = r.try_get("", "epoch").map_err(db_error)?;
+            let event = PendingEvent {
+                kind: crate::LeaseEventKind::Expired,
+                epoch: epoch
+                    .and_then(|e| u64::try_from(e).ok())
+                    .map(LeaseEpoch::new),
+                token_prefix: Some(token.chars().take(8).collect()),
+                other_token_prefix: None,
+                holder: r.try_get("", "holder").map_err(db_error)?,
+            };
+            self.insert_event(
+                &tx,
+                &Namespace::new(ns)?,
+                &BindingKey::parse(&key)?,
+                now,
+                Some(event),
+            )
+            .await?;
+        }
+        commit(tx).await?;
+        Ok(removed.len())
+    }
+
+    async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                "SELECT namespace, key, reason, custody, quarantined_at FROM quarantined_keys \
+                 ORDER BY quarantined_at, namespace, key LIMIT $1",
+                vec![to_i64(limit as u64).into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_quarantine).collect()
+    }
+}

@@ -1,0 +1,140 @@
+//! Schema migrations (sea-orm-migration), run on open inside a transaction on both backends.
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, DbBackend, DbErr};
+use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager};
+
+/// The migrations of this binary, oldest first.
+#[derive(Debug)]
+pub(crate) struct Migrator;
+
+#[async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(BindingRecords)]
+    }
+}
+
+/// The name of the newest migration this binary knows.
+pub(crate) fn newest_known() -> String {
+    Migrator::migrations()
+        .last()
+        .map(|m| m.name().to_owned())
+        .unwrap_or_default()
+}
+
+fn blob(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => "BYTEA",
+        _ => "BLOB",
+    }
+}
+
+/// Keys compare bytewise on both backends (PostgreSQL's default collation may not).
+fn key_text(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => "TEXT COLLATE \"C\"",
+        _ => "TEXT",
+    }
+}
+
+fn serial_id(backend: DbBackend) -> &'static str {
+    match backend {
+        DbBackend::Postgres => "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+        _ => "INTEGER PRIMARY KEY AUTOINCREMENT",
+    }
+}
+
+async fn run_all(manager: &SchemaManager<'_>, statements: &[String]) -> Result<(), DbErr> {
+    let conn = manager.get_connection();
+    for sql in statements {
+        conn.execute_unprepared(sql).await?;
+    }
+    Ok(())
+}
+
+/// Binding records, the epoch and revision counters, the lease history and quarantined keys.
+struct BindingRecords;
+
+impl MigrationName for BindingRecords {
+    fn name(&self) -> &str {
+        "m0001_binding_records"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for BindingRecords {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let backend = manager.get_database_backend();
+        let blob = blob(backend);
+        let id = serial_id(backend);
+        let text = key_text(backend);
+        run_all(
+            manager,
+            &[
+                format!(
+                    "CREATE TABLE binding_records (
+                        namespace {text} NOT NULL,
+                        key {text} NOT NULL,
+                        value {blob} NOT NULL,
+                        revision BIGINT NOT NULL,
+                        lease_token TEXT,
+                        lease_epoch BIGINT,
+                        lease_expires_at BIGINT,
+                        lease_acquired_at BIGINT,
+                        lease_renewed_at BIGINT,
+                        holder TEXT,
+                        created_at BIGINT NOT NULL,
+                        expires_at BIGINT,
+                        PRIMARY KEY (namespace, key)
+                    )"
+                ),
+                "CREATE INDEX binding_records_expires_at ON binding_records (expires_at) WHERE expires_at IS NOT NULL".into(),
+                "CREATE INDEX binding_records_lease_expires_at ON binding_records (lease_expires_at) WHERE lease_expires_at IS NOT NULL".into(),
+                "CREATE TABLE tether_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)".into(),
+                "INSERT INTO tether_counters (name, value) VALUES ('revision', 0), ('epoch', 0)".into(),
+                format!(
+                    "CREATE TABLE lease_events (
+                        id {id},
+                        namespace TEXT NOT NULL,
+                        key TEXT NOT NULL,
+                        kind TEXT NOT NULL,
+                        epoch BIGINT,
+                        token_prefix TEXT,
+                        other_token_prefix TEXT,
+                        holder TEXT,
+                        at BIGINT NOT NULL
+                    )"
+                ),
+                "CREATE INDEX lease_events_key ON lease_events (namespace, key, id)".into(),
+                "CREATE TABLE quarantined_keys (
+                    namespace TEXT NOT NULL,
+                    key TEXT NOT NULL,
+                    reason TEXT NOT NULL,
+                    custody TEXT,
+                    quarantined_at BIGINT NOT NULL,
+                    PRIMARY KEY (namespace, key)
+                )"
+                .into(),
+            ],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &[
+                "DROP TABLE quarantined_keys".into(),
+                "DROP TABLE lease_events".into(),
+                "DROP TABLE tether_counters".into(),
+                "DROP TABLE binding_records".into(),
+            ],
+        )
+        .await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}

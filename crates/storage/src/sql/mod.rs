@@ -1,0 +1,425 @@
+//! The SQL store over sea-orm 2: SQLite (default) or PostgreSQL, chosen by URL.
+//!
+//! - `sqlite://path/to/file.db` (created when missing; `?mode=rwc` is accepted),
+//!   `sqlite::memory:` (one private in-memory database per store);
+//! - `postgres://user@host:port/db` (feature `postgres`).
+//!
+//! SQLite runs in WAL mode with `synchronous=FULL` unless [`StoreOptions::synchronous_normal`]
+//! asks for `NORMAL`, a busy timeout, foreign keys on, and every writer starts with
+//! `BEGIN IMMEDIATE`. On PostgreSQL writers lock the row (`SELECT … FOR UPDATE`). Statement
+//! logging is off unless [`StoreOptions::log_statements`] turns it on. Migrations run on open
+//! inside a transaction; a database whose schema is newer than this binary is refused.
+
+mod binding;
+mod migration;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use sea_orm::{
+    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
+    TransactionTrait, Value,
+};
+use sea_orm_migration::MigratorTrait;
+use tether_core::{Clock, Error, Namespace, NamespaceConfig, StoreErrorKind, SystemClock};
+
+use self::migration::Migrator;
+
+/// How to open a [`Store`].
+#[derive(Clone)]
+pub struct StoreOptions {
+    url: String,
+    clock: Arc<dyn Clock>,
+    synchronous_normal: bool,
+    log_statements: bool,
+    max_connections: u32,
+    busy_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("url", &redact(&self.url))
+            .field("clock", &self.clock)
+            .field("synchronous_normal", &self.synchronous_normal)
+            .field("log_statements", &self.log_statements)
+            .field("max_connections", &self.max_connections)
+            .field("busy_timeout", &self.busy_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
+impl StoreOptions {
+    /// Options for `url` with the defaults: system clock, `synchronous=FULL`, no statement
+    /// logging, 8 connections (1 for `sqlite::memory:`), 5 s busy timeout, 10 s connect timeout.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            clock: Arc::new(SystemClock),
+            synchronous_normal: false,
+            log_statements: false,
+            max_connections: 8,
+            busy_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// The clock deciding expiry (tests use a fake clock; several hosts on PostgreSQL should
+    /// use a server-time clock).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// SQLite only: `synchronous=NORMAL` (faster; may lose the last commits on power loss).
+    #[must_use]
+    pub fn synchronous_normal(mut self, yes: bool) -> Self {
+        self.synchronous_normal = yes;
+        self
+    }
+
+    /// Logs every SQL statement (debug level) when `true`.
+    #[must_use]
+    pub fn log_statements(mut self, yes: bool) -> Self {
+        self.log_statements = yes;
+        self
+    }
+
+    /// Largest connection pool.
+    #[must_use]
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long to wait for the server when connecting or taking a pooled connection.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// SQLite busy timeout.
+    #[must_use]
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+}
+
+/// The SQL binding store (cheap to clone: clones share the pool and namespace settings).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: DatabaseConnection,
+    backend: DbBackend,
+    clock: Arc<dyn Clock>,
+    namespaces: RwLock<HashMap<Namespace, NamespaceConfig>>,
+    url: String,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.inner.url)
+            .field("backend", &self.inner.backend)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The URL with any password replaced, for logs and errors.
+fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    match (rest.find('@'), rest.find(':')) {
+        (Some(at), Some(colon)) if colon < at => {
+            format!(
+                "{}://{}:***{}",
+                &url[..scheme_end],
+                &rest[..colon],
+                &rest[at..]
+            )
+        }
+        _ => url.to_owned(),
+    }
+}
+
+fn configuration(message: impl Into<String>) -> Error {
+    Error::store(StoreErrorKind::Configuration {
+        message: message.into(),
+    })
+}
+
+/// Maps a database error to the core error, keeping what the backend said.
+pub(crate) fn db_error(err: DbErr) -> Error {
+    match err {
+        DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => Error::store(StoreErrorKind::Unavailable {
+            message: format!("{err}; check that the database is reachable and retry"),
+        }),
+        other => Error::store(StoreErrorKind::Backend {
+            message: other.to_string(),
+        }),
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sqlite { memory: bool },
+    Postgres,
+}
+
+fn classify(url: &str) -> Result<Kind, Error> {
+    let trimmed = url.trim();
+    if trimmed == "sqlite::memory:" || trimmed.starts_with("sqlite::memory:?") {
+        return Ok(Kind::Sqlite { memory: true });
+    }
+    if let Some(path) = trimmed.strip_prefix("sqlite://") {
+        let path = path.split('?').next().unwrap_or_default();
+        if path.is_empty() {
+            return Err(configuration(format!(
+                "`{trimmed}` names no database file; use sqlite://path/to/tether.db or sqlite::memory:"
+            )));
+        }
+        return Ok(Kind::Sqlite {
+            memory: path == ":memory:",
+        });
+    }
+    if trimmed.starts_with("postgres://") || trimmed.starts_with("postgresql://") {
+        return Ok(Kind::Postgres);
+    }
+    Err(configuration(format!(
+        "unsupported store URL `{}`; use sqlite://path/to/tether.db, sqlite::memory: or postgres://user@host/db",
+        redact(trimmed)
+    )))
+}
+
+impl Store {
+    /// Opens the store at `url` with default options and runs pending migrations.
+    pub async fn open(url: &str) -> Result<Self, Error> {
+        Self::open_with(StoreOptions::new(url)).await
+    }
+
+    /// Opens the store with `options` and runs pending migrations.
+    #[tracing::instrument(level = "info", skip(options), fields(url = %redact(&options.url)))]
+    pub async fn open_with(options: StoreOptions) -> Result<Self, Error> {
+        let kind = classify(&options.url)?;
+        let mut connect = ConnectOptions::new(options.url.trim().to_owned());
+        connect
+            .sqlx_logging(options.log_statements)
+            .connect_timeout(options.connect_timeout)
+            .acquire_timeout(options.connect_timeout);
+        match kind {
+            Kind::Sqlite { memory } => {
+                #[cfg(feature = "sqlite")]
+                {
+                    use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+                    let synchronous = if options.synchronous_normal {
+                        SqliteSynchronous::Normal
+                    } else {
+                        SqliteSynchronous::Full
+                    };
+                    let busy = options.busy_timeout;
+                    connect.map_sqlx_sqlite_opts(move |o| {
+                        let o = o
+                            .create_if_missing(true)
+                            .foreign_keys(true)
+                            .busy_timeout(busy)
+                            .synchronous(synchronous);
+                        if memory {
+                            o
+                        } else {
+                            o.journal_mode(SqliteJournalMode::Wal)
+                        }
+                    });
+                    if memory {
+                        // Each connection of an in-memory SQLite database is its own database:
+                        // keep exactly one, forever.
+                        connect
+                            .max_connections(1)
+                            .min_connections(1)
+                            .idle_timeout(None::<Duration>)
+                            .max_lifetime(None::<Duration>);
+                    } else {
+                        connect.max_connections(options.max_connections);
+                    }
+                }
+                #[cfg(not(feature = "sqlite"))]
+                {
+                    let _ = memory;
+                    return Err(configuration(
+                        "this build has no SQLite support; enable the `sqlite` feature of tether-storage",
+                    ));
+                }
+            }
+            Kind::Postgres => {
+                #[cfg(not(feature = "postgres"))]
+                return Err(configuration(
+                    "this build has no PostgreSQL support; enable the `postgres` feature of tether-storage",
+                ));
+                #[cfg(feature = "postgres")]
+                connect.max_connections(options.max_connections);
+            }
+        }
+        let db = Database::connect(connect).await.map_err(|e| match e {
+            DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => db_error(e),
+            other => configuration(format!("cannot open {}: {other}", redact(&options.url))),
+        })?;
+        let backend = db.get_database_backend();
+        let store = Self {
+            inner: Arc::new(Inner {
+                db,
+                backend,
+                clock: options.clock,
+                namespaces: RwLock::new(HashMap::new()),
+                url: redact(&options.url),
+            }),
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self) -> Result<(), Error> {
+        let db = &self.inner.db;
+        let known: Vec<String> = Migrator::migrations()
+            .iter()
+            .map(|m| m.name().to_owned())
+            .collect();
+        let applied = Migrator::get_migration_models(db).await.map_err(db_error)?;
+        if let Some(unknown) = applied
+            .iter()
+            .map(|m| m.version.clone())
+            .filter(|v| !known.contains(v))
+            .max()
+        {
+            return Err(Error::store(StoreErrorKind::SchemaTooNew {
+                found: unknown,
+                supported: migration::newest_known(),
+            }));
+        }
+        Migrator::up(db, None).await.map_err(db_error)
+    }
+
+    /// The database backend in use.
+    pub fn backend(&self) -> DbBackend {
+        self.inner.backend
+    }
+
+    /// The clock deciding expiry.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The underlying sea-orm connection (for the host's own tables in the same database).
+    pub fn connection(&self) -> &DatabaseConnection {
+        &self.inner.db
+    }
+
+    /// Closes the pool.
+    pub async fn close(self) -> Result<(), Error> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner.db.close().await.map_err(db_error),
+            Err(_) => Ok(()),
+        }
+    }
+
+    pub(crate) fn config(&self, ns: &Namespace) -> Result<NamespaceConfig, Error> {
+        self.inner
+            .namespaces
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(ns)
+            .cloned()
+            .ok_or_else(|| {
+                Error::store(StoreErrorKind::UnknownNamespace {
+                    namespace: ns.to_string(),
+                })
+            })
+    }
+
+    /// A statement with `$n` placeholders, rewritten for the backend.
+    pub(crate) fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
+        let sql = match self.inner.backend {
+            DbBackend::Postgres => sql.to_owned(),
+            _ => sql.replace('$', "?"),
+        };
+        Statement::from_sql_and_values(self.inner.backend, sql, values)
+    }
+
+    /// Starts a writer transaction: `BEGIN IMMEDIATE` on SQLite.
+    pub(crate) async fn begin_write(&self) -> Result<DatabaseTransaction, Error> {
+        match self.inner.backend {
+            DbBackend::Sqlite => self
+                .inner
+                .db
+                .begin_with_options(sea_orm::TransactionOptions {
+                    isolation_level: None,
+                    access_mode: None,
+                    sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
+                })
+                .await
+                .map_err(db_error),
+            _ => self.inner.db.begin().await.map_err(db_error),
+        }
+    }
+
+    /// Deletes expired rows in batches of `batch` every `interval` until the returned handle
+    /// is aborted. Errors are logged and retried at the next tick.
+    pub fn spawn_sweeper(&self, interval: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
+        let store = self.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                match crate::StoreAdmin::sweep_expired(&store, batch).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::debug!(swept = n, "expired binding rows swept"),
+                    Err(err) => tracing::warn!(error = %err, "binding sweep failed"),
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_classified_and_bad_ones_refused() {
+        assert_eq!(
+            classify("sqlite::memory:").unwrap(),
+            Kind::Sqlite { memory: true }
+        );
+        assert_eq!(
+            classify("sqlite://data/tether.db?mode=rwc").unwrap(),
+            Kind::Sqlite { memory: false }
+        );
+        assert_eq!(classify("postgres://u@h/db").unwrap(), Kind::Postgres);
+        let err = classify("mysql://u:secret@h/db").unwrap_err();
+        assert!(matches!(
+            err,
+            Error::Store {
+                kind: StoreErrorKind::Configuration { .. }
+            }
+        ));
+        assert!(!err.to_string().contains("secret"), "{err}");
+        assert!(err.to_string().contains("sqlite://"));
+        assert!(classify("sqlite://").is_err());
+    }
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("sqlite::memory:"), "sqlite::memory:");
+    }
+}

@@ -1,0 +1,179 @@
+//! SQL-store specifics: opening, pragmas, migrations, bad input, the background sweeper.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, Statement};
+use tether_core::{BindingStore, Error, FakeClock, NamespaceConfig, StoreErrorKind};
+use tether_storage::{Store, StoreOptions};
+
+use crate::support::{START, key, unique_ns, value};
+
+async fn pragma(store: &Store, name: &str) -> String {
+    let row = store
+        .connection()
+        .query_one_raw(Statement::from_string(
+            store.backend(),
+            format!("PRAGMA {name}"),
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get_by_index::<i64>(0)
+        .map(|n| n.to_string())
+        .or_else(|_| row.try_get_by_index::<String>(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn sqlite_file_runs_wal_with_synchronous_full_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let store = Store::open(&url).await.unwrap();
+    assert_eq!(pragma(&store, "journal_mode").await, "wal");
+    assert_eq!(pragma(&store, "synchronous").await, "2", "FULL");
+    assert_eq!(pragma(&store, "foreign_keys").await, "1");
+    store.close().await.unwrap();
+    let normal = Store::open_with(StoreOptions::new(url).synchronous_normal(true))
+        .await
+        .unwrap();
+    assert_eq!(
+        pragma(&normal, "synchronous").await,
+        "1",
+        "NORMAL when asked"
+    );
+}
+
+#[tokio::test]
+async fn sqlite_memory_url_works() {
+    let store = Store::open_with(
+        StoreOptions::new("sqlite::memory:").clock(Arc::new(FakeClock::new(START))),
+    )
+    .await
+    .unwrap();
+    let ns = unique_ns("mem");
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .register_if_absent(&ns, &key("a"), value("a"), None)
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.count(&ns).await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn malformed_urls_and_unreachable_servers_get_typed_errors() {
+    for bad in ["mysql://u:secret@h/db", "nonsense", "sqlite://"] {
+        let err = Store::open(bad).await.unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::Store {
+                    kind: StoreErrorKind::Configuration { .. }
+                }
+            ),
+            "{bad}: {err:?}"
+        );
+        assert!(!err.to_string().contains("secret"));
+    }
+    let err = Store::open_with(
+        StoreOptions::new("postgres://postgres@127.0.0.1:1/none")
+            .connect_timeout(Duration::from_millis(500)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Store {
+                kind: StoreErrorKind::Unavailable { .. }
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("reachable"), "{err}");
+}
+
+#[tokio::test]
+async fn a_schema_newer_than_the_binary_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let store = Store::open(&url).await.unwrap();
+    store
+        .connection()
+        .execute_unprepared(
+            "INSERT INTO seaql_migrations (version, applied_at) VALUES ('m9999_from_the_future', 0)",
+        )
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    let err = Store::open(&url).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::Store { kind: StoreErrorKind::SchemaTooNew { found, .. } } if found == "m9999_from_the_future"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("upgrade Tether"));
+    // Opening twice with the same schema is fine (migrations are idempotent).
+    let dir2 = tempfile::tempdir().unwrap();
+    let url2 = format!("sqlite://{}", dir2.path().join("t.db").display());
+    Store::open(&url2).await.unwrap();
+    Store::open(&url2).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_sweeper_removes_expired_rows() {
+    let clock = FakeClock::new(START);
+    let store =
+        Store::open_with(StoreOptions::new("sqlite::memory:").clock(Arc::new(clock.clone())))
+            .await
+            .unwrap();
+    let ns = unique_ns("sweeper");
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        store
+            .register_if_absent(
+                &ns,
+                &key(&format!("k{i}")),
+                value("v"),
+                Some(Duration::from_secs(1)),
+            )
+            .await
+            .unwrap();
+    }
+    store
+        .register_if_absent(&ns, &key("keep"), value("v"), None)
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(1));
+    let handle = store.spawn_sweeper(Duration::from_millis(10), 2);
+    let physical = || async {
+        let row = store
+            .connection()
+            .query_one_raw(Statement::from_string(
+                store.backend(),
+                "SELECT COUNT(*) AS n FROM binding_records",
+            ))
+            .await
+            .unwrap()
+            .unwrap();
+        row.try_get::<i64>("", "n").unwrap()
+    };
+    let mut left = physical().await;
+    for _ in 0..200 {
+        if left == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        left = physical().await;
+    }
+    handle.abort();
+    assert_eq!(left, 1, "only the row without expiry remains");
+    assert_eq!(store.count(&ns).await.unwrap(), 1);
+}
