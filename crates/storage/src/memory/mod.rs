@@ -13,10 +13,14 @@
 //!   a per-namespace value limit, and unknown namespaces refused with typed errors;
 //! - a lease event history ([`StoreAdmin::lease_events`]).
 //!
+//! It also holds host session entries ([`HostSessionStore`](tether_core::HostSessionStore)) for
+//! lifecycle tests.
+//!
 //! Tests can inject faults with a [`StoreHook`] and stage transactional deletions with
 //! [`MemoryStore::begin`].
 
 mod hook;
+mod host;
 mod state;
 mod transaction;
 

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
 use tether_core::{
-    BindingKey, Error, LeaseEpoch, Namespace, NamespaceConfig, QuarantineEntry, Revision, RowWrite,
-    StoreErrorKind, StoredRow, Timestamp,
+    BindingKey, Error, HostSessionEntry, LeaseEpoch, Namespace, NamespaceConfig, QuarantineEntry,
+    Revision, RowWrite, SessionKey, StoreErrorKind, StoredRow, Timestamp,
 };
 
 use crate::events::{LeaseEvent, LeaseEventQuery, PendingEvent};
@@ -26,6 +26,9 @@ pub(crate) struct State {
     pub(crate) events: VecDeque<LeaseEvent>,
     pub(crate) last_event: u64,
     pub(crate) quarantine: BTreeMap<(Namespace, BindingKey), QuarantineEntry>,
+    pub(crate) host_sessions: BTreeMap<SessionKey, HostSessionEntry>,
+    /// When set, every host session read fails with this error (tests of the failed state).
+    pub(crate) host_read_failure: Option<Error>,
 }
 
 impl State {

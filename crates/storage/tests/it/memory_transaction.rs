@@ -109,3 +109,53 @@ async fn a_row_changed_after_the_transaction_read_it_aborts_the_commit() {
         "no partial commit"
     );
 }
+
+/// Host session entries: tri-state reads and generation rotation.
+#[tokio::test]
+async fn host_sessions_read_tri_state_and_rotate() {
+    use tether_core::{
+        AgentId, HostSessionEntry, HostSessionRead, HostSessionStore, LifecycleRevision, SessionId,
+        SessionKey,
+    };
+    let (store, _) = store().await;
+    let key = SessionKey::new("agent:main:direct:peer").unwrap();
+    assert!(matches!(
+        store.read_session(&key).await,
+        HostSessionRead::Missing
+    ));
+    store.put_host_session(HostSessionEntry {
+        session_key: key.clone(),
+        agent_id: AgentId::new("main").unwrap(),
+        session_id: SessionId::new("s-1").unwrap(),
+        previous_session_id: None,
+        lifecycle_revision: LifecycleRevision::INITIAL,
+        agent_harness_id: None,
+        created_at: START,
+        updated_at: START,
+    });
+    let entry = store.read_session(&key).await.entry().cloned().unwrap();
+    assert_eq!(entry.session_id.as_str(), "s-1");
+    let rotated = store
+        .rotate_host_session(&key, SessionId::new("s-2").unwrap())
+        .unwrap();
+    assert_eq!(rotated.session_id.as_str(), "s-2");
+    assert_eq!(
+        rotated.previous_session_id.as_ref().unwrap().as_str(),
+        "s-1"
+    );
+    assert_eq!(
+        rotated.lifecycle_revision,
+        LifecycleRevision::INITIAL.next()
+    );
+    store.fail_host_session_reads(Some(tether_core::Error::other("disk gone")));
+    assert!(matches!(
+        store.read_session(&key).await,
+        HostSessionRead::Failed(_)
+    ));
+    store.fail_host_session_reads(None);
+    assert!(store.remove_host_session(&key).is_some());
+    assert!(matches!(
+        store.read_session(&key).await,
+        HostSessionRead::Missing
+    ));
+}
