@@ -8,6 +8,7 @@
 //! This crate depends on `tether-core` only; a host wires a store (for example
 //! `tether-storage`) into it.
 
+pub mod acpx;
 pub mod generation;
 pub mod lifecycle;
 pub mod reset;

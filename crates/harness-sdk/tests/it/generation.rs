@@ -233,7 +233,7 @@ impl GenerationOperations for Ops {
                 let mut row = self.bindings.row.lock().unwrap();
                 match row.as_mut() {
                     None => true,
-                    Some(r) if r.session_id == self.target => !(!r.active && r.retired),
+                    Some(r) if r.session_id == self.target => r.active || !r.retired,
                     Some(r) if &r.session_id != expected_previous => false,
                     Some(r) => {
                         *r = Row {

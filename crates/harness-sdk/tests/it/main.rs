@@ -1,5 +1,6 @@
 //! The integration tests of `tether-harness-sdk` (one test binary per package).
 
+mod acpx;
 mod generation;
 mod lifecycle;
 mod reset;
