@@ -17,6 +17,8 @@ pub mod delivery;
 pub mod display;
 pub mod mirror;
 pub mod redact;
+pub mod sanitize;
+pub mod shared;
 pub(crate) mod tree;
 
 pub use tree::drop_deep;

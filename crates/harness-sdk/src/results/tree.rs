@@ -77,7 +77,6 @@ pub(crate) fn deep_clone(value: &Value) -> Value {
 
 /// Where a node sits while a tree is mapped.
 #[derive(Debug, Clone, Copy)]
-#[allow(dead_code, reason = "read by the sanitizers (part D)")]
 pub(crate) struct NodeCtx<'a> {
     /// The object key this node is stored under (`None` at the root or inside an array).
     pub(crate) key: Option<&'a str>,
@@ -91,7 +90,6 @@ pub(crate) struct NodeCtx<'a> {
 
 /// What [`map_tree`] does with one node.
 #[derive(Debug)]
-#[allow(dead_code, reason = "used by the sanitizers (part D)")]
 pub(crate) enum Visit {
     /// Put this value in the output and do not look inside the node.
     Replace(Value),

@@ -3,3 +3,4 @@
 mod delivery;
 mod display;
 mod mirror;
+mod sanitize;

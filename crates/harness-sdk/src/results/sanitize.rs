@@ -1,0 +1,250 @@
+//! `sanitize_tool_args` and `sanitize_tool_result` (reference part D).
+//!
+//! Both return new values and never mutate their input. Traversal uses an explicit stack, so
+//! nesting of any depth is handled without overflowing the call stack.
+//!
+//! Repeated references: a `serde_json::Value` is a tree — every node has exactly one owner,
+//! so no node can be reached twice and `"[Circular]"` can never be produced for it. Inputs that
+//! *can* share nodes or form cycles use [`SharedValue`](super::shared::SharedValue) and
+//! [`sanitize_shared_tool_args`](super::shared::sanitize_shared_tool_args) /
+//! [`redact_shared_structured`](super::shared::redact_shared_structured).
+
+use serde_json::{Map, Value};
+
+use super::redact::{
+    MASK, RedactionConfig, is_sensitive_key_in, redact_field_value, redact_text_with,
+};
+use super::tree::{Visit, deep_clone, map_tree};
+
+/// Text blocks of a tool result are cut to this many UTF-16 code units.
+pub const TOOL_RESULT_MAX_CHARS: usize = 8000;
+
+/// Appended to a truncated text block.
+pub const TRUNCATION_SUFFIX: &str = "\n…(truncated)…";
+
+/// Redaction mode of one scalar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScalarMode {
+    /// Arguments: numbers and booleans are never masked.
+    Args,
+    /// Model-visible results: numbers and booleans under sensitive keys become `"***"`.
+    Result,
+}
+
+/// Redacts one scalar given where it sits; `None` for arrays and objects.
+pub(crate) fn redact_scalar(
+    value: &Value,
+    key: Option<&str>,
+    parent_key: Option<&str>,
+    mode: ScalarMode,
+    config: &RedactionConfig,
+) -> Option<Value> {
+    match value {
+        Value::String(s) => Some(Value::String(match key {
+            Some(k) => redact_field_value(k, parent_key, s, config),
+            None => redact_text_with(s, config).text,
+        })),
+        Value::Number(_) | Value::Bool(_) => {
+            let masked = mode == ScalarMode::Result
+                && key.is_some_and(|k| is_sensitive_key_in(k, parent_key));
+            Some(if masked {
+                Value::String(MASK.to_owned())
+            } else {
+                value.clone()
+            })
+        }
+        Value::Null => Some(Value::Null),
+        Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+/// Sanitizes tool arguments for diagnostics, event payloads and UI tool cards.
+///
+/// Strings at the root or inside arrays get free-text redaction; strings under an object key
+/// get key-aware redaction (a sensitive key masks the whole value); numbers, booleans and null
+/// are returned as they are. A `__proto__` key is an ordinary key.
+pub fn sanitize_tool_args(args: &Value) -> Value {
+    sanitize_tool_args_with(args, &RedactionConfig::default())
+}
+
+/// [`sanitize_tool_args`] with a caller [`RedactionConfig`].
+pub fn sanitize_tool_args_with(args: &Value, config: &RedactionConfig) -> Value {
+    map_tree(args, &mut |ctx, node| match redact_scalar(
+        node,
+        ctx.key,
+        ctx.parent_key,
+        ScalarMode::Args,
+        config,
+    ) {
+        Some(v) => Visit::Replace(v),
+        None => Visit::Descend,
+    })
+}
+
+/// Deep key-aware redaction of a model-visible structure: strings under sensitive keys are
+/// masked, numbers and booleans under sensitive keys become `"***"`, other strings get
+/// free-text redaction.
+pub fn redact_structured(value: &Value) -> Value {
+    redact_structured_with(value, &RedactionConfig::default())
+}
+
+/// [`redact_structured`] with a caller [`RedactionConfig`].
+pub fn redact_structured_with(value: &Value, config: &RedactionConfig) -> Value {
+    map_tree(value, &mut |ctx, node| match redact_scalar(
+        node,
+        ctx.key,
+        ctx.parent_key,
+        ScalarMode::Result,
+        config,
+    ) {
+        Some(v) => Visit::Replace(v),
+        None => Visit::Descend,
+    })
+}
+
+/// Sanitizes a tool result for model-visible and UI presentation.
+///
+/// * A string gets free-text redaction; numbers, booleans and null are returned as they are;
+///   an array gets [`redact_structured`].
+/// * An object: every `content[]` image block loses its `data` and gets `omitted: true` and
+///   `bytes` — the decoded size of the base64 data (`floor(len * 3 / 4)` minus padding; an
+///   existing numeric `bytes` is kept when there is no data); then the whole record gets
+///   [`redact_structured`]; each `content[]` text block is cut to [`TOOL_RESULT_MAX_CHARS`]
+///   UTF-16 code units plus [`TRUNCATION_SUFFIX`] (a text already ending with the suffix within
+///   the limit is left alone, so sanitizing twice changes nothing).
+pub fn sanitize_tool_result(result: &Value) -> Value {
+    sanitize_tool_result_with(result, &RedactionConfig::default())
+}
+
+/// [`sanitize_tool_result`] with a caller [`RedactionConfig`].
+pub fn sanitize_tool_result_with(result: &Value, config: &RedactionConfig) -> Value {
+    match result {
+        Value::String(s) => Value::String(redact_text_with(s, config).text),
+        Value::Array(_) => redact_structured_with(result, config),
+        Value::Object(_) => map_tree(result, &mut |ctx, node| {
+            let is_content_item =
+                ctx.depth == 2 && ctx.in_array && ctx.parent_key == Some("content");
+            if is_content_item && let Value::Object(item) = node {
+                return Visit::Replace(sanitize_content_item(item, config));
+            }
+            match redact_scalar(node, ctx.key, ctx.parent_key, ScalarMode::Result, config) {
+                Some(v) => Visit::Replace(v),
+                None => Visit::Descend,
+            }
+        }),
+        scalar => scalar.clone(),
+    }
+}
+
+fn sanitize_content_item(item: &Map<String, Value>, config: &RedactionConfig) -> Value {
+    match item.get("type").and_then(Value::as_str) {
+        Some("image") => {
+            let mut out = Map::new();
+            for (k, v) in item {
+                if k != "data" && k != "bytes" && k != "omitted" {
+                    out.insert(k.clone(), deep_clone(v));
+                }
+            }
+            let bytes = match item.get("data") {
+                Some(Value::String(data)) => Some(Value::from(base64_decoded_len(data))),
+                _ => item.get("bytes").filter(|b| b.is_number()).cloned(),
+            };
+            if let Some(b) = bytes {
+                out.insert("bytes".into(), b);
+            }
+            out.insert("omitted".into(), Value::Bool(true));
+            redact_item(&Value::Object(out), config)
+        }
+        Some("text") if item.get("text").is_some_and(Value::is_string) => {
+            let redacted = redact_item(&Value::Object(item.clone()), config);
+            let Value::Object(mut out) = redacted else {
+                return Value::Null;
+            };
+            if let Some(Value::String(text)) = out.get("text") {
+                let cut = truncate_text(text, config);
+                out.insert("text".into(), Value::String(cut));
+            }
+            Value::Object(out)
+        }
+        _ => redact_item(&Value::Object(item.clone()), config),
+    }
+}
+
+/// Content items sit under the key `content`; their own fields are redacted as a record.
+fn redact_item(item: &Value, config: &RedactionConfig) -> Value {
+    redact_structured_with(item, config)
+}
+
+/// The decoded size of base64 `data` (`floor(len * 3 / 4)` minus `=` padding).
+pub fn base64_decoded_len(data: &str) -> u64 {
+    let trimmed = data.trim();
+    let padding = trimmed
+        .chars()
+        .rev()
+        .take_while(|c| *c == '=')
+        .count()
+        .min(2) as u64;
+    let len = trimmed.len() as u64;
+    (len * 3 / 4).saturating_sub(padding)
+}
+
+fn utf16_len(s: &str) -> usize {
+    s.chars().map(char::len_utf16).sum()
+}
+
+/// Cuts an already redacted text to [`TOOL_RESULT_MAX_CHARS`] UTF-16 units plus the suffix.
+/// The cut backs off until the kept prefix is a redaction fixpoint, so a later pass cannot
+/// change it.
+fn truncate_text(text: &str, config: &RedactionConfig) -> String {
+    if utf16_len(text) <= TOOL_RESULT_MAX_CHARS {
+        return text.to_owned();
+    }
+    if let Some(prefix) = text.strip_suffix(TRUNCATION_SUFFIX)
+        && utf16_len(prefix) <= TOOL_RESULT_MAX_CHARS
+    {
+        return text.to_owned();
+    }
+    let mut prefix = String::new();
+    let mut units = 0;
+    for c in text.chars() {
+        units += c.len_utf16();
+        if units > TOOL_RESULT_MAX_CHARS {
+            break;
+        }
+        prefix.push(c);
+    }
+    for _ in 0..256 {
+        if redact_text_with(&prefix, config).text == prefix {
+            break;
+        }
+        prefix.pop();
+    }
+    if redact_text_with(&prefix, config).text != prefix {
+        prefix.clear();
+    }
+    prefix.push_str(TRUNCATION_SUFFIX);
+    prefix
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decoded_length_estimate() {
+        assert_eq!(base64_decoded_len("base64imagedata"), 11);
+        assert_eq!(base64_decoded_len("aGk="), 2);
+        assert_eq!(base64_decoded_len(""), 0);
+    }
+
+    #[test]
+    fn truncation_is_stable() {
+        let long = "y".repeat(9000);
+        let once = truncate_text(&long, &RedactionConfig::default());
+        assert_eq!(truncate_text(&once, &RedactionConfig::default()), once);
+        let v = json!({"content": [{"type": "text", "text": long}]});
+        let s1 = sanitize_tool_result(&v);
+        assert_eq!(sanitize_tool_result(&s1), s1);
+    }
+}
