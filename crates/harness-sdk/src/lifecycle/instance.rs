@@ -1,0 +1,800 @@
+//! The lifecycle instance: construction, `transact`, `with_lease`, release, blocking and the
+//! mutation fences (reference §2.1–2.8).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tether_core::{
+    AssertCurrent, BindingKey, BindingStore, Clock, Error, ErrorTexts, LeaseConfig, LeaseEpoch,
+    LeaseToken, LeaseWrite, Namespace, Observation, QuarantineStore, RecordCodec, RowWrite,
+    SystemClock, Timestamp, TokenSource, decode_row,
+};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::owner::{LeaseAssertion, LeaseGuard, OwnerPhase, OwnerState};
+use super::scope;
+use super::shared::{CasResult, Decision, FenceCounts, ReleaseFailureHook, Shared};
+use super::timer::{Timer, TokioTimer};
+
+/// The backend's lease policy: given the current record (or `None` when absent) and the lease
+/// about to be written, the record to write with it, or `None` to refuse the acquisition.
+pub type PrepareLease<R> = Arc<dyn Fn(Option<&R>, &LeaseWrite) -> Option<R> + Send + Sync>;
+
+/// The backend's TTL for a record written back at release (`None`: namespace default).
+pub type ReleaseTtl<R> = Arc<dyn Fn(&BindingKey, &R) -> Option<Duration> + Send + Sync>;
+
+/// What a `transact` step decided: the record to write (or none) and the caller's result.
+#[derive(Debug, Clone)]
+pub struct Applied<R, T> {
+    /// The record to write; `None` writes nothing.
+    pub next: Option<R>,
+    /// The row TTL of the write (`None`: namespace default).
+    pub ttl: Option<Duration>,
+    /// The caller's result.
+    pub result: T,
+}
+
+impl<R, T> Applied<R, T> {
+    /// Write `next`, returning `result`.
+    pub fn write(next: R, result: T) -> Self {
+        Self {
+            next: Some(next),
+            ttl: None,
+            result,
+        }
+    }
+
+    /// Write nothing, returning `result`.
+    pub fn keep(result: T) -> Self {
+        Self {
+            next: None,
+            ttl: None,
+            result,
+        }
+    }
+
+    /// Sets the row TTL of the write.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Option<Duration>) -> Self {
+        self.ttl = ttl;
+        self
+    }
+}
+
+/// Options of [`Lifecycle::transact`].
+#[derive(Clone, Default)]
+pub struct TransactOptions {
+    /// The caller's authority, checked before the update and at commit admission.
+    pub assert_current: Option<AssertCurrent>,
+}
+
+impl fmt::Debug for TransactOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TransactOptions")
+            .field("assert_current", &self.assert_current.is_some())
+            .finish()
+    }
+}
+
+/// Options of [`Lifecycle::with_lease`].
+pub struct LeaseOptions<R> {
+    /// The acquirer's authority: checked before and after acquisition, at every admission of
+    /// the owner's writes and renewals, and after the callback. Never used by release.
+    pub assert_current: Option<AssertCurrent>,
+    /// Overrides the lifecycle's lease policy for this acquisition (for example a deletion
+    /// allowed to lease a retired row).
+    pub prepare_lease: Option<PrepareLease<R>>,
+}
+
+impl<R> Default for LeaseOptions<R> {
+    fn default() -> Self {
+        Self {
+            assert_current: None,
+            prepare_lease: None,
+        }
+    }
+}
+
+impl<R> Clone for LeaseOptions<R> {
+    fn clone(&self) -> Self {
+        Self {
+            assert_current: self.assert_current.clone(),
+            prepare_lease: self.prepare_lease.clone(),
+        }
+    }
+}
+
+impl<R> fmt::Debug for LeaseOptions<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseOptions")
+            .field("assert_current", &self.assert_current.is_some())
+            .field("prepare_lease", &self.prepare_lease.is_some())
+            .finish()
+    }
+}
+
+/// Fresh random lease tokens (UUID v4).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct UuidTokens;
+
+impl TokenSource for UuidTokens {
+    fn next_token(&self) -> LeaseToken {
+        LeaseToken::new(uuid::Uuid::new_v4().to_string())
+            .unwrap_or_else(|_| unreachable!("a UUID is a valid token"))
+    }
+}
+
+static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
+
+/// Builds a [`Lifecycle`]. Required: the store, the namespace, the codec and the lease policy;
+/// everything else has defaults (lease 65 s, wait 70 s, retry 1 s, renew every lease/3, the
+/// reference error texts, the system clock, UUID tokens, tokio timers, no release TTL).
+pub struct LifecycleBuilder<C: RecordCodec> {
+    store: Arc<dyn BindingStore>,
+    namespace: Namespace,
+    codec: Arc<C>,
+    prepare_lease: PrepareLease<C::Record>,
+    release_ttl: Option<ReleaseTtl<C::Record>>,
+    texts: ErrorTexts,
+    lease: LeaseConfig,
+    clock: Arc<dyn Clock>,
+    tokens: Arc<dyn TokenSource>,
+    timer: Arc<dyn Timer>,
+    quarantine: Option<Arc<dyn QuarantineStore>>,
+    holder: Option<String>,
+    on_release_failure: Option<ReleaseFailureHook>,
+}
+
+impl<C: RecordCodec> fmt::Debug for LifecycleBuilder<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LifecycleBuilder")
+            .field("namespace", &self.namespace)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
+    /// Sets the backend's error texts.
+    #[must_use]
+    pub fn errors(mut self, texts: ErrorTexts) -> Self {
+        self.texts = texts;
+        self
+    }
+
+    /// Sets the lease timing.
+    #[must_use]
+    pub fn lease_config(mut self, lease: LeaseConfig) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets the clock.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the token source.
+    #[must_use]
+    pub fn tokens(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// Sets the timer used for busy retries and heartbeats.
+    #[must_use]
+    pub fn timer(mut self, timer: Arc<dyn Timer>) -> Self {
+        self.timer = timer;
+        self
+    }
+
+    /// Sets the release TTL policy.
+    #[must_use]
+    pub fn release_ttl(mut self, release_ttl: ReleaseTtl<C::Record>) -> Self {
+        self.release_ttl = Some(release_ttl);
+        self
+    }
+
+    /// Records blocked keys durably (SPEC decision 3.6) and refuses keys quarantined there.
+    #[must_use]
+    pub fn quarantine(mut self, quarantine: Arc<dyn QuarantineStore>) -> Self {
+        self.quarantine = Some(quarantine);
+        self
+    }
+
+    /// Sets the holder label written with every lease (for operators).
+    #[must_use]
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Sets the release failure callback (release failures are always swallowed).
+    #[must_use]
+    pub fn on_release_failure(mut self, hook: ReleaseFailureHook) -> Self {
+        self.on_release_failure = Some(hook);
+        self
+    }
+
+    /// Builds the lifecycle, checking the lease timing.
+    pub fn build(self) -> Result<Lifecycle<C>, Error> {
+        self.lease.validate().map_err(|reason| {
+            Error::other(format!("invalid lifecycle lease configuration: {reason}"))
+        })?;
+        let shared = Shared {
+            id: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
+            store: self.store,
+            namespace: self.namespace,
+            texts: self.texts,
+            lease: self.lease,
+            clock: self.clock,
+            tokens: self.tokens,
+            timer: self.timer,
+            quarantine: self.quarantine,
+            holder: self.holder,
+            on_release_failure: self.on_release_failure,
+            unresolved: Mutex::new(HashMap::new()),
+            fence: watch::channel(FenceCounts::default()).0,
+            exclusive_turn: tokio::sync::Mutex::new(()),
+        };
+        Ok(Lifecycle {
+            shared: Arc::new(shared),
+            codec: self.codec,
+            prepare_lease: self.prepare_lease,
+            release_ttl: self.release_ttl,
+        })
+    }
+}
+
+/// The native-session binding lifecycle over one store namespace (reference §2).
+///
+/// Cloning shares the instance (its blocked keys, fences and owners). Two instances over the
+/// same store behave like two processes: they see each other only through the rows.
+pub struct Lifecycle<C: RecordCodec> {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) codec: Arc<C>,
+    prepare_lease: PrepareLease<C::Record>,
+    release_ttl: Option<ReleaseTtl<C::Record>>,
+}
+
+impl<C: RecordCodec> Clone for Lifecycle<C> {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            codec: self.codec.clone(),
+            prepare_lease: self.prepare_lease.clone(),
+            release_ttl: self.release_ttl.clone(),
+        }
+    }
+}
+
+impl<C: RecordCodec> fmt::Debug for Lifecycle<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("shared", &self.shared)
+            .field("codec", &self.codec)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The internal apply step: current record, owned token, and the lease being acquired.
+pub(crate) type ApplyStep<'a, R, T> = dyn FnMut(Option<&R>, Option<&LeaseToken>, Option<&LeaseWrite>) -> Result<Applied<R, T>, Error>
+    + Send
+    + 'a;
+
+impl<C: RecordCodec + 'static> Lifecycle<C> {
+    /// Starts building a lifecycle over `store`'s `namespace` (which must be registered with
+    /// the store), decoding rows with `codec`, acquiring with `prepare_lease`.
+    pub fn builder(
+        store: Arc<dyn BindingStore>,
+        namespace: Namespace,
+        codec: C,
+        prepare_lease: PrepareLease<C::Record>,
+    ) -> LifecycleBuilder<C> {
+        LifecycleBuilder {
+            store,
+            namespace,
+            codec: Arc::new(codec),
+            prepare_lease,
+            release_ttl: None,
+            texts: ErrorTexts::default(),
+            lease: LeaseConfig::default(),
+            clock: Arc::new(SystemClock),
+            tokens: Arc::new(UuidTokens),
+            timer: Arc::new(TokioTimer),
+            quarantine: None,
+            holder: None,
+            on_release_failure: None,
+        }
+    }
+
+    /// The store namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.shared.namespace
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn BindingStore> {
+        &self.shared.store
+    }
+
+    /// The error texts.
+    pub fn errors(&self) -> &ErrorTexts {
+        &self.shared.texts
+    }
+
+    /// The lease timing.
+    pub fn lease_config(&self) -> &LeaseConfig {
+        &self.shared.lease
+    }
+
+    /// The codec.
+    pub fn codec(&self) -> &C {
+        &self.codec
+    }
+
+    /// Reads and decodes `key` (absent stays absent; a present row that fails to decode is
+    /// [`Error::InvalidRow`]).
+    pub async fn read(&self, key: &BindingKey) -> Result<Option<C::Record>, Error> {
+        let row = self
+            .shared
+            .store
+            .lookup(&self.shared.namespace, key)
+            .await?;
+        decode_row(&*self.codec, &self.shared.texts, key, row.as_ref())
+    }
+
+    /// Whether the current task holds `key` in a `with_lease` scope of this instance.
+    pub fn has_lease(&self, key: &BindingKey) -> bool {
+        scope::current_owner(self.shared.id, key).is_some()
+    }
+
+    /// The handle of the current task's owner of `key`, if any.
+    pub fn owner(&self, key: &BindingKey) -> Option<LeaseGuard> {
+        scope::current_owner(self.shared.id, key).map(|o| LeaseGuard::new(o, self.shared.clone()))
+    }
+
+    /// Fails with the stored error when `key` is blocked by an unknown settlement.
+    pub fn assert_settled(&self, key: &BindingKey) -> Result<(), Error> {
+        self.shared.assert_settled(key)
+    }
+
+    /// Whether `key` is blocked in this instance.
+    pub fn is_blocked(&self, key: &BindingKey) -> bool {
+        self.shared.assert_settled(key).is_err()
+    }
+
+    /// Blocks `key` without an owner (reference §2.7 `leases.block`): every entry point and
+    /// every compare-and-swap admission of this instance refuses it with `error` from now on,
+    /// and the key is quarantined durably when a quarantine store is configured. The
+    /// in-process block is in force when this returns; an error reports only the durable
+    /// record.
+    pub async fn block(
+        &self,
+        key: &BindingKey,
+        error: Error,
+        custody: Option<String>,
+    ) -> Result<(), Error> {
+        self.shared.block_key(key, error, custody).await
+    }
+
+    /// Lifts the in-process block of `key`, after an operator checked the row and released its
+    /// quarantine. Returns whether the key was blocked.
+    pub fn unblock(&self, key: &BindingKey) -> bool {
+        self.shared
+            .unresolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key)
+            .is_some()
+    }
+
+    /// A synchronous check of the current task's owner of `key` (reference §2.6). Fails at
+    /// once with a lost lease when there is no held owner in scope.
+    pub fn capture_lease_assertion(&self, key: &BindingKey) -> Result<LeaseAssertion, Error> {
+        match self.owner(key) {
+            Some(guard) => guard.capture_lease_assertion(),
+            None => Err(self.shared.lost(key)),
+        }
+    }
+
+    /// Reads, decides and conditionally writes `key` (reference §2.3).
+    ///
+    /// `apply(current, owned_token)` must be pure: it re-runs on every conflict. It never
+    /// writes over a live foreign lease: while another owner holds the key the call waits,
+    /// retrying every retry interval until the wait budget is spent ([`Error::LeaseTimeout`]).
+    /// Inside a `with_lease` scope for `key`, the write keeps the owner's lease and happens
+    /// only while that exact lease is live on the row; otherwise the owner's lease is lost
+    /// (sticky). A store error is returned as is and never replayed.
+    pub async fn transact<T, F>(
+        &self,
+        key: &BindingKey,
+        options: TransactOptions,
+        mut apply: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnMut(Option<&C::Record>, Option<&LeaseToken>) -> Result<Applied<C::Record, T>, Error>
+            + Send,
+    {
+        let span = tracing::debug_span!("lifecycle.transact", key = %key);
+        async move {
+            self.shared.assert_durably_settled(key).await?;
+            let owner = scope::current_owner(self.shared.id, key);
+            let (result, _) = self
+                .transact_as(
+                    key,
+                    options.assert_current,
+                    owner,
+                    None,
+                    &mut |current, token, _| apply(current, token),
+                )
+                .await?;
+            Ok(result)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// The transact loop shared by `transact` and acquisition.
+    async fn transact_as<T: Send>(
+        &self,
+        key: &BindingKey,
+        caller: Option<AssertCurrent>,
+        owner: Option<Arc<OwnerState>>,
+        acquire: Option<&LeaseToken>,
+        apply: &mut ApplyStep<'_, C::Record, T>,
+    ) -> Result<(T, Option<LeaseEpoch>), Error> {
+        let shared = &*self.shared;
+        let deadline = shared.clock.now() + shared.lease.wait_budget;
+        loop {
+            let assert_owner_current = || -> Result<(), Error> {
+                if let Some(caller) = &caller {
+                    caller()?;
+                }
+                shared.assert_settled(key)?;
+                if let Some(owner) = &owner {
+                    owner.assert_held(shared)?;
+                    if let Some(assert) = &owner.assert_current {
+                        assert()?;
+                    }
+                }
+                Ok(())
+            };
+            assert_owner_current()?;
+            let owned = owner.as_ref().map(|o| o.token.clone());
+            let mut decide = |observation: &Observation| -> Result<Decision<T>, Error> {
+                let now = shared.clock.now();
+                let row = observation.row.as_ref();
+                let record = decode_row(&*self.codec, &shared.texts, key, row)?;
+                let lease = row.and_then(|r| r.lease.as_ref());
+                if let Some(token) = &owned {
+                    match lease {
+                        Some(l) if &l.token == token && l.is_live(now) => {}
+                        _ => return Ok(Decision::LeaseLost),
+                    }
+                } else if lease.is_some_and(|l| l.is_live(now)) {
+                    return Ok(Decision::Busy);
+                }
+                let acquiring = acquire.map(|token| LeaseWrite {
+                    token: token.clone(),
+                    expires_at: now + shared.lease.lease_duration,
+                    holder: shared.holder.clone(),
+                });
+                let applied = apply(record.as_ref(), owned.as_ref(), acquiring.as_ref())?;
+                let Some(next) = applied.next else {
+                    return Ok(Decision::Keep(applied.result));
+                };
+                let (lease_write, owned_expiry) = match (&acquiring, &owned, lease) {
+                    (Some(fresh), _, _) => (Some(fresh.clone()), None),
+                    (None, Some(_), Some(l)) => (
+                        Some(LeaseWrite {
+                            token: l.token.clone(),
+                            expires_at: l.expires_at,
+                            holder: l.holder.clone(),
+                        }),
+                        Some(l.expires_at),
+                    ),
+                    _ => (None, None),
+                };
+                Ok(Decision::Write {
+                    row: RowWrite {
+                        value: self.codec.encode(&next),
+                        lease: lease_write,
+                    },
+                    ttl: applied.ttl,
+                    result: applied.result,
+                    owned_expiry,
+                    fresh_expiry: acquiring.map(|l| l.expires_at),
+                })
+            };
+            match shared
+                .cas_update(key, &assert_owner_current, owner.as_ref(), &mut decide)
+                .await?
+            {
+                CasResult::Done { result, epoch, .. } => return Ok((result, epoch)),
+                CasResult::LeaseLost => {
+                    let error = shared.lost(key);
+                    if let Some(owner) = &owner {
+                        owner.fail(error.clone());
+                        return Err(owner.failure_or_lost(shared));
+                    }
+                    return Err(error);
+                }
+                CasResult::Busy => {
+                    if shared.clock.now() >= deadline {
+                        return Err(shared.texts.lease_timeout(key));
+                    }
+                    tracing::trace!(key = %key, "binding busy; retrying");
+                    shared.timer.sleep(shared.lease.retry_interval).await;
+                }
+            }
+        }
+    }
+
+    /// Holds `key`'s lease while `run` executes (reference §2.4).
+    ///
+    /// - Re-entrant: inside a scope of this instance that already holds `key`, `run` gets the
+    ///   same owner (no new token, no extra heartbeat). Other keys nest.
+    /// - Acquisition writes `prepare_lease(current, lease)` with a fresh exact token, waiting
+    ///   behind a live foreign lease up to the wait budget; a refusal is
+    ///   [`Error::AcquisitionRejected`]. The store's lease epoch becomes the owner's fencing
+    ///   token ([`LeaseGuard::epoch`]).
+    /// - A heartbeat renews every renew interval, single-flight, without ever cancelling `run`;
+    ///   a lost lease is sticky and reported at the next lease operation, at `quiesce`, or
+    ///   here at scope exit, even when `run` swallowed an earlier error. `run`'s own error
+    ///   wins over lease errors.
+    /// - At exit the pending renewal is joined, then the exact token is released (never a
+    ///   successor's), without the caller's authority; release failures go to the release
+    ///   failure callback. An owner blocked with an unknown outcome is not released.
+    ///
+    /// If the returned future is dropped mid-way, nothing is released: the lease expires.
+    pub async fn with_lease<T, F, Fut>(
+        &self,
+        key: &BindingKey,
+        options: LeaseOptions<C::Record>,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let span = tracing::debug_span!("lifecycle.with_lease", key = %key, token = tracing::field::Empty, epoch = tracing::field::Empty);
+        self.with_lease_inner(key, options, run)
+            .instrument(span)
+            .await
+    }
+
+    async fn with_lease_inner<T, F, Fut>(
+        &self,
+        key: &BindingKey,
+        options: LeaseOptions<C::Record>,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let shared = &self.shared;
+        shared.assert_durably_settled(key).await?;
+        if let Some(assert) = &options.assert_current {
+            assert()?;
+        }
+        if let Some(owner) = scope::current_owner(shared.id, key) {
+            owner.assert_held(shared)?;
+            let value = run(LeaseGuard::new(owner.clone(), shared.clone())).await?;
+            if let Some(assert) = &options.assert_current {
+                assert()?;
+            }
+            if let Some(failure) = owner.failure() {
+                return Err(failure);
+            }
+            return Ok(value);
+        }
+        let token = shared.tokens.next_token();
+        tracing::Span::current().record("token", token.prefix());
+        let owner = Arc::new(OwnerState::new(
+            key.clone(),
+            token,
+            options.assert_current.clone(),
+        ));
+        // Boxed: the callback's future can be large, and scopes nest.
+        let result = Box::pin(self.hold(key, &options, &owner, run)).await;
+        let unknown = owner.phase() == OwnerPhase::Unknown;
+        if !unknown {
+            owner.set_phase(OwnerPhase::Closed);
+        }
+        owner.join_renewal().await;
+        if !unknown {
+            self.release(key, &owner).await;
+        }
+        result
+    }
+
+    /// Acquire, heartbeat and run (everything `with_lease` does before its `finally`).
+    async fn hold<T, F, Fut>(
+        &self,
+        key: &BindingKey,
+        options: &LeaseOptions<C::Record>,
+        owner: &Arc<OwnerState>,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let shared = &self.shared;
+        let prepare = options
+            .prepare_lease
+            .clone()
+            .unwrap_or_else(|| self.prepare_lease.clone());
+        let (written, epoch) = self
+            .transact_as(
+                key,
+                options.assert_current.clone(),
+                None,
+                Some(&owner.token),
+                &mut |current, _, lease| {
+                    let lease = lease.ok_or_else(|| Error::other("acquisition without a lease"))?;
+                    Ok(match prepare(current, lease) {
+                        Some(next) => Applied::write(next, Some(lease.expires_at)),
+                        None => Applied::keep(None::<Timestamp>),
+                    })
+                },
+            )
+            .await?;
+        if let Some(assert) = &options.assert_current {
+            assert()?;
+        }
+        let Some(expires_at) = written else {
+            return Err(shared.texts.acquisition_rejected(key));
+        };
+        let Some(epoch) = epoch else {
+            return Err(Error::other(format!(
+                "the store assigned no lease epoch to the acquisition of {key}"
+            )));
+        };
+        owner.record_lease(expires_at, Some(epoch));
+        tracing::Span::current().record("epoch", epoch.get());
+        tracing::debug!(key = %key, token = owner.token.prefix(), epoch = epoch.get(), "lease acquired");
+
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let guard = LeaseGuard::new(owner.clone(), shared.clone());
+        let work = async move {
+            let result = scope::with_owner(shared.id, key.clone(), owner.clone(), run(guard)).await;
+            let _ = stop_tx.send(true);
+            result
+        };
+        let heartbeat = shared.heartbeat(owner.clone(), stop_rx);
+        let (result, ()) = tokio::join!(work, heartbeat);
+        let value = result?;
+        if let Some(assert) = &options.assert_current {
+            assert()?;
+        }
+        if let Some(failure) = owner.failure() {
+            return Err(failure);
+        }
+        Ok(value)
+    }
+
+    /// Releases the exact token only (reference §2.4 `finally`): never the caller's authority,
+    /// never a successor; failures are reported and swallowed.
+    async fn release(&self, key: &BindingKey, owner: &Arc<OwnerState>) {
+        let shared = &*self.shared;
+        let base = || shared.assert_settled(key);
+        let mut decide = |observation: &Observation| -> Result<Decision<()>, Error> {
+            let Some(row) = observation.row.as_ref() else {
+                return Ok(Decision::Keep(()));
+            };
+            if row.lease.as_ref().is_none_or(|l| l.token != owner.token) {
+                return Ok(Decision::Keep(()));
+            }
+            let record = self
+                .codec
+                .decode(&row.value)
+                .ok_or_else(|| shared.texts.invalid_row(key))?;
+            let ttl = self.release_ttl.as_ref().and_then(|f| f(key, &record));
+            Ok(Decision::Write {
+                row: RowWrite {
+                    value: row.value.clone(),
+                    lease: None,
+                },
+                ttl,
+                result: (),
+                owned_expiry: None,
+                fresh_expiry: None,
+            })
+        };
+        let outcome = shared.cas_update(key, &base, None, &mut decide).await;
+        match outcome {
+            Ok(_) => {
+                tracing::debug!(key = %key, token = owner.token.prefix(), "lease released");
+            }
+            Err(error) => {
+                tracing::warn!(key = %key, error = %error, "lease release failed; the lease will expire");
+                if let Some(hook) = &shared.on_release_failure {
+                    hook(key, &error);
+                }
+            }
+        }
+    }
+
+    /// Runs `run` as a mutation (reference §2.8): refused at once with
+    /// [`Error::MutationBlocked`] while an exclusive operation is pending (no queueing);
+    /// inside an exclusive fence's own scope it just runs.
+    pub async fn with_mutation<T, F, Fut>(&self, run: F) -> Result<T, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let shared = &self.shared;
+        if scope::in_exclusive(shared.id) {
+            return run().await;
+        }
+        let mut refused = false;
+        shared.fence.send_modify(|counts| {
+            if counts.pending_exclusive > 0 {
+                refused = true;
+            } else {
+                counts.active += 1;
+            }
+        });
+        if refused {
+            return Err(shared.texts.mutation_blocked());
+        }
+        let _active = ActiveMutation(shared.clone());
+        run().await
+    }
+
+    /// Runs `run` exclusively (reference §2.8): new mutations are refused from the moment this
+    /// is called; exclusive operations run one at a time in FIFO order; `run` starts once the
+    /// in-flight mutations have drained, and mutations nested inside it are allowed.
+    pub async fn with_exclusive_mutation_fence<T, F, Fut>(&self, run: F) -> Result<T, Error>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, Error>>,
+    {
+        let shared = &self.shared;
+        shared
+            .fence
+            .send_modify(|counts| counts.pending_exclusive += 1);
+        let _pending = PendingExclusive(shared.clone());
+        let _turn = shared.exclusive_turn.lock().await;
+        let mut counts = shared.fence.subscribe();
+        // The sender lives in `shared`, so waiting cannot fail.
+        let _ = counts.wait_for(|c| c.active == 0).await;
+        scope::with_exclusive(shared.id, run()).await
+    }
+}
+
+/// Decrements the active mutation count on drop.
+struct ActiveMutation(Arc<Shared>);
+
+impl Drop for ActiveMutation {
+    fn drop(&mut self) {
+        self.0
+            .fence
+            .send_modify(|c| c.active = c.active.saturating_sub(1));
+    }
+}
+
+/// Decrements the pending exclusive count on drop.
+struct PendingExclusive(Arc<Shared>);
+
+impl Drop for PendingExclusive {
+    fn drop(&mut self) {
+        self.0
+            .fence
+            .send_modify(|c| c.pending_exclusive = c.pending_exclusive.saturating_sub(1));
+    }
+}

@@ -1,0 +1,352 @@
+//! The in-process lease owner (reference §1.6, §1.7 b), the handle given to a `with_lease`
+//! callback, and the synchronous lease assertion (§2.6).
+
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tether_core::{AssertCurrent, BindingKey, Error, LeaseEpoch, LeaseToken, Timestamp, is_live};
+use tokio::sync::watch;
+
+use super::shared::Shared;
+
+/// The phase of an in-process lease owner (reference §1.7 b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OwnerPhase {
+    /// The lease is held: heartbeats run, transacts are allowed.
+    Held,
+    /// Quiesced for settlement: no heartbeats, no transacts; release still happens at exit.
+    Settling,
+    /// The binding row was deleted by a committed deletion; a rollback returns to `Held`.
+    Deleted,
+    /// The settlement outcome is unknown: release is suppressed and the key is blocked.
+    Unknown,
+    /// The `with_lease` scope has exited.
+    Closed,
+}
+
+#[derive(Debug)]
+struct OwnerInner {
+    phase: OwnerPhase,
+    failure: Option<Error>,
+    epoch: Option<LeaseEpoch>,
+    expires_at: Timestamp,
+}
+
+/// One `with_lease` acquisition's state, shared by the scope, the heartbeat and handles.
+pub(crate) struct OwnerState {
+    pub(crate) key: BindingKey,
+    pub(crate) token: LeaseToken,
+    pub(crate) assert_current: Option<AssertCurrent>,
+    inner: Mutex<OwnerInner>,
+    renewal: watch::Sender<bool>,
+}
+
+impl fmt::Debug for OwnerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let inner = self.lock();
+        f.debug_struct("OwnerState")
+            .field("key", &self.key)
+            .field("token", &self.token)
+            .field("phase", &inner.phase)
+            .field("epoch", &inner.epoch)
+            .field("expires_at", &inner.expires_at)
+            .field("failure", &inner.failure)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OwnerState {
+    pub(crate) fn new(
+        key: BindingKey,
+        token: LeaseToken,
+        assert_current: Option<AssertCurrent>,
+    ) -> Self {
+        Self {
+            key,
+            token,
+            assert_current,
+            inner: Mutex::new(OwnerInner {
+                phase: OwnerPhase::Held,
+                failure: None,
+                epoch: None,
+                expires_at: Timestamp::EPOCH,
+            }),
+            renewal: watch::channel(false).0,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, OwnerInner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn phase(&self) -> OwnerPhase {
+        self.lock().phase
+    }
+
+    pub(crate) fn set_phase(&self, phase: OwnerPhase) {
+        self.lock().phase = phase;
+    }
+
+    /// Moves `from` to `to` only when the phase is `from`. Returns whether it moved.
+    pub(crate) fn transition(&self, from: OwnerPhase, to: OwnerPhase) -> bool {
+        let mut inner = self.lock();
+        if inner.phase == from {
+            inner.phase = to;
+            true
+        } else {
+            false
+        }
+    }
+
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.lock().failure.clone()
+    }
+
+    /// Records a sticky failure (the first one wins).
+    pub(crate) fn fail(&self, error: Error) {
+        let mut inner = self.lock();
+        if inner.failure.is_none() {
+            inner.failure = Some(error);
+        }
+    }
+
+    /// Records a failure only while the phase is still `Held`.
+    pub(crate) fn fail_if_held(&self, error: Error) {
+        let mut inner = self.lock();
+        if inner.phase == OwnerPhase::Held && inner.failure.is_none() {
+            inner.failure = Some(error);
+        }
+    }
+
+    pub(crate) fn block(&self, error: Error) {
+        let mut inner = self.lock();
+        inner.phase = OwnerPhase::Unknown;
+        inner.failure = Some(error);
+    }
+
+    pub(crate) fn epoch(&self) -> Option<LeaseEpoch> {
+        self.lock().epoch
+    }
+
+    pub(crate) fn expires_at(&self) -> Timestamp {
+        self.lock().expires_at
+    }
+
+    /// Records a written lease (acquisition, renewal or rollback re-registration).
+    pub(crate) fn record_lease(&self, expires_at: Timestamp, epoch: Option<LeaseEpoch>) {
+        let mut inner = self.lock();
+        inner.expires_at = expires_at;
+        if epoch.is_some() {
+            inner.epoch = epoch;
+        }
+    }
+
+    /// `failure`, or a fresh lost-lease error.
+    pub(crate) fn failure_or_lost(&self, shared: &Shared) -> Error {
+        self.failure()
+            .unwrap_or_else(|| shared.texts.lost_lease(&self.key, None))
+    }
+
+    /// Fails unless the phase is held and no failure is recorded.
+    pub(crate) fn assert_held(&self, shared: &Shared) -> Result<(), Error> {
+        let inner = self.lock();
+        if let Some(failure) = &inner.failure {
+            return Err(failure.clone());
+        }
+        if inner.phase != OwnerPhase::Held {
+            return Err(shared.texts.lost_lease(&self.key, None));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn set_renewal_pending(&self, pending: bool) {
+        self.renewal.send_replace(pending);
+    }
+
+    pub(crate) fn renewal_pending(&self) -> bool {
+        *self.renewal.borrow()
+    }
+
+    pub(crate) async fn join_renewal(&self) {
+        let mut rx = self.renewal.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|pending| !pending).await;
+    }
+}
+
+/// The handle a `with_lease` callback receives: the owner's token, its fencing epoch, and the
+/// settlement hooks (reference §2.7).
+#[derive(Clone)]
+pub struct LeaseGuard {
+    pub(crate) owner: Arc<OwnerState>,
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LeaseGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseGuard")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseGuard {
+    pub(crate) fn new(owner: Arc<OwnerState>, shared: Arc<Shared>) -> Self {
+        Self { owner, shared }
+    }
+
+    /// The binding key.
+    pub fn key(&self) -> &BindingKey {
+        &self.owner.key
+    }
+
+    /// The exact lease token of this acquisition.
+    pub fn token(&self) -> &LeaseToken {
+        &self.owner.token
+    }
+
+    /// The fencing epoch the store assigned to this acquisition (SPEC decision 3.2). Pass it
+    /// to native side effects so a target can reject a stale writer (see
+    /// [`EpochFence`](super::EpochFence)).
+    pub fn epoch(&self) -> LeaseEpoch {
+        self.owner.epoch().unwrap_or(LeaseEpoch::INITIAL)
+    }
+
+    /// The owner's phase.
+    pub fn phase(&self) -> OwnerPhase {
+        self.owner.phase()
+    }
+
+    /// The lease expiry this owner last wrote.
+    pub fn expires_at(&self) -> Timestamp {
+        self.owner.expires_at()
+    }
+
+    /// The sticky failure, if the lease was lost.
+    pub fn failure(&self) -> Option<Error> {
+        self.owner.failure()
+    }
+
+    /// A synchronous check of phase and lease liveness (see [`LeaseAssertion`]). Fails at once
+    /// when the check already fails.
+    pub fn capture_lease_assertion(&self) -> Result<LeaseAssertion, Error> {
+        let assertion = LeaseAssertion {
+            owner: self.owner.clone(),
+            shared: self.shared.clone(),
+        };
+        assertion.check()?;
+        Ok(assertion)
+    }
+
+    /// Checks this owner's fencing epoch against the store: the row must still carry this
+    /// exact token at this epoch, live. Returns the epoch. A failed check records the lost
+    /// lease on the owner (sticky, reported at scope exit).
+    pub async fn verify_fence(&self) -> Result<LeaseEpoch, Error> {
+        self.owner.assert_held(&self.shared)?;
+        let row = self
+            .shared
+            .store
+            .lookup(&self.shared.namespace, &self.owner.key)
+            .await?;
+        let now = self.shared.clock.now();
+        let epoch = self.owner.epoch();
+        match row.as_ref().and_then(|r| r.lease.as_ref()) {
+            Some(lease)
+                if lease.token == self.owner.token
+                    && Some(lease.epoch) == epoch
+                    && lease.is_live(now) =>
+            {
+                Ok(lease.epoch)
+            }
+            _ => {
+                // A discovered loss is sticky like any other.
+                self.owner.fail(self.shared.lost(&self.owner.key));
+                Err(self.owner.failure_or_lost(&self.shared))
+            }
+        }
+    }
+
+    /// Whether a heartbeat renewal is in flight.
+    pub fn renewal_pending(&self) -> bool {
+        self.owner.renewal_pending()
+    }
+
+    /// Waits for the in-flight renewal, if any.
+    pub async fn join_renewal(&self) {
+        self.owner.join_renewal().await;
+    }
+
+    /// Stops heartbeats and refuses new transacts, for settlement (reference §2.7). Fails with
+    /// the sticky failure (or a lost lease) when a renewal is pending, the phase is not held,
+    /// or the lease was lost. Release still happens at scope exit.
+    pub fn quiesce(&self) -> Result<(), Error> {
+        if self.owner.renewal_pending() {
+            return Err(self.owner.failure_or_lost(&self.shared));
+        }
+        self.owner.assert_held(&self.shared)?;
+        if self
+            .owner
+            .transition(OwnerPhase::Held, OwnerPhase::Settling)
+        {
+            tracing::debug!(key = %self.owner.key, token = self.owner.token.prefix(), "lease quiesced");
+            Ok(())
+        } else {
+            Err(self.owner.failure_or_lost(&self.shared))
+        }
+    }
+
+    /// Records an unknown settlement outcome: the phase becomes unknown, `error` becomes the
+    /// sticky failure, release is suppressed (the lease is left to expire), and the key is
+    /// blocked in this lifecycle instance and quarantined durably when a quarantine store is
+    /// configured (SPEC decision 3.6).
+    ///
+    /// The in-process block is in force when this returns, whatever the result; an error means
+    /// only that the durable quarantine record could not be written.
+    pub async fn block(&self, error: Error, custody: Option<String>) -> Result<(), Error> {
+        self.owner.block(error.clone());
+        self.shared.block_key(&self.owner.key, error, custody).await
+    }
+}
+
+/// A synchronous lease check captured inside a `with_lease` scope (reference §2.6).
+///
+/// It checks only the owner's phase and the owner's known lease expiry against the clock; it
+/// does not consult host authority and reads no store. It keeps working after the host run
+/// is retired and heartbeats stopped, until the lease expires or the scope closes. On failure
+/// it returns the owner's sticky failure when there is one (for example a renewal failure with
+/// its cause), else a lost lease.
+#[derive(Clone)]
+pub struct LeaseAssertion {
+    owner: Arc<OwnerState>,
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for LeaseAssertion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeaseAssertion")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LeaseAssertion {
+    /// Fails once the phase is no longer held or the known lease has expired.
+    pub fn check(&self) -> Result<(), Error> {
+        let now = self.shared.clock.now();
+        if self.owner.phase() != OwnerPhase::Held || !is_live(self.owner.expires_at(), now) {
+            return Err(self.owner.failure_or_lost(&self.shared));
+        }
+        Ok(())
+    }
+
+    /// The fencing epoch of the asserted lease.
+    pub fn epoch(&self) -> LeaseEpoch {
+        self.owner.epoch().unwrap_or(LeaseEpoch::INITIAL)
+    }
+
+    /// The binding key.
+    pub fn key(&self) -> &BindingKey {
+        &self.owner.key
+    }
+}

@@ -1,0 +1,62 @@
+//! The task-local owner map (reference §1.6 "async-local context map").
+//!
+//! A `with_lease` scope installs `(lifecycle instance, key) -> owner` in a copy of the outer
+//! map for the duration of its callback. Nested calls in the same task see it; other tasks
+//! (a spawned peer) and other lifecycle instances do not. The map also records the lifecycle
+//! instances whose exclusive mutation fence the task is running inside.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::Arc;
+
+use tether_core::BindingKey;
+
+use super::owner::OwnerState;
+
+tokio::task_local! {
+    static FRAME: Arc<Frame>;
+}
+
+#[derive(Debug, Default, Clone)]
+struct Frame {
+    owners: HashMap<(u64, BindingKey), Arc<OwnerState>>,
+    exclusive: HashSet<u64>,
+}
+
+fn current_frame() -> Frame {
+    FRAME.try_with(|f| (**f).clone()).unwrap_or_default()
+}
+
+/// The owner of `key` for lifecycle `instance` in the current task's scope.
+pub(crate) fn current_owner(instance: u64, key: &BindingKey) -> Option<Arc<OwnerState>> {
+    FRAME
+        .try_with(|f| f.owners.get(&(instance, key.clone())).cloned())
+        .ok()
+        .flatten()
+}
+
+/// Whether the current task runs inside lifecycle `instance`'s exclusive fence.
+pub(crate) fn in_exclusive(instance: u64) -> bool {
+    FRAME
+        .try_with(|f| f.exclusive.contains(&instance))
+        .unwrap_or(false)
+}
+
+/// Runs `fut` with `key -> owner` added to a copy of the current map.
+pub(crate) async fn with_owner<F: Future>(
+    instance: u64,
+    key: BindingKey,
+    owner: Arc<OwnerState>,
+    fut: F,
+) -> F::Output {
+    let mut frame = current_frame();
+    frame.owners.insert((instance, key), owner);
+    FRAME.scope(Arc::new(frame), fut).await
+}
+
+/// Runs `fut` marked as inside lifecycle `instance`'s exclusive fence.
+pub(crate) async fn with_exclusive<F: Future>(instance: u64, fut: F) -> F::Output {
+    let mut frame = current_frame();
+    frame.exclusive.insert(instance);
+    FRAME.scope(Arc::new(frame), fut).await
+}

@@ -1,0 +1,329 @@
+//! The record-agnostic part of a lifecycle instance: store access, the compare-and-swap loop
+//! (reference §2.2), heartbeat renewal (§2.5), blocked keys (§2.7) and the mutation fence
+//! counters (§2.8).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tether_core::{
+    ApplyOutcome, BindingKey, BindingStore, Clock, Error, ErrorTexts, Intent, LeaseConfig,
+    LeaseEpoch, LeaseWrite, Namespace, Observation, QuarantineEntry, QuarantineStore, RowWrite,
+    Timestamp, TokenSource, is_live,
+};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::owner::{OwnerPhase, OwnerState};
+use super::timer::Timer;
+
+/// Called with the key and the error when a release fails (the failure is swallowed).
+pub type ReleaseFailureHook = Arc<dyn Fn(&BindingKey, &Error) + Send + Sync>;
+
+/// A key blocked by an unknown settlement outcome.
+#[derive(Debug, Clone)]
+pub(crate) struct Blocked {
+    pub(crate) error: Error,
+}
+
+/// Counts of the mutation fence (reference §2.8).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct FenceCounts {
+    pub(crate) active: usize,
+    pub(crate) pending_exclusive: usize,
+}
+
+/// What one evaluation of a compare-and-swap step decided.
+pub(crate) enum Decision<T> {
+    /// Another live lease holds the row.
+    Busy,
+    /// The caller's owned lease is gone from the row.
+    LeaseLost,
+    /// No write; the comparison is still confirmed with a keep.
+    Keep(T),
+    /// Write the row.
+    Write {
+        row: RowWrite,
+        ttl: Option<Duration>,
+        result: T,
+        /// The caller's owned lease expiry as observed: it must still be live at admission.
+        owned_expiry: Option<Timestamp>,
+        /// A freshly written lease's expiry: it must still be live at admission.
+        fresh_expiry: Option<Timestamp>,
+    },
+}
+
+/// The end of a compare-and-swap loop.
+pub(crate) enum CasResult<T> {
+    Busy,
+    LeaseLost,
+    Done {
+        result: T,
+        epoch: Option<LeaseEpoch>,
+        wrote: bool,
+    },
+}
+
+/// A decision step, re-run on every conflict (it must be pure apart from reading the clock).
+pub(crate) type Decide<'a, T> = dyn FnMut(&Observation) -> Result<Decision<T>, Error> + Send + 'a;
+
+/// The record-agnostic state of one lifecycle instance.
+pub(crate) struct Shared {
+    pub(crate) id: u64,
+    pub(crate) store: Arc<dyn BindingStore>,
+    pub(crate) namespace: Namespace,
+    pub(crate) texts: ErrorTexts,
+    pub(crate) lease: LeaseConfig,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) tokens: Arc<dyn TokenSource>,
+    pub(crate) timer: Arc<dyn Timer>,
+    pub(crate) quarantine: Option<Arc<dyn QuarantineStore>>,
+    pub(crate) holder: Option<String>,
+    pub(crate) on_release_failure: Option<ReleaseFailureHook>,
+    pub(crate) unresolved: Mutex<HashMap<BindingKey, Blocked>>,
+    pub(crate) fence: watch::Sender<FenceCounts>,
+    pub(crate) exclusive_turn: tokio::sync::Mutex<()>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("id", &self.id)
+            .field("namespace", &self.namespace)
+            .field("lease", &self.lease)
+            .field("holder", &self.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    /// Fails with the stored error when `key` is blocked in this instance.
+    pub(crate) fn assert_settled(&self, key: &BindingKey) -> Result<(), Error> {
+        let unresolved = self
+            .unresolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match unresolved.get(key) {
+            Some(blocked) => Err(blocked.error.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Shared::assert_settled`], plus the durable quarantine record when a quarantine store
+    /// is configured (a key quarantined by another process, or before a restart).
+    pub(crate) async fn assert_durably_settled(&self, key: &BindingKey) -> Result<(), Error> {
+        self.assert_settled(key)?;
+        if let Some(quarantine) = &self.quarantine
+            && let Some(entry) = quarantine.quarantined(&self.namespace, key).await?
+        {
+            return Err(Error::OutcomeUnknown {
+                key: key.clone(),
+                message: entry.reason,
+                cause: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Blocks `key` in this instance and records it in the quarantine store, if any.
+    pub(crate) async fn block_key(
+        &self,
+        key: &BindingKey,
+        error: Error,
+        custody: Option<String>,
+    ) -> Result<(), Error> {
+        tracing::warn!(key = %key, error = %error, "binding key blocked: settlement outcome unknown");
+        self.unresolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(key.clone())
+            .or_insert(Blocked {
+                error: error.clone(),
+            });
+        if let Some(quarantine) = &self.quarantine {
+            quarantine
+                .quarantine(QuarantineEntry {
+                    namespace: self.namespace.clone(),
+                    key: key.clone(),
+                    reason: error.to_string(),
+                    custody: custody.or_else(|| self.holder.clone()),
+                    quarantined_at: self.clock.now(),
+                })
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn lost(&self, key: &BindingKey) -> Error {
+        self.texts.lost_lease(key, None)
+    }
+
+    /// The compare-and-swap loop (reference §2.2): observe, decide, apply; re-decide on every
+    /// conflict; a store error is returned as is and never replayed.
+    pub(crate) async fn cas_update<T>(
+        &self,
+        key: &BindingKey,
+        base: &(dyn Fn() -> Result<(), Error> + Send + Sync),
+        owner: Option<&Arc<OwnerState>>,
+        decide: &mut Decide<'_, T>,
+    ) -> Result<CasResult<T>, Error> {
+        let mut observation = self.store.observe(&self.namespace, key).await?;
+        loop {
+            let (intent, result, owned_expiry, fresh_expiry) = match decide(&observation)? {
+                Decision::Busy => return Ok(CasResult::Busy),
+                Decision::LeaseLost => return Ok(CasResult::LeaseLost),
+                Decision::Keep(result) => (Intent::Keep, result, None, None),
+                Decision::Write {
+                    row,
+                    ttl,
+                    result,
+                    owned_expiry,
+                    fresh_expiry,
+                } => (Intent::Set { row, ttl }, result, owned_expiry, fresh_expiry),
+            };
+            let admission = || -> Result<(), Error> {
+                base()?;
+                let now = self.clock.now();
+                if owned_expiry.is_some_and(|at| !is_live(at, now)) {
+                    // Row comparison cannot detect elapsed time: the owned lease expired
+                    // between observation and commit admission.
+                    let error = self.lost(key);
+                    if let Some(owner) = owner {
+                        owner.fail(error.clone());
+                    }
+                    return Err(error);
+                }
+                if fresh_expiry.is_some_and(|at| !is_live(at, now)) {
+                    return Err(self.lost(key));
+                }
+                Ok(())
+            };
+            let outcome = self
+                .store
+                .compare_and_apply(
+                    &self.namespace,
+                    key,
+                    &observation.comparison,
+                    intent,
+                    &admission,
+                )
+                .await?;
+            match outcome {
+                ApplyOutcome::Applied { epoch, .. } => {
+                    return Ok(CasResult::Done {
+                        result,
+                        epoch,
+                        wrote: true,
+                    });
+                }
+                ApplyOutcome::Unchanged => {
+                    return Ok(CasResult::Done {
+                        result,
+                        epoch: None,
+                        wrote: false,
+                    });
+                }
+                ApplyOutcome::Conflict { current } => observation = current,
+                other => {
+                    return Err(Error::other(format!(
+                        "unexpected compare-and-apply outcome for {key}: {other:?}"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// One heartbeat renewal (reference §2.5). Never fails: a failure is recorded on the owner.
+    pub(crate) async fn renew(&self, owner: &Arc<OwnerState>) {
+        if owner.failure().is_some() || owner.phase() != OwnerPhase::Held {
+            return;
+        }
+        owner.set_renewal_pending(true);
+        let span =
+            tracing::debug_span!("lifecycle.renew", key = %owner.key, token = owner.token.prefix());
+        let outcome = self.renew_once(owner).instrument(span).await;
+        match outcome {
+            Ok(CasResult::Done {
+                result: expires_at,
+                epoch,
+                wrote: true,
+            }) => {
+                if epoch.is_some() && owner.epoch().is_some() && epoch != owner.epoch() {
+                    owner.fail_if_held(self.lost(&owner.key));
+                } else {
+                    owner.record_lease(expires_at, None);
+                }
+            }
+            Ok(_) => owner.fail_if_held(self.lost(&owner.key)),
+            Err(error) => {
+                tracing::warn!(key = %owner.key, error = %error, "lease renewal failed");
+                owner.fail_if_held(self.texts.lost_lease(&owner.key, Some(error)));
+            }
+        }
+        owner.set_renewal_pending(false);
+    }
+
+    async fn renew_once(&self, owner: &Arc<OwnerState>) -> Result<CasResult<Timestamp>, Error> {
+        let base = || -> Result<(), Error> {
+            if let Some(assert) = &owner.assert_current {
+                assert()?;
+            }
+            self.assert_settled(&owner.key)?;
+            owner.assert_held(self)
+        };
+        let mut decide = |observation: &Observation| -> Result<Decision<Timestamp>, Error> {
+            let now = self.clock.now();
+            let Some(row) = observation.row.as_ref() else {
+                return Ok(Decision::LeaseLost);
+            };
+            match row.lease.as_ref() {
+                Some(lease) if lease.token == owner.token && lease.is_live(now) => {
+                    let expires_at = now + self.lease.lease_duration;
+                    Ok(Decision::Write {
+                        row: RowWrite {
+                            value: row.value.clone(),
+                            lease: Some(LeaseWrite {
+                                token: owner.token.clone(),
+                                expires_at,
+                                holder: lease.holder.clone(),
+                            }),
+                        },
+                        ttl: row.expires_at.map(|at| at.saturating_since(now)),
+                        result: expires_at,
+                        owned_expiry: Some(lease.expires_at),
+                        fresh_expiry: None,
+                    })
+                }
+                _ => Ok(Decision::LeaseLost),
+            }
+        };
+        self.cas_update(&owner.key, &base, Some(owner), &mut decide)
+            .await
+    }
+
+    /// The heartbeat: every renew interval, renew unless stopped; single-flight because each
+    /// renewal is awaited before the next tick is armed. Never touches the running work.
+    pub(crate) async fn heartbeat(&self, owner: Arc<OwnerState>, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            let tick = self.timer.sleep(self.lease.renew_interval);
+            tokio::select! {
+                biased;
+                changed = stop.changed() => {
+                    if changed.is_err() || *stop.borrow() {
+                        break;
+                    }
+                }
+                () = tick => {
+                    if *stop.borrow() {
+                        break;
+                    }
+                    self.renew(&owner).await;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Lifecycle scenarios (reference `native-session-lifecycle.md` §3, scenarios 1–31) and the
+//! lifecycle's own properties, on the fake clock and the in-memory store.
+
+mod deletion;
+mod leases;
+mod properties;
+mod support;
