@@ -46,8 +46,13 @@ mod plan;
 pub mod sql;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod transcript;
 
 pub use admin::StoreAdmin;
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
 pub use sql::{Store, StoreOptions};
+pub use transcript::{
+    Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
+    TranscriptRole,
+};

@@ -11,7 +11,7 @@ pub(crate) struct Migrator;
 #[async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(BindingRecords)]
+        vec![Box::new(BindingRecords), Box::new(HostSessions)]
     }
 }
 
@@ -132,6 +132,89 @@ impl MigrationTrait for BindingRecords {
             ],
         )
         .await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
+/// Host sessions, transcripts (a tree per session, with full-text search) and upstream links.
+struct HostSessions;
+
+impl MigrationName for HostSessions {
+    fn name(&self) -> &str {
+        "m0002_host_sessions"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for HostSessions {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let backend = manager.get_database_backend();
+        let id = serial_id(backend);
+        let text = key_text(backend);
+        let mut statements = vec![
+            format!(
+                "CREATE TABLE host_sessions (
+                    session_key {text} PRIMARY KEY,
+                    agent_id TEXT NOT NULL,
+                    session_id TEXT NOT NULL,
+                    previous_session_id TEXT,
+                    lifecycle_revision BIGINT NOT NULL,
+                    agent_harness_id TEXT,
+                    active_leaf BIGINT,
+                    created_at BIGINT NOT NULL,
+                    updated_at BIGINT NOT NULL
+                )"
+            ),
+            format!(
+                "CREATE TABLE transcript_entries (
+                    id {id},
+                    session_key {text} NOT NULL REFERENCES host_sessions (session_key) ON DELETE CASCADE,
+                    parent_id BIGINT,
+                    role TEXT NOT NULL,
+                    content TEXT NOT NULL,
+                    idempotency_key TEXT,
+                    created_at BIGINT NOT NULL
+                )"
+            ),
+            "CREATE UNIQUE INDEX transcript_entries_idempotency ON transcript_entries (session_key, idempotency_key)".into(),
+            "CREATE INDEX transcript_entries_parent ON transcript_entries (session_key, parent_id)".into(),
+            format!(
+                "CREATE TABLE upstream_links (
+                    session_key {text} PRIMARY KEY,
+                    upstream TEXT NOT NULL,
+                    created_at BIGINT NOT NULL
+                )"
+            ),
+        ];
+        match backend {
+            DbBackend::Postgres => statements.push(
+                "CREATE INDEX transcript_entries_fts ON transcript_entries USING GIN (to_tsvector('simple', content))".into(),
+            ),
+            _ => statements.extend([
+                "CREATE VIRTUAL TABLE transcript_fts USING fts5(content, content='transcript_entries', content_rowid='id')".into(),
+                "CREATE TRIGGER transcript_entries_fts_insert AFTER INSERT ON transcript_entries BEGIN \
+                    INSERT INTO transcript_fts (rowid, content) VALUES (new.id, new.content); END".into(),
+                "CREATE TRIGGER transcript_entries_fts_delete AFTER DELETE ON transcript_entries BEGIN \
+                    INSERT INTO transcript_fts (transcript_fts, rowid, content) VALUES ('delete', old.id, old.content); END".into(),
+            ]),
+        }
+        run_all(manager, &statements).await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let mut statements: Vec<String> = Vec::new();
+        if manager.get_database_backend() != DbBackend::Postgres {
+            statements.push("DROP TABLE transcript_fts".into());
+        }
+        statements.extend([
+            "DROP TABLE upstream_links".into(),
+            "DROP TABLE transcript_entries".into(),
+            "DROP TABLE host_sessions".into(),
+        ]);
+        run_all(manager, &statements).await
     }
 
     fn use_transaction(&self) -> Option<bool> {

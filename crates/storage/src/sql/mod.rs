@@ -11,6 +11,7 @@
 //! inside a transaction; a database whose schema is newer than this binary is refused.
 
 mod binding;
+mod host;
 mod migration;
 
 use std::collections::HashMap;

@@ -177,3 +177,22 @@ async fn background_sweeper_removes_expired_rows() {
     assert_eq!(left, 1, "only the row without expiry remains");
     assert_eq!(store.count(&ns).await.unwrap(), 1);
 }
+
+/// A failing host-session read is reported as `Failed`, never as `Missing`.
+#[tokio::test]
+async fn a_failing_host_session_read_is_failed_not_missing() {
+    use tether_core::{HostSessionRead, HostSessionStore, SessionKey};
+    let (store, _dir) = crate::support::sqlite_store().await;
+    store
+        .connection()
+        .execute_unprepared("DROP TABLE transcript_entries; DROP TABLE host_sessions")
+        .await
+        .unwrap();
+    let read = store
+        .read_session(&SessionKey::new("agent:main:x").unwrap())
+        .await;
+    assert!(
+        matches!(read, HostSessionRead::Failed(Error::Store { .. })),
+        "{read:?}"
+    );
+}

@@ -146,3 +146,19 @@ pub(crate) async fn open_backend(
         }),
     }
 }
+
+/// A SQL store on `url` with the fixture's fake clock at [`START`].
+pub(crate) async fn open_store(url: &str) -> tether_storage::Store {
+    tether_storage::Store::open_with(
+        tether_storage::StoreOptions::new(url).clock(Arc::new(FakeClock::new(START))),
+    )
+    .await
+    .unwrap()
+}
+
+/// A SQL store in a temporary SQLite file (keep the directory alive).
+pub(crate) async fn sqlite_store() -> (tether_storage::Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("tether.db").display());
+    (open_store(&url).await, dir)
+}

@@ -1,15 +1,24 @@
 //! The conformance suite: the same cases on memory, SQLite (temporary file) and PostgreSQL.
+//! Host-session cases run on the two SQL backends.
 
 mod cases;
+pub(crate) mod host_cases;
 
 macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
+    (binding: [$($case:ident),* $(,)?], host: [$($host:ident),* $(,)?]) => {
         mod sqlite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     let backend = crate::support::sqlite_backend().await;
                     super::cases::$case(&backend).await;
+                }
+            )*
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $host() {
+                    let (store, _dir) = crate::support::sqlite_store().await;
+                    super::host_cases::$host(&store).await;
                 }
             )*
         }
@@ -34,6 +43,12 @@ macro_rules! conformance {
                     cases::$case(&backend).await;
                 }
             )*
+            $(
+                {
+                    let store = crate::support::open_store(db.url()).await;
+                    host_cases::$host(&store).await;
+                }
+            )*
             db.cleanup().await;
         }
 
@@ -50,19 +65,29 @@ macro_rules! conformance {
 }
 
 conformance!(
-    cas_conflict_returns_fresh_observation,
-    keep_intents,
-    admission_error_aborts_the_write,
-    row_expiring_after_observation_conflicts,
-    ttl_invisibility_and_sweep,
-    capacity_reject_new,
-    value_size_limit,
-    unknown_namespace_is_refused,
-    lease_epochs_are_monotonic,
-    revisions_increase_and_recreation_does_not_match,
-    register_delete_scan_count,
-    lease_event_history,
-    corrupted_value_is_an_invalid_row,
-    quarantine_records_and_releases,
-    racing_connections_exactly_one_wins,
+    binding: [
+        cas_conflict_returns_fresh_observation,
+        keep_intents,
+        admission_error_aborts_the_write,
+        row_expiring_after_observation_conflicts,
+        ttl_invisibility_and_sweep,
+        capacity_reject_new,
+        value_size_limit,
+        unknown_namespace_is_refused,
+        lease_epochs_are_monotonic,
+        revisions_increase_and_recreation_does_not_match,
+        register_delete_scan_count,
+        lease_event_history,
+        corrupted_value_is_an_invalid_row,
+        quarantine_records_and_releases,
+        racing_connections_exactly_one_wins,
+    ],
+    host: [
+        host_session_create_read_rotate,
+        transcript_append_is_idempotent,
+        transcript_cuts_and_refusals,
+        fork_leaves_the_source_untouched,
+        transcript_search,
+        upstream_links_expected_delete,
+    ]
 );

@@ -1,0 +1,614 @@
+//! Host sessions, upstream links and transcripts on the SQL store.
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
+use tether_core::{
+    AgentId, AppendOutcome, Error, HarnessId, HostSessionEntry, HostSessionRead, HostSessionStore,
+    LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
+};
+
+use super::{Store, db_error};
+use crate::transcript::{
+    Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
+    TranscriptRole,
+};
+
+const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
+     lifecycle_revision, agent_harness_id, active_leaf, created_at, updated_at";
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::other(format!(
+        "stored {what} is corrupted ({detail}); back up the database and repair the row"
+    ))
+}
+
+/// A host session row with its active transcript leaf.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionRow {
+    pub(crate) entry: HostSessionEntry,
+    pub(crate) active_leaf: Option<i64>,
+}
+
+fn decode_session(r: &QueryResult) -> Result<SessionRow, Error> {
+    let get_s = |c: &str| r.try_get::<String>("", c).map_err(db_error);
+    let get_os = |c: &str| r.try_get::<Option<String>>("", c).map_err(db_error);
+    let get_i = |c: &str| r.try_get::<i64>("", c).map_err(db_error);
+    let revision = get_i("lifecycle_revision")?;
+    Ok(SessionRow {
+        entry: HostSessionEntry {
+            session_key: SessionKey::new(get_s("session_key")?)?,
+            agent_id: AgentId::new(get_s("agent_id")?)?,
+            session_id: SessionId::new(get_s("session_id")?)?,
+            previous_session_id: get_os("previous_session_id")?
+                .map(SessionId::new)
+                .transpose()?,
+            lifecycle_revision: LifecycleRevision::new(
+                u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
+            ),
+            agent_harness_id: get_os("agent_harness_id")?
+                .map(HarnessId::new)
+                .transpose()?,
+            created_at: Timestamp::from_millis(get_i("created_at")?),
+            updated_at: Timestamp::from_millis(get_i("updated_at")?),
+        },
+        active_leaf: r.try_get("", "active_leaf").map_err(db_error)?,
+    })
+}
+
+fn decode_entry(r: &QueryResult) -> Result<TranscriptEntry, Error> {
+    let role: String = r.try_get("", "role").map_err(db_error)?;
+    Ok(TranscriptEntry {
+        anchor: TranscriptAnchor(r.try_get("", "id").map_err(db_error)?),
+        session_key: SessionKey::new(r.try_get::<String>("", "session_key").map_err(db_error)?)?,
+        parent: r
+            .try_get::<Option<i64>>("", "parent_id")
+            .map_err(db_error)?
+            .map(TranscriptAnchor),
+        role: role.parse().map_err(|e| corrupt("transcript role", e))?,
+        content: r.try_get("", "content").map_err(db_error)?,
+        idempotency_key: r.try_get("", "idempotency_key").map_err(db_error)?,
+        created_at: Timestamp::from_millis(r.try_get("", "created_at").map_err(db_error)?),
+    })
+}
+
+const ENTRY_COLUMNS: &str =
+    "id, session_key, parent_id, role, content, idempotency_key, created_at";
+
+/// The search terms of a free-text query: alphanumeric words, lower-cased.
+fn search_terms(query: &str) -> Vec<String> {
+    query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| !t.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+impl Store {
+    pub(crate) async fn session_row<C: ConnectionTrait>(
+        &self,
+        c: &C,
+        key: &SessionKey,
+    ) -> Result<Option<SessionRow>, Error> {
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM host_sessions WHERE session_key = $1");
+        c.query_one_raw(self.stmt(&sql, vec![key.as_str().into()]))
+            .await
+            .map_err(db_error)?
+            .as_ref()
+            .map(decode_session)
+            .transpose()
+    }
+
+    /// Creates a host session at lifecycle revision 1. Returns `false` when the key exists.
+    pub async fn create_session(&self, new: NewHostSession) -> Result<bool, Error> {
+        let tx = self.begin_write().await?;
+        let created = self.create_session_in(&tx, &new).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(created)
+    }
+
+    async fn create_session_in(
+        &self,
+        tx: &DatabaseTransaction,
+        new: &NewHostSession,
+    ) -> Result<bool, Error> {
+        let now = self.inner.clock.now();
+        let affected = tx
+            .execute_raw(self.stmt(
+                "INSERT INTO host_sessions (session_key, agent_id, session_id, previous_session_id, \
+                 lifecycle_revision, agent_harness_id, active_leaf, created_at, updated_at) \
+                 VALUES ($1, $2, $3, NULL, $4, $5, NULL, $6, $6) ON CONFLICT (session_key) DO NOTHING",
+                vec![
+                    new.session_key.as_str().into(),
+                    new.agent_id.as_str().into(),
+                    new.session_id.as_str().into(),
+                    to_i64(LifecycleRevision::INITIAL.get()).into(),
+                    Value::from(new.agent_harness_id.as_ref().map(|h| h.as_str().to_owned())),
+                    now.as_millis().into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        Ok(affected == 1)
+    }
+
+    /// Reads the entry of `key`, if any.
+    pub async fn session(&self, key: &SessionKey) -> Result<Option<HostSessionEntry>, Error> {
+        Ok(self
+            .session_row(&self.inner.db, key)
+            .await?
+            .map(|r| r.entry))
+    }
+
+    /// Moves `key` to generation `next` if its current generation is still `expected`: the
+    /// predecessor is recorded and the lifecycle revision bumped. `None` when the entry is gone
+    /// or moved on.
+    pub async fn rotate_generation(
+        &self,
+        key: &SessionKey,
+        expected: &SessionId,
+        next: SessionId,
+    ) -> Result<Option<HostSessionEntry>, Error> {
+        let tx = self.begin_write().await?;
+        let Some(row) = self.session_row(&tx, key).await? else {
+            return Ok(None);
+        };
+        if row.entry.session_id != *expected {
+            return Ok(None);
+        }
+        let rotated = self
+            .rotate_in(&tx, &row.entry, &next, row.active_leaf)
+            .await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(rotated)
+    }
+
+    /// Rotates `current` to `next` and sets the active leaf, guarded on the generation and
+    /// revision of `current`.
+    pub(crate) async fn rotate_in(
+        &self,
+        tx: &DatabaseTransaction,
+        current: &HostSessionEntry,
+        next: &SessionId,
+        active_leaf: Option<i64>,
+    ) -> Result<Option<HostSessionEntry>, Error> {
+        let now = self.inner.clock.now();
+        let revision = current.lifecycle_revision.next();
+        let affected = tx
+            .execute_raw(self.stmt(
+                "UPDATE host_sessions SET previous_session_id = session_id, session_id = $1, \
+                 lifecycle_revision = $2, active_leaf = $3, updated_at = $4 \
+                 WHERE session_key = $5 AND session_id = $6 AND lifecycle_revision = $7",
+                vec![
+                    next.as_str().into(),
+                    to_i64(revision.get()).into(),
+                    Value::from(active_leaf),
+                    now.as_millis().into(),
+                    current.session_key.as_str().into(),
+                    current.session_id.as_str().into(),
+                    to_i64(current.lifecycle_revision.get()).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        Ok((affected == 1).then(|| HostSessionEntry {
+            previous_session_id: Some(current.session_id.clone()),
+            session_id: next.clone(),
+            lifecycle_revision: revision,
+            updated_at: now,
+            ..current.clone()
+        }))
+    }
+
+    /// Deletes the session row (and its transcript) inside `tx`, guarded on its generation.
+    #[allow(dead_code)] // used by the deletion transaction
+    pub(crate) async fn delete_session_in(
+        &self,
+        tx: &DatabaseTransaction,
+        entry: &HostSessionEntry,
+    ) -> Result<bool, Error> {
+        tx.execute_raw(self.stmt(
+            "DELETE FROM transcript_entries WHERE session_key = $1",
+            vec![entry.session_key.as_str().into()],
+        ))
+        .await
+        .map_err(db_error)?;
+        let affected = tx
+            .execute_raw(self.stmt(
+                "DELETE FROM host_sessions WHERE session_key = $1 AND session_id = $2 AND lifecycle_revision = $3",
+                vec![
+                    entry.session_key.as_str().into(),
+                    entry.session_id.as_str().into(),
+                    to_i64(entry.lifecycle_revision.get()).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        Ok(affected == 1)
+    }
+
+    /// Links `key` to an upstream (external harness) session. Returns `false` when a link
+    /// already exists.
+    pub async fn link_upstream(&self, key: &SessionKey, upstream: &str) -> Result<bool, Error> {
+        let tx = self.begin_write().await?;
+        let linked = self.link_upstream_in(&tx, key, upstream).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(linked)
+    }
+
+    pub(crate) async fn link_upstream_in<C: ConnectionTrait>(
+        &self,
+        c: &C,
+        key: &SessionKey,
+        upstream: &str,
+    ) -> Result<bool, Error> {
+        let affected = c
+            .execute_raw(self.stmt(
+                "INSERT INTO upstream_links (session_key, upstream, created_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (session_key) DO NOTHING",
+                vec![
+                    key.as_str().into(),
+                    upstream.into(),
+                    self.inner.clock.now().as_millis().into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        Ok(affected == 1)
+    }
+
+    /// The upstream link of `key`, if any.
+    pub async fn upstream_link(&self, key: &SessionKey) -> Result<Option<String>, Error> {
+        self.upstream_link_in(&self.inner.db, key).await
+    }
+
+    pub(crate) async fn upstream_link_in<C: ConnectionTrait>(
+        &self,
+        c: &C,
+        key: &SessionKey,
+    ) -> Result<Option<String>, Error> {
+        c.query_one_raw(self.stmt(
+            "SELECT upstream FROM upstream_links WHERE session_key = $1",
+            vec![key.as_str().into()],
+        ))
+        .await
+        .map_err(db_error)?
+        .map(|r| r.try_get::<String>("", "upstream").map_err(db_error))
+        .transpose()
+    }
+
+    /// Removes the upstream link of `key` only if it still equals `expected`.
+    pub async fn unlink_upstream(&self, key: &SessionKey, expected: &str) -> Result<bool, Error> {
+        let tx = self.begin_write().await?;
+        let affected = tx
+            .execute_raw(self.stmt(
+                "DELETE FROM upstream_links WHERE session_key = $1 AND upstream = $2",
+                vec![key.as_str().into(), expected.into()],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        tx.commit().await.map_err(db_error)?;
+        Ok(affected == 1)
+    }
+
+    /// Appends to the session's transcript as a child of the active leaf, which then becomes
+    /// the new entry. An idempotency-key hit appends nothing and returns the existing entry.
+    pub async fn append_transcript(
+        &self,
+        key: &SessionKey,
+        entry: NewTranscriptEntry,
+    ) -> Result<AppendOutcome, Error> {
+        let tx = self.begin_write().await?;
+        let Some(session) = self.session_row(&tx, key).await? else {
+            return Err(Error::other(format!(
+                "no host session `{key}`; create the session before appending to its transcript"
+            )));
+        };
+        if let Some(idem) = &entry.idempotency_key {
+            let found = tx
+                .query_one_raw(self.stmt(
+                    "SELECT id FROM transcript_entries WHERE session_key = $1 AND idempotency_key = $2",
+                    vec![key.as_str().into(), idem.as_str().into()],
+                ))
+                .await
+                .map_err(db_error)?;
+            if let Some(row) = found {
+                let id: i64 = row.try_get("", "id").map_err(db_error)?;
+                return Ok(AppendOutcome {
+                    appended: false,
+                    anchor: TranscriptAnchor(id),
+                });
+            }
+        }
+        let now = self.inner.clock.now();
+        let id = self
+            .insert_entry(&tx, key, session.active_leaf, &entry, now)
+            .await?;
+        tx.execute_raw(self.stmt(
+            "UPDATE host_sessions SET active_leaf = $1, updated_at = $2 WHERE session_key = $3",
+            vec![id.into(), now.as_millis().into(), key.as_str().into()],
+        ))
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(AppendOutcome {
+            appended: true,
+            anchor: TranscriptAnchor(id),
+        })
+    }
+
+    async fn insert_entry(
+        &self,
+        tx: &DatabaseTransaction,
+        key: &SessionKey,
+        parent: Option<i64>,
+        entry: &NewTranscriptEntry,
+        now: Timestamp,
+    ) -> Result<i64, Error> {
+        let row = tx
+            .query_one_raw(self.stmt(
+                "INSERT INTO transcript_entries (session_key, parent_id, role, content, idempotency_key, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                vec![
+                    key.as_str().into(),
+                    Value::from(parent),
+                    entry.role.as_str().into(),
+                    entry.content.as_str().into(),
+                    Value::from(entry.idempotency_key.clone()),
+                    now.as_millis().into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::other("transcript insert returned no id"))?;
+        row.try_get("", "id").map_err(db_error)
+    }
+
+    async fn entries_in<C: ConnectionTrait>(
+        &self,
+        c: &C,
+        key: &SessionKey,
+    ) -> Result<HashMap<i64, TranscriptEntry>, Error> {
+        let sql = format!("SELECT {ENTRY_COLUMNS} FROM transcript_entries WHERE session_key = $1");
+        let rows = c
+            .query_all_raw(self.stmt(&sql, vec![key.as_str().into()]))
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| decode_entry(r).map(|e| (e.anchor.0, e)))
+            .collect()
+    }
+
+    fn path_to(entries: &HashMap<i64, TranscriptEntry>, leaf: Option<i64>) -> Vec<TranscriptEntry> {
+        let mut path = Vec::new();
+        let mut next = leaf;
+        while let Some(id) = next {
+            let Some(entry) = entries.get(&id) else { break };
+            if path.len() > entries.len() {
+                break; // a cycle in corrupted data: stop rather than loop
+            }
+            next = entry.parent.as_ref().map(|p| p.0);
+            path.push(entry.clone());
+        }
+        path.reverse();
+        path
+    }
+
+    /// The active path of the session's transcript, root first.
+    pub async fn active_path(&self, key: &SessionKey) -> Result<Vec<TranscriptEntry>, Error> {
+        let Some(session) = self.session_row(&self.inner.db, key).await? else {
+            return Ok(Vec::new());
+        };
+        let entries = self.entries_in(&self.inner.db, key).await?;
+        Ok(Self::path_to(&entries, session.active_leaf))
+    }
+
+    /// The active leaf of the session's transcript.
+    pub async fn active_leaf(&self, key: &SessionKey) -> Result<Option<TranscriptAnchor>, Error> {
+        Ok(self
+            .session_row(&self.inner.db, key)
+            .await?
+            .and_then(|s| s.active_leaf.map(TranscriptAnchor)))
+    }
+
+    /// Validates `cut` against the session (inside `c`): the new active leaf, or the refusal.
+    pub(crate) async fn plan_cut_in<C: ConnectionTrait>(
+        &self,
+        c: &C,
+        session: &SessionRow,
+        cut: &Cut,
+    ) -> Result<Result<Option<i64>, CutStatus>, Error> {
+        let entries = self.entries_in(c, &session.entry.session_key).await?;
+        let active: Vec<i64> = Self::path_to(&entries, session.active_leaf)
+            .iter()
+            .map(|e| e.anchor.0)
+            .collect();
+        Ok(match cut {
+            Cut::Rewind { to } => match entries.get(&to.0) {
+                None => Err(CutStatus::MissingEntry),
+                Some(e) if e.role != TranscriptRole::User => Err(CutStatus::NotUserMessage),
+                Some(_) if !active.contains(&to.0) => Err(CutStatus::OffActivePath),
+                Some(e) => Ok(e.parent.as_ref().map(|p| p.0)),
+            },
+            Cut::SwitchBranch { to } => match entries.get(&to.0) {
+                None => Err(CutStatus::MissingEntry),
+                Some(_) if session.active_leaf == Some(to.0) => Err(CutStatus::AlreadyActive),
+                Some(_) if entries.values().any(|e| e.parent.as_ref() == Some(to)) => {
+                    Err(CutStatus::NotBranchTip)
+                }
+                Some(_) => Ok(Some(to.0)),
+            },
+        })
+    }
+
+    /// Applies a transcript cut without any harness taking part (no native context to
+    /// invalidate): moves the active leaf and rotates the session to `next`.
+    pub async fn cut_transcript(
+        &self,
+        key: &SessionKey,
+        cut: &Cut,
+        next: SessionId,
+    ) -> Result<CutStatus, Error> {
+        let tx = self.begin_write().await?;
+        let Some(session) = self.session_row(&tx, key).await? else {
+            return Ok(CutStatus::MissingEntry);
+        };
+        let leaf = match self.plan_cut_in(&tx, &session, cut).await? {
+            Ok(leaf) => leaf,
+            Err(status) => return Ok(status),
+        };
+        if self
+            .rotate_in(&tx, &session.entry, &next, leaf)
+            .await?
+            .is_none()
+        {
+            return Err(Error::other(format!(
+                "session `{key}` changed during the cut"
+            )));
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(CutStatus::Created)
+    }
+
+    /// Forks the session at a user message into a new session key: the new session gets a
+    /// copy of the path up to (not including) that message. The source is not touched.
+    pub async fn fork_session(
+        &self,
+        source: &SessionKey,
+        at: &TranscriptAnchor,
+        new: NewHostSession,
+    ) -> Result<CutStatus, Error> {
+        let tx = self.begin_write().await?;
+        if self.session_row(&tx, source).await?.is_none() {
+            return Ok(CutStatus::MissingEntry);
+        }
+        let entries = self.entries_in(&tx, source).await?;
+        let Some(target) = entries.get(&at.0) else {
+            return Ok(CutStatus::MissingEntry);
+        };
+        if target.role != TranscriptRole::User {
+            return Ok(CutStatus::NotUserMessage);
+        }
+        if !self.create_session_in(&tx, &new).await? {
+            return Err(Error::other(format!(
+                "session `{}` already exists; fork to a new session key",
+                new.session_key
+            )));
+        }
+        let now = self.inner.clock.now();
+        let mut parent = None;
+        for entry in Self::path_to(&entries, target.parent.as_ref().map(|p| p.0)) {
+            let copy = NewTranscriptEntry {
+                role: entry.role,
+                content: entry.content,
+                idempotency_key: entry.idempotency_key,
+            };
+            parent = Some(
+                self.insert_entry(&tx, &new.session_key, parent, &copy, now)
+                    .await?,
+            );
+        }
+        tx.execute_raw(self.stmt(
+            "UPDATE host_sessions SET active_leaf = $1 WHERE session_key = $2",
+            vec![Value::from(parent), new.session_key.as_str().into()],
+        ))
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(CutStatus::Created)
+    }
+
+    /// Full-text search over transcripts (every word must match; SQLite FTS5 or PostgreSQL
+    /// `simple` text search), optionally within one session, in append order.
+    pub async fn search_transcripts(
+        &self,
+        query: &str,
+        session: Option<&SessionKey>,
+        limit: usize,
+    ) -> Result<Vec<TranscriptHit>, Error> {
+        let terms = search_terms(query);
+        if terms.is_empty() || limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (sql, needle) = match self.inner.backend {
+            DbBackend::Postgres => (
+                "SELECT e.id, e.session_key, e.role, e.content FROM transcript_entries e \
+                 WHERE to_tsvector('simple', e.content) @@ plainto_tsquery('simple', $1) \
+                 AND ($2 IS NULL OR e.session_key = $2) ORDER BY e.id LIMIT $3",
+                terms.join(" "),
+            ),
+            _ => (
+                "SELECT e.id, e.session_key, e.role, e.content FROM transcript_fts f \
+                 JOIN transcript_entries e ON e.id = f.rowid \
+                 WHERE transcript_fts MATCH $1 AND ($2 IS NULL OR e.session_key = $2) \
+                 ORDER BY e.id LIMIT $3",
+                terms
+                    .iter()
+                    .map(|t| format!("\"{t}\""))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+        };
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                sql,
+                vec![
+                    needle.into(),
+                    Value::from(session.map(|s| s.as_str().to_owned())),
+                    to_i64(limit as u64).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                let role: String = r.try_get("", "role").map_err(db_error)?;
+                Ok(TranscriptHit {
+                    session_key: SessionKey::new(
+                        r.try_get::<String>("", "session_key").map_err(db_error)?,
+                    )?,
+                    anchor: TranscriptAnchor(r.try_get("", "id").map_err(db_error)?),
+                    role: role.parse().map_err(|e| corrupt("transcript role", e))?,
+                    content: r.try_get("", "content").map_err(db_error)?,
+                })
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl HostSessionStore for Store {
+    async fn read_session(&self, key: &SessionKey) -> HostSessionRead {
+        match self.session(key).await {
+            Ok(Some(entry)) => HostSessionRead::Current(entry),
+            Ok(None) => HostSessionRead::Missing,
+            Err(err) => HostSessionRead::Failed(err),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::search_terms;
+
+    #[test]
+    fn search_terms_are_lowercased_words() {
+        assert_eq!(
+            search_terms("Hello, wide-World!"),
+            ["hello", "wide", "world"]
+        );
+        assert!(search_terms(" \"*\" ").is_empty());
+    }
+}

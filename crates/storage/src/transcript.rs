@@ -1,0 +1,163 @@
+//! Transcript and host-session value types shared by the host operations.
+
+use std::fmt;
+use std::str::FromStr;
+
+use tether_core::{AgentId, HarnessId, SessionId, SessionKey, Timestamp, TranscriptAnchor};
+
+/// Who wrote a transcript entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TranscriptRole {
+    /// The user.
+    User,
+    /// The assistant.
+    Assistant,
+    /// A system message.
+    System,
+    /// A tool result.
+    Tool,
+}
+
+impl TranscriptRole {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::User => "user",
+            Self::Assistant => "assistant",
+            Self::System => "system",
+            Self::Tool => "tool",
+        }
+    }
+}
+
+impl fmt::Display for TranscriptRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for TranscriptRole {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "user" => Ok(Self::User),
+            "assistant" => Ok(Self::Assistant),
+            "system" => Ok(Self::System),
+            "tool" => Ok(Self::Tool),
+            other => Err(format!("unknown transcript role `{other}`")),
+        }
+    }
+}
+
+/// A transcript entry to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTranscriptEntry {
+    /// Who wrote it.
+    pub role: TranscriptRole,
+    /// The text (searchable).
+    pub content: String,
+    /// A caller-chosen key making the append idempotent within the session.
+    pub idempotency_key: Option<String>,
+}
+
+/// A stored transcript entry (a node of the session's transcript tree).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptEntry {
+    /// The entry id.
+    pub anchor: TranscriptAnchor,
+    /// The session it belongs to.
+    pub session_key: SessionKey,
+    /// Its parent in the tree (`None` for a root).
+    pub parent: Option<TranscriptAnchor>,
+    /// Who wrote it.
+    pub role: TranscriptRole,
+    /// The text.
+    pub content: String,
+    /// The idempotency key it was appended with.
+    pub idempotency_key: Option<String>,
+    /// When it was appended.
+    pub created_at: Timestamp,
+}
+
+/// A transcript search hit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptHit {
+    /// The session.
+    pub session_key: SessionKey,
+    /// The entry.
+    pub anchor: TranscriptAnchor,
+    /// Who wrote it.
+    pub role: TranscriptRole,
+    /// The text.
+    pub content: String,
+}
+
+/// A host session to create.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewHostSession {
+    /// The logical key.
+    pub session_key: SessionKey,
+    /// The owning agent.
+    pub agent_id: AgentId,
+    /// The first physical generation.
+    pub session_id: SessionId,
+    /// The harness driving the session, if any.
+    pub agent_harness_id: Option<HarnessId>,
+}
+
+/// A transcript cut: what a rewind, branch switch or fork asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Cut {
+    /// Rewind to just before a user message on the active path.
+    Rewind {
+        /// The user message.
+        to: TranscriptAnchor,
+    },
+    /// Make another branch tip the active leaf.
+    SwitchBranch {
+        /// The branch tip.
+        to: TranscriptAnchor,
+    },
+}
+
+/// The result of a cut or fork. Every status but `Created` changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CutStatus {
+    /// The cut was applied (a new generation was created).
+    Created,
+    /// The target entry does not exist in this session.
+    MissingEntry,
+    /// A rewind or fork target is not a user message.
+    NotUserMessage,
+    /// A rewind target is not on the active path.
+    OffActivePath,
+    /// A switch target has children.
+    NotBranchTip,
+    /// A switch target is already the active leaf.
+    AlreadyActive,
+}
+
+impl CutStatus {
+    /// The status name (`created`, `missing-entry`, `not-user-message`, `off-active-path`,
+    /// `not-branch-tip`, `already-active`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Created => "created",
+            Self::MissingEntry => "missing-entry",
+            Self::NotUserMessage => "not-user-message",
+            Self::OffActivePath => "off-active-path",
+            Self::NotBranchTip => "not-branch-tip",
+            Self::AlreadyActive => "already-active",
+        }
+    }
+}
+
+impl fmt::Display for CutStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,390 @@
+//! Host sessions, transcripts, search and upstream links: the same cases on SQLite and
+//! PostgreSQL.
+
+use tether_core::{
+    AgentId, HostSessionRead, HostSessionStore, LifecycleRevision, SessionId, SessionKey,
+    TranscriptAnchor,
+};
+use tether_storage::{Cut, CutStatus, NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
+
+use crate::support::{START, unique_ns};
+
+/// A session key unique to this process and call.
+pub(crate) fn session_key(label: &str) -> SessionKey {
+    SessionKey::new(format!("agent:main:{}", unique_ns(label))).unwrap()
+}
+
+pub(crate) fn new_session(key: &SessionKey, id: &str) -> NewHostSession {
+    NewHostSession {
+        session_key: key.clone(),
+        agent_id: AgentId::new("main").unwrap(),
+        session_id: SessionId::new(id).unwrap(),
+        agent_harness_id: None,
+    }
+}
+
+fn msg(role: TranscriptRole, content: &str, idem: Option<&str>) -> NewTranscriptEntry {
+    NewTranscriptEntry {
+        role,
+        content: content.into(),
+        idempotency_key: idem.map(str::to_owned),
+    }
+}
+
+async fn append(
+    store: &Store,
+    key: &SessionKey,
+    role: TranscriptRole,
+    content: &str,
+) -> TranscriptAnchor {
+    store
+        .append_transcript(key, msg(role, content, None))
+        .await
+        .unwrap()
+        .anchor
+}
+
+/// Create, tri-state read, guarded generation rotation.
+pub(crate) async fn host_session_create_read_rotate(store: &Store) {
+    let key = session_key("host");
+    assert!(matches!(
+        store.read_session(&key).await,
+        HostSessionRead::Missing
+    ));
+    assert!(
+        store
+            .create_session(new_session(&key, "s-1"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .create_session(new_session(&key, "s-x"))
+            .await
+            .unwrap()
+    );
+    let HostSessionRead::Current(entry) = store.read_session(&key).await else {
+        panic!("expected the entry");
+    };
+    assert_eq!(entry.session_id.as_str(), "s-1");
+    assert_eq!(entry.lifecycle_revision, LifecycleRevision::INITIAL);
+    assert_eq!(entry.previous_session_id, None);
+    assert_eq!(entry.created_at, START);
+    let rotated = store
+        .rotate_generation(
+            &key,
+            &SessionId::new("s-1").unwrap(),
+            SessionId::new("s-2").unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+    assert_eq!(rotated.session_id.as_str(), "s-2");
+    assert_eq!(
+        rotated.previous_session_id.as_ref().unwrap().as_str(),
+        "s-1"
+    );
+    assert_eq!(
+        rotated.lifecycle_revision,
+        LifecycleRevision::INITIAL.next()
+    );
+    assert_eq!(store.session(&key).await.unwrap().unwrap(), rotated);
+    let stale = store
+        .rotate_generation(
+            &key,
+            &SessionId::new("s-1").unwrap(),
+            SessionId::new("s-3").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        stale.is_none(),
+        "a stale expected generation rotates nothing"
+    );
+    assert_eq!(store.session(&key).await.unwrap().unwrap(), rotated);
+}
+
+/// Appends are idempotent per key: `appended` true, then false with the same anchor.
+pub(crate) async fn transcript_append_is_idempotent(store: &Store) {
+    let key = session_key("append");
+    store
+        .create_session(new_session(&key, "s-1"))
+        .await
+        .unwrap();
+    let first = store
+        .append_transcript(&key, msg(TranscriptRole::User, "hello", Some("m-1")))
+        .await
+        .unwrap();
+    assert!(first.appended);
+    let again = store
+        .append_transcript(
+            &key,
+            msg(TranscriptRole::User, "hello (retry)", Some("m-1")),
+        )
+        .await
+        .unwrap();
+    assert!(!again.appended);
+    assert_eq!(again.anchor, first.anchor);
+    let reply = append(store, &key, TranscriptRole::Assistant, "hi").await;
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(reply.clone()));
+    let path = store.active_path(&key).await.unwrap();
+    assert_eq!(path.len(), 2);
+    assert_eq!(path[0].content, "hello");
+    assert_eq!(path[1].parent, Some(first.anchor));
+    let missing = session_key("missing");
+    assert!(
+        store
+            .append_transcript(&missing, msg(TranscriptRole::User, "x", None))
+            .await
+            .is_err()
+    );
+}
+
+/// Rewind and switch: applied cuts rotate the generation; each refusal leaves everything as it
+/// was.
+pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
+    let key = session_key("cuts");
+    store
+        .create_session(new_session(&key, "s-1"))
+        .await
+        .unwrap();
+    let u1 = append(store, &key, TranscriptRole::User, "u1").await;
+    let a1 = append(store, &key, TranscriptRole::Assistant, "a1").await;
+    let u2 = append(store, &key, TranscriptRole::User, "u2").await;
+    let a2 = append(store, &key, TranscriptRole::Assistant, "a2").await;
+
+    let status = store
+        .cut_transcript(
+            &key,
+            &Cut::Rewind { to: u2.clone() },
+            SessionId::new("s-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    let entry = store.session(&key).await.unwrap().unwrap();
+    assert_eq!(entry.session_id.as_str(), "s-2");
+    assert_eq!(entry.previous_session_id.as_ref().unwrap().as_str(), "s-1");
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(a1.clone()));
+    let u2b = append(store, &key, TranscriptRole::User, "u2b").await;
+
+    let before = (
+        store.session(&key).await.unwrap(),
+        store.active_leaf(&key).await.unwrap(),
+    );
+    let refused = [
+        (
+            Cut::Rewind {
+                to: TranscriptAnchor(i64::MAX),
+            },
+            CutStatus::MissingEntry,
+        ),
+        (Cut::Rewind { to: a1.clone() }, CutStatus::NotUserMessage),
+        (Cut::Rewind { to: u2.clone() }, CutStatus::OffActivePath),
+        (
+            Cut::SwitchBranch {
+                to: TranscriptAnchor(i64::MAX),
+            },
+            CutStatus::MissingEntry,
+        ),
+        (
+            Cut::SwitchBranch { to: a1.clone() },
+            CutStatus::NotBranchTip,
+        ),
+        (
+            Cut::SwitchBranch { to: u2b.clone() },
+            CutStatus::AlreadyActive,
+        ),
+    ];
+    for (cut, expected) in refused {
+        let status = store
+            .cut_transcript(&key, &cut, SessionId::new("s-never").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(status, expected, "{cut:?}");
+        assert_eq!(
+            (
+                store.session(&key).await.unwrap(),
+                store.active_leaf(&key).await.unwrap()
+            ),
+            before,
+            "{cut:?} changed nothing"
+        );
+    }
+    assert_eq!(CutStatus::OffActivePath.as_str(), "off-active-path");
+    let status = store
+        .cut_transcript(
+            &key,
+            &Cut::SwitchBranch { to: a2.clone() },
+            SessionId::new("s-3").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    let path: Vec<_> = store
+        .active_path(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.anchor)
+        .collect();
+    assert_eq!(path, vec![u1, a1, u2, a2]);
+}
+
+/// A fork copies the path before the user message into a new key; the source is untouched.
+pub(crate) async fn fork_leaves_the_source_untouched(store: &Store) {
+    let key = session_key("fork-src");
+    store
+        .create_session(new_session(&key, "s-1"))
+        .await
+        .unwrap();
+    append(store, &key, TranscriptRole::User, "u1").await;
+    let a1 = append(store, &key, TranscriptRole::Assistant, "a1").await;
+    let u2 = append(store, &key, TranscriptRole::User, "u2").await;
+    append(store, &key, TranscriptRole::Assistant, "a2").await;
+    let before = (
+        store.session(&key).await.unwrap(),
+        store.active_path(&key).await.unwrap(),
+    );
+
+    let target = session_key("fork-dst");
+    assert_eq!(
+        store
+            .fork_session(&key, &a1, new_session(&target, "f-1"))
+            .await
+            .unwrap(),
+        CutStatus::NotUserMessage
+    );
+    assert_eq!(
+        store
+            .fork_session(
+                &key,
+                &TranscriptAnchor(i64::MAX),
+                new_session(&target, "f-1")
+            )
+            .await
+            .unwrap(),
+        CutStatus::MissingEntry
+    );
+    assert!(
+        store.session(&target).await.unwrap().is_none(),
+        "refusals create nothing"
+    );
+    assert_eq!(
+        store
+            .fork_session(&key, &u2, new_session(&target, "f-1"))
+            .await
+            .unwrap(),
+        CutStatus::Created
+    );
+    let after = (
+        store.session(&key).await.unwrap(),
+        store.active_path(&key).await.unwrap(),
+    );
+    assert_eq!(after, before, "the source is untouched");
+    let forked: Vec<_> = store
+        .active_path(&target)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.role, e.content))
+        .collect();
+    assert_eq!(
+        forked,
+        vec![
+            (TranscriptRole::User, "u1".to_owned()),
+            (TranscriptRole::Assistant, "a1".to_owned())
+        ]
+    );
+    assert_eq!(
+        store
+            .session(&target)
+            .await
+            .unwrap()
+            .unwrap()
+            .session_id
+            .as_str(),
+        "f-1"
+    );
+}
+
+/// Full-text search: every word must match; optional session filter; append order.
+pub(crate) async fn transcript_search(store: &Store) {
+    let a = session_key("search-a");
+    let b = session_key("search-b");
+    store.create_session(new_session(&a, "s-a")).await.unwrap();
+    store.create_session(new_session(&b, "s-b")).await.unwrap();
+    let word = format!("zebra{}", std::process::id());
+    let a1 = append(
+        store,
+        &a,
+        TranscriptRole::User,
+        &format!("The {word} crossed the Road"),
+    )
+    .await;
+    append(store, &a, TranscriptRole::Assistant, "nothing to see").await;
+    let b1 = append(
+        store,
+        &b,
+        TranscriptRole::Assistant,
+        &format!("a road and a {word}, again"),
+    )
+    .await;
+    append(store, &b, TranscriptRole::User, &format!("only the {word}")).await;
+
+    let hits = store
+        .search_transcripts(&format!("{word} ROAD"), None, 10)
+        .await
+        .unwrap();
+    let anchors: Vec<_> = hits.iter().map(|h| h.anchor.clone()).collect();
+    assert_eq!(anchors, vec![a1.clone(), b1]);
+    assert_eq!(hits[0].session_key, a);
+    assert_eq!(hits[0].role, TranscriptRole::User);
+    let only_a = store
+        .search_transcripts(&format!("road {word}"), Some(&a), 10)
+        .await
+        .unwrap();
+    assert_eq!(only_a.len(), 1);
+    assert_eq!(only_a[0].anchor, a1);
+    assert_eq!(
+        store
+            .search_transcripts(&word, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        store
+            .search_transcripts(&word, None, 2)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert!(
+        store
+            .search_transcripts(" \"*\" ", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Upstream links are created once and removed only with the expected value.
+pub(crate) async fn upstream_links_expected_delete(store: &Store) {
+    let key = session_key("upstream");
+    assert!(store.link_upstream(&key, "acp:one").await.unwrap());
+    assert!(!store.link_upstream(&key, "acp:two").await.unwrap());
+    assert_eq!(
+        store.upstream_link(&key).await.unwrap().as_deref(),
+        Some("acp:one")
+    );
+    assert!(!store.unlink_upstream(&key, "acp:two").await.unwrap());
+    assert_eq!(
+        store.upstream_link(&key).await.unwrap().as_deref(),
+        Some("acp:one")
+    );
+    assert!(store.unlink_upstream(&key, "acp:one").await.unwrap());
+    assert!(store.upstream_link(&key).await.unwrap().is_none());
+}
