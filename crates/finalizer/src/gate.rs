@@ -192,9 +192,11 @@ pub fn should_treat_empty_reply_as_silent(settled: &AttemptResult, facts: &TurnF
         .current_attempt_assistant
         .as_ref()
         .or(settled.completed_assistant.as_ref());
-    let eligible = current.is_none_or(|m| {
+    // Only a completed stop reply can be silence (a tool-call entry is not a reply).
+    let eligible = current.is_some_and(|m| {
         let text = m.visible_text();
-        text.trim().is_empty() || is_silent_reply_text(&text)
+        m.stop_reason.as_deref() == Some("stop")
+            && (text.trim().is_empty() || is_silent_reply_text(&text))
     });
     facts.reply_expectation == ReplyExpectation::Optional
         && facts.allow_empty_assistant_reply_as_silent
@@ -272,6 +274,17 @@ pub fn resolve_settled_turn_finalization_request(
             return None;
         }
     } else if !empty_stop_after_settled_tools(settled, facts) {
+        return None;
+    }
+    // A turn classified silent (an explicit `NO_REPLY` after the tools) is continued only for a
+    // required reply without a settled tool failure; otherwise the failure card stands.
+    let explicit_silent = current.is_some_and(|m| {
+        m.stop_reason.as_deref() == Some("stop") && is_silent_reply_text(&m.visible_text())
+    });
+    if explicit_silent
+        && (facts.reply_expectation != ReplyExpectation::Required
+            || !batch.failed_tool_names.is_empty())
+    {
         return None;
     }
     if batch.intentional_termination

@@ -13,10 +13,16 @@
 //! - [`capture`]: the context producers (the built-in transcript producer and the bounded,
 //!   provenance-checked capture);
 //! - [`facts`] and [`gate`]: the host's turn facts and the request gate with the settled-batch
-//!   evidence and the host prompt.
+//!   evidence and the host prompt;
+//! - [`lifecycle`]: one try through the harness with its diagnostics;
+//! - [`orchestrate`]: the once-per-run finalization phase (tries, silence policy, cancellation,
+//!   the persisted host fallback, the rebuilt terminal);
+//! - [`policy`]: the hooks skipped during finalization and the terminal-resolution policy after
+//!   it; [`incomplete`]: the side-effect-aware incomplete-turn warning.
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
-//! [`tether_core::FinalizationAttempt`], which is plain data.
+//! [`tether_core::FinalizationAttempt`], which is plain data ([`restricted`] documents and
+//! proves the type-level guarantee with compile-fail examples).
 //!
 //! ```
 //! use serde_json::json;
@@ -37,7 +43,12 @@ pub mod error;
 pub mod evidence;
 pub mod facts;
 pub mod gate;
+pub mod incomplete;
+pub mod lifecycle;
+pub mod orchestrate;
+pub mod policy;
 pub mod projection;
+pub mod restricted;
 pub mod result;
 
 pub use bounded::{
@@ -61,6 +72,17 @@ pub use gate::{
     TOOL_FAILURE_INSTRUCTION, resolve_settled_tool_batch_evidence,
     resolve_settled_turn_finalization_request,
 };
+pub use incomplete::{IncompleteTurn, IncompleteTurnInput, Liveness, resolve_incomplete_turn};
+pub use lifecycle::{
+    DiagnosticEvent, DiagnosticPhase, LifecycleOptions, LifecycleOutcome, RunCompletion,
+    run_lifecycle_finalization,
+};
+pub use orchestrate::{
+    FALLBACK_TEXT, FallbackAppend, FallbackAppendError, FallbackAppendResult, FallbackTranscript,
+    FinalizationInput, FinalizationOutcome, PreparedFinalization, RebuiltTerminal, RunSignal,
+    fallback_idempotency_key, prepare_terminal_with_settled_turn_finalization,
+};
+pub use policy::{HookPoint, TerminalResolutionPolicy};
 pub use projection::{FullAttemptEvidence, project_settled_turn_finalization_attempt_result};
 pub use result::{
     ALLOWED_RESULT_FIELDS, DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN,

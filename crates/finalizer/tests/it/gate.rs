@@ -184,7 +184,7 @@ fn finalization_s033_a_batch_before_a_newer_user_message_is_a_prior_turn() {
 
 type Mutation = Box<dyn Fn(&mut AttemptResult, &mut TurnFacts)>;
 
-fn read_and_failed_exec() -> (AttemptResult, TurnFacts) {
+pub(crate) fn read_and_failed_exec() -> (AttemptResult, TurnFacts) {
     let batch = tool_calls(None, &[("r1", "read"), ("e1", "exec")]);
     let settled = AttemptResult {
         messages_snapshot: vec![

@@ -6,6 +6,8 @@
 mod bounded;
 mod capture;
 mod gate;
+mod harness;
+mod orchestration;
 mod projection;
 mod support;
 mod validator;

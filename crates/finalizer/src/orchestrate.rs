@@ -1,0 +1,834 @@
+//! Orchestration of the settled-turn finalization phase (reference §4.1, §4.5–§4.9).
+//!
+//! [`prepare_terminal_with_settled_turn_finalization`] runs once per run, after the ordinary
+//! attempt's terminal was prepared and outside any retry loop: the request gate, at most two
+//! tries when the answer is empty (each with a fresh cancellation and deadline), the silence
+//! policy, cancellation precedence, the persisted host fallback and the rebuilt terminal.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tether_core::{
+    AgentMessage, AppendOutcome, AssertCurrent, AttemptResult, AttemptTerminal, Cancellation,
+    Clock, ContentBlock, FinalizationAttempt, HarnessId, ReplayMetadata, RunId, SessionTarget,
+    SettledTurnFinalizer, Usage,
+};
+
+use crate::error::FinalizerError;
+use crate::evidence::ItemLifecycle;
+use crate::facts::{
+    CarriedFacts, FailureSignal, PayloadKind, ReplyExpectation, ReplyPayload, RunTrigger,
+    SourceReplyMode, TerminalToolFailure, TurnFacts, WriterDeliveryAuthority, WriterFence,
+};
+use crate::gate::{FinalizationRequest, resolve_settled_turn_finalization_request};
+use crate::lifecycle::{
+    DiagnosticEvent, LifecycleOptions, LifecycleOutcome, run_lifecycle_finalization,
+};
+use crate::policy::TerminalResolutionPolicy;
+use crate::result::{
+    DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN, SettledTurnFinalizationResult,
+};
+
+/// The fixed host fallback text.
+pub const FALLBACK_TEXT: &str = "The tool run finished, but no final summary was produced. I did not repeat any completed actions.";
+/// Provider attribution of the persisted fallback row.
+pub const FALLBACK_PROVIDER: &str = "tether";
+/// Model attribution of the persisted fallback row.
+pub const FALLBACK_MODEL: &str = "delivery-mirror";
+/// At most this many tries when the answer is empty.
+pub const MAX_EMPTY_FINALIZATION_TRIES: u8 = 2;
+/// The maximum timer value (used when the prepared timeout is zero).
+pub const MAX_TIMER: Duration = Duration::from_millis(2_147_483_647);
+
+/// The idempotency key of the persisted fallback: `<run_id>:settled-finalization-fallback`.
+pub fn fallback_idempotency_key(run_id: &RunId) -> String {
+    format!("{run_id}:settled-finalization-fallback")
+}
+
+/// The outcome of the finalization phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizationOutcome {
+    /// The gate declined.
+    NotAttempted,
+    /// A visible answer (or accepted silence).
+    Answered,
+    /// No answer after the tries; the host fallback was used.
+    CompletedEmpty,
+    /// Failed (a throw, cancellation, or fallback not allowed).
+    Failed,
+    /// A cron run with an ok terminal: a silent `NO_REPLY` row, no payload.
+    SilentFallback,
+}
+
+impl FinalizationOutcome {
+    /// The reference name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NotAttempted => "not-attempted",
+            Self::Answered => "answered",
+            Self::CompletedEmpty => "completed-empty",
+            Self::Failed => "failed",
+            Self::SilentFallback => "silent-fallback",
+        }
+    }
+}
+
+/// The run's cancellation signal (the queue signal). Cancelling it also cancels the live try;
+/// a retired try's cancellation is detached, so its late callbacks cannot abort the run.
+#[derive(Debug, Default)]
+pub struct RunSignal {
+    run: Cancellation,
+    reason: Mutex<Option<String>>,
+    live_try: Mutex<Option<Cancellation>>,
+}
+
+impl RunSignal {
+    /// A fresh, uncancelled signal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Cancels the run (and the live try) with `reason`.
+    pub fn cancel(&self, reason: impl Into<String>) {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert_with(|| reason.into());
+        self.run.cancel();
+        if let Some(live) = self
+            .live_try
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            live.cancel();
+        }
+    }
+
+    /// Whether the run was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.run.is_cancelled()
+    }
+
+    /// The abort reason.
+    pub fn reason(&self) -> Option<String> {
+        self.reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The run-level cancellation flag (handed to the fallback append).
+    pub fn cancellation(&self) -> &Cancellation {
+        &self.run
+    }
+
+    fn install_try(&self, try_cancel: &Cancellation) {
+        let mut slot = self.live_try.lock().unwrap_or_else(PoisonError::into_inner);
+        *slot = Some(try_cancel.clone());
+        if self.run.is_cancelled() {
+            try_cancel.cancel();
+        }
+    }
+
+    fn retire_try(&self) {
+        *self.live_try.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+/// The fallback row append request.
+#[derive(Clone)]
+pub struct FallbackAppend {
+    /// `<run_id>:settled-finalization-fallback`.
+    pub idempotency_key: String,
+    /// The resolved session target.
+    pub target: SessionTarget,
+    /// The row: the fallback text attributed to `tether` / `delivery-mirror`.
+    pub message: AgentMessage,
+    /// The writer fence to enforce.
+    pub fence: WriterFence,
+    /// The run (queue) cancellation.
+    pub cancellation: Cancellation,
+    /// Checked at the commit edge: the run's admitted authority is still active.
+    pub assert_still_active: AssertCurrent,
+}
+
+impl std::fmt::Debug for FallbackAppend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FallbackAppend")
+            .field("idempotency_key", &self.idempotency_key)
+            .field("target", &self.target)
+            .field("fence", &self.fence)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The transcript's answer to a fallback append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FallbackAppendResult {
+    /// Written (or found under the idempotency key).
+    Appended(AppendOutcome),
+    /// The writer refused.
+    Blocked {
+        /// Why.
+        reason: String,
+    },
+    /// No active session to write to.
+    MissingActiveSession,
+    /// The session writer was rebound.
+    SessionRebound {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A failed fallback append.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum FallbackAppendError {
+    /// The transcript writer claim was rebound: propagates, no reply is built.
+    WriterRebound(String),
+    /// Any other failure: logged, the fallback is still delivered without persistence.
+    Failed(tether_core::Error),
+}
+
+/// The host transcript seam for the fallback row (the host implements it).
+#[async_trait]
+pub trait FallbackTranscript: Send + Sync {
+    /// Resolves the run's session target for the append.
+    async fn resolve_target(
+        &self,
+        session: &SessionTarget,
+    ) -> Result<SessionTarget, tether_core::Error>;
+
+    /// Appends the fallback row idempotently under the writer fence.
+    async fn append_fallback(
+        &self,
+        append: FallbackAppend,
+    ) -> Result<FallbackAppendResult, FallbackAppendError>;
+}
+
+/// The agent metadata of a rebuilt terminal.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AgentMeta {
+    /// The finalizer's response provider.
+    pub provider: Option<String>,
+    /// The finalizer's response model.
+    pub model: Option<String>,
+    /// The carried native model selection.
+    pub runtime_model_selection: Option<crate::capture::ModelSelection>,
+    /// The carried credential source.
+    pub credential_source: Option<String>,
+    /// Assistant turns of the run, including each finalization try.
+    pub assistant_turns: u32,
+    /// The recorded error (a fallback after a provider failure keeps it).
+    pub error: Option<String>,
+}
+
+/// A rebuilt terminal: a new attempt replacing terminal ownership only (reference §4.9).
+#[derive(Debug, Clone)]
+pub struct RebuiltTerminal {
+    /// The new attempt (fresh terminal, snapshot plus answer, carried settled facts).
+    pub attempt: AttemptResult,
+    /// The finalization prompt.
+    pub final_prompt_text: String,
+    /// The answer as the last and current assistant.
+    pub assistant: AgentMessage,
+    /// Whether the answer is owned by a transcript row.
+    pub assistant_transcript_owned: bool,
+    /// The owned row's idempotency key.
+    pub assistant_transcript_idempotency_key: Option<String>,
+    /// The answer's stream index.
+    pub last_assistant_text_message_index: Option<u64>,
+    /// The diagnostic trace.
+    pub diagnostic_trace: Option<DiagnosticTrace>,
+    /// Always 0/0/0.
+    pub item_lifecycle: ItemLifecycle,
+    /// Always side-effect-free and replay-safe.
+    pub current_attempt_replay: ReplayMetadata,
+    /// Always 0.
+    pub compaction_count: u32,
+    /// Always false.
+    pub has_tool_media_block_reply: bool,
+    /// Settled facts carried over.
+    pub carried: CarriedFacts,
+    /// Agent metadata.
+    pub agent_meta: AgentMeta,
+    /// Replay is invalid (kept for a provider-failure fallback).
+    pub replay_invalid: bool,
+}
+
+/// Inputs of [`prepare_terminal_with_settled_turn_finalization`].
+pub struct FinalizationInput<'a> {
+    /// The run.
+    pub run_id: RunId,
+    /// The harness.
+    pub harness_id: HarnessId,
+    /// Its finalizer, when it has one.
+    pub finalizer: Option<&'a dyn SettledTurnFinalizer>,
+    /// The settled attempt (passed to every try as the same object, never changed).
+    pub settled: Arc<AttemptResult>,
+    /// The host's turn facts.
+    pub facts: &'a TurnFacts,
+    /// The committed session target.
+    pub session: SessionTarget,
+    /// The committed writer fence.
+    pub fence: WriterFence,
+    /// The run's signal.
+    pub signal: &'a RunSignal,
+    /// The prepared per-try timeout (zero: the maximum timer value).
+    pub try_timeout: Duration,
+    /// The clock.
+    pub clock: &'a dyn Clock,
+    /// The fallback transcript seam.
+    pub transcript: &'a dyn FallbackTranscript,
+    /// The run's admitted authority.
+    pub admission: AssertCurrent,
+    /// Diagnostic options.
+    pub diagnostics: LifecycleOptions,
+}
+
+impl std::fmt::Debug for FinalizationInput<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FinalizationInput")
+            .field("run_id", &self.run_id)
+            .field("harness_id", &self.harness_id)
+            .field("session", &self.session)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The prepared terminal after the finalization phase.
+#[derive(Debug, Clone)]
+pub struct PreparedFinalization {
+    /// The outcome.
+    pub outcome: FinalizationOutcome,
+    /// The attempt that owns the terminal: the *same* settled `Arc` when it was preserved.
+    pub attempt: Arc<AttemptResult>,
+    /// The rebuilt terminal, when one was built.
+    pub rebuilt: Option<RebuiltTerminal>,
+    /// The payloads to deliver.
+    pub payloads: Vec<ReplyPayload>,
+    /// The assistant texts of the terminal.
+    pub assistant_texts: Vec<String>,
+    /// Finalization tries made.
+    pub tries: u8,
+    /// Usage of the finalization tries.
+    pub finalization_usage: Usage,
+    /// The restored failure signal.
+    pub failure_signal: Option<FailureSignal>,
+    /// The restored terminal tool failure.
+    pub terminal_tool_failure: Option<TerminalToolFailure>,
+    /// The persisted fallback row, when one was written.
+    pub fallback_persisted: Option<AppendOutcome>,
+    /// Lifecycle diagnostics.
+    pub events: Vec<DiagnosticEvent>,
+    /// How the terminal resolver treats the run now.
+    pub policy: TerminalResolutionPolicy,
+}
+
+impl PreparedFinalization {
+    /// The text visible at the source under `mode`.
+    pub fn visible_text(&self, mode: SourceReplyMode) -> String {
+        self.payloads
+            .iter()
+            .map(|p| p.visible_text(mode))
+            .filter(|t| !t.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+enum TryEnd {
+    Answered(SettledTurnFinalizationResult),
+    Silence(SettledTurnFinalizationResult),
+    Empty,
+    Failed,
+}
+
+struct Phase<'a> {
+    input: &'a FinalizationInput<'a>,
+    request: Option<FinalizationRequest>,
+    tries: u8,
+    usage: Usage,
+    events: Vec<DiagnosticEvent>,
+}
+
+impl Phase<'_> {
+    fn finish(
+        self,
+        outcome: FinalizationOutcome,
+        attempt: Arc<AttemptResult>,
+        rebuilt: Option<RebuiltTerminal>,
+        payloads: Vec<ReplyPayload>,
+        assistant_texts: Vec<String>,
+        fallback_persisted: Option<AppendOutcome>,
+    ) -> PreparedFinalization {
+        let facts = self.input.facts;
+        PreparedFinalization {
+            outcome,
+            attempt,
+            rebuilt,
+            payloads,
+            assistant_texts,
+            tries: self.tries,
+            finalization_usage: self.usage,
+            failure_signal: facts.failure_signal.clone(),
+            terminal_tool_failure: facts.terminal_tool_failure.clone(),
+            fallback_persisted,
+            events: self.events,
+            policy: TerminalResolutionPolicy::for_outcome(outcome, facts.reply_expectation),
+        }
+    }
+
+    /// Keeps the original attempt and payloads, outcome `failed`.
+    fn preserve(self) -> PreparedFinalization {
+        let settled = Arc::clone(&self.input.settled);
+        let payloads = self.input.facts.payloads.clone();
+        let texts = settled.assistant_texts.clone();
+        self.finish(
+            FinalizationOutcome::Failed,
+            settled,
+            None,
+            payloads,
+            texts,
+            None,
+        )
+    }
+
+    fn preserve_cancellation(self) -> PreparedFinalization {
+        tracing::warn!(
+            run_id = %self.input.run_id,
+            reason = self.input.signal.reason().as_deref(),
+            "settled-turn finalization was cancelled — preserving cancellation"
+        );
+        self.preserve()
+    }
+}
+
+fn silence_accepted(input: &FinalizationInput<'_>, request: &FinalizationRequest) -> bool {
+    // Pinned rule (the core test's reading of reference §4.7): optional reply, silence allowed
+    // by the route, no failed tool, and the original terminal was not a timeout.
+    input.facts.reply_expectation == ReplyExpectation::Optional
+        && input.facts.allow_empty_assistant_reply_as_silent
+        && request.batch.failed_tool_names.is_empty()
+        && !matches!(input.settled.terminal, AttemptTerminal::TimedOut)
+        && input.facts.timeout_kind.is_none()
+}
+
+fn add_usage(total: &mut Usage, usage: Option<Usage>) {
+    if let Some(u) = usage {
+        total.input_tokens += u.input_tokens;
+        total.output_tokens += u.output_tokens;
+    }
+}
+
+fn writer_authority(
+    input: &FinalizationInput<'_>,
+    idempotency_key: Option<String>,
+) -> Option<WriterDeliveryAuthority> {
+    let key = input.session.session_key.clone()?;
+    input.fence.is_set().then(|| WriterDeliveryAuthority {
+        agent_id: input.session.agent_id.clone(),
+        session_key: key,
+        session_id: input.session.session_id.clone(),
+        fence: input.fence.clone(),
+        idempotency_key,
+    })
+}
+
+fn strip_error_fields(meta: &mut serde_json::Map<String, serde_json::Value>) {
+    for key in [
+        "error_message",
+        "error_code",
+        "delivery",
+        "source_reply_final",
+        "timestamp",
+    ] {
+        meta.remove(key);
+    }
+}
+
+/// Builds a rebuilt terminal around `result` (reference §4.9).
+fn rebuild(
+    input: &FinalizationInput<'_>,
+    prompt: &str,
+    result: &SettledTurnFinalizationResult,
+    answer_text: String,
+    assistant_turns: u32,
+    usage: Option<Usage>,
+) -> RebuiltTerminal {
+    let settled = &input.settled;
+    let assistant = result.assistant.to_agent_message();
+    let mut snapshot = settled.messages_snapshot.clone();
+    snapshot.push(assistant.clone());
+    let clean = ReplayMetadata {
+        had_potential_side_effects: false,
+        replay_safe: true,
+    };
+    let attempt = AttemptResult {
+        terminal: AttemptTerminal::Ok,
+        session_id_used: settled.session_id_used.clone(),
+        assistant_texts: vec![answer_text],
+        messages_snapshot: snapshot,
+        completed_assistant: Some(assistant.clone()),
+        tool_metas: settled.tool_metas.clone(),
+        tool_media_urls: settled.tool_media_urls.clone(),
+        host_owned_tool_media_urls: settled.host_owned_tool_media_urls.clone(),
+        accepted_session_spawns: settled.accepted_session_spawns.clone(),
+        last_tool_error: settled.last_tool_error.clone(),
+        settled_turn_finalization_context: None,
+        replay: clean,
+        delivery: settled.delivery.clone(),
+        usage,
+        yield_detected: false,
+    };
+    RebuiltTerminal {
+        attempt,
+        final_prompt_text: prompt.to_owned(),
+        assistant_transcript_owned: result.assistant_transcript_owned == Some(true),
+        assistant_transcript_idempotency_key: result.assistant_transcript_idempotency_key.clone(),
+        last_assistant_text_message_index: result.assistant_message_index,
+        diagnostic_trace: result.diagnostic_trace.clone(),
+        item_lifecycle: ItemLifecycle::default(),
+        current_attempt_replay: clean,
+        compaction_count: 0,
+        has_tool_media_block_reply: false,
+        carried: input.facts.carried.clone(),
+        agent_meta: AgentMeta {
+            provider: result.assistant.provider().map(str::to_owned),
+            model: result.assistant.model().map(str::to_owned),
+            runtime_model_selection: input.facts.carried.runtime_model_selection.clone(),
+            credential_source: input.facts.carried.credential_source.clone(),
+            assistant_turns,
+            error: None,
+        },
+        assistant,
+        replay_invalid: false,
+    }
+}
+
+/// The fallback assistant identity: the source attempt's current or last assistant, the
+/// settled attempt's completed assistant, then the settled-batch assistant.
+fn fallback_identity<'a>(
+    input: &'a FinalizationInput<'a>,
+    request: &'a FinalizationRequest,
+) -> &'a AgentMessage {
+    input
+        .facts
+        .current_attempt_assistant
+        .as_ref()
+        .or(input.facts.last_assistant.as_ref())
+        .or(input.settled.completed_assistant.as_ref())
+        .unwrap_or(&request.batch.batch_assistant)
+}
+
+fn fallback_message(identity: &AgentMessage, text: &str, now_ms: i64) -> AgentMessage {
+    let mut meta = identity.meta.clone();
+    strip_error_fields(&mut meta);
+    meta.insert("timestamp".into(), now_ms.into());
+    AgentMessage {
+        role: tether_core::MessageRole::Assistant,
+        content: vec![ContentBlock::Text { text: text.into() }],
+        id: None,
+        tool_call_id: None,
+        tool_name: None,
+        is_error: false,
+        stop_reason: Some("stop".into()),
+        meta,
+    }
+}
+
+/// Persists the fallback row. `Ok(None)`: not persisted (skipped or failed, logged).
+async fn persist_fallback(
+    input: &FinalizationInput<'_>,
+    message: &AgentMessage,
+) -> Result<Option<AppendOutcome>, FinalizerError> {
+    let rebound = |message: String| FinalizerError::WriterRebound { message };
+    if input.session.session_key.is_none() {
+        if input.fence.is_set() {
+            return Err(rebound("the fenced session has no session key".into()));
+        }
+        return Ok(None);
+    }
+    let target = match input.transcript.resolve_target(&input.session).await {
+        Ok(target) => target,
+        Err(err) => {
+            tracing::warn!(run_id = %input.run_id, error = %err, "settled-turn fallback transcript append failed");
+            return Ok(None);
+        }
+    };
+    let mut row = message.clone();
+    row.meta.insert("provider".into(), FALLBACK_PROVIDER.into());
+    row.meta.insert("model".into(), FALLBACK_MODEL.into());
+    let append = FallbackAppend {
+        idempotency_key: fallback_idempotency_key(&input.run_id),
+        target,
+        message: row,
+        fence: input.fence.clone(),
+        cancellation: input.signal.cancellation().clone(),
+        assert_still_active: Arc::clone(&input.admission),
+    };
+    match input.transcript.append_fallback(append).await {
+        Ok(FallbackAppendResult::Appended(outcome)) => Ok(Some(outcome)),
+        Ok(FallbackAppendResult::SessionRebound { reason }) => Err(rebound(reason)),
+        Ok(FallbackAppendResult::Blocked { reason }) if input.fence.is_set() => {
+            Err(rebound(reason))
+        }
+        Ok(FallbackAppendResult::MissingActiveSession) if input.fence.is_set() => {
+            Err(rebound("missing active session".into()))
+        }
+        Ok(other) => {
+            tracing::warn!(run_id = %input.run_id, result = ?other, "settled-turn fallback transcript append skipped");
+            Ok(None)
+        }
+        Err(FallbackAppendError::WriterRebound(message)) => Err(rebound(message)),
+        Err(FallbackAppendError::Failed(err)) => {
+            tracing::warn!(run_id = %input.run_id, error = %err, "settled-turn fallback transcript append failed");
+            Ok(None)
+        }
+    }
+}
+
+/// Runs the settled-turn finalization phase once (reference §4.1–§4.9).
+///
+/// Returns the possibly replaced attempt, the payloads and the outcome. Only a rebound
+/// transcript writer (and a lost admission) is an error; every other failure ends in the host
+/// fallback or a preserved original terminal.
+pub async fn prepare_terminal_with_settled_turn_finalization(
+    input: &FinalizationInput<'_>,
+) -> Result<PreparedFinalization, FinalizerError> {
+    let span = tracing::info_span!("settled_turn_finalization", run_id = %input.run_id, harness = %input.harness_id);
+    let _enter = span.enter();
+    let facts = input.facts;
+    let settled = &input.settled;
+    let mut phase = Phase {
+        input,
+        request: resolve_settled_turn_finalization_request(
+            settled,
+            facts,
+            input.finalizer.is_some(),
+        ),
+        tries: 0,
+        usage: Usage::default(),
+        events: Vec::new(),
+    };
+    let Some(request) = phase.request.take() else {
+        let payloads = facts.payloads.clone();
+        let texts = settled.assistant_texts.clone();
+        return Ok(phase.finish(
+            FinalizationOutcome::NotAttempted,
+            Arc::clone(settled),
+            None,
+            payloads,
+            texts,
+            None,
+        ));
+    };
+    (input.admission)().map_err(|_| FinalizerError::AdmissionInactive)?;
+    let fallback_allowed = !facts.silent_expected && settled.last_tool_error.is_none();
+    tracing::warn!(
+        run_id = %input.run_id,
+        session_id = %input.session.session_id,
+        "settled post-tool turn lacked a final answer — running isolated finalization"
+    );
+    let timeout = if input.try_timeout.is_zero() {
+        MAX_TIMER
+    } else {
+        input.try_timeout
+    };
+    let mut end = TryEnd::Failed;
+    for try_number in 1..=MAX_EMPTY_FINALIZATION_TRIES {
+        if input.signal.is_cancelled() {
+            return Ok(phase.preserve_cancellation());
+        }
+        let try_cancel = Cancellation::new();
+        input.signal.install_try(&try_cancel);
+        let deadline = input.clock.now() + timeout;
+        let attempt = FinalizationAttempt::new(
+            input.run_id.clone(),
+            request.prompt.clone(),
+            input.session.clone(),
+            try_cancel,
+            Some(deadline),
+            try_number,
+        );
+        phase.tries += 1;
+        let outcome = run_lifecycle_finalization(
+            &input.harness_id,
+            input.finalizer,
+            attempt,
+            settled,
+            input.diagnostics,
+            &mut phase.events,
+        )
+        .await;
+        input.signal.retire_try();
+        match outcome {
+            Ok(LifecycleOutcome::Answered(result)) => {
+                add_usage(&mut phase.usage, result.usage);
+                end = TryEnd::Answered(result);
+                break;
+            }
+            Ok(LifecycleOutcome::Empty { result, silent }) => {
+                add_usage(&mut phase.usage, result.usage);
+                if silent && silence_accepted(input, &request) {
+                    end = TryEnd::Silence(result);
+                    break;
+                }
+                end = TryEnd::Empty;
+                if try_number < MAX_EMPTY_FINALIZATION_TRIES {
+                    tracing::info!(run_id = %input.run_id, "settled-turn finalization completed without a visible answer — retrying 1/1 with tools disabled");
+                } else {
+                    tracing::warn!(run_id = %input.run_id, attempts = try_number, "settled-turn finalization completed without a visible answer — using terminal fallback reply | preserving original failure");
+                }
+            }
+            Err(err) => {
+                if input.signal.is_cancelled() {
+                    return Ok(phase.preserve_cancellation());
+                }
+                tracing::warn!(run_id = %input.run_id, error = %err, "settled-turn finalization failed — using terminal fallback reply | preserving original failure");
+                end = TryEnd::Failed;
+                break;
+            }
+        }
+    }
+    let assistant_turns = facts.assistant_turns + u32::from(phase.tries);
+    match end {
+        TryEnd::Answered(result) => {
+            let text = result.visible_text();
+            let rebuilt = rebuild(
+                input,
+                &request.prompt,
+                &result,
+                text.clone(),
+                assistant_turns,
+                result.usage,
+            );
+            let mut payload =
+                ReplyPayload::new(PayloadKind::FinalizationAnswer, text.clone(), false);
+            payload.deliver_despite_source_suppression = true;
+            payload.writer_authority = writer_authority(input, None);
+            let attempt = Arc::new(rebuilt.attempt.clone());
+            Ok(phase.finish(
+                FinalizationOutcome::Answered,
+                attempt,
+                Some(rebuilt),
+                vec![payload],
+                vec![text],
+                None,
+            ))
+        }
+        TryEnd::Silence(result) => {
+            let rebuilt = rebuild(
+                input,
+                &request.prompt,
+                &result,
+                SILENT_REPLY_TOKEN.into(),
+                assistant_turns,
+                result.usage,
+            );
+            let attempt = Arc::new(rebuilt.attempt.clone());
+            Ok(phase.finish(
+                FinalizationOutcome::Answered,
+                attempt,
+                Some(rebuilt),
+                Vec::new(),
+                vec![SILENT_REPLY_TOKEN.into()],
+                None,
+            ))
+        }
+        TryEnd::Empty | TryEnd::Failed => {
+            if input.signal.is_cancelled() {
+                return Ok(phase.preserve_cancellation());
+            }
+            if !fallback_allowed {
+                return Ok(phase.preserve());
+            }
+            let empty = matches!(end, TryEnd::Empty);
+            host_fallback(phase, &request, empty, assistant_turns).await
+        }
+    }
+}
+
+async fn host_fallback(
+    phase: Phase<'_>,
+    request: &FinalizationRequest,
+    empty: bool,
+    assistant_turns: u32,
+) -> Result<PreparedFinalization, FinalizerError> {
+    let input = phase.input;
+    let settled = &input.settled;
+    let failed_terminal = matches!(settled.terminal, AttemptTerminal::Failed { .. });
+    let cron_silent =
+        input.facts.trigger == RunTrigger::Cron && settled.terminal == AttemptTerminal::Ok;
+    let provider_copy = input
+        .facts
+        .provider_failure_copy
+        .as_deref()
+        .filter(|_| failed_terminal);
+    let text = if cron_silent {
+        SILENT_REPLY_TOKEN
+    } else {
+        provider_copy.unwrap_or(FALLBACK_TEXT)
+    };
+    let identity = fallback_identity(input, request);
+    let message = fallback_message(identity, text, input.clock.now().as_millis());
+    let persisted = persist_fallback(input, &message).await?;
+    if input.signal.is_cancelled() {
+        return Ok(phase.preserve_cancellation());
+    }
+    let key = persisted
+        .as_ref()
+        .map(|_| fallback_idempotency_key(&input.run_id));
+    let mut result =
+        SettledTurnFinalizationResult::answer(FinalAssistant::from_agent_message(&message));
+    if persisted.is_some() {
+        result.assistant_transcript_owned = Some(true);
+        result.assistant_transcript_idempotency_key.clone_from(&key);
+    }
+    result.usage = settled.usage;
+    let mut rebuilt = rebuild(
+        input,
+        &request.prompt,
+        &result,
+        text.to_owned(),
+        assistant_turns,
+        settled.usage,
+    );
+    if cron_silent {
+        let attempt = Arc::new(rebuilt.attempt.clone());
+        return Ok(phase.finish(
+            FinalizationOutcome::SilentFallback,
+            attempt,
+            Some(rebuilt),
+            Vec::new(),
+            vec![SILENT_REPLY_TOKEN.into()],
+            persisted,
+        ));
+    }
+    if let (Some(_), AttemptTerminal::Failed { message }) = (provider_copy, &settled.terminal) {
+        // G4: a provider failure keeps its failed terminal and error; replay stays invalid.
+        rebuilt.attempt.terminal = settled.terminal.clone();
+        rebuilt.agent_meta.error = Some(message.clone());
+        rebuilt.replay_invalid = true;
+    }
+    let mut payload = ReplyPayload::new(PayloadKind::HostFallback, text, false);
+    payload.writer_authority = writer_authority(input, key);
+    let outcome = if empty {
+        FinalizationOutcome::CompletedEmpty
+    } else {
+        FinalizationOutcome::Failed
+    };
+    let attempt = Arc::new(rebuilt.attempt.clone());
+    Ok(phase.finish(
+        outcome,
+        attempt,
+        Some(rebuilt),
+        vec![payload],
+        vec![text.to_owned()],
+        persisted,
+    ))
+}
