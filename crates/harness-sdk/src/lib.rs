@@ -10,6 +10,7 @@
 
 pub mod acpx;
 pub mod generation;
+pub mod initialization;
 pub mod lifecycle;
 pub mod reset;
 pub mod results;

@@ -2,6 +2,7 @@
 
 mod acpx;
 mod generation;
+mod initialization;
 mod lifecycle;
 mod reset;
 mod results;
