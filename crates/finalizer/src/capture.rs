@@ -339,3 +339,30 @@ pub fn capture_settled_turn_context<S: HistorySource>(
     }
     outcome
 }
+
+/// A failed native turn as the harness's event projector saw it (reference §3.6).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NativeTurnFailure<'a> {
+    /// The native error info of the failed turn (`serverOverloaded`, `usageLimitExceeded`, …).
+    pub error_info: Option<&'a str>,
+    /// The error info of an error notification that preceded a bare failed turn.
+    pub preceding_notification: Option<&'a str>,
+    /// The provider refused the request.
+    pub provider_refusal: bool,
+}
+
+/// Whether a failed native turn may be finalized: only transient server-side failures
+/// (overload, an internal server error notification before a bare failure). Auth, usage-limit
+/// and refusal failures never are.
+pub fn native_failure_finalization_allowed(failure: &NativeTurnFailure<'_>) -> bool {
+    if failure.provider_refusal {
+        return false;
+    }
+    match failure.error_info {
+        Some(info) => info == "serverOverloaded",
+        None => matches!(
+            failure.preceding_notification,
+            Some("internalServerError" | "serverOverloaded")
+        ),
+    }
+}

@@ -18,7 +18,9 @@
 //! - [`orchestrate`]: the once-per-run finalization phase (tries, silence policy, cancellation,
 //!   the persisted host fallback, the rebuilt terminal);
 //! - [`policy`]: the hooks skipped during finalization and the terminal-resolution policy after
-//!   it; [`incomplete`]: the side-effect-aware incomplete-turn warning.
+//!   it; [`incomplete`]: the side-effect-aware incomplete-turn warning;
+//! - [`bounded_finalizer`]: a reusable finalizer for harnesses that replay their captured
+//!   bounded projection in an isolated native turn.
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
 //! [`tether_core::FinalizationAttempt`], which is plain data ([`restricted`] documents and
@@ -38,6 +40,7 @@
 //! ```
 
 pub mod bounded;
+pub mod bounded_finalizer;
 pub mod capture;
 pub mod error;
 pub mod evidence;
@@ -55,10 +58,14 @@ pub use bounded::{
     BoundedProjection, HistoryReadError, HistorySource, ProjectedItem, ProjectionLimits,
     ProvenanceInput, RejectionReason, project_current_evidence, project_settled_turn_history,
 };
+pub use bounded_finalizer::{
+    BoundedTurnFinalizer, BoundedTurnOutput, BoundedTurnRequest, BoundedTurnRuntime, Isolation,
+    MirrorRequest, MirroredRow, NativeItem, OwnedEvidence, PreparedAuth,
+};
 pub use capture::{
     CaptureRequest, CapturedTurnContext, FailureFacts, FailureSource, ModelSelection,
-    TranscriptCaptureInput, capture_settled_turn_context, is_transient_failure,
-    resolve_transcript_finalization_context,
+    NativeTurnFailure, TranscriptCaptureInput, capture_settled_turn_context, is_transient_failure,
+    native_failure_finalization_allowed, resolve_transcript_finalization_context,
 };
 pub use error::{FinalizerError, TerminalStatus};
 pub use evidence::{ItemLifecycle, TimeoutKind};

@@ -817,7 +817,9 @@ async fn host_fallback(
     }
     let mut payload = ReplyPayload::new(PayloadKind::HostFallback, text, false);
     payload.writer_authority = writer_authority(input, key);
-    let outcome = if empty {
+    // A provider-failure fallback keeps the run failed (G4); otherwise an empty answer is a
+    // closed `completed-empty` fact.
+    let outcome = if empty && provider_copy.is_none() {
         FinalizationOutcome::CompletedEmpty
     } else {
         FinalizationOutcome::Failed

@@ -70,7 +70,7 @@ fn call(id: &str, name: &str, arguments: Value) -> AgentMessage {
 }
 
 /// The settled messages of turn `t`: prompt, call, result "sent", with mirror identities.
-fn settled_turn(t: &str) -> Vec<AgentMessage> {
+pub(crate) fn settled_turn(t: &str) -> Vec<AgentMessage> {
     vec![
         with_id(user("please send it"), &format!("{t}:prompt")),
         with_id(call("c1", "send", json!({})), &format!("{t}:tool:c1:call")),

@@ -177,7 +177,7 @@ pub(crate) fn fence() -> WriterFence {
 pub(crate) struct Run<'a> {
     pub(crate) settled: Arc<AttemptResult>,
     pub(crate) facts: TurnFacts,
-    pub(crate) finalizer: Option<&'a ScriptedFinalizer>,
+    pub(crate) finalizer: Option<&'a dyn SettledTurnFinalizer>,
     pub(crate) transcript: &'a RecordingTranscript,
     pub(crate) signal: &'a RunSignal,
     pub(crate) session: SessionTarget,
@@ -191,7 +191,7 @@ impl<'a> Run<'a> {
     pub(crate) fn new(
         settled: AttemptResult,
         facts: TurnFacts,
-        finalizer: Option<&'a ScriptedFinalizer>,
+        finalizer: Option<&'a dyn SettledTurnFinalizer>,
         transcript: &'a RecordingTranscript,
         signal: &'a RunSignal,
     ) -> Self {
@@ -215,7 +215,7 @@ impl<'a> Run<'a> {
         let input = FinalizationInput {
             run_id: RunId::new("run-settled").unwrap(),
             harness_id: HarnessId::new("codex").unwrap(),
-            finalizer: self.finalizer.map(|f| f as &dyn SettledTurnFinalizer),
+            finalizer: self.finalizer,
             settled: Arc::clone(&self.settled),
             facts: &self.facts,
             session: self.session.clone(),

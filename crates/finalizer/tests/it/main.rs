@@ -5,6 +5,7 @@
 
 mod bounded;
 mod capture;
+mod codex;
 mod gate;
 mod harness;
 mod orchestration;
