@@ -19,6 +19,7 @@ pub mod mirror;
 pub mod redact;
 pub mod sanitize;
 pub mod shared;
+pub mod spawn;
 pub(crate) mod tree;
 
 pub use tree::drop_deep;

@@ -5,9 +5,11 @@
 //!   assignments, `Bearer <token>`, `--api-key <value>` flags, well-known token prefixes
 //!   (`sk-`, `ghp_`, `xoxb-`, `AKIA`, …), shell defaults `${SECRET_NAME:-default}`, and
 //!   caller-configured token prefixes ([`RedactionConfig::token_prefixes`]).
-//! * **Key-aware values** ([`redact_field_value`]): the pattern layer first; when no pattern
-//!   matched and the key is sensitive ([`is_sensitive_key`]) the whole value is masked, except a
-//!   shell reference to the key itself (`${DISCORD_BOT_TOKEN:-}` under `DISCORD_BOT_TOKEN`).
+//! * **Key-aware values** ([`redact_field_value`]): under a sensitive key
+//!   ([`is_sensitive_key`]) the whole value is masked, except a shell reference to the key
+//!   itself (`${DISCORD_BOT_TOKEN:-}` under `DISCORD_BOT_TOKEN`); under other keys the pattern
+//!   layer applies. (OpenClaw applies the patterns first and masks the whole value only when no
+//!   pattern changed it; masking the whole value is stricter and idempotent.)
 //!
 //! Masking ([`mask_token`]): `"***"` stays; fewer than 18 characters → `"***"`; otherwise the
 //! first 6 characters, `…`, and the last 4 (counted in Unicode scalar values, never splitting
@@ -39,7 +41,10 @@ pub fn mask_token(value: &str) -> String {
         return MASK.to_owned();
     }
     let chars: Vec<char> = value.chars().collect();
-    if chars.len() < MASK_MIN_CHARS {
+    let edges_have_ellipsis = chars.len() >= MASK_MIN_CHARS
+        && (chars[..6].contains(&ELLIPSIS) || chars[chars.len() - 4..].contains(&ELLIPSIS));
+    if chars.len() < MASK_MIN_CHARS || edges_have_ellipsis {
+        // An ellipsis in the kept edges would make the mask unrecognisable as one.
         return MASK.to_owned();
     }
     let mut out: String = chars[..6].iter().collect();
@@ -364,14 +369,18 @@ fn mask_span(span: &[char], quoted: bool) -> String {
 }
 
 /// [`mask_token`], falling back to [`MASK`] when the kept edges could change how the text
-/// scans next time (quotes or backslashes inside a quoted value, or a tail that reads as a
-/// sensitive key).
+/// scans next time (quotes or backslashes inside a quoted value, an assignment or shell
+/// reference in the head, or a tail that reads as a sensitive key).
 fn safe_mask(value: &str, quoted: bool) -> String {
     let masked = mask_token(value);
     if masked == MASK {
         return masked;
     }
     if quoted && masked.chars().any(|c| matches!(c, '"' | '\'' | '\\')) {
+        return MASK.to_owned();
+    }
+    let head: String = masked.chars().take(6).collect();
+    if head.contains(['=', ':', '$']) {
         return MASK.to_owned();
     }
     let tail: String = masked.chars().skip(7).collect();
@@ -425,8 +434,8 @@ fn shell_reference(chars: &[char], start: usize) -> Option<(usize, Option<String
     }
 }
 
-/// The token after `Bearer` (one or more spaces, then at least 8 non-terminator characters, or
-/// an existing mask).
+/// The token after `Bearer`: one or more spaces, then either an existing mask (the whole run
+/// up to a terminator) or at least 8 token characters (`A-Z a-z 0-9 . _ ~ + / = -`).
 fn scheme_token(chars: &[char], after: usize) -> Option<(usize, usize)> {
     let mut k = after;
     while k < chars.len() && chars[k] == ' ' {
@@ -436,11 +445,22 @@ fn scheme_token(chars: &[char], after: usize) -> Option<(usize, usize)> {
         return None;
     }
     let start = k;
-    while k < chars.len() && !is_value_terminator(chars[k]) {
-        k += 1;
+    let mut end_any = start;
+    while end_any < chars.len() && !is_value_terminator(chars[end_any]) {
+        end_any += 1;
     }
-    let span: String = chars[start..k].iter().collect();
-    (k - start >= 8 || is_masked(&span)).then_some((start, k))
+    let whole: String = chars[start..end_any].iter().collect();
+    if is_masked(&whole) {
+        return Some((start, end_any));
+    }
+    let mut end_token = start;
+    while end_token < chars.len()
+        && (chars[end_token].is_ascii_alphanumeric()
+            || matches!(chars[end_token], '.' | '_' | '~' | '+' | '/' | '=' | '-'))
+    {
+        end_token += 1;
+    }
+    (end_token - start >= 8).then_some((start, end_token))
 }
 
 fn flag_value(chars: &[char], after: usize) -> Option<(usize, usize)> {
@@ -558,20 +578,21 @@ pub fn is_own_shell_reference(key: &str, value: &str) -> bool {
 
 /// Key-aware redaction of one string stored under `key` (whose holder sits under
 /// `parent_key`).
+///
+/// Under a sensitive key the whole value is masked (unless it is already a mask, a shell
+/// reference to the key itself, or a `$WORKSPACE_DIR/….jsonl` session path); masking the whole
+/// value rather than only the pattern hits keeps the rule idempotent and never leaves part of
+/// a secret behind. Under any other key the free-text patterns apply.
 pub fn redact_field_value(
     key: &str,
     parent_key: Option<&str>,
     value: &str,
     config: &RedactionConfig,
 ) -> String {
-    let patterned = redact_text_with(value, config);
-    if patterned.matched {
-        return patterned.text;
+    if !is_sensitive_key_in(key, parent_key) {
+        return redact_text_with(value, config).text;
     }
-    if !is_sensitive_key_in(key, parent_key) || is_masked(value) {
-        return patterned.text;
-    }
-    if is_own_shell_reference(key, value) {
+    if is_masked(value) || is_own_shell_reference(key, value) {
         return value.to_owned();
     }
     if key.eq_ignore_ascii_case("session") && is_workspace_session_path(value) {

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::redact::{
     MASK, RedactionConfig, is_sensitive_key_in, redact_field_value, redact_text_with,
 };
-use super::tree::{Visit, deep_clone, map_tree};
+use super::tree::{Visit, drop_deep, map_tree};
 
 /// Text blocks of a tool result are cut to this many UTF-16 code units.
 pub const TOOL_RESULT_MAX_CHARS: usize = 8000;
@@ -121,58 +121,58 @@ pub fn sanitize_tool_result_with(result: &Value, config: &RedactionConfig) -> Va
     match result {
         Value::String(s) => Value::String(redact_text_with(s, config).text),
         Value::Array(_) => redact_structured_with(result, config),
-        Value::Object(_) => map_tree(result, &mut |ctx, node| {
-            let is_content_item =
-                ctx.depth == 2 && ctx.in_array && ctx.parent_key == Some("content");
-            if is_content_item && let Value::Object(item) = node {
-                return Visit::Replace(sanitize_content_item(item, config));
+        Value::Object(input) => {
+            let mut out = redact_structured_with(result, config);
+            if let (Some(Value::Array(items_in)), Some(Value::Array(items_out))) =
+                (input.get("content"), out.get_mut("content"))
+            {
+                for (item_in, item_out) in items_in.iter().zip(items_out.iter_mut()) {
+                    if let (Value::Object(item_in), Value::Object(item_out)) = (item_in, item_out) {
+                        finish_content_item(item_in, item_out, config);
+                    }
+                }
             }
-            match redact_scalar(node, ctx.key, ctx.parent_key, ScalarMode::Result, config) {
-                Some(v) => Visit::Replace(v),
-                None => Visit::Descend,
-            }
-        }),
+            out
+        }
         scalar => scalar.clone(),
     }
 }
 
-fn sanitize_content_item(item: &Map<String, Value>, config: &RedactionConfig) -> Value {
-    match item.get("type").and_then(Value::as_str) {
+/// Image and text rules for one (already redacted) `content[]` item; edits the output copy only.
+fn finish_content_item(
+    item_in: &Map<String, Value>,
+    item_out: &mut Map<String, Value>,
+    config: &RedactionConfig,
+) {
+    match item_in.get("type").and_then(Value::as_str) {
         Some("image") => {
-            let mut out = Map::new();
-            for (k, v) in item {
-                if k != "data" && k != "bytes" && k != "omitted" {
-                    out.insert(k.clone(), deep_clone(v));
+            let bytes = match item_in.get("data") {
+                Some(Value::String(data)) => Some(Value::from(base64_decoded_len(data))),
+                _ => item_out.get("bytes").filter(|b| b.is_number()).cloned(),
+            };
+            if let Some(data) = item_out.remove("data") {
+                drop_deep(data);
+            }
+            match bytes {
+                Some(b) => {
+                    item_out.insert("bytes".into(), b);
+                }
+                None => {
+                    if let Some(old) = item_out.remove("bytes") {
+                        drop_deep(old);
+                    }
                 }
             }
-            let bytes = match item.get("data") {
-                Some(Value::String(data)) => Some(Value::from(base64_decoded_len(data))),
-                _ => item.get("bytes").filter(|b| b.is_number()).cloned(),
-            };
-            if let Some(b) = bytes {
-                out.insert("bytes".into(), b);
-            }
-            out.insert("omitted".into(), Value::Bool(true));
-            redact_item(&Value::Object(out), config)
+            item_out.insert("omitted".into(), Value::Bool(true));
         }
-        Some("text") if item.get("text").is_some_and(Value::is_string) => {
-            let redacted = redact_item(&Value::Object(item.clone()), config);
-            let Value::Object(mut out) = redacted else {
-                return Value::Null;
-            };
-            if let Some(Value::String(text)) = out.get("text") {
+        Some("text") => {
+            if let Some(Value::String(text)) = item_out.get_mut("text") {
                 let cut = truncate_text(text, config);
-                out.insert("text".into(), Value::String(cut));
+                *text = cut;
             }
-            Value::Object(out)
         }
-        _ => redact_item(&Value::Object(item.clone()), config),
+        _ => {}
     }
-}
-
-/// Content items sit under the key `content`; their own fields are redacted as a record.
-fn redact_item(item: &Value, config: &RedactionConfig) -> Value {
-    redact_structured_with(item, config)
 }
 
 /// The decoded size of base64 `data` (`floor(len * 3 / 4)` minus `=` padding).

@@ -14,7 +14,6 @@ pub(crate) fn is_truthy(value: &Value) -> bool {
 }
 
 /// The trimmed, non-empty string at `value`, if any.
-#[allow(dead_code, reason = "used by the sanitizers (part D)")]
 pub(crate) fn trimmed_str(value: Option<&Value>) -> Option<&str> {
     value
         .and_then(Value::as_str)
@@ -82,8 +81,6 @@ pub(crate) struct NodeCtx<'a> {
     pub(crate) key: Option<&'a str>,
     /// The key of the object that holds this node's parent object, when the parent is an object.
     pub(crate) parent_key: Option<&'a str>,
-    /// Whether the node is an array element.
-    pub(crate) in_array: bool,
     /// Nesting depth (root = 0).
     pub(crate) depth: usize,
 }
@@ -121,7 +118,6 @@ where
     let root_ctx = NodeCtx {
         key: None,
         parent_key: None,
-        in_array: false,
         depth: 0,
     };
     let mut stack: Vec<Frame<'a>> = Vec::new();
@@ -151,7 +147,6 @@ where
                     NodeCtx {
                         key: None,
                         parent_key: *key,
-                        in_array: true,
                         depth: *depth + 1,
                     },
                 )
@@ -169,7 +164,6 @@ where
                     NodeCtx {
                         key: Some(k.as_str()),
                         parent_key: *key,
-                        in_array: false,
                         depth: *depth + 1,
                     },
                 )

@@ -3,4 +3,6 @@
 mod delivery;
 mod display;
 mod mirror;
+mod properties;
 mod sanitize;
+mod spawn;

@@ -68,8 +68,8 @@ fn tool_results_076_secrets_removed_everywhere() {
 }
 
 /// The exact mask of a shell default differs from OpenClaw's pattern table (which printed
-/// `${GITHUB_TOKEN:-liter…890}`): we keep `${NAME:-` and `}` and apply the standard mask to the
-/// default value.
+/// `${GITHUB_TOKEN:-liter…890}`): under a sensitive key Tether masks the whole value with the
+/// standard rule (first 6, `…`, last 4), so no part of the literal default survives.
 #[test]
 fn tool_results_077_shell_references() {
     let args = json!({"DISCORD_BOT_TOKEN": "${DISCORD_BOT_TOKEN:-}",
@@ -78,7 +78,7 @@ fn tool_results_077_shell_references() {
     assert_eq!(out["DISCORD_BOT_TOKEN"], "${DISCORD_BOT_TOKEN:-}");
     assert_eq!(out["nested"]["apiKey"], "${OPEN…Y:-}");
     let gh = out["nested"]["GITHUB_TOKEN"].as_str().expect("string");
-    assert_eq!(gh, "${GITHUB_TOKEN:-litera…7890}");
+    assert_eq!(gh, "${GITH…890}");
     assert!(!gh.contains("literalgithub1234567890"));
 }
 
