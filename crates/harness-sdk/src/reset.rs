@@ -8,6 +8,10 @@
 //! every [`HarnessRegistry`], so it survives registry reloads; the hook is still invoked on every
 //! later reset so the harness can recover.
 //!
+//! The [`HarnessRegistry`] also backs operation-scoped owner checks: a
+//! [`HarnessOwnerAuthority`] stops authorizing once its operation closed, the registry changed,
+//! or the harness registration was removed or replaced.
+//!
 //! ```
 //! use std::sync::Arc;
 //! use async_trait::async_trait;
@@ -43,11 +47,12 @@
 //! ```
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use futures::future::join_all;
-use tether_core::{AgentHarness, Error, HarnessId, ResetParams};
+use tether_core::{AgentHarness, AssertCurrent, Error, HarnessId, ResetParams};
 use tracing::Instrument as _;
 
 /// Registry generations are drawn from one process-wide counter, so two registries (for
@@ -152,6 +157,119 @@ impl HarnessRegistry {
     /// The current generation; it changes on every change to the registry.
     pub fn generation(&self) -> u64 {
         self.read().generation
+    }
+}
+
+/// The default text of the owner-changed error (`{harness_id}` is replaced).
+pub const OWNER_CHANGED_TEXT: &str = "Session deletion harness owner changed: {harness_id}";
+
+struct OwnerInner {
+    registry: Arc<HarnessRegistry>,
+    harness: Arc<dyn AgentHarness>,
+    generation: u64,
+    closed: AtomicBool,
+    lifecycle: Option<AssertCurrent>,
+    text: String,
+}
+
+/// An operation's authority over one harness registration (reference §2.11 step 3): it fails
+/// with [`Error::OwnerChanged`] once the operation closed, the plugin lifecycle authority was
+/// lost, the registry changed, or the registration was removed or replaced (in Rust the hooks
+/// are the harness object's, so a replaced hook is a replaced registration).
+///
+/// Retaining the callback grants nothing: after [`Self::close`] it keeps failing.
+#[derive(Clone)]
+pub struct HarnessOwnerAuthority {
+    inner: Arc<OwnerInner>,
+}
+
+impl fmt::Debug for HarnessOwnerAuthority {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HarnessOwnerAuthority")
+            .field("harness_id", self.inner.harness.id())
+            .field("generation", &self.inner.generation)
+            .field("closed", &self.inner.closed.load(Ordering::SeqCst))
+            .finish_non_exhaustive()
+    }
+}
+
+impl HarnessOwnerAuthority {
+    /// Captures the authority of `harness`, which must be the current registration under its
+    /// id in `registry`. `lifecycle` is the plugin lifecycle authority, when there is one.
+    pub fn capture(
+        registry: &Arc<HarnessRegistry>,
+        harness: &Arc<dyn AgentHarness>,
+        lifecycle: Option<AssertCurrent>,
+    ) -> Result<Self, Error> {
+        let authority = Self {
+            inner: Arc::new(OwnerInner {
+                registry: Arc::clone(registry),
+                harness: Arc::clone(harness),
+                generation: registry.generation(),
+                closed: AtomicBool::new(false),
+                lifecycle,
+                text: OWNER_CHANGED_TEXT.to_owned(),
+            }),
+        };
+        authority.assert_current()?;
+        Ok(authority)
+    }
+
+    /// The same authority with another owner-changed text (`{harness_id}` is replaced), for
+    /// example "Session mutation harness owner changed: {harness_id}". Call it right after
+    /// [`Self::capture`], before sharing: the result is a separate authority with its own
+    /// close flag.
+    #[must_use]
+    pub fn with_owner_changed_text(self, text: impl Into<String>) -> Self {
+        let inner = &self.inner;
+        Self {
+            inner: Arc::new(OwnerInner {
+                registry: Arc::clone(&inner.registry),
+                harness: Arc::clone(&inner.harness),
+                generation: inner.generation,
+                closed: AtomicBool::new(inner.closed.load(Ordering::SeqCst)),
+                lifecycle: inner.lifecycle.clone(),
+                text: text.into(),
+            }),
+        }
+    }
+
+    /// The harness this authority is for.
+    pub fn harness(&self) -> &Arc<dyn AgentHarness> {
+        &self.inner.harness
+    }
+
+    /// Fails once the operation closed, the lifecycle authority was lost, the registry changed,
+    /// or the registration was removed or replaced.
+    pub fn assert_current(&self) -> Result<(), Error> {
+        let inner = &self.inner;
+        let current = !inner.closed.load(Ordering::SeqCst)
+            && inner
+                .lifecycle
+                .as_ref()
+                .is_none_or(|lifecycle| lifecycle().is_ok())
+            && inner.registry.generation() == inner.generation
+            && inner.registry.is_registered(&inner.harness);
+        if current {
+            Ok(())
+        } else {
+            let id = inner.harness.id();
+            Err(Error::OwnerChanged {
+                owner: id.as_str().to_owned(),
+                message: inner.text.replace("{harness_id}", id.as_str()),
+            })
+        }
+    }
+
+    /// [`Self::assert_current`] as an [`AssertCurrent`] to hand to the harness.
+    pub fn assert_current_fn(&self) -> AssertCurrent {
+        let this = self.clone();
+        Arc::new(move || this.assert_current())
+    }
+
+    /// Closes the operation: every later check fails.
+    pub fn close(&self) {
+        self.inner.closed.store(true, Ordering::SeqCst);
     }
 }
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tether_core::{AgentHarness, AgentId, Error, HarnessId, ResetParams, ResetReason, SessionId};
 use tether_harness_sdk::reset::{
-    HarnessRegistry, reset_failure_logged, reset_registered_harness_sessions,
+    HarnessOwnerAuthority, HarnessRegistry, reset_failure_logged, reset_registered_harness_sessions,
 };
 use tokio::sync::Barrier;
 
@@ -215,4 +215,75 @@ fn registry_generation_moves_on_every_change() {
 
     let reloaded = HarnessRegistry::new();
     assert!(![g0, g1, g2, g3].contains(&reloaded.generation()));
+}
+
+fn owner_changed(err: &Error, id: &str) -> bool {
+    matches!(err, Error::OwnerChanged { owner, .. } if owner == id)
+        && err.to_string() == format!("Session deletion harness owner changed: {id}")
+}
+
+/// Scenario 66 (the registry side of it): an operation's owner authority stops authorizing
+/// when the registration is replaced (the hook replaced), the registry changes, the
+/// registration is removed, the plugin lifecycle authority is lost, or the operation closes —
+/// and a callback retained past the operation keeps failing. The host's deletion commit and
+/// rollback run this check first (reference §2.11 step 3).
+#[test]
+fn lifecycle_scenario_66_harness_owner_replaced_mid_operation() {
+    let registry = Arc::new(HarnessRegistry::new());
+    let a: Arc<dyn AgentHarness> = Probe::new("s66-a", false);
+    registry.register(a.clone());
+
+    // Hook replaced: a new object registered under the same id.
+    let owner = HarnessOwnerAuthority::capture(&registry, &a, None).unwrap();
+    let check = owner.assert_current_fn();
+    check().unwrap();
+    let replacement: Arc<dyn AgentHarness> = Probe::new("s66-a", false);
+    registry.register(replacement.clone());
+    assert!(owner_changed(&check().unwrap_err(), "s66-a"));
+    let err = HarnessOwnerAuthority::capture(&registry, &a, None).unwrap_err();
+    assert!(
+        owner_changed(&err, "s66-a"),
+        "a replaced owner cannot be captured"
+    );
+
+    // Registry changed: another harness registered.
+    let owner = HarnessOwnerAuthority::capture(&registry, &replacement, None).unwrap();
+    owner.assert_current().unwrap();
+    registry.register(Probe::new("s66-b", false));
+    assert!(owner_changed(&owner.assert_current().unwrap_err(), "s66-a"));
+
+    // Operation closed: a retained callback keeps failing.
+    let owner = HarnessOwnerAuthority::capture(&registry, &replacement, None).unwrap();
+    let retained = owner.assert_current_fn();
+    owner.close();
+    assert!(owner_changed(&retained().unwrap_err(), "s66-a"));
+
+    // Lifecycle authority lost.
+    let alive = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let flag = alive.clone();
+    let owner = HarnessOwnerAuthority::capture(
+        &registry,
+        &replacement,
+        Some(Arc::new(move || {
+            if flag.load(Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(Error::revoked("plugin unloaded"))
+            }
+        })),
+    )
+    .unwrap()
+    .with_owner_changed_text("Session mutation harness owner changed: {harness_id}");
+    owner.assert_current().unwrap();
+    alive.store(false, Ordering::SeqCst);
+    assert_eq!(
+        owner.assert_current().unwrap_err().to_string(),
+        "Session mutation harness owner changed: s66-a"
+    );
+
+    // Registration removed.
+    let owner = HarnessOwnerAuthority::capture(&registry, &replacement, None).unwrap();
+    registry.unregister(replacement.id());
+    assert!(owner_changed(&owner.assert_current().unwrap_err(), "s66-a"));
+    assert!(Arc::ptr_eq(owner.harness(), &replacement));
 }
