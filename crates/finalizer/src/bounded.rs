@@ -443,6 +443,12 @@ impl Projector {
                             if id.is_empty() || !is_valid_tool_name(name) {
                                 return Err(RejectionReason::InvalidContent);
                             }
+                            // Pairing state is updated before any size verdict, so a dropped
+                            // group still pairs its calls and results.
+                            if !self.seen_call_ids.insert(id.clone()) {
+                                return Err(RejectionReason::InvalidPairing);
+                            }
+                            self.pending.insert(id.clone(), name.clone());
                             if !field_ok(id, field) {
                                 return too_big(mode);
                             }
@@ -457,10 +463,6 @@ impl Projector {
                             if !field_ok(&arguments, field) {
                                 return too_big(mode);
                             }
-                            if !self.seen_call_ids.insert(id.clone()) {
-                                return Err(RejectionReason::InvalidPairing);
-                            }
-                            self.pending.insert(id.clone(), name.clone());
                             let call_id = self.call_id(id);
                             items.push(ProjectedItem::FunctionCall {
                                 call_id,
@@ -484,6 +486,7 @@ impl Projector {
                     Some(pending_name) if pending_name == name => {}
                     _ => return Err(RejectionReason::InvalidPairing),
                 }
+                self.pending.remove(id);
                 let mut texts: Vec<String> = Vec::new();
                 let mut charged = 0usize;
                 for block in &msg.content {
@@ -519,7 +522,6 @@ impl Projector {
                 } else {
                     body
                 };
-                self.pending.remove(id);
                 let call_id = self.call_id(id);
                 Ok(Converted::Items(vec![ProjectedItem::FunctionCallOutput {
                     call_id,

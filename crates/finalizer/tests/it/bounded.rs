@@ -784,3 +784,101 @@ fn bounded_current_evidence_over_the_limit_is_rejected_not_trimmed() {
         RejectionReason::FieldLimit
     );
 }
+
+#[derive(Debug, Clone)]
+enum Op {
+    User(usize),
+    Text(usize),
+    Pair { result_len: usize, is_error: bool },
+}
+
+fn ops_to_messages(ops: &[Op], prefix: &str) -> Vec<AgentMessage> {
+    let mut out = Vec::new();
+    for (i, op) in ops.iter().enumerate() {
+        match op {
+            Op::User(n) => out.push(user(&"u".repeat(*n))),
+            Op::Text(n) => out.push(AgentMessage::text(MessageRole::Assistant, "a".repeat(*n))),
+            Op::Pair {
+                result_len,
+                is_error,
+            } => {
+                let id = format!("{prefix}{i}");
+                out.push(call(&id, "tool", json!({})));
+                out.push(tool_result(
+                    &id,
+                    "tool",
+                    &"r".repeat(*result_len),
+                    *is_error,
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn arb_ops(max_len: usize) -> impl proptest::strategy::Strategy<Value = Vec<Op>> {
+    use proptest::prelude::*;
+    let op = prop_oneof![
+        (1..300usize).prop_map(Op::User),
+        (1..300usize).prop_map(Op::Text),
+        (0..300usize, any::<bool>()).prop_map(|(result_len, is_error)| Op::Pair {
+            result_len,
+            is_error
+        }),
+    ];
+    prop::collection::vec(op, 0..max_len)
+}
+
+const SMALL: ProjectionLimits = ProjectionLimits {
+    max_items: 12,
+    max_total_bytes: 2_000,
+    max_field_bytes: 200,
+};
+
+proptest::proptest! {
+    #[test]
+    fn property_current_evidence_is_within_limits_or_rejected(ops in arb_ops(16)) {
+        let mut messages = vec![user("go")];
+        messages.extend(ops_to_messages(&ops, "c"));
+        messages.extend(ops_to_messages(&[Op::Pair { result_len: 3, is_error: false }], "last"));
+        if let Ok(p) = project_current_evidence(ok_source(messages), SMALL) {
+            proptest::prop_assert!(p.items().len() <= SMALL.max_items);
+            proptest::prop_assert!(p.total_bytes() <= SMALL.max_total_bytes);
+            proptest::prop_assert!(!p.omitted_prior_context());
+        }
+    }
+
+    #[test]
+    fn property_prior_context_is_trimmed_but_current_evidence_never_is(prior in arb_ops(40)) {
+        let settled = settled_turn("t");
+        let limits = ProjectionLimits { max_items: 20, max_total_bytes: 3_000, max_field_bytes: 200 };
+        let mut history = ops_to_messages(&prior, "p");
+        history.extend(settled.clone());
+        let input = ProvenanceInput { turn_id: "t", settled_messages: &settled, mirrored_messages: &settled, limits };
+        let p = project_settled_turn_history(input, ok_source(history)).unwrap();
+        proptest::prop_assert!(p.items().len() <= limits.max_items);
+        proptest::prop_assert!(p.total_bytes() <= limits.max_total_bytes);
+        let current = project_current_evidence(ok_source(settled.clone()), limits).unwrap();
+        proptest::prop_assert_eq!(p.current_items(), current.items());
+    }
+}
+
+#[test]
+fn bounded_an_oversized_prior_tool_result_still_settles_its_call() {
+    // Regression (found by the property test): the over-size verdict must not skip pairing.
+    let settled = settled_turn("t");
+    let prior = vec![
+        user("old"),
+        call("p1", "exec", json!({})),
+        tool_result("p1", "exec", &"r".repeat(MAX_FIELD_BYTES + 1), false),
+        user("recent"),
+    ];
+    let p = project_settled_turn_history(
+        provenance("t", &settled, &settled),
+        ok_source(history_with_prior(prior, &settled)),
+    )
+    .unwrap();
+    assert!(p.omitted_prior_context());
+    assert!(!p.to_json().to_string().contains("p1"));
+    assert!(p.to_json().to_string().contains("recent"));
+}

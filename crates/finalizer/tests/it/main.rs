@@ -8,6 +8,7 @@ mod capture;
 mod codex;
 mod gate;
 mod harness;
+mod incomplete;
 mod orchestration;
 mod projection;
 mod support;
