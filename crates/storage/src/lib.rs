@@ -40,6 +40,7 @@
 //! ```
 
 pub mod admin;
+pub mod deletion;
 pub mod events;
 pub mod memory;
 mod plan;
@@ -49,6 +50,7 @@ pub mod testing;
 pub mod transcript;
 
 pub use admin::StoreAdmin;
+pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, WorkTracker};
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
 pub use sql::{Store, StoreOptions};

@@ -69,7 +69,7 @@ impl Store {
     }
 
     /// The physical row (live or expired), locked for update on PostgreSQL.
-    async fn physical_row(
+    pub(crate) async fn physical_row(
         &self,
         tx: &DatabaseTransaction,
         ns: &Namespace,
@@ -155,7 +155,7 @@ impl Store {
     /// Writes `write` over `physical` (the locked physical row, live or expired) inside `tx`.
     /// Returns `None` when a concurrent writer created the row first (a conflict).
     #[allow(clippy::too_many_arguments)] // one write's full context; a struct would only rename it
-    async fn set_tx(
+    pub(crate) async fn set_tx(
         &self,
         tx: &DatabaseTransaction,
         config: &NamespaceConfig,
@@ -243,7 +243,7 @@ impl Store {
         Ok(Some((revision, epoch)))
     }
 
-    async fn delete_tx(
+    pub(crate) async fn delete_tx(
         &self,
         tx: &DatabaseTransaction,
         ns: &Namespace,

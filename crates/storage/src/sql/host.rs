@@ -208,7 +208,6 @@ impl Store {
     }
 
     /// Deletes the session row (and its transcript) inside `tx`, guarded on its generation.
-    #[allow(dead_code)] // used by the deletion transaction
     pub(crate) async fn delete_session_in(
         &self,
         tx: &DatabaseTransaction,

@@ -12,6 +12,9 @@
 
 mod binding;
 mod host;
+mod row_tx;
+
+pub use self::row_tx::SqlRowTransaction;
 mod migration;
 
 use std::collections::HashMap;

@@ -1,0 +1,618 @@
+//! The host side of session deletion and context reset (reference §2.11), end to end.
+//!
+//! [`HostSessions`] runs one operation over sorted, deduplicated targets:
+//!
+//! 1. **idle check** against competing admitted work ([`WorkTracker`]), before preparation and
+//!    inside every authority check;
+//! 2. **owner capture** from the [`HarnessRegistry`]: deletions go to harnesses with a deletion
+//!    hook (filtered by the entry's `agent_harness_id` when set), context resets to every harness
+//!    with a context-reset hook. Each owner's authority fails with
+//!    [`Error::OwnerChanged`] once the operation closed or the registry changed;
+//! 3. **nested preparation**: each (owner, target) pair's hook is called with a continuation that
+//!    prepares the next pair, so every harness holds its lease across the whole host
+//!    transaction; the innermost continuation runs the host transaction;
+//! 4. **commit edge** inside the SQL transaction: the session row's `session_id`,
+//!    `lifecycle_revision` (and for a context reset `previous_session_id`) must equal the
+//!    target's; each prepared mutation is pushed onto the rollback list **before** its `commit`
+//!    runs (through a [`SqlRowTransaction`], so binding rows in the
+//!    same database change atomically with the session row); then the session row changes;
+//! 5. **failure before COMMIT**: the SQL transaction rolls back, then the pushed mutations roll
+//!    back in reverse order; rollback failures are aggregated into [`Error::RollbackFailed`].
+//!    **Nothing is rolled back after COMMIT**;
+//! 6. after a deletion every registered harness gets a `reset(reason: Deleted)` notification
+//!    (it owns nothing; failures are logged).
+
+mod registry;
+mod work;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use sea_orm::DatabaseTransaction;
+use tether_core::{
+    AgentHarness, AssertCurrent, BoxFuture, Error, HostSessionEntry, MutationRun, ResetParams,
+    ResetReason, RowTransaction, SessionContextResetParams, SessionDeletionParams, SessionId,
+    SessionKey, SessionMutation, TranscriptAnchor,
+};
+
+pub use self::registry::HarnessRegistry;
+pub use self::work::{ActiveRuns, WorkTracker};
+use crate::sql::{SqlRowTransaction, Store, db_error};
+use crate::transcript::{Cut, CutStatus, NewHostSession};
+
+type AfterMutations =
+    Arc<dyn for<'a> Fn(&'a DatabaseTransaction) -> BoxFuture<'a, Result<(), Error>> + Send + Sync>;
+type AfterCommit = Arc<dyn Fn() -> Result<(), Error> + Send + Sync>;
+
+/// Fault injection into the host transaction, for tests and chaos drills.
+#[derive(Clone, Default)]
+pub struct TransactionHooks {
+    after_mutations: Option<AfterMutations>,
+    after_commit: Option<AfterCommit>,
+}
+
+impl std::fmt::Debug for TransactionHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TransactionHooks")
+            .field("after_mutations", &self.after_mutations.is_some())
+            .field("after_commit", &self.after_commit.is_some())
+            .finish()
+    }
+}
+
+impl TransactionHooks {
+    /// No hooks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs inside the SQL transaction after every harness `commit` and before the session row
+    /// changes. An error fails the transaction before COMMIT.
+    #[must_use]
+    pub fn after_mutations(
+        mut self,
+        f: impl for<'a> Fn(&'a DatabaseTransaction) -> BoxFuture<'a, Result<(), Error>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> Self {
+        self.after_mutations = Some(Arc::new(f));
+        self
+    }
+
+    /// Runs right after COMMIT (the publication step). An error is returned to the caller but
+    /// rolls nothing back.
+    #[must_use]
+    pub fn after_commit(
+        mut self,
+        f: impl Fn() -> Result<(), Error> + Send + Sync + 'static,
+    ) -> Self {
+        self.after_commit = Some(Arc::new(f));
+        self
+    }
+}
+
+/// Which operation runs.
+#[derive(Debug, Clone)]
+enum Operation {
+    Delete,
+    ContextReset { cut: Cut, next: SessionId },
+}
+
+impl Operation {
+    fn is_delete(&self) -> bool {
+        matches!(self, Self::Delete)
+    }
+
+    fn owner_changed(&self, owner: &str) -> Error {
+        let what = if self.is_delete() {
+            "deletion"
+        } else {
+            "mutation"
+        };
+        Error::OwnerChanged {
+            owner: owner.to_owned(),
+            message: format!("Session {what} harness owner changed: {owner}"),
+        }
+    }
+
+    fn competing(&self, key: &SessionKey) -> Error {
+        let verb = if self.is_delete() { "delete" } else { "mutate" };
+        Error::CompetingWork {
+            session: key.to_string(),
+            message: format!(
+                "Cannot {verb} session while competing work is in flight for {key}; retry after the run completes"
+            ),
+        }
+    }
+}
+
+fn session_changed(key: &SessionKey, session_id: &SessionId) -> Error {
+    Error::SupersededGeneration {
+        session_id: session_id.to_string(),
+        message: format!("Session changed before deletion: {key}"),
+    }
+}
+
+fn external_harness(key: &SessionKey, upstream: &str) -> Error {
+    Error::Revoked {
+        message: format!(
+            "Cannot change the context of session {key}: it is driven by an external agent harness ({upstream})"
+        ),
+    }
+}
+
+/// A harness mutation whose `commit` and `rollback` check the owner's authority first.
+struct GuardedMutation {
+    inner: Arc<dyn SessionMutation>,
+    assert_current: AssertCurrent,
+}
+
+#[async_trait]
+impl SessionMutation for GuardedMutation {
+    async fn commit(&self, tx: &dyn RowTransaction) -> Result<(), Error> {
+        (self.assert_current)()?;
+        self.inner.commit(tx).await
+    }
+
+    async fn rollback(&self) -> Result<(), Error> {
+        (self.assert_current)()?;
+        self.inner.rollback().await
+    }
+}
+
+struct Owner {
+    harness: Arc<dyn AgentHarness>,
+    assert_current: AssertCurrent,
+}
+
+struct Prepared {
+    target: usize,
+    mutation: Arc<dyn SessionMutation>,
+}
+
+struct OpContext {
+    op: Operation,
+    targets: Vec<HostSessionEntry>,
+    owners: Vec<Owner>,
+    /// (owner index, target index), targets outermost in key order.
+    pairs: Vec<(usize, usize)>,
+    prepared: Mutex<Vec<Prepared>>,
+    host_ran: AtomicBool,
+    host_error: Mutex<Option<Error>>,
+    closed: Arc<AtomicBool>,
+}
+
+/// Host session operations that involve the registered harnesses: deletion and context reset
+/// (rewind, branch switch), plus fork (which never touches native context).
+pub struct HostSessions {
+    store: Store,
+    registry: Arc<HarnessRegistry>,
+    work: Arc<dyn WorkTracker>,
+    hooks: TransactionHooks,
+}
+
+impl std::fmt::Debug for HostSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSessions")
+            .field("store", &self.store)
+            .field("registry", &self.registry)
+            .field("work", &self.work)
+            .field("hooks", &self.hooks)
+            .finish()
+    }
+}
+
+impl HostSessions {
+    /// Operations over `store`'s host sessions with owners from `registry`.
+    pub fn new(store: Store, registry: Arc<HarnessRegistry>, work: Arc<dyn WorkTracker>) -> Self {
+        Self {
+            store,
+            registry,
+            work,
+            hooks: TransactionHooks::default(),
+        }
+    }
+
+    /// Installs fault-injection hooks.
+    #[must_use]
+    pub fn with_hooks(mut self, hooks: TransactionHooks) -> Self {
+        self.hooks = hooks;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    fn idle(&self, op: &Operation, targets: &[HostSessionEntry]) -> Result<(), Error> {
+        for t in targets {
+            if self.work.has_competing_work(&t.session_key, &t.session_id) {
+                return Err(op.competing(&t.session_key));
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes the sessions of `keys` (deduplicated, sorted; missing keys skipped) together
+    /// with their transcripts and, through the harnesses' prepared mutations, their native
+    /// bindings. Returns the deleted keys.
+    #[tracing::instrument(level = "info", skip(self, keys), fields(count = keys.len()))]
+    pub async fn delete_sessions(&self, keys: &[SessionKey]) -> Result<Vec<SessionKey>, Error> {
+        let mut keys: Vec<SessionKey> = keys.to_vec();
+        keys.sort();
+        keys.dedup();
+        let mut targets = Vec::new();
+        for key in &keys {
+            if let Some(entry) = self.store.session(key).await? {
+                targets.push(entry);
+            }
+        }
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.run(Operation::Delete, targets.clone()).await?;
+        for t in &targets {
+            self.notify_deleted(t).await;
+        }
+        Ok(targets.into_iter().map(|t| t.session_key).collect())
+    }
+
+    /// Deletes a session outside a prepared deletion: refused while any registered harness
+    /// implements the deletion hook (its native binding would be abandoned).
+    pub async fn delete_without_harnesses(&self, key: &SessionKey) -> Result<bool, Error> {
+        let (_, harnesses) = self.registry.snapshot();
+        if harnesses.iter().any(|h| h.session_deletion().is_some()) {
+            return Err(Error::MutationBlocked {
+                message: format!("Session deletion requires prepared harness ownership: {key}"),
+            });
+        }
+        let Some(entry) = self.store.session(key).await? else {
+            return Ok(false);
+        };
+        let tx = self.store.begin_write().await?;
+        let deleted = self.store.delete_session_in(&tx, &entry).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(deleted)
+    }
+
+    /// Rewinds the session to just before the user message `to`, invalidating native context
+    /// through every harness with a context-reset hook, and moves it to generation `next`.
+    #[tracing::instrument(level = "info", skip(self))]
+    pub async fn rewind(
+        &self,
+        key: &SessionKey,
+        to: TranscriptAnchor,
+        next: SessionId,
+    ) -> Result<CutStatus, Error> {
+        self.context_reset(key, Cut::Rewind { to }, next).await
+    }
+
+    /// Makes the branch tip `to` the active leaf, invalidating native context, and moves the
+    /// session to generation `next`.
+    #[tracing::instrument(level = "info", skip(self))]
+    pub async fn switch_branch(
+        &self,
+        key: &SessionKey,
+        to: TranscriptAnchor,
+        next: SessionId,
+    ) -> Result<CutStatus, Error> {
+        self.context_reset(key, Cut::SwitchBranch { to }, next)
+            .await
+    }
+
+    /// Forks at a user message into a new session. The source and its native context are not
+    /// touched.
+    pub async fn fork(
+        &self,
+        source: &SessionKey,
+        at: &TranscriptAnchor,
+        new: NewHostSession,
+    ) -> Result<CutStatus, Error> {
+        self.store.fork_session(source, at, new).await
+    }
+
+    async fn context_reset(
+        &self,
+        key: &SessionKey,
+        cut: Cut,
+        next: SessionId,
+    ) -> Result<CutStatus, Error> {
+        let db = self.store.connection();
+        let Some(session) = self.store.session_row(db, key).await? else {
+            return Ok(CutStatus::MissingEntry);
+        };
+        if let Err(status) = self.store.plan_cut_in(db, &session, &cut).await? {
+            return Ok(status);
+        }
+        if let Some(upstream) = self.store.upstream_link(key).await? {
+            return Err(external_harness(key, &upstream));
+        }
+        self.run(Operation::ContextReset { cut, next }, vec![session.entry])
+            .await?;
+        Ok(CutStatus::Created)
+    }
+
+    async fn run(&self, op: Operation, targets: Vec<HostSessionEntry>) -> Result<(), Error> {
+        self.idle(&op, &targets)?;
+        let (generation, harnesses) = self.registry.snapshot();
+        let closed = Arc::new(AtomicBool::new(false));
+        let owners: Vec<Owner> = harnesses
+            .into_iter()
+            .filter(|h| {
+                if op.is_delete() {
+                    h.session_deletion().is_some()
+                } else {
+                    h.session_context_reset().is_some()
+                }
+            })
+            .map(|harness| {
+                let id = harness.id().to_string();
+                let (closed, registry, work, op2, keys) = (
+                    Arc::clone(&closed),
+                    Arc::clone(&self.registry),
+                    Arc::clone(&self.work),
+                    op.clone(),
+                    targets.clone(),
+                );
+                let assert_current: AssertCurrent = Arc::new(move || {
+                    if closed.load(Ordering::SeqCst) || registry.generation() != generation {
+                        return Err(op2.owner_changed(&id));
+                    }
+                    for t in &keys {
+                        if work.has_competing_work(&t.session_key, &t.session_id) {
+                            return Err(op2.competing(&t.session_key));
+                        }
+                    }
+                    Ok(())
+                });
+                Owner {
+                    harness,
+                    assert_current,
+                }
+            })
+            .collect();
+        let mut pairs = Vec::new();
+        for (ti, target) in targets.iter().enumerate() {
+            for (oi, owner) in owners.iter().enumerate() {
+                let selected = !op.is_delete()
+                    || target
+                        .agent_harness_id
+                        .as_ref()
+                        .is_none_or(|h| h == owner.harness.id());
+                if selected {
+                    pairs.push((oi, ti));
+                }
+            }
+        }
+        let ctx = OpContext {
+            op,
+            targets,
+            owners,
+            pairs,
+            prepared: Mutex::new(Vec::new()),
+            host_ran: AtomicBool::new(false),
+            host_error: Mutex::new(None),
+            closed,
+        };
+        let chain = self.prepare(&ctx, 0).await;
+        ctx.closed.store(true, Ordering::SeqCst);
+        let host_error = ctx
+            .host_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        match (host_error, chain) {
+            (Some(host), _) => Err(host),
+            (None, Err(err)) => Err(err),
+            (None, Ok(())) if !ctx.host_ran.load(Ordering::SeqCst) => Err(Error::other(
+                "a harness returned from its deletion hook without running the host operation; nothing was changed",
+            )),
+            (None, Ok(())) => Ok(()),
+        }
+    }
+
+    fn prepare<'a>(&'a self, ctx: &'a OpContext, idx: usize) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(async move {
+            let Some(&(oi, ti)) = ctx.pairs.get(idx) else {
+                ctx.host_ran.store(true, Ordering::SeqCst);
+                let result = self.host_transaction(ctx).await;
+                if let Err(err) = &result {
+                    *ctx.host_error
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(err.clone());
+                }
+                return result;
+            };
+            let owner = &ctx.owners[oi];
+            let target = &ctx.targets[ti];
+            let run: MutationRun<'a> = Box::new(move |mutation| {
+                Box::pin(async move {
+                    ctx.prepared
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(Prepared {
+                            target: ti,
+                            mutation: Arc::new(GuardedMutation {
+                                inner: mutation,
+                                assert_current: Arc::clone(&owner.assert_current),
+                            }),
+                        });
+                    self.prepare(ctx, idx + 1).await
+                })
+            });
+            let id = owner.harness.id().to_string();
+            match &ctx.op {
+                Operation::Delete => {
+                    let hook = owner
+                        .harness
+                        .session_deletion()
+                        .ok_or_else(|| ctx.op.owner_changed(&id))?;
+                    let params = SessionDeletionParams {
+                        agent_id: target.agent_id.clone(),
+                        session_key: target.session_key.clone(),
+                        session_id: target.session_id.clone(),
+                        lifecycle_revision: Some(target.lifecycle_revision),
+                        initialization: None,
+                        assert_current: Arc::clone(&owner.assert_current),
+                    };
+                    hook.with_session_deletion(params, run).await
+                }
+                Operation::ContextReset { .. } => {
+                    let hook = owner
+                        .harness
+                        .session_context_reset()
+                        .ok_or_else(|| ctx.op.owner_changed(&id))?;
+                    let params = SessionContextResetParams {
+                        agent_id: target.agent_id.clone(),
+                        session_key: target.session_key.clone(),
+                        session_id: target.session_id.clone(),
+                        previous_session_id: target.previous_session_id.clone(),
+                        lifecycle_revision: Some(target.lifecycle_revision),
+                        assert_current: Arc::clone(&owner.assert_current),
+                    };
+                    hook.with_session_context_reset(params, run).await
+                }
+            }
+        })
+    }
+
+    async fn host_transaction(&self, ctx: &OpContext) -> Result<(), Error> {
+        let tx = self.store.begin_write().await?;
+        let mut pushed: Vec<Arc<dyn SessionMutation>> = Vec::new();
+        let attempt = match self.commit_edge(ctx, &tx, &mut pushed).await {
+            Ok(()) => tx.commit().await.map_err(db_error),
+            Err(err) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(error = %rollback, "host transaction rollback failed");
+                }
+                Err(err)
+            }
+        };
+        match attempt {
+            Ok(()) => {
+                // Committed: from here on nothing is undone.
+                if let Some(after) = &self.hooks.after_commit {
+                    after()?;
+                }
+                Ok(())
+            }
+            Err(original) => {
+                let mut failures = Vec::new();
+                for mutation in pushed.iter().rev() {
+                    if let Err(err) = mutation.rollback().await {
+                        failures.push(err);
+                    }
+                }
+                if failures.is_empty() {
+                    Err(original)
+                } else {
+                    Err(Error::RollbackFailed {
+                        original: Arc::new(original),
+                        failures,
+                    })
+                }
+            }
+        }
+    }
+
+    async fn commit_edge(
+        &self,
+        ctx: &OpContext,
+        tx: &DatabaseTransaction,
+        pushed: &mut Vec<Arc<dyn SessionMutation>>,
+    ) -> Result<(), Error> {
+        let mut rows = Vec::with_capacity(ctx.targets.len());
+        for target in &ctx.targets {
+            let row = self
+                .store
+                .session_row(tx, &target.session_key)
+                .await?
+                .filter(|row| {
+                    row.entry.session_id == target.session_id
+                        && row.entry.lifecycle_revision == target.lifecycle_revision
+                        && (ctx.op.is_delete()
+                            || row.entry.previous_session_id == target.previous_session_id)
+                })
+                .ok_or_else(|| session_changed(&target.session_key, &target.session_id))?;
+            rows.push(row);
+        }
+        let check_links = || async {
+            if !ctx.op.is_delete() {
+                for t in &ctx.targets {
+                    if let Some(upstream) = self.store.upstream_link_in(tx, &t.session_key).await? {
+                        return Err(external_harness(&t.session_key, &upstream));
+                    }
+                }
+            }
+            Ok::<(), Error>(())
+        };
+        check_links().await?;
+        self.idle(&ctx.op, &ctx.targets)?;
+        let prepared: Vec<(usize, Arc<dyn SessionMutation>)> = ctx
+            .prepared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|p| (p.target, Arc::clone(&p.mutation)))
+            .collect();
+        for (ti, target) in ctx.targets.iter().enumerate() {
+            let has_owner = ctx.pairs.iter().any(|&(_, t)| t == ti);
+            if has_owner && !prepared.iter().any(|(t, _)| *t == ti) {
+                return Err(Error::MutationBlocked {
+                    message: format!(
+                        "Session deletion requires prepared harness ownership: {}",
+                        target.session_key
+                    ),
+                });
+            }
+        }
+        let row_tx = SqlRowTransaction::new(&self.store, tx);
+        for (_, mutation) in prepared {
+            pushed.push(Arc::clone(&mutation));
+            mutation.commit(&row_tx).await?;
+        }
+        if let Some(after) = &self.hooks.after_mutations {
+            after(tx).await?;
+        }
+        check_links().await?;
+        for row in rows {
+            let key = &row.entry.session_key;
+            let applied = match &ctx.op {
+                Operation::Delete => self.store.delete_session_in(tx, &row.entry).await?,
+                Operation::ContextReset { cut, next } => {
+                    match self.store.plan_cut_in(tx, &row, cut).await? {
+                        Ok(leaf) => self
+                            .store
+                            .rotate_in(tx, &row.entry, next, leaf)
+                            .await?
+                            .is_some(),
+                        Err(_) => false,
+                    }
+                }
+            };
+            if !applied {
+                return Err(session_changed(key, &row.entry.session_id));
+            }
+        }
+        Ok(())
+    }
+
+    async fn notify_deleted(&self, target: &HostSessionEntry) {
+        let (_, harnesses) = self.registry.snapshot();
+        for harness in harnesses {
+            let params = ResetParams {
+                agent_id: target.agent_id.clone(),
+                session_id: target.session_id.clone(),
+                session_key: Some(target.session_key.clone()),
+                reason: ResetReason::Deleted,
+                lifecycle_revision: Some(target.lifecycle_revision),
+            };
+            if let Err(err) = harness.reset(params).await {
+                tracing::warn!(harness = %harness.id(), session = %target.session_key, error = %err, "post-delete reset notification failed");
+            }
+        }
+    }
+}

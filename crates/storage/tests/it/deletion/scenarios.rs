@@ -1,0 +1,695 @@
+//! Reference scenarios 57–66 (host side of deletion and context reset), on SQLite.
+
+use std::sync::Arc;
+
+use sea_orm::ConnectionTrait;
+use tether_core::{
+    AgentId, BindingStore, Error, HostSessionEntry, Namespace, SessionId, SessionKey, StoredRow,
+    TranscriptAnchor,
+};
+use tether_storage::{
+    ActiveRuns, CutStatus, HarnessRegistry, HostSessions, NewTranscriptEntry, Store,
+    TransactionHooks, TranscriptRole,
+};
+
+use super::harness::{Log, RecordingHarness, bind, binding_key, entries};
+use crate::conformance::host_cases::{new_session, session_key};
+use crate::support::{sqlite_store, unique_ns};
+
+struct Fixture {
+    store: Store,
+    _dir: tempfile::TempDir,
+    registry: Arc<HarnessRegistry>,
+    runs: Arc<ActiveRuns>,
+    log: Log,
+    ns: Namespace,
+}
+
+/// The anchors of a session's transcript `u1 → a1 → u2 → a2`.
+struct Turns {
+    u1: TranscriptAnchor,
+    a1: TranscriptAnchor,
+    u2: TranscriptAnchor,
+    a2: TranscriptAnchor,
+}
+
+impl Fixture {
+    async fn new() -> Self {
+        let (store, dir) = sqlite_store().await;
+        Self {
+            store,
+            _dir: dir,
+            registry: HarnessRegistry::new(),
+            runs: Arc::new(ActiveRuns::new()),
+            log: Log::default(),
+            ns: unique_ns("native-bindings"),
+        }
+    }
+
+    fn hosts(&self) -> HostSessions {
+        HostSessions::new(
+            self.store.clone(),
+            Arc::clone(&self.registry),
+            self.runs.clone(),
+        )
+    }
+
+    fn harness(&self, id: &str, deletion: bool, reset: bool) -> Arc<RecordingHarness> {
+        let h = RecordingHarness::new(id, &self.log, &self.ns, deletion, reset);
+        self.registry.register(h.clone());
+        h
+    }
+
+    async fn session(&self, label: &str) -> (SessionKey, Turns) {
+        let key = session_key(label);
+        assert!(
+            self.store
+                .create_session(new_session(&key, "s-1"))
+                .await
+                .unwrap()
+        );
+        let mut ids = Vec::new();
+        for (role, text) in [
+            (TranscriptRole::User, "u1"),
+            (TranscriptRole::Assistant, "a1"),
+            (TranscriptRole::User, "u2"),
+            (TranscriptRole::Assistant, "a2"),
+        ] {
+            let entry = NewTranscriptEntry {
+                role,
+                content: text.into(),
+                idempotency_key: None,
+            };
+            ids.push(
+                self.store
+                    .append_transcript(&key, entry)
+                    .await
+                    .unwrap()
+                    .anchor,
+            );
+        }
+        bind(&self.store, &self.ns, &key).await;
+        let mut it = ids.into_iter();
+        let mut next = || it.next().unwrap();
+        (
+            key,
+            Turns {
+                u1: next(),
+                a1: next(),
+                u2: next(),
+                a2: next(),
+            },
+        )
+    }
+
+    async fn binding(&self, key: &SessionKey) -> Option<StoredRow> {
+        self.store
+            .lookup(&self.ns, &binding_key(&AgentId::new("main").unwrap(), key))
+            .await
+            .unwrap()
+    }
+
+    async fn entry(&self, key: &SessionKey) -> Option<HostSessionEntry> {
+        self.store.session(key).await.unwrap()
+    }
+
+    async fn sql(&self, sql: &str) {
+        self.store
+            .connection()
+            .execute_unprepared(sql)
+            .await
+            .unwrap();
+    }
+}
+
+fn sid(id: &str) -> SessionId {
+    SessionId::new(id).unwrap()
+}
+
+/// Commits and rollbacks in the log, in order.
+fn effects(log: &Log) -> Vec<String> {
+    entries(log)
+        .into_iter()
+        .filter(|e| e.starts_with("commit:") || e.starts_with("rollback:"))
+        .collect()
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, true);
+    let hosts = f.hosts();
+
+    let (key, t) = f.session("s57-rewind").await;
+    let status = hosts.rewind(&key, t.u2.clone(), sid("s-2")).await.unwrap();
+    assert_eq!(status, CutStatus::Created);
+    let entry = f.entry(&key).await.unwrap();
+    assert_eq!(entry.session_id, sid("s-2"));
+    assert_eq!(entry.previous_session_id, Some(sid("s-1")));
+    assert!(
+        f.binding(&key).await.is_none(),
+        "native binding cleared at the commit edge"
+    );
+    assert!(h.finalized());
+    assert_eq!(effects(&f.log), ["commit:codex"]);
+    assert_eq!(f.store.active_leaf(&key).await.unwrap(), Some(t.a1.clone()));
+
+    // Branch switch: make a second branch without harnesses, rebind, then switch back.
+    let (key, t) = f.session("s57-switch").await;
+    f.store
+        .cut_transcript(
+            &key,
+            &tether_storage::Cut::Rewind { to: t.u2.clone() },
+            sid("s-2"),
+        )
+        .await
+        .unwrap();
+    let status = hosts
+        .switch_branch(&key, t.a2.clone(), sid("s-3"))
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    let entry = f.entry(&key).await.unwrap();
+    assert_eq!(
+        (entry.session_id, entry.previous_session_id),
+        (sid("s-3"), Some(sid("s-2")))
+    );
+    assert!(f.binding(&key).await.is_none());
+    let path: Vec<_> = f
+        .store
+        .active_path(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.anchor)
+        .collect();
+    assert_eq!(path, vec![t.u1, t.a1, t.u2, t.a2]);
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_58_cut_transaction_failure_restores_native_context() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, true);
+    let (key, t) = f.session("s58").await;
+    let before = f.entry(&key).await;
+    f.sql("CREATE TRIGGER abort_rotation BEFORE UPDATE ON host_sessions BEGIN SELECT RAISE(ABORT, 'injected session-row failure'); END")
+        .await;
+    let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
+    assert!(
+        err.to_string().contains("injected session-row failure"),
+        "{err}"
+    );
+    assert_eq!(f.entry(&key).await, before, "entry unchanged");
+    assert!(f.binding(&key).await.is_some(), "binding restored");
+    assert_eq!(effects(&f.log), ["commit:codex", "rollback:codex"]);
+    assert!(!h.finalized());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context() {
+    let f = Fixture::new().await;
+    let (key, t) = f.session("s59").await;
+    // A second branch, made without harnesses: u1 → a1 → {u2 → a2, u2b}.
+    f.store
+        .cut_transcript(
+            &key,
+            &tether_storage::Cut::Rewind { to: t.u2.clone() },
+            sid("s-2"),
+        )
+        .await
+        .unwrap();
+    let u2b = f
+        .store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry {
+                role: TranscriptRole::User,
+                content: "u2b".into(),
+                idempotency_key: None,
+            },
+        )
+        .await
+        .unwrap()
+        .anchor;
+    let h = f.harness("codex", true, true);
+    let hosts = f.hosts();
+    let before = (
+        f.entry(&key).await,
+        f.binding(&key).await,
+        f.store.active_leaf(&key).await.unwrap(),
+    );
+    let missing = TranscriptAnchor(i64::MAX);
+    let rewinds = [
+        (missing.clone(), CutStatus::MissingEntry),
+        (t.a1.clone(), CutStatus::NotUserMessage),
+        (t.u2.clone(), CutStatus::OffActivePath),
+    ];
+    for (to, expected) in rewinds {
+        assert_eq!(hosts.rewind(&key, to, sid("s-x")).await.unwrap(), expected);
+    }
+    let switches = [
+        (missing, CutStatus::MissingEntry),
+        (t.a1.clone(), CutStatus::NotBranchTip),
+        (u2b, CutStatus::AlreadyActive),
+    ];
+    for (to, expected) in switches {
+        assert_eq!(
+            hosts.switch_branch(&key, to, sid("s-x")).await.unwrap(),
+            expected
+        );
+    }
+    let after = (
+        f.entry(&key).await,
+        f.binding(&key).await,
+        f.store.active_leaf(&key).await.unwrap(),
+    );
+    assert_eq!(after, before);
+    assert!(
+        entries(&f.log).is_empty(),
+        "no harness hook ran: {:?}",
+        entries(&f.log)
+    );
+    assert!(!h.finalized());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_60_fork_leaves_the_source_native_context_intact() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, true);
+    let (key, t) = f.session("s60").await;
+    let before = (f.entry(&key).await, f.binding(&key).await);
+    let target = session_key("s60-fork");
+    let status = f
+        .hosts()
+        .fork(&key, &t.u2, new_session(&target, "f-1"))
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    assert_eq!((f.entry(&key).await, f.binding(&key).await), before);
+    assert!(f.entry(&target).await.is_some());
+    assert!(entries(&f.log).is_empty());
+    assert!(!h.finalized());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewind() {
+    // Preparation phase: the link is adopted while the harness prepares.
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, true);
+    let (key, t) = f.session("s61-prepare").await;
+    let before = (
+        f.entry(&key).await,
+        f.binding(&key).await,
+        f.store.active_leaf(&key).await.unwrap(),
+    );
+    let (store, link_key) = (f.store.clone(), key.clone());
+    h.on_prepare(move || {
+        Box::pin(async move {
+            assert!(
+                store
+                    .link_upstream(&link_key, "acp:external-1")
+                    .await
+                    .unwrap()
+            );
+        })
+    });
+    let err = f
+        .hosts()
+        .rewind(&key, t.u2.clone(), sid("s-2"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("external agent harness"), "{err}");
+    assert_eq!(
+        (
+            f.entry(&key).await,
+            f.binding(&key).await,
+            f.store.active_leaf(&key).await.unwrap()
+        ),
+        before
+    );
+    assert!(
+        effects(&f.log).is_empty(),
+        "neither commit nor rollback ran"
+    );
+
+    // Commit phase: the link is adopted inside the transaction after the harness committed.
+    let f = Fixture::new().await;
+    f.harness("codex", true, true);
+    let (key, t) = f.session("s61-commit").await;
+    let before = (f.entry(&key).await, f.binding(&key).await);
+    let link_sql = format!(
+        "INSERT INTO upstream_links (session_key, upstream, created_at) VALUES ('{}', 'acp:external-2', 0)",
+        key.as_str()
+    );
+    let hooks = TransactionHooks::new().after_mutations(move |tx| {
+        let sql = link_sql.clone();
+        Box::pin(async move {
+            tx.execute_unprepared(&sql).await.unwrap();
+            Ok(())
+        })
+    });
+    let err = f
+        .hosts()
+        .with_hooks(hooks)
+        .rewind(&key, t.u2, sid("s-2"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("external agent harness"), "{err}");
+    assert_eq!(effects(&f.log), ["commit:codex", "rollback:codex"]);
+    assert_eq!(
+        (f.entry(&key).await, f.binding(&key).await),
+        before,
+        "binding present again"
+    );
+    assert!(
+        f.store.upstream_link(&key).await.unwrap().is_none(),
+        "the in-transaction link rolled back"
+    );
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_62_commit_edge_generation_check() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, true);
+
+    // The session rotates while the harness prepares.
+    let (key, _) = f.session("s62-rotate").await;
+    let (store, k) = (f.store.clone(), key.clone());
+    h.on_prepare(move || {
+        Box::pin(async move {
+            store
+                .rotate_generation(&k, &sid("s-1"), sid("s-9"))
+                .await
+                .unwrap()
+                .unwrap();
+        })
+    });
+    let err = f
+        .hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::SupersededGeneration { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!("Session changed before deletion: {key}")
+    );
+    assert!(effects(&f.log).is_empty(), "no harness commit ran");
+    assert_eq!(f.entry(&key).await.unwrap().session_id, sid("s-9"));
+    assert!(f.binding(&key).await.is_some());
+
+    // Only the lifecycle revision moves.
+    let (key, _) = f.session("s62-revision").await;
+    let sql = format!(
+        "UPDATE host_sessions SET lifecycle_revision = lifecycle_revision + 1 WHERE session_key = '{}'",
+        key.as_str()
+    );
+    let store = f.store.clone();
+    h.on_prepare(move || {
+        Box::pin(async move {
+            store.connection().execute_unprepared(&sql).await.unwrap();
+        })
+    });
+    let err = f
+        .hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("Session changed before deletion: {key}")
+    );
+    assert!(f.entry(&key).await.is_some());
+
+    // Context reset: only the recorded predecessor moves.
+    let (key, t) = f.session("s62-previous").await;
+    let sql = format!(
+        "UPDATE host_sessions SET previous_session_id = 's-0' WHERE session_key = '{}'",
+        key.as_str()
+    );
+    let store = f.store.clone();
+    h.on_prepare(move || {
+        Box::pin(async move {
+            store.connection().execute_unprepared(&sql).await.unwrap();
+        })
+    });
+    let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("Session changed before deletion: {key}")
+    );
+    assert!(effects(&f.log).is_empty());
+    assert!(f.binding(&key).await.is_some());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, false);
+    let (key, _) = f.session("s63").await;
+    let err = f.hosts().delete_without_harnesses(&key).await.unwrap_err();
+    assert!(matches!(err, Error::MutationBlocked { .. }));
+    assert_eq!(
+        err.to_string(),
+        format!("Session deletion requires prepared harness ownership: {key}")
+    );
+    assert!(f.entry(&key).await.is_some());
+    assert!(f.registry.unregister(&h.id));
+    assert!(f.hosts().delete_without_harnesses(&key).await.unwrap());
+    assert!(f.entry(&key).await.is_none());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_64_rollback_order_and_aggregation() {
+    let fail_before_commit = || {
+        TransactionHooks::new().after_mutations(|_tx| {
+            Box::pin(async { Err(Error::other("injected failure before COMMIT")) })
+        })
+    };
+
+    // Both commits ran, the transaction fails before COMMIT: rollbacks B then A.
+    let f = Fixture::new().await;
+    let a = f.harness("a-harness", true, false);
+    let b = f.harness("b-harness", true, false);
+    let (key, _) = f.session("s64").await;
+    let err = f
+        .hosts()
+        .with_hooks(fail_before_commit())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "injected failure before COMMIT");
+    assert_eq!(
+        effects(&f.log),
+        [
+            "commit:a-harness",
+            "commit:b-harness",
+            "rollback:b-harness",
+            "rollback:a-harness"
+        ]
+    );
+    assert!(f.entry(&key).await.is_some());
+    assert!(f.binding(&key).await.is_some());
+    assert!(!a.finalized() && !b.finalized());
+
+    // One rollback fails: an aggregate carrying the original error.
+    f.log.lock().unwrap().clear();
+    b.fail_rollback
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = f
+        .hosts()
+        .with_hooks(fail_before_commit())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    let Error::RollbackFailed { original, failures } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(original.to_string(), "injected failure before COMMIT");
+    assert_eq!(failures.len(), 1);
+    assert_eq!(failures[0].to_string(), "rollback of b-harness failed");
+    assert!(
+        err.to_string()
+            .starts_with("Session deletion rollback failed"),
+        "{err}"
+    );
+    assert_eq!(
+        effects(&f.log).len(),
+        4,
+        "A still rolled back after B failed"
+    );
+
+    // The failure happens after COMMIT (publication): nothing is rolled back.
+    f.log.lock().unwrap().clear();
+    let hooks = TransactionHooks::new().after_commit(|| Err(Error::other("publication failed")));
+    let err = f
+        .hosts()
+        .with_hooks(hooks)
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "publication failed");
+    assert_eq!(effects(&f.log), ["commit:a-harness", "commit:b-harness"]);
+    assert!(f.entry(&key).await.is_none(), "the deletion stands");
+    assert!(f.binding(&key).await.is_none());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_65_competing_work_blocks_the_mutation() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, true);
+    let (key, t) = f.session("s65").await;
+    f.runs.admit(&key);
+    let err = f
+        .hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CompetingWork { .. }));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "Cannot delete session while competing work is in flight for {key}; retry after the run completes"
+        )
+    );
+    let err = f
+        .hosts()
+        .rewind(&key, t.u2.clone(), sid("s-2"))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("Cannot mutate session while competing work is in flight"),
+        "{err}"
+    );
+    assert!(
+        entries(&f.log).is_empty(),
+        "failed fast, before preparation"
+    );
+    f.runs.finish(&key);
+
+    // Work admitted during preparation is caught at the commit edge.
+    let (runs, k) = (f.runs.clone(), key.clone());
+    h.on_prepare(move || {
+        Box::pin(async move {
+            runs.admit(&k);
+        })
+    });
+    let err = f
+        .hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CompetingWork { .. }), "{err:?}");
+    assert!(effects(&f.log).is_empty());
+    assert!(f.entry(&key).await.is_some());
+    assert!(f.binding(&key).await.is_some());
+}
+
+#[tokio::test]
+async fn lifecycle_scenario_66_harness_owner_replaced_mid_operation() {
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, false);
+    let (key, _) = f.session("s66").await;
+    let (registry, log, ns) = (Arc::clone(&f.registry), Arc::clone(&f.log), f.ns.clone());
+    h.on_prepare(move || {
+        Box::pin(async move {
+            registry.register(RecordingHarness::new("codex", &log, &ns, true, false));
+        })
+    });
+    let err = f
+        .hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    let Error::RollbackFailed { original, failures } = &err else {
+        panic!("{err:?}")
+    };
+    assert!(matches!(**original, Error::OwnerChanged { .. }));
+    assert_eq!(
+        original.to_string(),
+        "Session deletion harness owner changed: codex"
+    );
+    assert_eq!(failures.len(), 1);
+    assert_eq!(
+        failures[0].to_string(),
+        "Session deletion harness owner changed: codex"
+    );
+    assert!(
+        effects(&f.log).is_empty(),
+        "the guard refused before the harness effects"
+    );
+    assert!(f.entry(&key).await.is_some());
+    assert!(f.binding(&key).await.is_some());
+    let captured = h.captured.lock().unwrap().clone().unwrap();
+    assert!(captured().is_err(), "a retained assertion keeps failing");
+
+    // After a successful operation the retained assertion is dead as well.
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, false);
+    let (key, _) = f.session("s66-closed").await;
+    f.hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    let captured = h.captured.lock().unwrap().clone().unwrap();
+    let err = captured().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Session deletion harness owner changed: codex"
+    );
+}
+
+/// Targets are deduplicated and sorted; owners are filtered by `agent_harness_id`; bindings go
+/// with the session rows; every harness is notified after the deletion.
+#[tokio::test]
+async fn deletion_sorts_targets_filters_owners_and_notifies_after_commit() {
+    let f = Fixture::new().await;
+    let codex = f.harness("codex", true, false);
+    f.harness("other", true, false);
+    let (a, _) = f.session("del-a").await;
+    let (b, _) = f.session("del-b").await;
+    // Only `codex` drives both sessions.
+    f.sql("UPDATE host_sessions SET agent_harness_id = 'codex'")
+        .await;
+    let deleted = f
+        .hosts()
+        .delete_sessions(&[b.clone(), a.clone(), b.clone()])
+        .await
+        .unwrap();
+    let mut expected = vec![a.clone(), b.clone()];
+    expected.sort();
+    assert_eq!(deleted, expected);
+    let log = entries(&f.log);
+    let prepares: Vec<_> = log
+        .iter()
+        .filter(|e| e.starts_with("prepare:"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        prepares,
+        vec![
+            format!("prepare:codex:{}", expected[0]),
+            format!("prepare:codex:{}", expected[1])
+        ]
+    );
+    assert!(codex.finalized());
+    assert!(f.entry(&a).await.is_none() && f.entry(&b).await.is_none());
+    assert!(f.binding(&a).await.is_none() && f.binding(&b).await.is_none());
+    assert!(
+        f.store.active_path(&a).await.unwrap().is_empty(),
+        "transcript deleted"
+    );
+    let resets = log.iter().filter(|e| e.starts_with("reset:")).count();
+    assert_eq!(
+        resets, 4,
+        "both harnesses notified for both sessions: {log:?}"
+    );
+    // Notifications come after the commit (the last prepared harness finalized first).
+    let last_final = log
+        .iter()
+        .rposition(|e| e.starts_with("finalized:"))
+        .unwrap();
+    let first_reset = log.iter().position(|e| e.starts_with("reset:")).unwrap();
+    assert!(first_reset > last_final);
+}
