@@ -95,4 +95,4 @@ pub use instance::{
 };
 pub use owner::{LeaseAssertion, LeaseGuard, OwnerPhase};
 pub use shared::ReleaseFailureHook;
-pub use timer::{ManualTimer, Timer, TokioTimer};
+pub use timer::{IdleProbe, ManualTimer, Timer, TokioTimer};

@@ -52,10 +52,24 @@ impl Timer for TokioTimer {
 /// assert_eq!(clock.now(), Timestamp::from_millis(1_000));
 /// # });
 /// ```
-#[derive(Debug)]
 pub struct ManualTimer {
     clock: FakeClock,
     state: Mutex<Sleepers>,
+    idle: Option<IdleProbe>,
+}
+
+/// Tells a [`ManualTimer`] whether background work (for example store calls doing real I/O)
+/// is still in flight.
+pub type IdleProbe = std::sync::Arc<dyn Fn() -> bool + Send + Sync>;
+
+impl fmt::Debug for ManualTimer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualTimer")
+            .field("clock", &self.clock)
+            .field("pending", &self.pending())
+            .field("idle_probe", &self.idle.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Default)]
@@ -68,11 +82,24 @@ impl ManualTimer {
     /// How many times [`ManualTimer::settle`] yields to let woken tasks run.
     const SETTLE_YIELDS: usize = 64;
 
+    /// How long [`ManualTimer::settle`] waits in real time for an idle probe before giving up.
+    const SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
     /// A manual timer over `clock`.
     pub fn new(clock: FakeClock) -> Self {
         Self {
             clock,
             state: Mutex::new(Sleepers::default()),
+            idle: None,
+        }
+    }
+
+    /// A manual timer whose [`settle`](ManualTimer::settle) also waits, in real time, until
+    /// `idle` reports that no background work is in flight (for stores doing real I/O).
+    pub fn with_idle_probe(clock: FakeClock, idle: IdleProbe) -> Self {
+        Self {
+            idle: Some(idle),
+            ..Self::new(clock)
         }
     }
 
@@ -91,10 +118,20 @@ impl ManualTimer {
     }
 
     /// Lets other tasks on the runtime run until they block again (yields a bounded number of
-    /// times; meant for a current-thread test runtime).
+    /// times; meant for a current-thread test runtime). With an idle probe, repeats until the
+    /// probe reports idle right after a round of yields (bounded by 30 s of real time).
     pub async fn settle(&self) {
-        for _ in 0..Self::SETTLE_YIELDS {
-            tokio::task::yield_now().await;
+        let started = std::time::Instant::now();
+        loop {
+            for _ in 0..Self::SETTLE_YIELDS {
+                tokio::task::yield_now().await;
+            }
+            match &self.idle {
+                Some(idle) if !idle() && started.elapsed() < Self::SETTLE_LIMIT => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                _ => break,
+            }
         }
     }
 

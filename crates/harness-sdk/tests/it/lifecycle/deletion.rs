@@ -9,13 +9,12 @@ use tether_harness_sdk::lifecycle::{
     Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DeletionSettlement,
     DirectRowTransaction, NoRowTransaction, OwnerPhase, TransactOptions,
 };
-use tether_storage::StoreHook;
 use tokio::sync::oneshot;
 
 use super::support::{Fixture, Gate, RENEW, assert_err_contains, key, record, set_value};
 
 fn direct(f: &Fixture) -> DirectRowTransaction {
-    DirectRowTransaction::new(Arc::new(f.store.clone()))
+    DirectRowTransaction::new(f.store.clone())
 }
 
 fn options() -> DeletionOptions<super::support::Record> {
@@ -26,7 +25,11 @@ fn options() -> DeletionOptions<super::support::Record> {
 /// the lease.
 #[tokio::test]
 async fn lifecycle_scenario_23_delete_only_requested_key_rollback_restores() {
-    let f = &Fixture::new().await;
+    scenario_23(&Fixture::new().await).await;
+}
+
+/// The body of scenario 23, for every backend.
+pub(crate) async fn scenario_23(f: &Fixture) {
     let (base, run) = (&key("base"), &key("run"));
     f.put(base, json!({"value": "base"}), None).await;
     f.put(run, json!({"value": "run"}), None).await;
@@ -97,7 +100,11 @@ async fn lifecycle_scenario_25_revoked_deletion_authority() {
 /// 26. Rollback never overwrites a successor.
 #[tokio::test]
 async fn lifecycle_scenario_26_rollback_never_overwrites_successor() {
-    let f = &Fixture::new().await;
+    scenario_26(&Fixture::new().await).await;
+}
+
+/// The body of scenario 26, for every backend.
+pub(crate) async fn scenario_26(f: &Fixture) {
     let k = &key("run");
     f.put(k, json!({"value": "owner"}), None).await;
     f.put(k, json!({"value": "successor"}), None).await;
@@ -173,22 +180,16 @@ async fn lifecycle_scenario_27_exclusive_fence_drains_and_rejects_late() {
 /// 28. A queued renewal cannot recreate a committed deletion.
 #[tokio::test]
 async fn lifecycle_scenario_28_queued_renewal_cannot_recreate_committed_deletion() {
-    let f = &Fixture::new().await;
+    scenario_28(&Fixture::new().await).await;
+}
+
+/// The body of scenario 28, for every backend.
+pub(crate) async fn scenario_28(f: &Fixture) {
     let k = &key("run");
     f.put(k, json!({"value": "run"}), None).await;
     let gate = Gate::new();
     f.lc.with_deletion(k, options(), |_, m| async move {
-        let hold = gate.clone();
-        f.store
-            .set_hook(StoreHook::new().before_compare(move |call| {
-                let hold = hold.clone();
-                Box::pin(async move {
-                    if call.seq == 1 {
-                        hold.wait().await;
-                    }
-                    Ok(())
-                })
-            }));
+        f.store.hold_next_cas(&gate);
         f.timer.advance(RENEW).await;
         let guard = m.lease().expect("leased deletion");
         assert!(guard.renewal_pending(), "the renewal is prepared and held");
@@ -206,10 +207,7 @@ async fn lifecycle_scenario_28_queued_renewal_cannot_recreate_committed_deletion
     })
     .await
     .unwrap();
-    assert!(
-        f.store.raw_row(&f.ns, k).is_none(),
-        "still gone after the scope"
-    );
+    assert!(f.raw(k).await.is_none(), "still gone after the scope");
 }
 
 /// 29. Absent-row deletion: commit proves the key is still absent; rollback is a no-op; a row
@@ -288,7 +286,7 @@ async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transactio
         assert!(refused.is_err(), "no row transaction, no deletion");
         assert_eq!(guard.phase(), OwnerPhase::Held);
 
-        let tx = f.store.begin();
+        let tx = f.mem().begin();
         m.commit(&tx).await?;
         assert!(
             f.row(k).await.is_some(),
@@ -301,7 +299,7 @@ async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transactio
         let (_, lease) = f.row(k).await.unwrap();
         assert_eq!(lease.unwrap().token, *guard.token());
 
-        let tx = f.store.begin();
+        let tx = f.mem().begin();
         m.commit(&tx).await?;
         tx.commit()?;
         m.settle(DeletionOutcome::Committed, None).await?;

@@ -18,7 +18,11 @@ use super::support::{
 /// 1. A peer waits behind an absent-row lease and re-evaluates after the owner exits.
 #[tokio::test]
 async fn lifecycle_scenario_01_peer_waits_behind_absent_row_lease() {
-    let f = &Fixture::new().await;
+    scenario_01(&Fixture::new().await).await;
+}
+
+/// The body of scenario 1, for every backend.
+pub(crate) async fn scenario_01(f: &Fixture) {
     let k = &key("k");
     let (inside_tx, inside_rx) = oneshot::channel();
     let (go_tx, go_rx) = oneshot::channel::<()>();
@@ -73,7 +77,11 @@ async fn lifecycle_scenario_01_peer_waits_behind_absent_row_lease() {
 /// 2. Heartbeats keep the lease across a request longer than the lease lifetime.
 #[tokio::test]
 async fn lifecycle_scenario_02_renewed_lease_across_long_request() {
-    let f = &Fixture::new().await;
+    scenario_02(&Fixture::new().await).await;
+}
+
+/// The body of scenario 2, for every backend.
+pub(crate) async fn scenario_02(f: &Fixture) {
     let k = &key("k");
     f.put(k, json!({"value": "owner"}), None).await;
     let (inside_tx, inside_rx) = oneshot::channel();
@@ -118,7 +126,11 @@ async fn lifecycle_scenario_02_renewed_lease_across_long_request() {
 /// 3. The lease is released after the callback fails; a peer proceeds without waiting.
 #[tokio::test]
 async fn lifecycle_scenario_03_lease_released_after_callback_rejects() {
-    let f = &Fixture::new().await;
+    scenario_03(&Fixture::new().await).await;
+}
+
+/// The body of scenario 3, for every backend.
+pub(crate) async fn scenario_03(f: &Fixture) {
     let k = &key("k");
     let result: Result<(), Error> =
         f.lc.with_lease(k, LeaseOptions::default(), |_| async {
@@ -141,7 +153,11 @@ async fn lifecycle_scenario_03_lease_released_after_callback_rejects() {
 /// write is refused and its scope reports the lost lease.
 #[tokio::test]
 async fn lifecycle_scenario_04_fence_at_transaction() {
-    let f = &Fixture::new().await;
+    scenario_04(&Fixture::new().await).await;
+}
+
+/// The body of scenario 4, for every backend.
+pub(crate) async fn scenario_04(f: &Fixture) {
     let k = &key("k");
     let result =
         f.lc.with_lease(k, LeaseOptions::default(), |_| async {
@@ -170,7 +186,11 @@ async fn lifecycle_scenario_04_fence_at_transaction() {
 /// successor's token.
 #[tokio::test]
 async fn lifecycle_scenario_05_fence_at_heartbeat_successor_untouched() {
-    let f = &Fixture::new().await;
+    scenario_05(&Fixture::new().await).await;
+}
+
+/// The body of scenario 5, for every backend.
+pub(crate) async fn scenario_05(f: &Fixture) {
     let k = &key("k");
     let result =
         f.lc.with_lease(k, LeaseOptions::default(), |_| async {
@@ -196,7 +216,7 @@ async fn lifecycle_scenario_06_comparison_refusal_reevaluates() {
     let k = &key("k");
     f.put(k, json!({"value": "original"}), None).await;
     let ns = f.ns.clone();
-    f.store
+    f.mem()
         .set_hook(StoreHook::new().before_compare(move |call| {
             let ns = ns.clone();
             Box::pin(async move {
@@ -238,7 +258,7 @@ async fn lifecycle_scenario_07_uncertain_outcome_not_replayed() {
     let f = &Fixture::new().await;
     let k = &key("k");
     f.put(k, json!({"value": "original"}), None).await;
-    f.store.set_hook(StoreHook::new().after_apply(|call, _| {
+    f.mem().set_hook(StoreHook::new().after_apply(|call, _| {
         Box::pin(async move {
             if call.seq == 1 {
                 return Err(Error::other("storage outcome unknown"));
@@ -272,7 +292,7 @@ async fn lifecycle_scenario_08_lease_loss_reported_when_swallowed() {
     let result =
         f.lc.with_lease(k, LeaseOptions::default(), |_| async {
             let clock = f.clock.clone();
-            f.store
+            f.mem()
                 .set_hook(StoreHook::new().before_compare(move |call| {
                     let clock = clock.clone();
                     Box::pin(async move {
@@ -302,7 +322,7 @@ async fn lifecycle_scenario_09_renewal_joined_before_failed_owner_releases() {
     let owner = {
         let lc = f.lc.clone();
         let k = k.clone();
-        let store = f.store.clone();
+        let store = f.mem().clone();
         let timer = f.timer.clone();
         let gate = gate.clone();
         tokio::spawn(async move {
@@ -347,7 +367,7 @@ async fn lifecycle_scenario_10_renewal_failure_preserved_until_assertion_expires
     let result =
         f.lc.with_lease(k, LeaseOptions::default(), |guard| async move {
             let assert = f.lc.capture_lease_assertion(k)?;
-            f.store.set_hook(StoreHook::new().before_read(|call| {
+            f.mem().set_hook(StoreHook::new().before_read(|call| {
                 Box::pin(async move {
                     if call.seq == 1 {
                         return Err(Error::other("cause C: observe failed"));
@@ -381,7 +401,7 @@ async fn lifecycle_scenario_11_quiesce_with_renewal_in_flight() {
     let result =
         f.lc.with_lease(k, LeaseOptions::default(), |guard| async move {
             let hold = gate.clone();
-            f.store
+            f.mem()
                 .set_hook(StoreHook::new().before_compare(move |call| {
                     let hold = hold.clone();
                     Box::pin(async move {
@@ -433,9 +453,7 @@ async fn lifecycle_scenario_12_unknown_outcome_retained() {
     assert_eq!(value, json!({"value": "original"}));
     let lease = lease.expect("not released");
     assert_eq!(lease.token.as_str(), "owner-1");
-    let quarantined = tether_core::QuarantineStore::quarantined(&f.store, &f.ns, k)
-        .await
-        .unwrap();
+    let quarantined = f.quarantine.quarantined(&f.ns, k).await.unwrap();
     assert!(
         quarantined.is_some(),
         "recorded durably (SPEC decision 3.6)"
@@ -455,7 +473,7 @@ async fn lifecycle_scenario_12_unknown_outcome_retained() {
         assert_err_contains(set_value(&f.lc, k, "x").await, "outcome unknown").is_outcome_unknown()
     );
     assert_eq!(
-        f.store.raw_row(&f.ns, k).unwrap().value,
+        f.mem().raw_row(&f.ns, k).unwrap().value,
         br#"{"value":"original"}"#
     );
     let independent = &key("independent");
@@ -541,7 +559,7 @@ async fn lifecycle_scenario_15_blocked_key_rechecked_between_observe_and_commit(
     f.put(k, json!({"value": "original"}), None).await;
     let gate = Gate::new();
     let hold = gate.clone();
-    f.store.set_hook(StoreHook::new().before_compare(move |_| {
+    f.mem().set_hook(StoreHook::new().before_compare(move |_| {
         let hold = hold.clone();
         Box::pin(async move {
             hold.wait().await;
@@ -579,7 +597,7 @@ async fn lifecycle_scenario_16_exact_token_cleanup_after_storage_failure() {
     let f = &Fixture::new().await;
     let k = &key("k");
     f.put(k, json!({"value": "native"}), None).await;
-    f.store.set_hook(StoreHook::new().after_apply(|call, _| {
+    f.mem().set_hook(StoreHook::new().after_apply(|call, _| {
         Box::pin(async move {
             if call.seq == 1 {
                 return Err(Error::store(StoreErrorKind::Unavailable {
@@ -620,7 +638,7 @@ async fn lifecycle_scenario_17_cancellation_right_after_admission() {
     f.put(k, json!({"value": "native"}), None).await;
     let current = Arc::new(AtomicBool::new(true));
     let flip = current.clone();
-    f.store
+    f.mem()
         .set_hook(StoreHook::new().after_apply(move |call, _| {
             let flip = flip.clone();
             Box::pin(async move {
@@ -697,7 +715,7 @@ async fn lifecycle_scenario_19_accepted_outcome_needs_no_post_effect_lineage_rea
     let result =
         f.lc.with_lease(k, options, |_| async {
             let reads = reads.clone();
-            f.store.set_hook(StoreHook::new().before_read(move |_| {
+            f.mem().set_hook(StoreHook::new().before_read(move |_| {
                 let n = reads.bump();
                 Box::pin(async move {
                     if n > 1 {
@@ -713,7 +731,7 @@ async fn lifecycle_scenario_19_accepted_outcome_needs_no_post_effect_lineage_rea
     assert_eq!(result, json!({"accepted": true}));
     assert_eq!(reads.get(), 1, "only the release read the row");
     assert!(checks.get() >= 3, "before, after acquisition, after run");
-    f.store.clear_hook();
+    f.mem().clear_hook();
     assert_eq!(f.unleased(k).await, Some(json!({"value": "native"})));
 }
 
@@ -821,7 +839,7 @@ async fn lifecycle_scenario_22_revocation_at_commit_admission_publishes_nothing(
         f.lc.with_lease(k, options, |_| async {
             runs.bump();
             let flip = current.clone();
-            f.store
+            f.mem()
                 .set_hook(StoreHook::new().before_compare(move |call| {
                     let flip = flip.clone();
                     Box::pin(async move {

@@ -4,4 +4,5 @@
 mod deletion;
 mod leases;
 mod properties;
+mod sql;
 mod support;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use tether_core::{
-    BindingKey, BindingStore, Error, JsonObjectCodec, LeaseWrite, QuarantineStore, RowTransaction,
-    SessionMutation, always_current,
+    BindingKey, BindingStore, Error, JsonObjectCodec, LeaseWrite, RowTransaction, SessionMutation,
+    always_current,
 };
 use tether_harness_sdk::lifecycle::{
     Applied, CommitFinalizer, DeletionHooks, DeletionOptions, DeletionOutcome, DeletionSettlement,
@@ -190,7 +190,7 @@ async fn lifecycle_invalid_row_fails_closed() {
     assert!(matches!(result, Err(Error::InvalidRow { .. })));
     assert_eq!(applies.get(), 0);
     assert!(matches!(f.lc.read(k).await, Err(Error::InvalidRow { .. })));
-    assert_eq!(f.store.raw_row(&f.ns, k).unwrap().value, b"not json");
+    assert_eq!(f.mem().raw_row(&f.ns, k).unwrap().value, b"not json");
 }
 
 /// A release failure goes to the callback and is swallowed; the lease then expires.
@@ -201,7 +201,7 @@ async fn lifecycle_release_failure_is_reported_and_swallowed() {
     let reported: Arc<Mutex<Vec<(BindingKey, String)>>> = Arc::default();
     let sink = reported.clone();
     let lc = Lifecycle::builder(
-        Arc::new(f.store.clone()),
+        f.store.clone(),
         f.ns.clone(),
         JsonObjectCodec,
         Arc::new(|c: Option<&Record>, _: &LeaseWrite| Some(c.cloned().unwrap_or_default())),
@@ -216,7 +216,7 @@ async fn lifecycle_release_failure_is_reported_and_swallowed() {
     .unwrap();
     let value = lc
         .with_lease(k, LeaseOptions::default(), |_| async {
-            f.store.set_hook(
+            f.mem().set_hook(
                 StoreHook::new().before_read(|_| {
                     Box::pin(async { Err(Error::other("store down at release")) })
                 }),
@@ -226,7 +226,7 @@ async fn lifecycle_release_failure_is_reported_and_swallowed() {
         .await
         .unwrap();
     assert_eq!(value, 7);
-    f.store.clear_hook();
+    f.mem().clear_hook();
     let reported = reported.lock().unwrap().clone();
     assert_eq!(
         reported,
@@ -279,7 +279,7 @@ async fn lifecycle_deletion_settled_unknown_blocks_the_key() {
             DeletionOptions::new(always_current()),
             |_, m| async move {
                 let wrapped = wrap_deletion_mutation(Arc::new(m.clone()), hooks);
-                let tx = f.store.begin();
+                let tx = f.mem().begin();
                 wrapped.commit(&tx).await?;
                 // The host lost its connection during COMMIT: nobody knows.
                 wrapped.settle(DeletionOutcome::Unknown, None).await?;
@@ -294,7 +294,7 @@ async fn lifecycle_deletion_settled_unknown_blocks_the_key() {
     assert_eq!(committed.load(Ordering::SeqCst), 0);
     assert!(f.lc.is_blocked(k));
     assert!(f.row(k).await.unwrap().1.is_some(), "not released");
-    assert!(f.store.quarantined(&f.ns, k).await.unwrap().is_some());
+    assert!(f.quarantine.quarantined(&f.ns, k).await.unwrap().is_some());
     assert!(
         set_value(&f.lc, k, "x")
             .await
@@ -309,7 +309,7 @@ async fn lifecycle_deletion_settled_unknown_blocks_the_key() {
             .is_outcome_unknown()
     );
     // After an operator released it, an explicit unblock lifts the in-process block.
-    f.store
+    f.quarantine
         .release_quarantine(&f.ns, k, "checked by operator")
         .await
         .unwrap();
@@ -343,12 +343,12 @@ async fn lifecycle_deletion_settlement_and_wrapper_hooks() {
         |_, m| async move {
             let wrapped = wrap_deletion_mutation(Arc::new(m.clone()), hooks);
             let guard = m.lease().unwrap();
-            let tx = f.store.begin();
+            let tx = f.mem().begin();
             wrapped.commit(&tx).await?;
             tx.rollback();
             wrapped.settle(DeletionOutcome::RolledBack, None).await?;
             assert_eq!(guard.phase(), OwnerPhase::Held);
-            let tx = f.store.begin();
+            let tx = f.mem().begin();
             wrapped.commit(&tx).await?;
             tx.commit()?;
             wrapped.settle(DeletionOutcome::Committed, None).await?;
@@ -367,7 +367,7 @@ async fn lifecycle_deletion_settlement_and_wrapper_hooks() {
         absent,
         DeletionOptions::new(always_current()),
         |_, m| async move {
-            m.commit(&DirectRowTransaction::new(Arc::new(f.store.clone())))
+            m.commit(&DirectRowTransaction::new(f.store.clone()))
                 .await?;
             m.settle(DeletionOutcome::Unknown, None).await
         },

@@ -2,15 +2,18 @@
 //! 65 s / wait 70 s / retry 1 s / renew 21.666 s, `prepare_lease = {...cur, lease}`, the
 //! reference error texts.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use async_trait::async_trait;
 
 use serde_json::{Map, Value, json};
 use tether_core::{
-    ApplyOutcome, BindingId, BindingKey, BindingStore, Clock, Error, FakeClock, Intent,
-    JsonObjectCodec, Lease, LeaseConfig, LeaseToken, LeaseWrite, Namespace, NamespaceConfig,
-    RowWrite, SequentialTokens, Timestamp, admit_all,
+    Admission, ApplyOutcome, BindingId, BindingKey, BindingStore, Clock, Comparison, Error,
+    FakeClock, Intent, JsonObjectCodec, Lease, LeaseConfig, LeaseToken, LeaseWrite, Namespace,
+    NamespaceConfig, Observation, QuarantineEntry, QuarantineStore, RowPredicate, RowWrite,
+    SequentialTokens, StoredRow, Timestamp, admit_all,
 };
 use tether_harness_sdk::lifecycle::{Applied, Lifecycle, ManualTimer, TransactOptions};
 use tether_storage::MemoryStore;
@@ -23,14 +26,6 @@ pub(crate) const START: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 pub(crate) const STALE: Duration = Duration::from_secs(65);
 pub(crate) const RETRY: Duration = Duration::from_secs(1);
 pub(crate) const RENEW: Duration = Duration::from_millis(21_666);
-
-pub(crate) struct Fixture {
-    pub(crate) clock: FakeClock,
-    pub(crate) timer: Arc<ManualTimer>,
-    pub(crate) store: MemoryStore,
-    pub(crate) ns: Namespace,
-    pub(crate) lc: Lc,
-}
 
 pub(crate) fn key(name: &str) -> BindingKey {
     BindingKey::conversation(&BindingId::new(name).unwrap())
@@ -52,21 +47,58 @@ pub(crate) fn config() -> LeaseConfig {
     }
 }
 
+pub(crate) struct Fixture {
+    pub(crate) clock: FakeClock,
+    pub(crate) timer: Arc<ManualTimer>,
+    /// The store every lifecycle of the fixture uses (a [`GatedStore`] over the backend).
+    pub(crate) store: Arc<GatedStore>,
+    pub(crate) quarantine: Arc<dyn QuarantineStore>,
+    memory: Option<MemoryStore>,
+    pub(crate) ns: Namespace,
+    pub(crate) lc: Lc,
+}
+
 impl Fixture {
+    /// The default fixture: the in-memory store.
     pub(crate) async fn new() -> Self {
         let clock = FakeClock::new(START);
-        let timer = Arc::new(ManualTimer::new(clock.clone()));
-        let store = MemoryStore::new(Arc::new(clock.clone()));
+        let memory = MemoryStore::new(Arc::new(clock.clone()));
+        let quarantine: Arc<dyn QuarantineStore> = Arc::new(memory.clone());
+        let mut f = Self::over(clock, Arc::new(memory.clone()), quarantine, false).await;
+        f.memory = Some(memory);
+        f
+    }
+
+    /// The fixture over any backend whose expiry follows `clock`.
+    ///
+    /// With `real_io`, the manual timer waits for store calls in flight before moving on
+    /// (the in-memory store answers at once, and its paused hooks must not count as busy).
+    pub(crate) async fn over(
+        clock: FakeClock,
+        backend: Arc<dyn BindingStore>,
+        quarantine: Arc<dyn QuarantineStore>,
+        real_io: bool,
+    ) -> Self {
+        let store = Arc::new(GatedStore::new(backend, quarantine));
+        let quarantine: Arc<dyn QuarantineStore> = store.clone();
+        let probe = store.clone();
+        let timer = Arc::new(if real_io {
+            ManualTimer::with_idle_probe(clock.clone(), Arc::new(move || probe.idle()))
+        } else {
+            ManualTimer::new(clock.clone())
+        });
         let ns = Namespace::new("lifecycle-test").unwrap();
         store
             .register_namespace(NamespaceConfig::new(ns.clone()))
             .await
             .unwrap();
-        let lc = Self::instance(&clock, &timer, &store, &ns, "owner");
+        let lc = Self::instance(&clock, &timer, &store, &quarantine, &ns, "owner");
         Self {
             clock,
             timer,
             store,
+            quarantine,
+            memory: None,
             ns,
             lc,
         }
@@ -75,12 +107,13 @@ impl Fixture {
     fn instance(
         clock: &FakeClock,
         timer: &Arc<ManualTimer>,
-        store: &MemoryStore,
+        store: &Arc<GatedStore>,
+        quarantine: &Arc<dyn QuarantineStore>,
         ns: &Namespace,
         tokens: &str,
     ) -> Lc {
         Lifecycle::builder(
-            Arc::new(store.clone()),
+            store.clone(),
             ns.clone(),
             JsonObjectCodec,
             Arc::new(|current: Option<&Record>, _lease: &LeaseWrite| {
@@ -91,15 +124,27 @@ impl Fixture {
         .clock(Arc::new(clock.clone()))
         .tokens(Arc::new(SequentialTokens::new(tokens)))
         .timer(timer.clone())
-        .quarantine(Arc::new(store.clone()))
+        .quarantine(quarantine.clone())
         .holder(tokens)
         .build()
         .unwrap()
     }
 
+    /// The in-memory backend (for its fault-injection hooks).
+    pub(crate) fn mem(&self) -> &MemoryStore {
+        self.memory.as_ref().expect("an in-memory fixture")
+    }
+
     /// A second lifecycle instance on the same store (another "process").
     pub(crate) fn peer(&self) -> Lc {
-        Self::instance(&self.clock, &self.timer, &self.store, &self.ns, "peer")
+        Self::instance(
+            &self.clock,
+            &self.timer,
+            &self.store,
+            &self.quarantine,
+            &self.ns,
+            "peer",
+        )
     }
 
     pub(crate) fn now(&self) -> Timestamp {
@@ -113,15 +158,18 @@ impl Fixture {
         value: Value,
         lease: Option<(&str, Timestamp)>,
     ) {
-        force_set(&self.store, &self.ns, key, value, lease).await;
+        force_set(&*self.store, &self.ns, key, value, lease).await;
+    }
+
+    /// The live row.
+    pub(crate) async fn raw(&self, key: &BindingKey) -> Option<StoredRow> {
+        self.store.lookup(&self.ns, key).await.unwrap()
     }
 
     /// The live row's value and lease.
     pub(crate) async fn row(&self, key: &BindingKey) -> Option<(Value, Option<Lease>)> {
-        self.store
-            .lookup(&self.ns, key)
+        self.raw(key)
             .await
-            .unwrap()
             .map(|row| (serde_json::from_slice(&row.value).unwrap(), row.lease))
     }
 
@@ -142,8 +190,112 @@ impl Fixture {
     }
 }
 
+/// A store wrapper for every backend (binding rows and quarantine): counts calls in flight (so the manual timer can wait for
+/// real I/O) and can hold the next compare-and-apply on a [`Gate`].
+#[derive(Debug)]
+pub(crate) struct GatedStore {
+    inner: Arc<dyn BindingStore>,
+    quarantine: Arc<dyn QuarantineStore>,
+    in_flight: AtomicUsize,
+    hold_next_cas: Mutex<Option<Gate>>,
+}
+
+impl GatedStore {
+    fn new(inner: Arc<dyn BindingStore>, quarantine: Arc<dyn QuarantineStore>) -> Self {
+        Self {
+            inner,
+            quarantine,
+            in_flight: AtomicUsize::new(0),
+            hold_next_cas: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) == 0
+    }
+
+    /// The next compare-and-apply (by anyone) waits on `gate` before it compares.
+    pub(crate) fn hold_next_cas(&self, gate: &Gate) {
+        *self.hold_next_cas.lock().unwrap() = Some(gate.clone());
+    }
+
+    async fn counted<T>(&self, fut: impl std::future::Future<Output = T>) -> T {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let out = fut.await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        out
+    }
+}
+
+#[async_trait]
+impl BindingStore for GatedStore {
+    async fn register_namespace(&self, config: NamespaceConfig) -> Result<(), Error> {
+        self.counted(self.inner.register_namespace(config)).await
+    }
+
+    async fn lookup(&self, ns: &Namespace, key: &BindingKey) -> Result<Option<StoredRow>, Error> {
+        self.counted(self.inner.lookup(ns, key)).await
+    }
+
+    async fn observe(&self, ns: &Namespace, key: &BindingKey) -> Result<Observation, Error> {
+        self.counted(self.inner.observe(ns, key)).await
+    }
+
+    async fn compare_and_apply(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        comparison: &Comparison,
+        intent: Intent,
+        admission: Admission<'_>,
+    ) -> Result<ApplyOutcome, Error> {
+        let gate = self.hold_next_cas.lock().unwrap().take();
+        if let Some(gate) = gate {
+            gate.wait().await;
+        }
+        self.counted(
+            self.inner
+                .compare_and_apply(ns, key, comparison, intent, admission),
+        )
+        .await
+    }
+
+    async fn register_if_absent(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        row: RowWrite,
+        ttl: Option<Duration>,
+    ) -> Result<bool, Error> {
+        self.counted(self.inner.register_if_absent(ns, key, row, ttl))
+            .await
+    }
+
+    async fn delete_if(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        predicate: RowPredicate<'_>,
+    ) -> Result<Option<StoredRow>, Error> {
+        self.counted(self.inner.delete_if(ns, key, predicate)).await
+    }
+
+    async fn scan(
+        &self,
+        ns: &Namespace,
+        after: Option<&BindingKey>,
+        limit: usize,
+    ) -> Result<Vec<(BindingKey, StoredRow)>, Error> {
+        self.counted(self.inner.scan(ns, after, limit)).await
+    }
+
+    async fn count(&self, ns: &Namespace) -> Result<u64, Error> {
+        self.counted(self.inner.count(ns)).await
+    }
+}
+
 pub(crate) async fn force_set(
-    store: &MemoryStore,
+    store: &dyn BindingStore,
     ns: &Namespace,
     key: &BindingKey,
     value: Value,
@@ -186,7 +338,7 @@ pub(crate) async fn set_value(lc: &Lc, key: &BindingKey, value: &str) -> Result<
 }
 
 /// A gate a hook can wait on; the test opens it.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub(crate) struct Gate {
     permits: Arc<Semaphore>,
     entered: Arc<AtomicUsize>,
@@ -253,5 +405,30 @@ pub(crate) fn assert_err_contains<T: std::fmt::Debug>(
             );
             error
         }
+    }
+}
+
+#[async_trait]
+impl QuarantineStore for GatedStore {
+    async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
+        self.counted(self.quarantine.quarantine(entry)).await
+    }
+
+    async fn quarantined(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+    ) -> Result<Option<QuarantineEntry>, Error> {
+        self.counted(self.quarantine.quarantined(ns, key)).await
+    }
+
+    async fn release_quarantine(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        operator_reason: &str,
+    ) -> Result<bool, Error> {
+        self.counted(self.quarantine.release_quarantine(ns, key, operator_reason))
+            .await
     }
 }

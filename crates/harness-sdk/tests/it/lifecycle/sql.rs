@@ -1,0 +1,251 @@
+//! Scenarios 1–5, 23, 26 and 28 against the SQL store (SQLite file and PostgreSQL), and two
+//! lifecycle instances (two pools, as two hosts would have) contending for one key.
+//!
+//! PostgreSQL tests use a fresh database per test and are skipped with a notice when no server
+//! answers (unless `TETHER_REQUIRE_PG=1`).
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tether_core::{
+    BindingStore, Error, FakeClock, JsonObjectCodec, LeaseConfig, LeaseEpoch, LeaseWrite,
+    Namespace, NamespaceConfig, SystemClock,
+};
+use tether_harness_sdk::lifecycle::{
+    Applied, EpochFence, LeaseOptions, Lifecycle, TransactOptions,
+};
+use tether_storage::testing::PgTestDatabase;
+use tether_storage::{Store, StoreOptions};
+
+use super::support::{Fixture, Lc, Record, START, key, record};
+use super::{deletion, leases};
+
+/// A backend under test, kept alive for the test's duration.
+enum Backing {
+    Sqlite(#[allow(dead_code)] tempfile::TempDir),
+    Postgres(PgTestDatabase),
+}
+
+impl Backing {
+    async fn cleanup(self) {
+        if let Self::Postgres(db) = self {
+            db.cleanup().await;
+        }
+    }
+}
+
+async fn open(url: &str, clock: Arc<dyn tether_core::Clock>) -> Store {
+    Store::open_with(
+        StoreOptions::new(url)
+            .clock(clock)
+            .synchronous_normal(true)
+            .max_connections(4),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("open {url}: {e}"))
+}
+
+async fn sqlite_fixture() -> (Fixture, Backing) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/tether.db", dir.path().display());
+    let clock = FakeClock::new(START);
+    let store = open(&url, Arc::new(clock.clone())).await;
+    let fixture = Fixture::over(clock, Arc::new(store.clone()), Arc::new(store), true).await;
+    (fixture, Backing::Sqlite(dir))
+}
+
+async fn postgres_fixture() -> Option<(Fixture, Backing)> {
+    let db = PgTestDatabase::create("harness_lifecycle").await?;
+    let clock = FakeClock::new(START);
+    let store = open(db.url(), Arc::new(clock.clone())).await;
+    let fixture = Fixture::over(clock, Arc::new(store.clone()), Arc::new(store), true).await;
+    Some((fixture, Backing::Postgres(db)))
+}
+
+macro_rules! on_sql {
+    ($($name:ident => $body:path;)*) => {
+        mod sqlite {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let (fixture, backing) = super::sqlite_fixture().await;
+                    $body(&fixture).await;
+                    drop(fixture);
+                    backing.cleanup().await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let Some((fixture, backing)) = super::postgres_fixture().await else {
+                        return;
+                    };
+                    $body(&fixture).await;
+                    drop(fixture);
+                    backing.cleanup().await;
+                }
+            )*
+        }
+    };
+}
+
+on_sql! {
+    lifecycle_scenario_01_peer_waits_behind_absent_row_lease => super::leases::scenario_01;
+    lifecycle_scenario_02_renewed_lease_across_long_request => super::leases::scenario_02;
+    lifecycle_scenario_03_lease_released_after_callback_rejects => super::leases::scenario_03;
+    lifecycle_scenario_04_fence_at_transaction => super::leases::scenario_04;
+    lifecycle_scenario_05_fence_at_heartbeat_successor_untouched => super::leases::scenario_05;
+    lifecycle_scenario_23_delete_only_requested_key_rollback_restores => super::deletion::scenario_23;
+    lifecycle_scenario_26_rollback_never_overwrites_successor => super::deletion::scenario_26;
+    lifecycle_scenario_28_queued_renewal_cannot_recreate_committed_deletion => super::deletion::scenario_28;
+}
+
+// Keep the scenario modules referenced from here (the macro uses paths).
+#[allow(unused_imports)]
+use {deletion as _, leases as _};
+
+const ROUNDS: usize = 200;
+
+/// One contender: a lifecycle over its own pool, real clock and tokio timers.
+fn contender(store: Store, ns: &Namespace, name: &str) -> Lc {
+    Lifecycle::builder(
+        Arc::new(store),
+        ns.clone(),
+        JsonObjectCodec,
+        Arc::new(|current: Option<&Record>, _: &LeaseWrite| {
+            Some(current.cloned().unwrap_or_default())
+        }),
+    )
+    .lease_config(LeaseConfig {
+        lease_duration: Duration::from_secs(10),
+        wait_budget: Duration::from_secs(120),
+        retry_interval: Duration::from_millis(2),
+        renew_interval: Duration::from_secs(3),
+    })
+    .holder(name)
+    .build()
+    .unwrap()
+}
+
+/// Shared observations of the contention run.
+#[derive(Default)]
+struct Ledger {
+    inside: AtomicBool,
+    rounds: AtomicUsize,
+    entries: Mutex<Vec<(String, LeaseEpoch)>>,
+    fence: EpochFence,
+}
+
+/// Each contender acquires the key, checks nobody else is inside, passes its epoch through a
+/// target-side fence and writes a record whose apply refuses any newer stored epoch.
+async fn contend(lc: Lc, name: &'static str, ledger: Arc<Ledger>) -> Result<usize, Error> {
+    let k = key("contended");
+    let mut mine = 0;
+    while ledger.rounds.load(Ordering::SeqCst) < ROUNDS {
+        let ledger = ledger.clone();
+        let entered = lc
+            .with_lease(&k, LeaseOptions::default(), |guard| {
+                let lc = lc.clone();
+                let k = k.clone();
+                async move {
+                    if ledger.rounds.load(Ordering::SeqCst) >= ROUNDS {
+                        return Ok(false);
+                    }
+                    assert!(
+                        !ledger.inside.swap(true, Ordering::SeqCst),
+                        "two owners inside at once"
+                    );
+                    let epoch = guard.epoch();
+                    ledger
+                        .entries
+                        .lock()
+                        .unwrap()
+                        .push((name.to_owned(), epoch));
+                    ledger.fence.admit(&k, epoch)?;
+                    let round = ledger.rounds.fetch_add(1, Ordering::SeqCst) + 1;
+                    lc.transact(&k, TransactOptions::default(), |current, token| {
+                        assert!(token.is_some(), "written under the lease");
+                        let stored = current
+                            .and_then(|c| c.get("epoch"))
+                            .and_then(serde_json::Value::as_u64)
+                            .unwrap_or(0);
+                        if stored > epoch.get() {
+                            return Err(Error::other("a stale epoch tried to write"));
+                        }
+                        Ok(Applied::write(
+                            record(json!({"epoch": epoch.get(), "round": round, "by": name})),
+                            (),
+                        ))
+                    })
+                    .await?;
+                    assert_eq!(guard.verify_fence().await?, epoch);
+                    tokio::task::yield_now().await;
+                    ledger.inside.store(false, Ordering::SeqCst);
+                    Ok(true)
+                }
+            })
+            .await?;
+        if entered {
+            mine += 1;
+        }
+    }
+    Ok(mine)
+}
+
+async fn contention(url_a: &str, url_b: &str) {
+    let ns = Namespace::new("contention").unwrap();
+    let a = open(url_a, Arc::new(SystemClock)).await;
+    let b = open(url_b, Arc::new(SystemClock)).await;
+    a.register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    b.register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let ledger = Arc::new(Ledger::default());
+    let first = tokio::spawn(contend(contender(a.clone(), &ns, "a"), "a", ledger.clone()));
+    let second = tokio::spawn(contend(contender(b, &ns, "b"), "b", ledger.clone()));
+    let (first, second) = (
+        first.await.unwrap().unwrap(),
+        second.await.unwrap().unwrap(),
+    );
+    assert_eq!(first + second, ROUNDS);
+    let entries = ledger.entries.lock().unwrap().clone();
+    assert_eq!(entries.len(), ROUNDS);
+    assert!(
+        entries.windows(2).all(|w| w[0].1 < w[1].1),
+        "every acquisition got a strictly larger epoch"
+    );
+    let row = a.lookup(&ns, &key("contended")).await.unwrap().unwrap();
+    assert!(
+        row.lease
+            .as_ref()
+            .is_none_or(|l| !l.is_live(tether_core::Clock::now(&SystemClock)))
+    );
+    let value: serde_json::Value = serde_json::from_slice(&row.value).unwrap();
+    assert_eq!(value["round"], ROUNDS);
+    assert_eq!(value["epoch"], entries.last().unwrap().1.get());
+}
+
+/// Two lifecycle instances over one SQLite file (two pools) contend for one key 200 times:
+/// never both inside, every write fenced by its epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_two_instances_contend_on_one_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/tether.db", dir.path().display());
+    contention(&url, &url).await;
+}
+
+/// The same over PostgreSQL with two pools, as two hosts would have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lifecycle_two_instances_contend_on_postgres() {
+    let Some(db) = PgTestDatabase::create("harness_contention").await else {
+        return;
+    };
+    contention(db.url(), db.url()).await;
+    db.cleanup().await;
+}
