@@ -15,6 +15,7 @@
 
 pub mod delivery;
 pub mod display;
+pub mod media;
 pub mod mirror;
 pub mod redact;
 pub mod sanitize;

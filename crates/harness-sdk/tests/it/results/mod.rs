@@ -2,6 +2,7 @@
 
 mod delivery;
 mod display;
+mod media;
 mod mirror;
 mod properties;
 mod sanitize;
