@@ -147,6 +147,9 @@ fn adopt(legacy: &Path, default: &Path) -> io::Result<usize> {
 /// Decides the state directory (see the [module documentation](super)); adopts the legacy
 /// directory into an empty new default. Never fails: an adoption failure falls back to the
 /// legacy directory for the rest of the process.
+///
+/// Resolutions in one process are serialized (so two callers never adopt at once). When
+/// another process wins the race and populates the new default first, this one uses it.
 #[tracing::instrument(name = "acpx.resolve_state_dir", skip_all)]
 pub fn resolve_state_dir(config: &AcpxStateConfig) -> ResolvedStateDir {
     if let Some(explicit) = &config.explicit_state_dir {
@@ -178,6 +181,15 @@ pub fn resolve_state_dir(config: &AcpxStateConfig) -> ResolvedStateDir {
                 source: StateDirSource::Adopted { files },
             }
         }
+        Err(error) if !is_empty_dir(&default) => {
+            // A failed copy never publishes a partial new default, so a populated one now
+            // was adopted or created by another process meanwhile: use it.
+            tracing::debug!(to = %default.display(), %error, "the new ACPX state directory was populated concurrently; using it");
+            ResolvedStateDir {
+                path: default,
+                source: StateDirSource::Default,
+            }
+        }
         Err(error) => {
             tracing::warn!(
                 from = %legacy.display(),
@@ -207,6 +219,30 @@ pub fn prepare_state_dir(config: &AcpxStateConfig) -> Result<PreparedStateDir, E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn adoption_never_replaces_a_populated_default() {
+        let root = tempfile::tempdir().unwrap();
+        let legacy = root.path().join("workspace/state");
+        fs::create_dir_all(legacy.join("sessions")).unwrap();
+        fs::write(legacy.join("sessions/a.json"), b"{}").unwrap();
+        let default = root.path().join("state/acpx");
+        fs::create_dir_all(&default).unwrap();
+        fs::write(default.join("winner.json"), b"{}").unwrap();
+
+        assert!(
+            adopt(&legacy, &default).is_err(),
+            "a populated default is never replaced"
+        );
+        assert!(default.join("winner.json").exists());
+        assert!(!default.join("sessions").exists());
+        let entries: Vec<_> = fs::read_dir(root.path().join("state"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(entries, vec!["acpx"], "the staging copy was removed");
+        assert!(legacy.join("sessions/a.json").exists());
+    }
 
     #[test]
     fn empty_means_missing_or_no_entries() {
