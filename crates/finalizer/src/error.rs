@@ -126,9 +126,6 @@ pub enum FinalizerError {
         /// What the transcript reported.
         message: String,
     },
-    /// No assistant identity could be found for the host fallback.
-    #[error("Settled-turn fallback has no assistant identity")]
-    NoFallbackIdentity,
     /// The harness failed.
     #[error("{0}")]
     Harness(#[source] tether_core::Error),

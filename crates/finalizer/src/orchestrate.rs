@@ -4,6 +4,73 @@
 //! attempt's terminal was prepared and outside any retry loop: the request gate, at most two
 //! tries when the answer is empty (each with a fresh cancellation and deadline), the silence
 //! policy, cancellation precedence, the persisted host fallback and the rebuilt terminal.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use async_trait::async_trait;
+//! use tether_core::*;
+//! use tether_finalizer::*;
+//!
+//! /// A harness whose finalizer answers from the settled transcript.
+//! struct Answering;
+//! #[async_trait]
+//! impl SettledTurnFinalizer for Answering {
+//!     async fn finalize_settled_turn(&self, _: FinalizationAttempt, _: &AttemptResult) -> Result<serde_json::Value, Error> {
+//!         Ok(serde_json::json!({"assistant": {"role": "assistant", "content": "Saved.", "stop_reason": "stop"}}))
+//!     }
+//! }
+//!
+//! /// The host's transcript (never reached here: the finalizer answers).
+//! struct Transcript;
+//! #[async_trait]
+//! impl FallbackTranscript for Transcript {
+//!     async fn resolve_target(&self, s: &SessionTarget) -> Result<SessionTarget, Error> { Ok(s.clone()) }
+//!     async fn append_fallback(&self, _: FallbackAppend) -> Result<FallbackAppendResult, FallbackAppendError> {
+//!         Ok(FallbackAppendResult::Appended(AppendOutcome { appended: true, anchor: TranscriptAnchor(1) }))
+//!     }
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let call = ContentBlock::ToolCall { id: "c1".into(), name: "write".into(), arguments: serde_json::json!({}) };
+//! let mut batch = AgentMessage::text(MessageRole::Assistant, "");
+//! batch.content = vec![call];
+//! batch.stop_reason = Some("toolUse".into());
+//! let mut result = AgentMessage::text(MessageRole::ToolResult, "saved");
+//! result.tool_call_id = Some("c1".into());
+//! result.tool_name = Some("write".into());
+//! let settled = AttemptResult {
+//!     messages_snapshot: vec![AgentMessage::text(MessageRole::User, "save a note"), batch.clone(), result],
+//!     ..AttemptResult::default()
+//! };
+//! let facts = TurnFacts {
+//!     item_lifecycle: ItemLifecycle::new(1, 1, 0),
+//!     current_attempt_assistant: Some(batch),
+//!     ..TurnFacts::default()
+//! };
+//! let signal = RunSignal::new();
+//! let clock = FakeClock::new(Timestamp::from_millis(0));
+//! let input = FinalizationInput {
+//!     run_id: RunId::new("run-1")?,
+//!     harness_id: HarnessId::new("example")?,
+//!     finalizer: Some(&Answering),
+//!     settled: Arc::new(settled),
+//!     facts: &facts,
+//!     session: SessionTarget { agent_id: AgentId::new("main")?, session_key: None, session_id: SessionId::new("s1")? },
+//!     fence: WriterFence::default(),
+//!     signal: &signal,
+//!     try_timeout: Duration::from_secs(60),
+//!     clock: &clock,
+//!     transcript: &Transcript,
+//!     admission: always_current(),
+//!     diagnostics: LifecycleOptions::default(),
+//! };
+//! let prepared = prepare_terminal_with_settled_turn_finalization(&input).await.unwrap();
+//! assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+//! assert_eq!(prepared.payloads[0].text, "Saved.");
+//! # Ok::<(), IdError>(())
+//! # }).unwrap();
+//! ```
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -511,7 +578,9 @@ fn rebuild(
 }
 
 /// The fallback assistant identity: the source attempt's current or last assistant, the
-/// settled attempt's completed assistant, then the settled-batch assistant.
+/// settled attempt's completed assistant, then the settled-batch assistant. The gate only
+/// requests finalization when a settled batch exists, so an identity is always found (the
+/// reference's "no assistant identity" error cannot arise here).
 fn fallback_identity<'a>(
     input: &'a FinalizationInput<'a>,
     request: &'a FinalizationRequest,

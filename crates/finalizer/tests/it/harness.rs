@@ -185,6 +185,7 @@ pub(crate) struct Run<'a> {
     pub(crate) try_timeout: Duration,
     pub(crate) diagnostics: LifecycleOptions,
     pub(crate) clock: FakeClock,
+    pub(crate) admission: tether_core::AssertCurrent,
 }
 
 impl<'a> Run<'a> {
@@ -206,6 +207,7 @@ impl<'a> Run<'a> {
             try_timeout: Duration::from_secs(60),
             diagnostics: LifecycleOptions::default(),
             clock: FakeClock::new(Timestamp::from_millis(1_000)),
+            admission: always_current(),
         }
     }
 
@@ -224,7 +226,7 @@ impl<'a> Run<'a> {
             try_timeout: self.try_timeout,
             clock: &self.clock,
             transcript: self.transcript,
-            admission: always_current(),
+            admission: self.admission.clone(),
             diagnostics: self.diagnostics,
         };
         prepare_terminal_with_settled_turn_finalization(&input).await

@@ -1099,3 +1099,57 @@ async fn orchestration_a_tool_call_answer_fails_closed_into_the_fallback() {
     assert_eq!(prepared.outcome, FinalizationOutcome::Failed);
     assert_eq!(prepared.payloads[0].text, FALLBACK_TEXT);
 }
+
+#[tokio::test]
+async fn orchestration_lost_admission_stops_before_any_try() {
+    let finalizer = ScriptedFinalizer::always(answer_json("unused"));
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let (settled, facts) = settled_write();
+    let mut run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    run.admission = Arc::new(|| Err(Error::revoked("run closed")));
+    let err = run.prepare().await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "admitted run authority is no longer active"
+    );
+    assert_eq!(finalizer.call_count(), 0);
+}
+
+#[tokio::test]
+async fn orchestration_diagnostics_cover_every_try() {
+    let finalizer = ScriptedFinalizer::always(empty_json(""));
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let (settled, facts) = settled_write();
+    let mut run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    run.diagnostics = LifecycleOptions {
+        capture_content: true,
+        agent_run_diagnostics: false,
+    };
+    let prepared = run.prepare().await.unwrap();
+    let started: Vec<u8> = prepared
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            DiagnosticEvent::HarnessRunStarted { try_number, .. } => Some(*try_number),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, [1, 2]);
+    let completed = prepared
+        .events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                DiagnosticEvent::HarnessRunCompleted {
+                    outcome: RunCompletion::Completed,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(completed, 2, "empty tries complete normally");
+    assert_eq!(prepared.tries, 2);
+}
