@@ -42,6 +42,7 @@
 pub mod admin;
 pub mod deletion;
 pub mod events;
+pub mod fault;
 pub mod memory;
 mod plan;
 pub mod sql;
@@ -52,6 +53,7 @@ pub mod transcript;
 pub use admin::StoreAdmin;
 pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, WorkTracker};
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
+pub use fault::FaultyStore;
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
 pub use sql::{Store, StoreOptions};
 pub use transcript::{

@@ -792,3 +792,108 @@ pub(crate) async fn racing_connections_exactly_one_wins(b: &Backend) {
         assert_eq!(row.lease.unwrap().token.as_str(), winner);
     }
 }
+
+/// A transact-like loop: observe, apply `f`, write; re-evaluate only on an explicit conflict.
+/// Any error is returned as is (never replayed). Returns `f`'s result and how often it ran.
+async fn transact(
+    store: &dyn tether_core::BindingStore,
+    ns: &tether_core::Namespace,
+    k: &tether_core::BindingKey,
+    f: impl Fn(&str) -> Option<String>,
+) -> (Result<bool, Error>, usize) {
+    let mut calls = 0;
+    let mut seen = match store.observe(ns, k).await {
+        Ok(seen) => seen,
+        Err(err) => return (Err(err), calls),
+    };
+    loop {
+        calls += 1;
+        let current = seen.row.as_ref().map(text).unwrap_or_default();
+        let intent = match f(&current) {
+            Some(next) => set(value(&next)),
+            None => Intent::Keep,
+        };
+        let wrote = matches!(intent, Intent::Set { .. });
+        match store
+            .compare_and_apply(ns, k, &seen.comparison, intent, &admit_all)
+            .await
+        {
+            Ok(ApplyOutcome::Conflict { current }) => seen = current,
+            Ok(_) => return (Ok(wrote), calls),
+            Err(err) => return (Err(err), calls),
+        }
+    }
+}
+
+fn inner_value(raw: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(raw)
+        .ok()
+        .and_then(|v| v.get("value").and_then(|s| s.as_str()).map(str::to_owned))
+        .unwrap_or_default()
+}
+
+/// Reference scenario 6 on every backend: a fault replaces the row just before the first
+/// compare; the conflict re-evaluates with the fresh observation (apply runs twice) and writes
+/// nothing.
+pub(crate) async fn scenario_6_conflict_reevaluates_with_the_fresh_observation(b: &Backend) {
+    let ns = b.namespace("s6", |c| c).await;
+    let k = key("s1");
+    b.store
+        .register_if_absent(&ns, &k, value("original"), None)
+        .await
+        .unwrap();
+    let faulty = tether_storage::FaultyStore::new(Arc::clone(&b.store));
+    let (fns, fk) = (ns.clone(), k.clone());
+    faulty.before_compare(move |inner, seq| {
+        let (ns, k) = (fns.clone(), fk.clone());
+        Box::pin(async move {
+            if seq == 1 {
+                let seen = inner.observe(&ns, &k).await?;
+                inner
+                    .compare_and_apply(
+                        &ns,
+                        &k,
+                        &seen.comparison,
+                        set(value("successor")),
+                        &admit_all,
+                    )
+                    .await?;
+            }
+            Ok(())
+        })
+    });
+    let (result, calls) = transact(&faulty, &ns, &k, |cur| {
+        (inner_value(cur) == "original").then(|| "updated".to_owned())
+    })
+    .await;
+    assert!(!result.unwrap(), "{}: nothing written", b.name);
+    assert_eq!(calls, 2, "apply ran twice");
+    assert_eq!(
+        text(&b.store.lookup(&ns, &k).await.unwrap().unwrap()),
+        r#"{"value":"successor"}"#
+    );
+}
+
+/// Reference scenario 7 on every backend: the write applies and then the call fails; the error
+/// is returned and the write is not replayed.
+pub(crate) async fn scenario_7_uncertain_outcome_is_not_replayed(b: &Backend) {
+    let ns = b.namespace("s7", |c| c).await;
+    let k = key("s1");
+    b.store
+        .register_if_absent(&ns, &k, value("original"), None)
+        .await
+        .unwrap();
+    let faulty = tether_storage::FaultyStore::new(Arc::clone(&b.store));
+    faulty.after_apply(|_, _, _| Box::pin(async { Err(Error::other("storage outcome unknown")) }));
+    let (result, calls) = transact(&faulty, &ns, &k, |cur| {
+        Some(format!("{}:once", inner_value(cur)))
+    })
+    .await;
+    assert_eq!(result.unwrap_err().to_string(), "storage outcome unknown");
+    assert_eq!(calls, 1);
+    assert_eq!(faulty.calls(), 1);
+    assert_eq!(
+        text(&b.store.lookup(&ns, &k).await.unwrap().unwrap()),
+        r#"{"value":"original:once"}"#
+    );
+}

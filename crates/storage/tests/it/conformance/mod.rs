@@ -81,6 +81,8 @@ conformance!(
         corrupted_value_is_an_invalid_row,
         quarantine_records_and_releases,
         racing_connections_exactly_one_wins,
+        scenario_6_conflict_reevaluates_with_the_fresh_observation,
+        scenario_7_uncertain_outcome_is_not_replayed,
     ],
     host: [
         host_session_create_read_rotate,
