@@ -779,7 +779,8 @@ pub async fn prepare_terminal_with_settled_turn_finalization(
             let mut payload =
                 ReplyPayload::new(PayloadKind::FinalizationAnswer, text.clone(), false);
             payload.deliver_despite_source_suppression = true;
-            payload.writer_authority = writer_authority(input, None);
+            payload.writer_authority =
+                writer_authority(input, result.assistant_transcript_idempotency_key.clone());
             let attempt = Arc::new(rebuilt.attempt.clone());
             Ok(phase.finish(
                 FinalizationOutcome::Answered,

@@ -882,3 +882,24 @@ fn bounded_an_oversized_prior_tool_result_still_settles_its_call() {
     assert!(!p.to_json().to_string().contains("p1"));
     assert!(p.to_json().to_string().contains("recent"));
 }
+
+#[test]
+fn bounded_provenance_path_stops_reading_at_the_current_item_limit() {
+    let mut settled = vec![with_id(user("go"), "t:prompt")];
+    for i in 0..205 {
+        settled.push(with_id(
+            AgentMessage::text(MessageRole::Assistant, format!("step {i}")),
+            &format!("t:assistant:{i}"),
+        ));
+    }
+    settled.push(with_id(call("c1", "send", json!({})), "t:tool:c1:call"));
+    settled.push(with_id(
+        tool_result("c1", "send", "sent", false),
+        "t:tool:c1:result",
+    ));
+    // Item 201 is the message at index 200; the message at index 201 must never be read.
+    let (source, reads) = GuardedSource::new(settled.clone(), 201);
+    let result = project_settled_turn_history(provenance("t", &settled, &settled), source);
+    assert_eq!(result.unwrap_err(), RejectionReason::ItemLimit);
+    assert_eq!(reads.get(), 0, "nothing read past the limit");
+}
