@@ -781,3 +781,51 @@ async fn regression_138767_readable_binding_cannot_bypass_generation_fence() {
     host.rotate(KEY, "s2");
     assert!(resolved.authority.verify().await.is_err());
 }
+
+/// The same fence against the storage crate's in-memory host session store: resolution while
+/// current, rotation supersedes, an injected read failure fails closed, and a missing row is
+/// ephemeral.
+#[tokio::test]
+async fn generation_fence_over_the_memory_host_store() {
+    use tether_core::FakeClock;
+    use tether_storage::MemoryStore;
+
+    let store = Arc::new(MemoryStore::new(Arc::new(FakeClock::new(
+        Timestamp::from_millis(0),
+    ))));
+    store.put_host_session(HostSessionEntry {
+        session_key: skey(KEY),
+        agent_id: AgentId::new("main").unwrap(),
+        session_id: sid("s1"),
+        previous_session_id: None,
+        lifecycle_revision: LifecycleRevision::INITIAL,
+        agent_harness_id: None,
+        created_at: Timestamp::from_millis(0),
+        updated_at: Timestamp::from_millis(0),
+    });
+    let authority = GenerationAuthority::new(store.clone());
+    let s1 = target("s1");
+    let caller = caller();
+    let resolved = authority
+        .resolve_binding(request(&s1, &caller, &AlwaysReadable))
+        .await
+        .unwrap();
+    assert_eq!(resolved.state, GenerationState::Current);
+    resolved.authority.verify().await.unwrap();
+
+    store.fail_host_session_reads(Some(Error::other("disk gone")));
+    let err = resolved.authority.verify().await.unwrap_err();
+    assert!(is_superseded(&err, "s1"), "{err}");
+    store.fail_host_session_reads(None);
+    resolved.authority.verify().await.unwrap();
+
+    store.rotate_host_session(&skey(KEY), sid("s2")).unwrap();
+    assert!(resolved.authority.verify().await.is_err());
+    let next = authority.capture(&target("s2"), &caller).await.unwrap();
+    assert_eq!(next.state(), GenerationState::Current);
+    assert_eq!(next.previous_session_id(), Some(&sid("s1")));
+
+    store.remove_host_session(&skey(KEY));
+    let gone = authority.capture(&target("s2"), &caller).await.unwrap();
+    assert_eq!(gone.state(), GenerationState::Ephemeral);
+}
