@@ -143,9 +143,13 @@ impl FinalizationOutcome {
 
 /// The run's cancellation signal (the queue signal). Cancelling it also cancels the live try;
 /// a retired try's cancellation is detached, so its late callbacks cannot abort the run.
+///
+/// It also remembers whether the run's finalization phase already ran: the phase runs at most
+/// once per run, so a retry loop that calls it again gets `not-attempted`.
 #[derive(Debug, Default)]
 pub struct RunSignal {
     run: Cancellation,
+    phase_started: std::sync::atomic::AtomicBool,
     reason: Mutex<Option<String>>,
     live_try: Mutex<Option<Cancellation>>,
 }
@@ -189,6 +193,18 @@ impl RunSignal {
     /// The run-level cancellation flag (handed to the fallback append).
     pub fn cancellation(&self) -> &Cancellation {
         &self.run
+    }
+
+    /// Whether the run's finalization phase already ran.
+    pub fn finalization_phase_started(&self) -> bool {
+        self.phase_started.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Claims the run's single finalization phase; `false` when it was already claimed.
+    fn claim_phase(&self) -> bool {
+        !self
+            .phase_started
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
     }
 
     fn install_try(&self, try_cancel: &Cancellation) {
@@ -684,7 +700,14 @@ pub async fn prepare_terminal_with_settled_turn_finalization(
         usage: Usage::default(),
         events: Vec::new(),
     };
-    let Some(request) = phase.request.take() else {
+    let request = phase.request.take().filter(|_| {
+        let first = input.signal.claim_phase();
+        if !first {
+            tracing::warn!(run_id = %input.run_id, "settled-turn finalization already ran for this run — not attempting again");
+        }
+        first
+    });
+    let Some(request) = request else {
         let payloads = facts.payloads.clone();
         let texts = settled.assistant_texts.clone();
         return Ok(phase.finish(

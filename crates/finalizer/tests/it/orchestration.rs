@@ -342,6 +342,7 @@ async fn finalization_s044_truncated_completion_answered_or_empty() {
     assert_eq!(answered.call_count(), 1);
     assert_eq!(prepared.assistant_texts, ["Saved your note."]);
     let empty = ScriptedFinalizer::always(empty_json(""));
+    let signal = RunSignal::new();
     let run = Run::new(settled, facts, Some(&empty), &transcript, &signal);
     let prepared = run.prepare().await.unwrap();
     assert_eq!(empty.call_count(), 2);
@@ -887,6 +888,7 @@ async fn finalization_s062_missing_active_session_with_a_fence_is_a_rebound() {
     let transcript = RecordingTranscript::new(AppendBehavior::Respond(
         FallbackAppendResult::MissingActiveSession,
     ));
+    let signal = RunSignal::new();
     let (settled, facts) = settled_write();
     let prepared = Run::new(settled, facts, Some(&finalizer), &transcript, &signal)
         .prepare()
@@ -1152,4 +1154,25 @@ async fn orchestration_diagnostics_cover_every_try() {
         .count();
     assert_eq!(completed, 2, "empty tries complete normally");
     assert_eq!(prepared.tries, 2);
+}
+
+#[tokio::test]
+async fn orchestration_the_phase_runs_at_most_once_per_run() {
+    let finalizer = ScriptedFinalizer::always(empty_json(""));
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let (settled, facts) = settled_write();
+    let run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    let first = run.prepare().await.unwrap();
+    assert_eq!(first.outcome, FinalizationOutcome::CompletedEmpty);
+    assert!(signal.finalization_phase_started());
+    // A retry loop calling the phase again for the same run gets `not-attempted`.
+    let again = run.prepare().await.unwrap();
+    assert_eq!(again.outcome, FinalizationOutcome::NotAttempted);
+    assert_eq!(finalizer.call_count(), 2, "no further tries");
+    assert_eq!(
+        transcript.appends().len(),
+        1,
+        "the fallback is persisted once"
+    );
 }
