@@ -197,12 +197,13 @@ impl GenerationAuthority {
     ///
     /// 1. caller check, capture (when the target has a key), lineage check — a superseded or
     ///    unreadable host row fails here even when a binding is readable;
-    /// 2. read the binding; when absent and the backend has generation operations, run
+    /// 2. read the binding; the ownership check sees it, or — only when there is none and the
+    ///    host row records a predecessor — the predecessor's binding, which is read but never
+    ///    adopted, so a refused owner is never adopted;
+    /// 3. when the binding is absent and the backend has generation operations, run
     ///    [`Self::reclaim_prepared`] (an unreclaimable row with `reclaim_stale` set is the
     ///    superseded error) and read again;
-    /// 3. the ownership check sees the binding, or — only when there is none and the host row
-    ///    records a predecessor — the predecessor's binding, which is read but never adopted;
-    /// 4. a final lineage check.
+    /// 4. a final lineage check, then the ownership check on the final binding.
     ///
     /// The returned authority must be re-checked after every later await.
     #[tracing::instrument(name = "generation.resolve_binding", skip_all, fields(session_id = %request.target.session_id))]
@@ -225,19 +226,9 @@ impl GenerationAuthority {
 
         let mut binding = reader.read_binding(None).await?;
         authority.verify().await?;
-        if binding.is_none()
-            && let Some(ops) = generation
-            && target.session_key.is_some()
-        {
-            let reclaimed = self.reclaim_prepared(&capture, ops, reclaim_stale).await?;
-            if !reclaimed && reclaim_stale {
-                return Err(capture.superseded_error());
-            }
-            binding = reader.read_binding(None).await?;
-            authority.verify().await?;
-        }
-
         if let Some(assert_binding) = assert_binding {
+            // Ownership before any adoption: the binding, or the recorded predecessor's
+            // binding (read, never adopted here).
             if binding.is_some() {
                 assert_binding(binding.as_ref())?;
             } else if let (GenerationState::Current, Some(previous)) =
@@ -250,7 +241,23 @@ impl GenerationAuthority {
                 assert_binding(None)?;
             }
         }
+
+        if binding.is_none()
+            && let Some(ops) = generation
+            && target.session_key.is_some()
+        {
+            let reclaimed = self.reclaim_prepared(&capture, ops, reclaim_stale).await?;
+            if !reclaimed && reclaim_stale {
+                return Err(capture.superseded_error());
+            }
+            binding = reader.read_binding(None).await?;
+            authority.verify().await?;
+        }
+
         authority.verify().await?;
+        if let Some(assert_binding) = assert_binding {
+            assert_binding(binding.as_ref())?;
+        }
         Ok(ResolvedBinding {
             binding,
             authority,

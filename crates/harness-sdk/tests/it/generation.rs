@@ -535,7 +535,11 @@ async fn resolve_checks_predecessor_ownership_without_adopting() {
         .await
         .unwrap();
     assert_eq!(resolved.binding, None);
-    assert_eq!(*seen.lock().unwrap(), vec![Some("thread-1".to_owned())]);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![Some("thread-1".to_owned()), None],
+        "the predecessor's binding before, the (absent) final binding after"
+    );
     assert_eq!(bindings.adopt_calls.load(Ordering::SeqCst), 0);
     assert_eq!(bindings.row().unwrap().session_id, sid("s1"));
 
@@ -548,6 +552,28 @@ async fn resolve_checks_predecessor_ownership_without_adopting() {
         .unwrap();
     assert_eq!(resolved.binding.as_deref(), Some("thread-1"));
     assert_eq!(bindings.row().unwrap().session_id, sid("s2"));
+
+    // A refused predecessor is never adopted, even with generation operations.
+    let fresh = Bindings::bound("s1", "thread-1");
+    let fresh_ops = Ops {
+        bindings: fresh.clone(),
+        target: sid("s2"),
+    };
+    let supervised = |binding: Option<&String>| match binding {
+        Some(_) => Err(Error::other("owned by supervision")),
+        None => Ok(()),
+    };
+    let err = authority
+        .resolve_binding(ResolveRequest {
+            generation: Some(&fresh_ops),
+            assert_binding: Some(&supervised),
+            ..request(&target, &caller, &fresh_ops)
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "owned by supervision");
+    assert_eq!(fresh.adopt_calls.load(Ordering::SeqCst), 0);
+    assert_eq!(fresh.row().unwrap().session_id, sid("s1"));
 
     // An ownership refusal is returned as is.
     let refuse = |_: Option<&String>| Err(Error::other("owned by supervision"));
