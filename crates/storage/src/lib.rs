@@ -1,13 +1,22 @@
 //! # tether-storage
 //!
-//! The stores of Tether: an in-memory store ([`MemoryStore`]) and the SQL store (sea-orm 2;
-//! SQLite by default, PostgreSQL for several hosts), both implementing the `tether-core`
-//! contracts ([`BindingStore`](tether_core::BindingStore),
-//! [`QuarantineStore`](tether_core::QuarantineStore)).
+//! The stores of Tether, all implementing the `tether-core` contracts
+//! ([`BindingStore`](tether_core::BindingStore), [`QuarantineStore`](tether_core::QuarantineStore),
+//! [`HostSessionStore`](tether_core::HostSessionStore)) plus [`StoreAdmin`]:
+//!
+//! - [`MemoryStore`]: in memory, with an injectable clock, a fault-injection [`StoreHook`] and a
+//!   staged [`MemoryTransaction`], for fast tests and harness authors;
+//! - [`Store`]: the SQL store over sea-orm 2, SQLite (default; WAL, `synchronous=FULL`,
+//!   `BEGIN IMMEDIATE` writers) or PostgreSQL, chosen by URL, with migrations, host sessions,
+//!   transcripts (a tree with idempotent append, rewind, branch switch, fork and full-text
+//!   search), upstream links, a background sweeper and a [`ServerClock`];
+//! - [`HostSessions`]: the host side of session deletion and context reset (reference §2.11),
+//!   with the harnesses' prepared mutations committed inside the host's SQL transaction.
 //!
 //! Every write is a compare-and-swap against an observation; a row is invisible once its
 //! `expires_at <= now`; each lease acquisition gets a lease epoch that is never reused; every
-//! lease change is recorded in a lease event history.
+//! lease change is recorded in a lease event history. [`FaultyStore`] wraps any store for fault
+//! tests; `testing` (feature `test-support`) creates throwaway PostgreSQL databases.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -55,7 +64,7 @@ pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, 
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use fault::FaultyStore;
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
-pub use sql::{Store, StoreOptions};
+pub use sql::{ServerClock, SqlRowTransaction, Store, StoreOptions};
 pub use transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
     TranscriptRole,

@@ -11,9 +11,11 @@
 //! inside a transaction; a database whose schema is newer than this binary is refused.
 
 mod binding;
+mod clock;
 mod host;
 mod row_tx;
 
+pub use self::clock::ServerClock;
 pub use self::row_tx::SqlRowTransaction;
 mod migration;
 

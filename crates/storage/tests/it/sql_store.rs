@@ -196,3 +196,39 @@ async fn a_failing_host_session_read_is_failed_not_missing() {
         "{read:?}"
     );
 }
+
+/// A row whose lease columns are inconsistent fails closed as an invalid row (never absent),
+/// and scans refuse a corrupted key.
+#[tokio::test]
+async fn corrupted_sql_rows_are_invalid_not_absent() {
+    let (store, _dir) = crate::support::sqlite_store().await;
+    let ns = unique_ns("corrupt-sql");
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let k = key("s1");
+    store
+        .register_if_absent(
+            &ns,
+            &k,
+            crate::support::leased("v", "tok", START + Duration::from_secs(60)),
+            None,
+        )
+        .await
+        .unwrap();
+    store
+        .connection()
+        .execute_unprepared("UPDATE binding_records SET lease_epoch = NULL")
+        .await
+        .unwrap();
+    let err = store.lookup(&ns, &k).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidRow { .. }), "{err:?}");
+    assert!(store.observe(&ns, &k).await.is_err());
+    store
+        .connection()
+        .execute_unprepared("UPDATE binding_records SET lease_epoch = 1, key = 'not-a-binding-key'")
+        .await
+        .unwrap();
+    assert!(store.scan(&ns, None, 10).await.is_err());
+}

@@ -388,3 +388,17 @@ pub(crate) async fn upstream_links_expected_delete(store: &Store) {
     assert!(store.unlink_upstream(&key, "acp:one").await.unwrap());
     assert!(store.upstream_link(&key).await.unwrap().is_none());
 }
+
+/// The server clock follows the database's time (same machine here: a small offset).
+pub(crate) async fn server_clock_tracks_database_time(store: &Store) {
+    use tether_core::Clock;
+    let clock = tether_storage::ServerClock::new();
+    clock.resync(store).await.unwrap();
+    assert!(
+        clock.offset_millis().abs() < 2_000,
+        "offset {}",
+        clock.offset_millis()
+    );
+    let local = tether_core::SystemClock.now();
+    assert!((clock.now().as_millis() - local.as_millis()).abs() < 2_000);
+}

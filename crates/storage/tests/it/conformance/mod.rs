@@ -91,5 +91,6 @@ conformance!(
         fork_leaves_the_source_untouched,
         transcript_search,
         upstream_links_expected_delete,
+        server_clock_tracks_database_time,
     ]
 );
