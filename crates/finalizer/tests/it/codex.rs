@@ -648,6 +648,7 @@ async fn finalization_s104_failed_tool_timeout_and_cancel_with_no_reply() {
     settled.replay.had_potential_side_effects = true;
     facts.timeout_kind = Some(TimeoutKind::RunBudget);
     let finalizer = BoundedTurnFinalizer::new(FakeRuntime::answering("NO_REPLY"));
+    let signal = RunSignal::new();
     let run = Run::new(
         settled,
         facts.clone(),
