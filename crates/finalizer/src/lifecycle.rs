@@ -2,6 +2,7 @@
 //! recorded around it (§4.12).
 
 use tether_core::{AttemptResult, FinalizationAttempt, HarnessId, SettledTurnFinalizer};
+use tracing::Instrument;
 
 use crate::error::FinalizerError;
 use crate::evidence::ItemLifecycle;
@@ -132,7 +133,6 @@ pub async fn run_lifecycle_finalization(
         run_id = %attempt.run_id(),
         try_number = attempt.try_number()
     );
-    let _enter = span.enter();
     events.push(DiagnosticEvent::HarnessRunStarted {
         harness: harness_id.to_string(),
         operation: SETTLED_TOOL_FINALIZATION_OPERATION,
@@ -145,7 +145,10 @@ pub async fn run_lifecycle_finalization(
     }
     events.push(DiagnosticEvent::Phase(DiagnosticPhase::Send));
     let trace = finalization_trace(&attempt);
-    let raw = finalizer.finalize_settled_turn(attempt, settled).await;
+    let raw = finalizer
+        .finalize_settled_turn(attempt, settled)
+        .instrument(span)
+        .await;
     events.push(DiagnosticEvent::Phase(DiagnosticPhase::Resolve));
     let outcome = raw.map_err(FinalizerError::from).and_then(|raw| {
         match validate_settled_turn_finalization_result(&raw) {

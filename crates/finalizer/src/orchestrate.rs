@@ -81,6 +81,7 @@ use tether_core::{
     Clock, ContentBlock, FinalizationAttempt, HarnessId, ReplayMetadata, RunId, SessionTarget,
     SettledTurnFinalizer, Usage,
 };
+use tracing::Instrument;
 
 use crate::error::FinalizerError;
 use crate::evidence::ItemLifecycle;
@@ -686,7 +687,12 @@ pub async fn prepare_terminal_with_settled_turn_finalization(
     input: &FinalizationInput<'_>,
 ) -> Result<PreparedFinalization, FinalizerError> {
     let span = tracing::info_span!("settled_turn_finalization", run_id = %input.run_id, harness = %input.harness_id);
-    let _enter = span.enter();
+    finalization_phase(input).instrument(span).await
+}
+
+async fn finalization_phase(
+    input: &FinalizationInput<'_>,
+) -> Result<PreparedFinalization, FinalizerError> {
     let facts = input.facts;
     let settled = &input.settled;
     let mut phase = Phase {
