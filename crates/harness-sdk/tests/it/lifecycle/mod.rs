@@ -2,6 +2,7 @@
 //! lifecycle's own properties, on the fake clock and the in-memory store.
 
 mod deletion;
+mod host;
 mod leases;
 mod properties;
 mod sql;

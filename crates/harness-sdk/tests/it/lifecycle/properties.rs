@@ -456,3 +456,141 @@ async fn lifecycle_deletion_checks_the_record_generation_before_run() {
     assert_eq!(runs.get(), 0);
     assert_eq!(f.unleased(k).await, Some(json!({"sessionId": "other"})));
 }
+
+/// Exclusive operations run one at a time, in the order they were requested.
+#[tokio::test]
+async fn lifecycle_exclusive_operations_run_in_fifo_order() {
+    let f = &Fixture::new().await;
+    let order: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let (in_tx, in_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let mutation = {
+        let lc = f.lc.clone();
+        tokio::spawn(async move {
+            lc.with_mutation(|| async {
+                in_tx.send(()).unwrap();
+                go_rx.await.unwrap();
+                Ok(())
+            })
+            .await
+        })
+    };
+    in_rx.await.unwrap();
+    let mut exclusive = Vec::new();
+    for n in 0..3 {
+        let lc = f.lc.clone();
+        let order = order.clone();
+        let timer = f.timer.clone();
+        exclusive.push(tokio::spawn(async move {
+            lc.with_exclusive_mutation_fence(|| async {
+                order.lock().unwrap().push(n);
+                // Give the others every chance to overtake while this one runs.
+                timer.settle().await;
+                order.lock().unwrap().push(n);
+                Ok(())
+            })
+            .await
+        }));
+        f.timer.settle().await;
+    }
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "all wait for the mutation"
+    );
+    go_tx.send(()).unwrap();
+    mutation.await.unwrap().unwrap();
+    for handle in exclusive {
+        handle.await.unwrap().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), vec![0, 0, 1, 1, 2, 2]);
+}
+
+/// A captured lease assertion does not consult host authority: it keeps passing after the
+/// acquirer's authority is retired, until the lease expires.
+#[tokio::test]
+async fn lifecycle_lease_assertion_outlives_retired_host_authority() {
+    let f = &Fixture::new().await;
+    let k = &key("k");
+    let retired = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = retired.clone();
+    let options = LeaseOptions {
+        assert_current: Some(Arc::new(move || {
+            if flag.load(Ordering::SeqCst) {
+                Err(Error::revoked("host run retired"))
+            } else {
+                Ok(())
+            }
+        })),
+        prepare_lease: None,
+    };
+    let result: Result<(), Error> =
+        f.lc.with_lease(k, options, |guard| async move {
+            let assertion = guard.capture_lease_assertion()?;
+            retired.store(true, Ordering::SeqCst);
+            assertion.check().expect("host retirement does not matter");
+            f.clock.set(guard.expires_at() - Duration::from_millis(1));
+            assertion.check().expect("live until expiry");
+            f.clock.set(guard.expires_at());
+            assert_err_contains(assertion.check(), "Lost binding lease");
+            Err(Error::other("cleanup done"))
+        })
+        .await;
+    assert_err_contains(result, "cleanup done");
+}
+
+/// Two instances in one task do not share owners: the second waits like a peer.
+#[tokio::test]
+async fn lifecycle_instances_do_not_share_owners() {
+    let f = &Fixture::new().await;
+    let k = &key("k");
+    let peer = f.peer();
+    let result =
+        f.lc.with_lease(k, LeaseOptions::default(), |_| async {
+            assert!(f.lc.has_lease(k));
+            assert!(!peer.has_lease(k));
+            let waiting = std::pin::pin!(set_value(&peer, k, "peer"));
+            let raced = tokio::time::timeout(Duration::from_millis(0), waiting).await;
+            assert!(raced.is_err(), "the other instance waits behind the lease");
+            Ok(())
+        })
+        .await;
+    result.unwrap();
+}
+
+/// The heartbeat is single-flight: while a renewal is held, later ticks start none; the
+/// running work is never cancelled.
+#[tokio::test]
+async fn lifecycle_heartbeat_is_single_flight_and_never_cancels_work() {
+    let f = &Fixture::new().await;
+    let k = &key("k");
+    let gate = super::support::Gate::new();
+    let cas_calls = Counter::default();
+    let value =
+        f.lc.with_lease(k, LeaseOptions::default(), |guard| async move {
+            let calls = cas_calls.clone();
+            let hold = gate.clone();
+            f.mem()
+                .set_hook(StoreHook::new().before_compare(move |call| {
+                    calls.bump();
+                    let hold = hold.clone();
+                    Box::pin(async move {
+                        if call.seq == 1 {
+                            hold.wait().await;
+                        }
+                        Ok(())
+                    })
+                }));
+            f.timer.advance(super::support::RENEW * 2).await;
+            assert!(guard.renewal_pending());
+            assert_eq!(cas_calls.get(), 1, "one renewal in flight, no second one");
+            gate.open();
+            guard.join_renewal().await;
+            f.timer.advance(super::support::RENEW).await;
+            assert_eq!(cas_calls.get(), 2, "the next tick renews again");
+            assert!(guard.failure().is_none());
+            Ok("the work ran to its end")
+        })
+        .await
+        .unwrap();
+    assert_eq!(value, "the work ran to its end");
+}
