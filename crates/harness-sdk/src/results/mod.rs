@@ -21,6 +21,7 @@ pub mod redact;
 pub mod sanitize;
 pub mod shared;
 pub mod spawn;
+pub mod terminal;
 pub(crate) mod tree;
 
-pub use tree::drop_deep;
+pub use tree::{deep_clone, drop_deep};

@@ -69,8 +69,9 @@ pub(crate) fn deep_equal(a: &Value, b: &Value) -> bool {
     true
 }
 
-/// A deep copy of a value of any nesting depth, without recursion.
-pub(crate) fn deep_clone(value: &Value) -> Value {
+/// A deep copy of a value of any nesting depth, without recursion (`Value::clone` recurses
+/// once per level).
+pub fn deep_clone(value: &Value) -> Value {
     map_tree(value, &mut |_, _| Visit::Descend)
 }
 

@@ -7,3 +7,4 @@ mod mirror;
 mod properties;
 mod sanitize;
 mod spawn;
+mod terminal;

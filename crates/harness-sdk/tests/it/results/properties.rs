@@ -2,6 +2,7 @@
 //! idempotent, redaction never leaks a value under a secret key, 10,000-deep nesting is handled.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -11,12 +12,16 @@ use tether_harness_sdk::results::delivery::{
     read_message_delivery_fact, read_result_delivery_fact,
 };
 use tether_harness_sdk::results::display::{DetailMode, infer_tool_meta_from_args};
-use tether_harness_sdk::results::drop_deep;
 use tether_harness_sdk::results::mirror::restore_prepared_user_turn_meta;
 use tether_harness_sdk::results::redact::{is_sensitive_key, redact_text};
 use tether_harness_sdk::results::sanitize::{
     redact_structured, sanitize_tool_args, sanitize_tool_result,
 };
+use tether_harness_sdk::results::terminal::{
+    FingerprintIdentity, OwnerMutation, ToolResult, ToolTerminalObservation,
+    terminal_outcome_accumulator,
+};
+use tether_harness_sdk::results::{deep_clone, drop_deep};
 
 const KEYS: &[&str] = &[
     "token",
@@ -165,6 +170,47 @@ fn all_helpers(v: &Value, other: &Value) {
         drop_deep(restored);
     }
     let _ = tether_harness_sdk::results::spawn::normalize_accepted_session_spawn_result(v);
+    observe_all(v, other);
+}
+
+/// Feeds the terminal-outcome accumulator observations built from arbitrary JSON.
+fn observe_all(v: &Value, other: &Value) {
+    let (mut observer, host) = terminal_outcome_accumulator("run-p", Arc::new(FingerprintIdentity));
+    host.record_adjusted_params("call-adjusted", deep_clone(other));
+    for tool in [
+        "message",
+        "write",
+        "exec",
+        "memory_store",
+        "apply_patch",
+        "read",
+    ] {
+        for (call, failed, owner) in [("call-adjusted", true, false), ("call-2", false, true)] {
+            let base = if failed {
+                ToolTerminalObservation::failure(tool, deep_clone(v), "x")
+            } else {
+                ToolTerminalObservation::success(tool, deep_clone(v))
+            };
+            let observation = ToolTerminalObservation {
+                tool_call_id: Some(call.into()),
+                result: Some(ToolResult::new(deep_clone(other))),
+                owner_mutation: owner.then(|| OwnerMutation {
+                    owner_key: "owner".into(),
+                }),
+                ..base
+            };
+            let resolution = observer.observe(&observation);
+            if let Some(args) = resolution.executed_arguments {
+                drop_deep(Value::Object(args));
+            }
+            if let Some(args) = observation.arguments {
+                drop_deep(args);
+            }
+            if let Some(result) = observation.result {
+                drop_deep(result.into_value());
+            }
+        }
+    }
 }
 
 proptest! {
