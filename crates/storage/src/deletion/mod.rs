@@ -38,7 +38,7 @@ use tether_core::{
 
 pub use self::registry::HarnessRegistry;
 pub use self::work::{ActiveRuns, WorkTracker};
-use crate::sql::{SqlRowTransaction, Store, db_error};
+use crate::sql::{End, SqlRowTransaction, Store, db_error};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
 
 type AfterMutations =
@@ -273,9 +273,12 @@ impl HostSessions {
             return Ok(false);
         };
         let tx = self.store.begin_write().await?;
-        let deleted = self.store.delete_session_in(&tx, &entry).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(deleted)
+        let result = self
+            .store
+            .delete_session_in(&tx, &entry)
+            .await
+            .map(|deleted| (deleted, End::Commit));
+        Store::finish(tx, result).await
     }
 
     /// Rewinds the session to just before the user message `to`, invalidating native context

@@ -10,7 +10,7 @@ use tether_core::{
     QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
-use super::{Store, db_error};
+use super::{End, Store, db_error};
 use crate::admin::StoreAdmin;
 use crate::events::{LeaseEvent, LeaseEventQuery, PendingEvent};
 use crate::plan;
@@ -270,6 +270,61 @@ impl Store {
         Ok(affected == 1)
     }
 
+    /// The body of `compare_and_apply` inside its transaction. `None` means a concurrent
+    /// writer created the row first.
+    async fn cas_in(
+        &self,
+        tx: &DatabaseTransaction,
+        config: &NamespaceConfig,
+        key: &BindingKey,
+        comparison: &Comparison,
+        intent: Intent,
+        admission: Admission<'_>,
+    ) -> Result<(Option<ApplyOutcome>, End), Error> {
+        let ns = &config.namespace;
+        let now = self.now();
+        let physical = self.physical_row(tx, ns, key).await?;
+        let live = physical.clone().filter(|r| plan::row_is_live(r, now));
+        if Comparison::for_row(live.as_ref()) != *comparison {
+            let mut end = End::Rollback;
+            if let Intent::Set { row, .. } = &intent {
+                let fenced = plan::fenced_event(live.as_ref(), row);
+                if fenced.is_some() {
+                    self.insert_event(tx, ns, key, now, fenced).await?;
+                    end = End::Commit;
+                }
+            }
+            let current = Observation::new(live);
+            return Ok((Some(ApplyOutcome::Conflict { current }), end));
+        }
+        admission()?;
+        let applied = |revision, epoch| Some(ApplyOutcome::Applied { revision, epoch });
+        Ok(match intent {
+            Intent::Set { row, ttl } => {
+                match self
+                    .set_tx(tx, config, key, physical.as_ref(), row, ttl, now)
+                    .await?
+                {
+                    Some((revision, epoch)) => (applied(Some(revision), epoch), End::Commit),
+                    None => (None, End::Rollback),
+                }
+            }
+            Intent::Delete => {
+                if let Some(row) = &live {
+                    self.delete_tx(tx, ns, key, row, now).await?;
+                }
+                (applied(None, None), End::Commit)
+            }
+            Intent::Keep | Intent::KeepOnDelete => (Some(ApplyOutcome::Unchanged), End::Rollback),
+            #[allow(unreachable_patterns)]
+            other => {
+                return Err(Error::other(format!(
+                    "unsupported compare-and-apply intent {other:?}"
+                )));
+            }
+        })
+    }
+
     async fn fresh_observation(
         &self,
         ns: &Namespace,
@@ -277,10 +332,6 @@ impl Store {
     ) -> Result<Observation, Error> {
         self.lookup(ns, key).await.map(Observation::new)
     }
-}
-
-async fn commit(tx: DatabaseTransaction) -> Result<(), Error> {
-    tx.commit().await.map_err(db_error)
 }
 
 #[async_trait]
@@ -331,61 +382,16 @@ impl BindingStore for Store {
             plan::check_value(&config, &row.value)?;
         }
         let tx = self.begin_write().await?;
-        let now = self.now();
-        let physical = self.physical_row(&tx, ns, key).await?;
-        let live = physical.clone().filter(|r| plan::row_is_live(r, now));
-        if Comparison::for_row(live.as_ref()) != *comparison {
-            if let Intent::Set { row, .. } = &intent {
-                let fenced = plan::fenced_event(live.as_ref(), row);
-                self.insert_event(&tx, ns, key, now, fenced).await?;
-            }
-            commit(tx).await?;
-            return Ok(ApplyOutcome::Conflict {
-                current: Observation::new(live),
-            });
+        let result = self
+            .cas_in(&tx, &config, key, comparison, intent, admission)
+            .await;
+        match Store::finish(tx, result).await? {
+            Some(outcome) => Ok(outcome),
+            // A concurrent writer created the row first: nothing was written.
+            None => Ok(ApplyOutcome::Conflict {
+                current: self.fresh_observation(ns, key).await?,
+            }),
         }
-        admission()?;
-        let outcome = match intent {
-            Intent::Set { row, ttl } => {
-                match self
-                    .set_tx(&tx, &config, key, physical.as_ref(), row, ttl, now)
-                    .await?
-                {
-                    Some((revision, epoch)) => ApplyOutcome::Applied {
-                        revision: Some(revision),
-                        epoch,
-                    },
-                    None => {
-                        drop(tx);
-                        return Ok(ApplyOutcome::Conflict {
-                            current: self.fresh_observation(ns, key).await?,
-                        });
-                    }
-                }
-            }
-            Intent::Delete => match &live {
-                Some(row) => {
-                    self.delete_tx(&tx, ns, key, row, now).await?;
-                    ApplyOutcome::Applied {
-                        revision: None,
-                        epoch: None,
-                    }
-                }
-                None => ApplyOutcome::Applied {
-                    revision: None,
-                    epoch: None,
-                },
-            },
-            Intent::Keep | Intent::KeepOnDelete => ApplyOutcome::Unchanged,
-            #[allow(unreachable_patterns)]
-            other => {
-                return Err(Error::other(format!(
-                    "unsupported compare-and-apply intent {other:?}"
-                )));
-            }
-        };
-        commit(tx).await?;
-        Ok(outcome)
     }
 
     async fn register_if_absent(
@@ -398,21 +404,24 @@ impl BindingStore for Store {
         let config = self.config(ns)?;
         plan::check_value(&config, &row.value)?;
         let tx = self.begin_write().await?;
-        let now = self.now();
-        let physical = self.physical_row(&tx, ns, key).await?;
-        if physical.as_ref().is_some_and(|r| plan::row_is_live(r, now)) {
-            return Ok(false);
-        }
-        match self
-            .set_tx(&tx, &config, key, physical.as_ref(), row, ttl, now)
-            .await?
-        {
-            Some(_) => {
-                commit(tx).await?;
-                Ok(true)
+        let result = async {
+            let now = self.now();
+            let physical = self.physical_row(&tx, ns, key).await?;
+            if physical.as_ref().is_some_and(|r| plan::row_is_live(r, now)) {
+                return Ok((false, End::Rollback));
             }
-            None => Ok(false),
+            Ok(
+                match self
+                    .set_tx(&tx, &config, key, physical.as_ref(), row, ttl, now)
+                    .await?
+                {
+                    Some(_) => (true, End::Commit),
+                    None => (false, End::Rollback),
+                },
+            )
         }
+        .await;
+        Store::finish(tx, result).await
     }
 
     async fn delete_if(
@@ -423,22 +432,25 @@ impl BindingStore for Store {
     ) -> Result<Option<StoredRow>, Error> {
         self.config(ns)?;
         let tx = self.begin_write().await?;
-        let now = self.now();
-        let live = self
-            .physical_row(&tx, ns, key)
-            .await?
-            .filter(|r| plan::row_is_live(r, now));
-        match live {
-            Some(row) if predicate(&row) => {
-                if self.delete_tx(&tx, ns, key, &row, now).await? {
-                    commit(tx).await?;
-                    Ok(Some(row))
-                } else {
-                    Ok(None)
+        let result = async {
+            let now = self.now();
+            let live = self
+                .physical_row(&tx, ns, key)
+                .await?
+                .filter(|r| plan::row_is_live(r, now));
+            Ok(match live {
+                Some(row) if predicate(&row) => {
+                    if self.delete_tx(&tx, ns, key, &row, now).await? {
+                        (Some(row), End::Commit)
+                    } else {
+                        (None, End::Rollback)
+                    }
                 }
-            }
-            _ => Ok(None),
+                _ => (None, End::Rollback),
+            })
         }
+        .await;
+        Store::finish(tx, result).await
     }
 
     async fn scan(
@@ -514,20 +526,22 @@ fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
 impl QuarantineStore for Store {
     async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
         let tx = self.begin_write().await?;
-        tx.execute_raw(self.stmt(
-            "INSERT INTO quarantined_keys (namespace, key, reason, custody, quarantined_at) \
+        let result = tx
+            .execute_raw(self.stmt(
+                "INSERT INTO quarantined_keys (namespace, key, reason, custody, quarantined_at) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, key) DO NOTHING",
-            vec![
-                entry.namespace.as_str().into(),
-                entry.key.as_str().into(),
-                entry.reason.into(),
-                Value::from(entry.custody),
-                entry.quarantined_at.as_millis().into(),
-            ],
-        ))
-        .await
-        .map_err(db_error)?;
-        commit(tx).await
+                vec![
+                    entry.namespace.as_str().into(),
+                    entry.key.as_str().into(),
+                    entry.reason.into(),
+                    Value::from(entry.custody),
+                    entry.quarantined_at.as_millis().into(),
+                ],
+            ))
+            .await
+            .map(|_| ((), End::Commit))
+            .map_err(db_error);
+        Store::finish(tx, result).await
     }
 
     async fn quarantined(
@@ -555,15 +569,15 @@ impl QuarantineStore for Store {
         operator_reason: &str,
     ) -> Result<bool, Error> {
         let tx = self.begin_write().await?;
-        let affected = tx
+        let result = tx
             .execute_raw(self.stmt(
                 "DELETE FROM quarantined_keys WHERE namespace = $1 AND key = $2",
                 vec![ns.as_str().into(), key.as_str().into()],
             ))
             .await
-            .map_err(db_error)?
-            .rows_affected();
-        commit(tx).await?;
+            .map(|r| (r.rows_affected(), End::Commit))
+            .map_err(db_error);
+        let affected = Store::finish(tx, result).await?;
         tracing::info!(namespace = %ns, key = %key, operator_reason, released = affected > 0, "quarantine released");
         Ok(affected > 0)
     }
@@ -614,6 +628,17 @@ impl StoreAdmin for Store {
 
     async fn sweep_expired(&self, limit: usize) -> Result<usize, Error> {
         let tx = self.begin_write().await?;
+        let result = self.sweep_in(&tx, limit).await.map(|n| (n, End::Commit));
+        Store::finish(tx, result).await
+    }
+
+    async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
+        self.quarantined_keys_in(limit).await
+    }
+}
+
+impl Store {
+    async fn sweep_in(&self, tx: &DatabaseTransaction, limit: usize) -> Result<usize, Error> {
         let now = self.now();
         let removed = tx
             .query_all_raw(self.stmt(
@@ -641,7 +666,7 @@ impl StoreAdmin for Store {
                 holder: r.try_get("", "holder").map_err(db_error)?,
             };
             self.insert_event(
-                &tx,
+                tx,
                 &Namespace::new(ns)?,
                 &BindingKey::parse(&key)?,
                 now,
@@ -649,11 +674,10 @@ impl StoreAdmin for Store {
             )
             .await?;
         }
-        commit(tx).await?;
         Ok(removed.len())
     }
 
-    async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
+    async fn quarantined_keys_in(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
         let rows = self
             .inner
             .db

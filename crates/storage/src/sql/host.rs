@@ -9,7 +9,7 @@ use tether_core::{
     LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
 };
 
-use super::{Store, db_error};
+use super::{End, Store, db_error};
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
     TranscriptRole,
@@ -107,9 +107,11 @@ impl Store {
     /// Creates a host session at lifecycle revision 1. Returns `false` when the key exists.
     pub async fn create_session(&self, new: NewHostSession) -> Result<bool, Error> {
         let tx = self.begin_write().await?;
-        let created = self.create_session_in(&tx, &new).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(created)
+        let result = self
+            .create_session_in(&tx, &new)
+            .await
+            .map(|created| (created, End::Commit));
+        Store::finish(tx, result).await
     }
 
     async fn create_session_in(
@@ -156,17 +158,20 @@ impl Store {
         next: SessionId,
     ) -> Result<Option<HostSessionEntry>, Error> {
         let tx = self.begin_write().await?;
-        let Some(row) = self.session_row(&tx, key).await? else {
-            return Ok(None);
-        };
-        if row.entry.session_id != *expected {
-            return Ok(None);
+        let result = async {
+            let Some(row) = self.session_row(&tx, key).await? else {
+                return Ok((None, End::Rollback));
+            };
+            if row.entry.session_id != *expected {
+                return Ok((None, End::Rollback));
+            }
+            let rotated = self
+                .rotate_in(&tx, &row.entry, &next, row.active_leaf)
+                .await?;
+            Ok((rotated, End::Commit))
         }
-        let rotated = self
-            .rotate_in(&tx, &row.entry, &next, row.active_leaf)
-            .await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(rotated)
+        .await;
+        Store::finish(tx, result).await
     }
 
     /// Rotates `current` to `next` and sets the active leaf, guarded on the generation and
@@ -238,9 +243,11 @@ impl Store {
     /// already exists.
     pub async fn link_upstream(&self, key: &SessionKey, upstream: &str) -> Result<bool, Error> {
         let tx = self.begin_write().await?;
-        let linked = self.link_upstream_in(&tx, key, upstream).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(linked)
+        let result = self
+            .link_upstream_in(&tx, key, upstream)
+            .await
+            .map(|linked| (linked, End::Commit));
+        Store::finish(tx, result).await
     }
 
     pub(crate) async fn link_upstream_in<C: ConnectionTrait>(
@@ -288,16 +295,19 @@ impl Store {
     /// Removes the upstream link of `key` only if it still equals `expected`.
     pub async fn unlink_upstream(&self, key: &SessionKey, expected: &str) -> Result<bool, Error> {
         let tx = self.begin_write().await?;
-        let affected = tx
-            .execute_raw(self.stmt(
-                "DELETE FROM upstream_links WHERE session_key = $1 AND upstream = $2",
-                vec![key.as_str().into(), expected.into()],
-            ))
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        tx.commit().await.map_err(db_error)?;
-        Ok(affected == 1)
+        let result = async {
+            let affected = tx
+                .execute_raw(self.stmt(
+                    "DELETE FROM upstream_links WHERE session_key = $1 AND upstream = $2",
+                    vec![key.as_str().into(), expected.into()],
+                ))
+                .await
+                .map_err(db_error)?
+                .rows_affected();
+            Ok((affected == 1, End::Commit))
+        }
+        .await;
+        Store::finish(tx, result).await
     }
 
     /// Appends to the session's transcript as a child of the active leaf, which then becomes
@@ -308,42 +318,45 @@ impl Store {
         entry: NewTranscriptEntry,
     ) -> Result<AppendOutcome, Error> {
         let tx = self.begin_write().await?;
-        let Some(session) = self.session_row(&tx, key).await? else {
-            return Err(Error::other(format!(
-                "no host session `{key}`; create the session before appending to its transcript"
-            )));
-        };
-        if let Some(idem) = &entry.idempotency_key {
-            let found = tx
-                .query_one_raw(self.stmt(
-                    "SELECT id FROM transcript_entries WHERE session_key = $1 AND idempotency_key = $2",
-                    vec![key.as_str().into(), idem.as_str().into()],
-                ))
-                .await
-                .map_err(db_error)?;
-            if let Some(row) = found {
-                let id: i64 = row.try_get("", "id").map_err(db_error)?;
-                return Ok(AppendOutcome {
-                    appended: false,
-                    anchor: TranscriptAnchor(id),
-                });
+        let result = async {
+            let Some(session) = self.session_row(&tx, key).await? else {
+                return Err(Error::other(format!(
+                    "no host session `{key}`; create the session before appending to its transcript"
+                )));
+            };
+            if let Some(idem) = &entry.idempotency_key {
+                let found = tx
+                    .query_one_raw(self.stmt(
+                        "SELECT id FROM transcript_entries WHERE session_key = $1 AND idempotency_key = $2",
+                        vec![key.as_str().into(), idem.as_str().into()],
+                    ))
+                    .await
+                    .map_err(db_error)?;
+                if let Some(row) = found {
+                    let id: i64 = row.try_get("", "id").map_err(db_error)?;
+                    return Ok((AppendOutcome {
+                        appended: false,
+                        anchor: TranscriptAnchor(id),
+                    }, End::Rollback));
+                }
             }
-        }
-        let now = self.inner.clock.now();
-        let id = self
-            .insert_entry(&tx, key, session.active_leaf, &entry, now)
-            .await?;
-        tx.execute_raw(self.stmt(
-            "UPDATE host_sessions SET active_leaf = $1, updated_at = $2 WHERE session_key = $3",
-            vec![id.into(), now.as_millis().into(), key.as_str().into()],
-        ))
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(AppendOutcome {
+            let now = self.inner.clock.now();
+            let id = self
+                .insert_entry(&tx, key, session.active_leaf, &entry, now)
+                .await?;
+            tx.execute_raw(self.stmt(
+                "UPDATE host_sessions SET active_leaf = $1, updated_at = $2 WHERE session_key = $3",
+                vec![id.into(), now.as_millis().into(), key.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+            Ok((AppendOutcome {
             appended: true,
             anchor: TranscriptAnchor(id),
-        })
+        }, End::Commit))
+        }
+        .await;
+        Store::finish(tx, result).await
     }
 
     async fn insert_entry(
@@ -459,24 +472,27 @@ impl Store {
         next: SessionId,
     ) -> Result<CutStatus, Error> {
         let tx = self.begin_write().await?;
-        let Some(session) = self.session_row(&tx, key).await? else {
-            return Ok(CutStatus::MissingEntry);
-        };
-        let leaf = match self.plan_cut_in(&tx, &session, cut).await? {
-            Ok(leaf) => leaf,
-            Err(status) => return Ok(status),
-        };
-        if self
-            .rotate_in(&tx, &session.entry, &next, leaf)
-            .await?
-            .is_none()
-        {
-            return Err(Error::other(format!(
-                "session `{key}` changed during the cut"
-            )));
+        let result = async {
+            let Some(session) = self.session_row(&tx, key).await? else {
+                return Ok((CutStatus::MissingEntry, End::Rollback));
+            };
+            let leaf = match self.plan_cut_in(&tx, &session, cut).await? {
+                Ok(leaf) => leaf,
+                Err(status) => return Ok((status, End::Rollback)),
+            };
+            if self
+                .rotate_in(&tx, &session.entry, &next, leaf)
+                .await?
+                .is_none()
+            {
+                return Err(Error::other(format!(
+                    "session `{key}` changed during the cut"
+                )));
+            }
+            Ok((CutStatus::Created, End::Commit))
         }
-        tx.commit().await.map_err(db_error)?;
-        Ok(CutStatus::Created)
+        .await;
+        Store::finish(tx, result).await
     }
 
     /// Forks the session at a user message into a new session key: the new session gets a
@@ -488,43 +504,46 @@ impl Store {
         new: NewHostSession,
     ) -> Result<CutStatus, Error> {
         let tx = self.begin_write().await?;
-        if self.session_row(&tx, source).await?.is_none() {
-            return Ok(CutStatus::MissingEntry);
-        }
-        let entries = self.entries_in(&tx, source).await?;
-        let Some(target) = entries.get(&at.0) else {
-            return Ok(CutStatus::MissingEntry);
-        };
-        if target.role != TranscriptRole::User {
-            return Ok(CutStatus::NotUserMessage);
-        }
-        if !self.create_session_in(&tx, &new).await? {
-            return Err(Error::other(format!(
-                "session `{}` already exists; fork to a new session key",
-                new.session_key
-            )));
-        }
-        let now = self.inner.clock.now();
-        let mut parent = None;
-        for entry in Self::path_to(&entries, target.parent.as_ref().map(|p| p.0)) {
-            let copy = NewTranscriptEntry {
-                role: entry.role,
-                content: entry.content,
-                idempotency_key: entry.idempotency_key,
+        let result = async {
+            if self.session_row(&tx, source).await?.is_none() {
+                return Ok((CutStatus::MissingEntry, End::Rollback));
+            }
+            let entries = self.entries_in(&tx, source).await?;
+            let Some(target) = entries.get(&at.0) else {
+                return Ok((CutStatus::MissingEntry, End::Rollback));
             };
-            parent = Some(
-                self.insert_entry(&tx, &new.session_key, parent, &copy, now)
-                    .await?,
-            );
+            if target.role != TranscriptRole::User {
+                return Ok((CutStatus::NotUserMessage, End::Rollback));
+            }
+            if !self.create_session_in(&tx, &new).await? {
+                return Err(Error::other(format!(
+                    "session `{}` already exists; fork to a new session key",
+                    new.session_key
+                )));
+            }
+            let now = self.inner.clock.now();
+            let mut parent = None;
+            for entry in Self::path_to(&entries, target.parent.as_ref().map(|p| p.0)) {
+                let copy = NewTranscriptEntry {
+                    role: entry.role,
+                    content: entry.content,
+                    idempotency_key: entry.idempotency_key,
+                };
+                parent = Some(
+                    self.insert_entry(&tx, &new.session_key, parent, &copy, now)
+                        .await?,
+                );
+            }
+            tx.execute_raw(self.stmt(
+                "UPDATE host_sessions SET active_leaf = $1 WHERE session_key = $2",
+                vec![Value::from(parent), new.session_key.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+            Ok((CutStatus::Created, End::Commit))
         }
-        tx.execute_raw(self.stmt(
-            "UPDATE host_sessions SET active_leaf = $1 WHERE session_key = $2",
-            vec![Value::from(parent), new.session_key.as_str().into()],
-        ))
-        .await
-        .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(CutStatus::Created)
+        .await;
+        Store::finish(tx, result).await
     }
 
     /// Full-text search over transcripts (every word must match; SQLite FTS5 or PostgreSQL

@@ -118,6 +118,15 @@ impl StoreOptions {
     }
 }
 
+/// How a writer transaction ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Commit the writes.
+    Commit,
+    /// Nothing to keep.
+    Rollback,
+}
+
 /// The SQL binding store (cheap to clone: clones share the pool and namespace settings).
 #[derive(Clone)]
 pub struct Store {
@@ -375,6 +384,33 @@ impl Store {
                 .await
                 .map_err(db_error),
             _ => self.inner.db.begin().await.map_err(db_error),
+        }
+    }
+
+    /// Ends a writer transaction explicitly: commits on `Ok((value, End::Commit))`, rolls back
+    /// otherwise (an error is returned unchanged after the rollback). Dropping a transaction
+    /// would only queue the rollback, keeping SQLite's write lock or PostgreSQL's row locks.
+    pub(crate) async fn finish<T>(
+        tx: DatabaseTransaction,
+        result: Result<(T, End), Error>,
+    ) -> Result<T, Error> {
+        match result {
+            Ok((value, End::Commit)) => {
+                tx.commit().await.map_err(db_error)?;
+                Ok(value)
+            }
+            Ok((value, End::Rollback)) => {
+                if let Err(err) = tx.rollback().await {
+                    tracing::warn!(error = %err, "rollback of an unchanged transaction failed");
+                }
+                Ok(value)
+            }
+            Err(err) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(error = %rollback, "transaction rollback failed");
+                }
+                Err(err)
+            }
         }
     }
 

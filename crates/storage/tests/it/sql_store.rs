@@ -232,3 +232,67 @@ async fn corrupted_sql_rows_are_invalid_not_absent() {
         .unwrap();
     assert!(store.scan(&ns, None, 10).await.is_err());
 }
+
+/// Refused or failed writes end their `BEGIN IMMEDIATE` transaction at once: another
+/// connection can write right after, well within a short busy timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_writes_release_the_sqlite_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let open = || {
+        Store::open_with(
+            StoreOptions::new(url.clone())
+                .busy_timeout(Duration::from_millis(200))
+                .max_connections(1),
+        )
+    };
+    let (a, b) = (open().await.unwrap(), open().await.unwrap());
+    let ns = unique_ns("lock");
+    for s in [&a, &b] {
+        s.register_namespace(NamespaceConfig::new(ns.clone()).with_max_entries(1))
+            .await
+            .unwrap();
+    }
+    assert!(
+        a.register_if_absent(&ns, &key("x"), value("x"), None)
+            .await
+            .unwrap()
+    );
+    for round in 0..5 {
+        // Refused (present), refused (capacity), no-op delete: each ends its transaction.
+        assert!(
+            !a.register_if_absent(&ns, &key("x"), value("x"), None)
+                .await
+                .unwrap()
+        );
+        assert!(
+            a.register_if_absent(&ns, &key("y"), value("y"), None)
+                .await
+                .is_err()
+        );
+        assert!(
+            a.delete_if(&ns, &key("x"), &|_| false)
+                .await
+                .unwrap()
+                .is_none()
+        );
+        let seen = b.observe(&ns, &key("x")).await.unwrap();
+        let out = b
+            .compare_and_apply(
+                &ns,
+                &key("x"),
+                &seen.comparison,
+                tether_core::Intent::Set {
+                    row: value(&format!("r{round}")),
+                    ttl: None,
+                },
+                &tether_core::admit_all,
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(out, tether_core::ApplyOutcome::Applied { .. }),
+            "round {round}"
+        );
+    }
+}
