@@ -111,6 +111,15 @@ pub enum FinalizerError {
         /// What was wrong, in the reference's words.
         reason: String,
     },
+    /// An operator model policy is configured but the harness cannot run exactly the bound
+    /// model.
+    #[error(
+        "operator model policy requires exact native model policy support; agent harness {harness} does not provide it"
+    )]
+    ModelPolicyPreflight {
+        /// The harness id.
+        harness: String,
+    },
     /// The run's admitted authority ended before finalization.
     #[error("admitted run authority is no longer active")]
     AdmissionInactive,

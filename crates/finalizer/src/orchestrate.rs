@@ -64,6 +64,7 @@
 //!     transcript: &Transcript,
 //!     admission: always_current(),
 //!     diagnostics: LifecycleOptions::default(),
+//!     model_policy: None,
 //! };
 //! let prepared = prepare_terminal_with_settled_turn_finalization(&input).await.unwrap();
 //! assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
@@ -372,6 +373,88 @@ pub struct FinalizationInput<'a> {
     pub admission: AssertCurrent,
     /// Diagnostic options.
     pub diagnostics: LifecycleOptions,
+    /// The operator's model policy, when one is configured, and the harness's support for it.
+    pub model_policy: Option<ModelPolicyGate<'a>>,
+}
+
+/// An operator model policy binding for one try; released when dropped.
+pub trait ModelPolicyBinding: Send + Sync {
+    /// Fails once the binding no longer holds (policy changed, execution revoked).
+    fn assert_current(&self) -> Result<(), tether_core::Error>;
+}
+
+/// The operator's model policy (reference §4.6).
+pub trait OperatorModelPolicy: Send + Sync {
+    /// Binds one finalization try's model execution, to the settled native selection when the
+    /// harness supports the policy exactly.
+    fn bind(
+        &self,
+        selection: Option<&crate::capture::ModelSelection>,
+    ) -> Result<Box<dyn ModelPolicyBinding>, tether_core::Error>;
+}
+
+/// How a harness supports the operator model policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NativeModelPolicySupport {
+    /// The harness runs exactly the bound native model.
+    Exact,
+    /// The harness cannot guarantee the bound model.
+    Unsupported,
+}
+
+/// The operator model policy and the harness's support for it.
+#[derive(Clone, Copy)]
+pub struct ModelPolicyGate<'a> {
+    /// The policy.
+    pub policy: &'a dyn OperatorModelPolicy,
+    /// The harness's support.
+    pub support: NativeModelPolicySupport,
+}
+
+impl std::fmt::Debug for ModelPolicyGate<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelPolicyGate")
+            .field("support", &self.support)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs one try under the operator model policy: a preflight error for a harness without exact
+/// support, otherwise bind, assert before and after the call, and release.
+async fn run_try(
+    input: &FinalizationInput<'_>,
+    attempt: FinalizationAttempt,
+    events: &mut Vec<DiagnosticEvent>,
+) -> Result<LifecycleOutcome, FinalizerError> {
+    let binding = match input.model_policy {
+        None => None,
+        Some(gate) => {
+            if gate.support != NativeModelPolicySupport::Exact {
+                return Err(FinalizerError::ModelPolicyPreflight {
+                    harness: input.harness_id.to_string(),
+                });
+            }
+            let binding = gate
+                .policy
+                .bind(input.facts.carried.runtime_model_selection.as_ref())?;
+            binding.assert_current()?;
+            Some(binding)
+        }
+    };
+    let outcome = run_lifecycle_finalization(
+        &input.harness_id,
+        input.finalizer,
+        attempt,
+        &input.settled,
+        input.diagnostics,
+        events,
+    )
+    .await;
+    if let Some(binding) = &binding {
+        binding.assert_current()?;
+    }
+    drop(binding);
+    outcome
 }
 
 impl std::fmt::Debug for FinalizationInput<'_> {
@@ -754,15 +837,7 @@ async fn finalization_phase(
             try_number,
         );
         phase.tries += 1;
-        let outcome = run_lifecycle_finalization(
-            &input.harness_id,
-            input.finalizer,
-            attempt,
-            settled,
-            input.diagnostics,
-            &mut phase.events,
-        )
-        .await;
+        let outcome = run_try(input, attempt, &mut phase.events).await;
         input.signal.retire_try();
         match outcome {
             Ok(LifecycleOutcome::Answered(result)) => {

@@ -186,6 +186,7 @@ pub(crate) struct Run<'a> {
     pub(crate) diagnostics: LifecycleOptions,
     pub(crate) clock: FakeClock,
     pub(crate) admission: tether_core::AssertCurrent,
+    pub(crate) model_policy: Option<tether_finalizer::ModelPolicyGate<'a>>,
 }
 
 impl<'a> Run<'a> {
@@ -208,6 +209,7 @@ impl<'a> Run<'a> {
             diagnostics: LifecycleOptions::default(),
             clock: FakeClock::new(Timestamp::from_millis(1_000)),
             admission: always_current(),
+            model_policy: None,
         }
     }
 
@@ -228,6 +230,7 @@ impl<'a> Run<'a> {
             transcript: self.transcript,
             admission: self.admission.clone(),
             diagnostics: self.diagnostics,
+            model_policy: self.model_policy,
         };
         prepare_terminal_with_settled_turn_finalization(&input).await
     }

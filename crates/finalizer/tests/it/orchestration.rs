@@ -1176,3 +1176,125 @@ async fn orchestration_the_phase_runs_at_most_once_per_run() {
         "the fallback is persisted once"
     );
 }
+
+struct Policy {
+    binds: std::sync::Mutex<Vec<Option<ModelSelection>>>,
+    live: Arc<std::sync::atomic::AtomicUsize>,
+    /// Shared with the bindings: set to revoke the operator policy.
+    revoked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+struct Binding {
+    live: Arc<std::sync::atomic::AtomicUsize>,
+    revoked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl tether_finalizer::ModelPolicyBinding for Binding {
+    fn assert_current(&self) -> Result<(), Error> {
+        if self.revoked.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(Error::revoked("operator model policy changed"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Binding {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl tether_finalizer::OperatorModelPolicy for Policy {
+    fn bind(
+        &self,
+        selection: Option<&ModelSelection>,
+    ) -> Result<Box<dyn tether_finalizer::ModelPolicyBinding>, Error> {
+        self.binds.lock().unwrap().push(selection.cloned());
+        self.live.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Box::new(Binding {
+            live: self.live.clone(),
+            revoked: self.revoked.clone(),
+        }))
+    }
+}
+
+fn policy() -> Policy {
+    Policy {
+        binds: std::sync::Mutex::new(Vec::new()),
+        live: Arc::new(0.into()),
+        revoked: Arc::new(false.into()),
+    }
+}
+
+#[tokio::test]
+async fn orchestration_operator_model_policy_needs_exact_support() {
+    let finalizer = ScriptedFinalizer::always(answer_json("unused"));
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let (settled, facts) = settled_write();
+    let p = policy();
+    let mut run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    run.model_policy = Some(tether_finalizer::ModelPolicyGate {
+        policy: &p,
+        support: tether_finalizer::NativeModelPolicySupport::Unsupported,
+    });
+    let prepared = run.prepare().await.unwrap();
+    assert_eq!(
+        finalizer.call_count(),
+        0,
+        "preflight fails before the harness is called"
+    );
+    assert!(p.binds.lock().unwrap().is_empty());
+    assert_eq!(prepared.payloads[0].text, FALLBACK_TEXT);
+}
+
+#[tokio::test]
+async fn orchestration_operator_model_policy_binds_each_try_to_the_settled_selection() {
+    let finalizer = ScriptedFinalizer::always(empty_json(""));
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let (settled, mut facts) = settled_write();
+    let selection = ModelSelection {
+        model: "m".into(),
+        model_provider: Some("p".into()),
+        auth_profile_id: None,
+    };
+    facts.carried.runtime_model_selection = Some(selection.clone());
+    let p = policy();
+    let mut run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    run.model_policy = Some(tether_finalizer::ModelPolicyGate {
+        policy: &p,
+        support: tether_finalizer::NativeModelPolicySupport::Exact,
+    });
+    run.prepare().await.unwrap();
+    assert_eq!(
+        *p.binds.lock().unwrap(),
+        vec![Some(selection.clone()), Some(selection)],
+        "one binding per try"
+    );
+    assert_eq!(
+        p.live.load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "every binding released"
+    );
+
+    // A binding revoked during the call fails the try: the answer is not used.
+    let p = policy();
+    let revoke = p.revoked.clone();
+    let finalizer = ScriptedFinalizer::new(vec![Box::new(move |_| {
+        revoke.store(true, std::sync::atomic::Ordering::SeqCst);
+        Ok(answer_json("answer under a revoked policy"))
+    })]);
+    let (settled, facts) = settled_write();
+    let signal = RunSignal::new();
+    let mut run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    run.model_policy = Some(tether_finalizer::ModelPolicyGate {
+        policy: &p,
+        support: tether_finalizer::NativeModelPolicySupport::Exact,
+    });
+    let prepared = run.prepare().await.unwrap();
+    assert_eq!(finalizer.call_count(), 1);
+    assert_ne!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(prepared.payloads[0].text, FALLBACK_TEXT);
+    assert_eq!(p.live.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
