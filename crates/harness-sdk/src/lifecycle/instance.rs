@@ -753,18 +753,31 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             return Err(shared.texts.mutation_blocked());
         }
         let _active = ActiveMutation(shared.clone());
-        run().await
+        scope::with_mutation(shared.id, run()).await
     }
 
     /// Runs `run` exclusively (reference §2.8): new mutations are refused from the moment this
     /// is called; exclusive operations run one at a time in FIFO order; `run` starts once the
     /// in-flight mutations have drained, and mutations nested inside it are allowed.
+    ///
+    /// Nested inside an exclusive fence of this instance it just runs. Called from inside a
+    /// mutation of this instance it would wait for itself: it is refused at once with
+    /// [`Error::MutationBlocked`] instead.
     pub async fn with_exclusive_mutation_fence<T, F, Fut>(&self, run: F) -> Result<T, Error>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
         let shared = &self.shared;
+        if scope::in_exclusive(shared.id) {
+            // Already exclusive: the snapshot is this task's.
+            return run().await;
+        }
+        if scope::in_mutation(shared.id) {
+            return Err(Error::MutationBlocked {
+                message: "An exclusive binding operation cannot start inside a binding mutation of the same lifecycle (it would wait for itself)".into(),
+            });
+        }
         shared
             .fence
             .send_modify(|counts| counts.pending_exclusive += 1);

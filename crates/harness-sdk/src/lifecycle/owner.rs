@@ -350,3 +350,57 @@ impl LeaseAssertion {
         &self.owner.key
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tether_core::BindingId;
+
+    use super::*;
+
+    fn owner() -> OwnerState {
+        let key = BindingKey::conversation(&BindingId::new("k").unwrap());
+        OwnerState::new(key, LeaseToken::new("t").unwrap(), None)
+    }
+
+    #[test]
+    fn first_failure_wins_and_phases_move_only_from_the_expected_phase() {
+        let owner = owner();
+        assert_eq!(owner.phase(), OwnerPhase::Held);
+        owner.fail(Error::other("first"));
+        owner.fail(Error::other("second"));
+        assert_eq!(owner.failure().unwrap().to_string(), "first");
+        assert!(!owner.transition(OwnerPhase::Settling, OwnerPhase::Held));
+        assert!(owner.transition(OwnerPhase::Held, OwnerPhase::Deleted));
+        owner.fail_if_held(Error::other("ignored"));
+        assert_eq!(owner.failure().unwrap().to_string(), "first");
+        owner.block(Error::other("unknown"));
+        assert_eq!(owner.phase(), OwnerPhase::Unknown);
+        assert_eq!(owner.failure().unwrap().to_string(), "unknown");
+    }
+
+    #[test]
+    fn fail_if_held_records_only_while_held() {
+        let owner = owner();
+        owner.set_phase(OwnerPhase::Closed);
+        owner.fail_if_held(Error::other("late renewal"));
+        assert!(owner.failure().is_none());
+        owner.set_phase(OwnerPhase::Held);
+        owner.fail_if_held(Error::other("renewal failed"));
+        assert!(owner.failure().is_some());
+    }
+
+    #[tokio::test]
+    async fn join_renewal_waits_for_the_pending_renewal() {
+        let owner = Arc::new(owner());
+        owner.set_renewal_pending(true);
+        let joined = {
+            let owner = owner.clone();
+            tokio::spawn(async move { owner.join_renewal().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!joined.is_finished());
+        owner.set_renewal_pending(false);
+        joined.await.unwrap();
+        assert!(!owner.renewal_pending());
+    }
+}

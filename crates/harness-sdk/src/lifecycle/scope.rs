@@ -21,6 +21,7 @@ tokio::task_local! {
 struct Frame {
     owners: HashMap<(u64, BindingKey), Arc<OwnerState>>,
     exclusive: HashSet<u64>,
+    mutating: HashSet<u64>,
 }
 
 fn current_frame() -> Frame {
@@ -42,6 +43,20 @@ pub(crate) fn in_exclusive(instance: u64) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether the current task runs inside a counted mutation of lifecycle `instance`.
+pub(crate) fn in_mutation(instance: u64) -> bool {
+    FRAME
+        .try_with(|f| f.mutating.contains(&instance))
+        .unwrap_or(false)
+}
+
+/// Runs `fut` marked as inside a counted mutation of lifecycle `instance`.
+pub(crate) async fn with_mutation<F: Future>(instance: u64, fut: F) -> F::Output {
+    let mut frame = current_frame();
+    frame.mutating.insert(instance);
+    FRAME.scope(Arc::new(frame), fut).await
+}
+
 /// Runs `fut` with `key -> owner` added to a copy of the current map.
 pub(crate) async fn with_owner<F: Future>(
     instance: u64,
@@ -59,4 +74,49 @@ pub(crate) async fn with_exclusive<F: Future>(instance: u64, fut: F) -> F::Outpu
     let mut frame = current_frame();
     frame.exclusive.insert(instance);
     FRAME.scope(Arc::new(frame), fut).await
+}
+
+#[cfg(test)]
+mod tests {
+    use tether_core::{BindingId, LeaseToken};
+
+    use super::*;
+
+    fn key(name: &str) -> BindingKey {
+        BindingKey::conversation(&BindingId::new(name).unwrap())
+    }
+
+    fn owner(name: &str) -> Arc<OwnerState> {
+        Arc::new(OwnerState::new(
+            key(name),
+            LeaseToken::new("t").unwrap(),
+            None,
+        ))
+    }
+
+    #[tokio::test]
+    async fn owners_are_scoped_to_the_task_instance_and_nesting() {
+        assert!(current_owner(1, &key("a")).is_none(), "no frame at all");
+        with_owner(1, key("a"), owner("a"), async {
+            assert!(current_owner(1, &key("a")).is_some());
+            assert!(current_owner(2, &key("a")).is_none(), "other instance");
+            with_owner(1, key("b"), owner("b"), async {
+                assert!(current_owner(1, &key("a")).is_some(), "outer still visible");
+                assert!(current_owner(1, &key("b")).is_some());
+            })
+            .await;
+            assert!(current_owner(1, &key("b")).is_none(), "inner scope closed");
+            let spawned = tokio::spawn(async { current_owner(1, &key("a")).is_some() });
+            assert!(!spawned.await.unwrap(), "another task sees nothing");
+            assert!(!in_exclusive(1));
+            assert!(!in_mutation(1));
+            with_mutation(1, async { assert!(in_mutation(1) && !in_mutation(2)) }).await;
+            with_exclusive(1, async {
+                assert!(in_exclusive(1) && !in_exclusive(2));
+                assert!(current_owner(1, &key("a")).is_some(), "owners kept");
+            })
+            .await;
+        })
+        .await;
+    }
 }

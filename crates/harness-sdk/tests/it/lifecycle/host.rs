@@ -115,7 +115,10 @@ async fn host_deletion_end_to_end(url: &str) {
                 Box::pin(async { Err(Error::other("disk full before COMMIT")) })
             }),
         );
-    let error = failing.delete_sessions(std::slice::from_ref(&one)).await.unwrap_err();
+    let error = failing
+        .delete_sessions(std::slice::from_ref(&one))
+        .await
+        .unwrap_err();
     assert!(
         error.to_string().contains("disk full before COMMIT"),
         "{error}"
@@ -129,7 +132,10 @@ async fn host_deletion_end_to_end(url: &str) {
 
     // The real deletion: both rows disappear together; the other session is untouched.
     let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new()));
-    let deleted = hosts.delete_sessions(std::slice::from_ref(&one)).await.unwrap();
+    let deleted = hosts
+        .delete_sessions(std::slice::from_ref(&one))
+        .await
+        .unwrap();
     assert_eq!(deleted, vec![one.clone()]);
     assert!(store.session(&one).await.unwrap().is_none());
     assert!(

@@ -594,3 +594,28 @@ async fn lifecycle_heartbeat_is_single_flight_and_never_cancels_work() {
         .unwrap();
     assert_eq!(value, "the work ran to its end");
 }
+
+/// An exclusive fence requested from inside a mutation would wait for itself: it is refused at
+/// once; a mutation or a fence nested inside a fence runs.
+#[tokio::test]
+async fn lifecycle_exclusive_fence_inside_a_mutation_is_refused_not_deadlocked() {
+    let f = &Fixture::new().await;
+    let refused =
+        f.lc.with_mutation(|| async {
+            f.lc.with_exclusive_mutation_fence(|| async { Ok(()) })
+                .await
+        })
+        .await;
+    assert!(matches!(refused, Err(Error::MutationBlocked { .. })));
+    let nested = f
+        .lc
+        .with_exclusive_mutation_fence(|| async { f.lc.with_mutation(|| async { Ok(1) }).await })
+        .await;
+    assert_eq!(nested.unwrap(), 1);
+    let fence_in_fence =
+        f.lc.with_exclusive_mutation_fence(|| async {
+            f.lc.with_exclusive_mutation_fence(|| async { Ok(2) }).await
+        })
+        .await;
+    assert_eq!(fence_in_fence.unwrap(), 2);
+}
