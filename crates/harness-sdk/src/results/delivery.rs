@@ -37,6 +37,19 @@ impl DeliveryStatus {
 }
 
 /// Proof of what a messaging tool delivered. Only this module's readers create it.
+///
+/// Presentation code cannot forge one:
+///
+/// ```compile_fail
+/// use tether_harness_sdk::results::delivery::{DeliveryStatus, MessageDeliveryFact};
+/// let forged = MessageDeliveryFact {
+///     status: DeliveryStatus::Settled,
+///     partial_delivery: false,
+///     created_thread_ids: Vec::new(),
+///     primary_platform_message_id: None,
+///     source_reply_delivered: true,
+/// };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageDeliveryFact {
     status: DeliveryStatus,

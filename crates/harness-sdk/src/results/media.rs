@@ -33,6 +33,14 @@ pub struct ReplyPayload {
 }
 
 /// A payload ready for delivery, with its private routing mark.
+///
+/// ```compile_fail
+/// use tether_harness_sdk::results::media::{DeliveryPayload, ReplyPayload};
+/// let forged = DeliveryPayload {
+///     payload: ReplyPayload::default(),
+///     deliver_despite_source_reply_suppression: true,
+/// };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryPayload {
     /// The payload.

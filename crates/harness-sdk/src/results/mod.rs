@@ -12,6 +12,24 @@
 //! * [`spawn`] — accepted `sessions_spawn` receipts (part E).
 //! * [`media`] — host-owned media and `message_tool_only` routing (part F).
 //! * [`terminal`] — the terminal-outcome accumulator (part G).
+//!
+//! ```
+//! use serde_json::json;
+//! use tether_harness_sdk::results::{delivery, display, sanitize};
+//!
+//! // Display metadata is lossy and redacted; the raw arguments stay untouched.
+//! let args = json!({"file_path": "/scratch/a.txt", "offset": 2, "limit": 2});
+//! let meta = display::infer_tool_meta_from_args("read", &args, display::DetailMode::Raw);
+//! assert_eq!(meta.as_deref(), Some("lines 2-3 from /scratch/a.txt"));
+//!
+//! // Sanitizing copies; secrets under sensitive keys are masked.
+//! let clean = sanitize::sanitize_tool_args(&json!({"password": "hunter2", "count": 3}));
+//! assert_eq!(clean, json!({"password": "***", "count": 3}));
+//!
+//! // Delivery facts only come from the readers.
+//! let fact = delivery::project_plugin_message_delivery_fact(&json!({"messageId": "m1"}));
+//! assert!(fact.is_some_and(|f| f.is_delivered(false)));
+//! ```
 
 pub mod delivery;
 pub mod display;

@@ -12,6 +12,11 @@ use crate::results::tree::{deep_clone, drop_deep};
 /// It has a private field and no deserializer: the only way to obtain one is
 /// [`HostToolFacts::not_started_proof`], and the host keeps its [`HostToolFacts`] handle (the
 /// harness only receives the [`TerminalObserver`](super::TerminalObserver)).
+///
+/// ```compile_fail
+/// use tether_harness_sdk::results::terminal::NotStartedProof;
+/// let forged = NotStartedProof { call_id: None };
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotStartedProof {
     call_id: Option<String>,
