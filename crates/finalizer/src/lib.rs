@@ -20,7 +20,8 @@
 //! - [`policy`]: the hooks skipped during finalization and the terminal-resolution policy after
 //!   it; [`incomplete`]: the side-effect-aware incomplete-turn warning;
 //! - [`bounded_finalizer`]: a reusable finalizer for harnesses that replay their captured
-//!   bounded projection in an isolated native turn.
+//!   bounded projection in an isolated native turn; [`engine`]: one for harnesses that reuse
+//!   their attempt engine behind a restricted allow-list and project its result.
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
 //! [`tether_core::FinalizationAttempt`], which is plain data ([`restricted`] documents and
@@ -42,6 +43,7 @@
 pub mod bounded;
 pub mod bounded_finalizer;
 pub mod capture;
+pub mod engine;
 pub mod error;
 pub mod evidence;
 pub mod facts;
@@ -67,6 +69,7 @@ pub use capture::{
     NativeTurnFailure, TranscriptCaptureInput, capture_settled_turn_context, is_transient_failure,
     native_failure_finalization_allowed, resolve_transcript_finalization_context,
 };
+pub use engine::{EngineFinalizer, FinalizationEngine, RestrictedEngineParams};
 pub use error::{FinalizerError, TerminalStatus};
 pub use evidence::{ItemLifecycle, TimeoutKind};
 pub use facts::{

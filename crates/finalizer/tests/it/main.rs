@@ -6,6 +6,7 @@
 mod bounded;
 mod capture;
 mod codex;
+mod engine;
 mod gate;
 mod harness;
 mod incomplete;
