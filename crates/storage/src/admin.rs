@@ -4,7 +4,7 @@
 use std::fmt;
 
 use async_trait::async_trait;
-use tether_core::{Error, QuarantineEntry};
+use tether_core::{Error, QuarantineEntry, Timestamp};
 
 use crate::events::{LeaseEvent, LeaseEventQuery};
 
@@ -17,6 +17,10 @@ pub trait StoreAdmin: Send + Sync + fmt::Debug {
     /// Deletes up to `limit` expired binding rows (they are already invisible), recording an
     /// `expired` lease event for each one that still carried a lease. Returns how many went.
     async fn sweep_expired(&self, limit: usize) -> Result<usize, Error>;
+
+    /// Deletes lease events recorded before `before` (history retention). Returns how many
+    /// went.
+    async fn prune_lease_events(&self, before: Timestamp) -> Result<u64, Error>;
 
     /// Quarantined keys, oldest first, at most `limit`.
     async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error>;

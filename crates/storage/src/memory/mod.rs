@@ -374,6 +374,13 @@ impl StoreAdmin for MemoryStore {
         Ok(self.state().sweep(now, limit))
     }
 
+    async fn prune_lease_events(&self, before: Timestamp) -> Result<u64, Error> {
+        let mut state = self.state();
+        let len = state.events.len();
+        state.events.retain(|e| e.at >= before);
+        Ok((len - state.events.len()) as u64)
+    }
+
     async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
         let mut all: Vec<_> = self.state().quarantine.values().cloned().collect();
         all.sort_by_key(|e| e.quarantined_at);

@@ -632,6 +632,19 @@ impl StoreAdmin for Store {
         Store::finish(tx, result).await
     }
 
+    async fn prune_lease_events(&self, before: Timestamp) -> Result<u64, Error> {
+        let tx = self.begin_write().await?;
+        let result = tx
+            .execute_raw(self.stmt(
+                "DELETE FROM lease_events WHERE at < $1",
+                vec![before.as_millis().into()],
+            ))
+            .await
+            .map(|r| (r.rows_affected(), End::Commit))
+            .map_err(db_error);
+        Store::finish(tx, result).await
+    }
+
     async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
         self.quarantined_keys_in(limit).await
     }

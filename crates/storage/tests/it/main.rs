@@ -1,7 +1,7 @@
 //! The integration tests of `tether-storage` (one test binary per package).
 
 mod conformance;
-mod deletion;
+pub(crate) mod deletion;
 mod memory_hooks;
 mod memory_transaction;
 mod sql_store;

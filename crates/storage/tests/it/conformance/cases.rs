@@ -680,6 +680,21 @@ pub(crate) async fn lease_event_history(b: &Backend) {
         .unwrap();
     assert_eq!(after.len(), 2);
     assert_eq!(after[0].kind, LeaseEventKind::TakenOver);
+
+    // Retention: events before a cut-off are pruned, later ones kept.
+    b.advance(Duration::from_secs(10));
+    cas(leased("v", "late-token", exp(300))).await;
+    let pruned = s
+        .prune_lease_events(START + Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(pruned >= 5, "pruned {pruned}");
+    let left = s
+        .lease_events(&LeaseEventQuery::for_key(ns.clone(), k.clone(), 100))
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].kind, LeaseEventKind::Acquired);
 }
 
 /// A present row whose bytes do not decode is an invalid row, never an absent one.

@@ -402,3 +402,64 @@ pub(crate) async fn server_clock_tracks_database_time(store: &Store) {
     let local = tether_core::SystemClock.now();
     assert!((clock.now().as_millis() - local.as_millis()).abs() < 2_000);
 }
+
+/// SPEC decision 3.5 on every SQL backend: a harness's deletion commit removes its binding row
+/// inside the host transaction, so a failure before COMMIT restores it and a success removes
+/// both rows together.
+pub(crate) async fn deletion_commits_bindings_with_the_session_row(store: &Store) {
+    use std::sync::Arc;
+    use tether_core::{BindingStore, Error};
+    use tether_storage::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks};
+
+    use crate::deletion::harness::{Log, RecordingHarness, bind, binding_key, entries};
+
+    let ns = unique_ns("sql-deletion");
+    let log = Log::default();
+    let registry = HarnessRegistry::new();
+    let harness = RecordingHarness::new("codex", &log, &ns, true, false);
+    registry.register(harness.clone());
+    let key = session_key("sql-deletion");
+    store
+        .create_session(new_session(&key, "s-1"))
+        .await
+        .unwrap();
+    bind(store, &ns, &key).await;
+    let bkey = binding_key(&AgentId::new("main").unwrap(), &key);
+    let hosts = || {
+        HostSessions::new(
+            store.clone(),
+            Arc::clone(&registry),
+            Arc::new(ActiveRuns::new()),
+        )
+    };
+
+    let failing = TransactionHooks::new()
+        .after_mutations(|_| Box::pin(async { Err(Error::other("injected before COMMIT")) }));
+    let err = hosts()
+        .with_hooks(failing)
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "injected before COMMIT");
+    assert!(
+        store.lookup(&ns, &bkey).await.unwrap().is_some(),
+        "binding restored with the transaction"
+    );
+    assert!(store.session(&key).await.unwrap().is_some());
+
+    let deleted = hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![key.clone()]);
+    assert!(store.lookup(&ns, &bkey).await.unwrap().is_none());
+    assert!(store.session(&key).await.unwrap().is_none());
+    assert!(harness.finalized());
+    assert_eq!(
+        entries(&log)
+            .iter()
+            .filter(|e| e.starts_with("commit:") || e.starts_with("rollback:"))
+            .count(),
+        3
+    );
+}

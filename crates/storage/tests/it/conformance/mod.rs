@@ -92,5 +92,6 @@ conformance!(
         transcript_search,
         upstream_links_expected_delete,
         server_clock_tracks_database_time,
+        deletion_commits_bindings_with_the_session_row,
     ]
 );

@@ -1,4 +1,4 @@
 //! The host deletion and context-reset transaction: reference scenarios 57–66.
 
-mod harness;
+pub(crate) mod harness;
 mod scenarios;
