@@ -179,6 +179,24 @@ impl RunSignal {
         }
     }
 
+    /// Times out the live try only (the host's per-try timer at the try's deadline): the try's
+    /// cancellation fires, the run stays live, and the next try gets a fresh one. Returns
+    /// whether a try was live.
+    pub fn time_out_live_try(&self) -> bool {
+        match self
+            .live_try
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            Some(live) => {
+                live.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Whether the run was cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.run.is_cancelled()

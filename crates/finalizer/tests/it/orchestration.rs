@@ -1298,3 +1298,38 @@ async fn orchestration_operator_model_policy_binds_each_try_to_the_settled_selec
     assert_eq!(prepared.payloads[0].text, FALLBACK_TEXT);
     assert_eq!(p.live.load(std::sync::atomic::Ordering::SeqCst), 0);
 }
+
+#[tokio::test]
+async fn orchestration_a_host_try_timeout_cancels_only_the_live_try() {
+    let signal = Arc::new(RunSignal::new());
+    let timer = signal.clone();
+    let steps: Vec<Step> = vec![
+        Box::new(move |attempt| {
+            // The host's per-try timer fires at the deadline.
+            assert!(timer.time_out_live_try());
+            assert!(attempt.cancellation().is_cancelled());
+            Ok(answer_json(""))
+        }),
+        Box::new(|attempt| {
+            assert!(
+                !attempt.cancellation().is_cancelled(),
+                "a fresh cancellation"
+            );
+            Ok(answer_json("Second try answered."))
+        }),
+    ];
+    let finalizer = ScriptedFinalizer::new(steps);
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let (settled, facts) = settled_write();
+    let prepared = Run::new(settled, facts, Some(&finalizer), &transcript, &signal)
+        .prepare()
+        .await
+        .unwrap();
+    assert!(!signal.is_cancelled(), "the run stays live");
+    assert!(
+        !signal.time_out_live_try(),
+        "no try is live after the phase"
+    );
+    assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(finalizer.call_count(), 2);
+}
