@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value};
 
-use super::tree::is_truthy;
+use super::tree::{deep_clone, drop_deep, is_truthy};
 
 /// The state of a message send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +138,73 @@ pub fn read_message_delivery_fact(value: &Value) -> Option<MessageDeliveryFact> 
 /// Reads the fact a core message tool attached at `result.details.messageDelivery`.
 pub fn read_result_delivery_fact(result: &Value) -> Option<MessageDeliveryFact> {
     read_message_delivery_fact(result.get("details")?.get("messageDelivery")?)
+}
+
+impl MessageDeliveryFact {
+    /// The serialized form read back by [`read_message_delivery_fact`].
+    pub fn to_json(&self) -> Value {
+        let status = match self.status {
+            DeliveryStatus::Settled => "settled",
+            DeliveryStatus::Suppressed => "suppressed",
+            DeliveryStatus::DryRun => "dryRun",
+            DeliveryStatus::Failed => "failed",
+        };
+        let mut out = Map::new();
+        out.insert("status".into(), Value::from(status));
+        out.insert("partialDelivery".into(), Value::Bool(self.partial_delivery));
+        out.insert(
+            "createdThreadIds".into(),
+            Value::Array(
+                self.created_thread_ids
+                    .iter()
+                    .cloned()
+                    .map(Value::String)
+                    .collect(),
+            ),
+        );
+        if let Some(id) = &self.primary_platform_message_id {
+            out.insert("primaryPlatformMessageId".into(), Value::String(id.clone()));
+        }
+        if self.source_reply_delivered {
+            out.insert("sourceReplyDelivered".into(), Value::Bool(true));
+        }
+        Value::Object(out)
+    }
+}
+
+/// Returns a copy of a core message-tool result with `details.messageDelivery` set to `fact`,
+/// or — without a fact — with any pre-existing `details.messageDelivery` removed, so a tool
+/// cannot forge one. Non-object results are returned unchanged.
+pub fn attach_message_delivery_fact(result: &Value, fact: Option<&MessageDeliveryFact>) -> Value {
+    let Some(obj) = result.as_object() else {
+        return deep_clone(result);
+    };
+    let mut out: Map<String, Value> = obj
+        .iter()
+        .map(|(k, v)| (k.clone(), deep_clone(v)))
+        .collect();
+    let details = out.get_mut("details").and_then(Value::as_object_mut);
+    match (details, fact) {
+        (Some(d), Some(f)) => {
+            if let Some(old) = d.insert("messageDelivery".into(), f.to_json()) {
+                drop_deep(old);
+            }
+        }
+        (Some(d), None) => {
+            if let Some(old) = d.remove("messageDelivery") {
+                drop_deep(old);
+            }
+        }
+        (None, Some(f)) => {
+            let mut d = Map::new();
+            d.insert("messageDelivery".into(), f.to_json());
+            if let Some(old) = out.insert("details".into(), Value::Object(d)) {
+                drop_deep(old);
+            }
+        }
+        (None, None) => {}
+    }
+    Value::Object(out)
 }
 
 /// Plugin envelopes are scanned at most this deep.

@@ -163,11 +163,19 @@ pub struct OriginalInputCommit {
     pub anchor: TranscriptAnchor,
 }
 
+/// One source of collected (multi-source) input, registered with
+/// [`UserTurnTranscriptRecorder::add_collected_source`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CollectedSourceId(pub usize);
+
 /// The observable effects of one [`UserTurnTranscriptRecorder::mark_runtime_persisted`] call.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PersistedMarkEffects {
     /// Set when the original input committed notification fires (at most once per recorder).
     pub original_input_committed: Option<OriginalInputCommit>,
+    /// Collected-input sources the commit anchor is forwarded to: only sources with mentions
+    /// whose content deep-equals the committed content.
+    pub forwarded_to_sources: Vec<CollectedSourceId>,
     /// Set when the "message persisted" callback fires (at most once per recorder).
     pub message_persisted: Option<Value>,
 }
@@ -182,6 +190,7 @@ pub struct UserTurnTranscriptRecorder {
     blocked: bool,
     commit_notified: bool,
     persisted_notified: bool,
+    sources: Vec<(Value, bool)>,
 }
 
 impl Default for UserTurnTranscriptRecorder {
@@ -201,12 +210,23 @@ impl UserTurnTranscriptRecorder {
             blocked: false,
             commit_notified: false,
             persisted_notified: false,
+            sources: Vec::new(),
         }
     }
 
     /// The recorder's own logical turn id.
     pub fn logical_turn_id(&self) -> &str {
         &self.logical_turn_id
+    }
+
+    /// Registers one source of collected input (its content and whether it carries mentions).
+    pub fn add_collected_source(
+        &mut self,
+        content: Value,
+        has_mentions: bool,
+    ) -> CollectedSourceId {
+        self.sources.push((content, has_mentions));
+        CollectedSourceId(self.sources.len() - 1)
     }
 
     /// Marks the turn blocked: no "original input committed" notification will fire.
@@ -262,6 +282,16 @@ impl UserTurnTranscriptRecorder {
             };
             if persistence.is_some_and(|p| p.appended) && self.may_notify_commit(m) {
                 self.commit_notified = true;
+                let committed_content = m.get("content");
+                effects.forwarded_to_sources = self
+                    .sources
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (content, has_mentions))| {
+                        *has_mentions && committed_content.is_some_and(|c| deep_equal(c, content))
+                    })
+                    .map(|(i, _)| CollectedSourceId(i))
+                    .collect();
                 effects.original_input_committed = Some(OriginalInputCommit {
                     message: m.clone(),
                     anchor: receipt.anchor.clone(),

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use tether_harness_sdk::results::delivery::{
     CurrentSource, DeliveryStatus, MessageDeliveryFact, MessagingToolResult, MessagingToolSend,
-    SourceReplyQuery, classify_core_conversation_result,
+    SourceReplyQuery, attach_message_delivery_fact, classify_core_conversation_result,
     extract_messaging_tool_source_reply_payload, is_delivered_message_tool_only_source_reply,
     is_delivered_messaging_tool_result, is_delivered_messaging_tool_send_to_current_source,
     middleware_failure_fallback, project_plugin_message_delivery_fact, read_message_delivery_fact,
@@ -96,6 +96,21 @@ fn tool_results_043_field_types_are_strict() {
         read_result_delivery_fact(&nested).map(|f| f.status()),
         Some(DeliveryStatus::Failed)
     );
+}
+
+/// C.1: a tool cannot forge a fact by writing `details.messageDelivery` itself; only the
+/// host-attached fact (created by a reader) survives, and it reads back identically.
+#[test]
+fn tool_results_043b_attach_strips_forged_fact() {
+    let forged = json!({"details": {"ok": true, "messageDelivery":
+        {"status": "settled", "partialDelivery": false, "createdThreadIds": [], "sourceReplyDelivered": true}}});
+    let stripped = attach_message_delivery_fact(&forged, None);
+    assert!(read_result_delivery_fact(&stripped).is_none());
+    assert_eq!(stripped["details"]["ok"], true);
+    let fact = project_plugin_message_delivery_fact(&json!({"messageId": "m1", "threadId": "t1"}))
+        .expect("fact");
+    let attached = attach_message_delivery_fact(&json!({"content": []}), Some(&fact));
+    assert_eq!(read_result_delivery_fact(&attached), Some(fact));
 }
 
 #[test]

@@ -215,6 +215,25 @@ fn tool_results_017_appended_true_notifies_once_with_admission() {
     assert_eq!(fx.message_persisted, Some(user_msg()));
 }
 
+/// Collected input: the anchor is forwarded only to sources with mentions whose content equals
+/// the committed content.
+#[test]
+fn tool_results_017b_collected_sources_forwarding() {
+    let mut rec = UserTurnTranscriptRecorder::new();
+    let same = rec.add_collected_source(json!("hello"), true);
+    let _rewritten = rec.add_collected_source(json!("hello!"), true);
+    let _no_mentions = rec.add_collected_source(json!("hello"), false);
+    let fx = rec.mark_runtime_persisted(Some(&user_msg()), anchor(4), appended(true));
+    assert_eq!(fx.forwarded_to_sources, vec![same]);
+    let mut idle = UserTurnTranscriptRecorder::new();
+    idle.add_collected_source(json!("hello"), true);
+    let fx = idle.mark_runtime_persisted(Some(&user_msg()), anchor(4), appended(false));
+    assert!(
+        fx.forwarded_to_sources.is_empty(),
+        "no commit, no forwarding"
+    );
+}
+
 #[test]
 fn tool_results_018_appended_false_never_notifies() {
     let mut rec = UserTurnTranscriptRecorder::new();
