@@ -87,6 +87,8 @@ pub enum PayloadKind {
     HostFallback,
     /// The incomplete-turn warning.
     IncompleteTurn,
+    /// The `message_tool_only` recovery notice.
+    RecoveryNotice,
 }
 
 /// The writer delivery authority attached to host-owned payloads.
@@ -255,6 +257,13 @@ pub struct TurnFacts {
     pub assistant_turns: u32,
     /// Facts carried onto a rebuilt terminal.
     pub carried: CarriedFacts,
+    /// Opt-in: in `message_tool_only` mode, deliver a fixed recovery notice across source
+    /// suppression when the private fallback is used (reference §4.8, optional).
+    pub message_tool_only_recovery_notice: bool,
+    /// The input came from the internal system (no notice).
+    pub internal_system_input: bool,
+    /// The run answers an ambient room event (no notice).
+    pub ambient_room_event: bool,
 }
 
 impl Default for TurnFacts {
@@ -285,6 +294,9 @@ impl Default for TurnFacts {
             provider_failure_copy: None,
             assistant_turns: 1,
             carried: CarriedFacts::default(),
+            message_tool_only_recovery_notice: false,
+            internal_system_input: false,
+            ambient_room_event: false,
         }
     }
 }

@@ -90,8 +90,9 @@ pub use lifecycle::{
 pub use orchestrate::{
     FALLBACK_TEXT, FallbackAppend, FallbackAppendError, FallbackAppendResult, FallbackTranscript,
     FinalizationInput, FinalizationOutcome, ModelPolicyBinding, ModelPolicyGate,
-    NativeModelPolicySupport, OperatorModelPolicy, PreparedFinalization, RebuiltTerminal,
-    RunSignal, fallback_idempotency_key, prepare_terminal_with_settled_turn_finalization,
+    NativeModelPolicySupport, OperatorModelPolicy, PreparedFinalization, RECOVERY_NOTICE_TEXT,
+    RebuiltTerminal, RunSignal, fallback_idempotency_key,
+    prepare_terminal_with_settled_turn_finalization,
 };
 pub use policy::{HookPoint, TerminalResolutionPolicy};
 pub use projection::{FullAttemptEvidence, project_settled_turn_finalization_attempt_result};

@@ -110,6 +110,10 @@ pub const MAX_EMPTY_FINALIZATION_TRIES: u8 = 2;
 /// The maximum timer value (used when the prepared timeout is zero).
 pub const MAX_TIMER: Duration = Duration::from_millis(2_147_483_647);
 
+/// The `message_tool_only` recovery notice (opt-in, reference §4.8).
+pub const RECOVERY_NOTICE_TEXT: &str =
+    "I lost that turn before I could answer. Please resend if it still matters.";
+
 /// The idempotency key of the persisted fallback: `<run_id>:settled-finalization-fallback`.
 pub fn fallback_idempotency_key(run_id: &RunId) -> String {
     format!("{run_id}:settled-finalization-fallback")
@@ -152,6 +156,7 @@ impl FinalizationOutcome {
 pub struct RunSignal {
     run: Cancellation,
     phase_started: std::sync::atomic::AtomicBool,
+    notice_recorded: std::sync::atomic::AtomicBool,
     reason: Mutex<Option<String>>,
     live_try: Mutex<Option<Cancellation>>,
 }
@@ -224,6 +229,13 @@ impl RunSignal {
     fn claim_phase(&self) -> bool {
         !self
             .phase_started
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Records the run's single recovery notice; `false` when it was already recorded.
+    fn claim_notice(&self) -> bool {
+        !self
+            .notice_recorded
             .swap(true, std::sync::atomic::Ordering::SeqCst)
     }
 
@@ -1009,6 +1021,14 @@ async fn host_fallback(
     }
     let mut payload = ReplyPayload::new(PayloadKind::HostFallback, text, false);
     payload.writer_authority = writer_authority(input, key);
+    let mut payloads = vec![payload];
+    if recovery_notice_allowed(input) && input.signal.claim_notice() {
+        let mut notice =
+            ReplyPayload::new(PayloadKind::RecoveryNotice, RECOVERY_NOTICE_TEXT, false);
+        notice.deliver_despite_source_suppression = true;
+        notice.writer_authority = writer_authority(input, None);
+        payloads.push(notice);
+    }
     // A provider-failure fallback keeps the run failed (G4); otherwise an empty answer is a
     // closed `completed-empty` fact.
     let outcome = if empty && provider_copy.is_none() {
@@ -1021,8 +1041,22 @@ async fn host_fallback(
         outcome,
         attempt,
         Some(rebuilt),
-        vec![payload],
+        payloads,
         vec![text.to_owned()],
         persisted,
     ))
+}
+
+/// Whether the opt-in `message_tool_only` recovery notice may be delivered (reference §4.8).
+fn recovery_notice_allowed(input: &FinalizationInput<'_>) -> bool {
+    let facts = input.facts;
+    facts.message_tool_only_recovery_notice
+        && facts.source_reply_mode == SourceReplyMode::MessageToolOnly
+        && facts.trigger != RunTrigger::Heartbeat
+        && !facts.internal_system_input
+        && !facts.ambient_room_event
+        && !input.settled.delivery.did_send_via_messaging_tool
+        && facts.message_tool_sends.is_empty()
+        && !crate::gate::source_reply_delivered(&input.settled, facts)
+        && !input.signal.is_cancelled()
 }

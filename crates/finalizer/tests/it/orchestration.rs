@@ -1333,3 +1333,60 @@ async fn orchestration_a_host_try_timeout_cancels_only_the_live_try() {
     assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
     assert_eq!(finalizer.call_count(), 2);
 }
+
+#[tokio::test]
+async fn orchestration_opt_in_recovery_notice_crosses_source_suppression_once() {
+    use tether_finalizer::RECOVERY_NOTICE_TEXT;
+    let finalizer = ScriptedFinalizer::failing("boom");
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let (settled, mut facts) = settled_write();
+    facts.source_reply_mode = SourceReplyMode::MessageToolOnly;
+    facts.message_tool_only_recovery_notice = true;
+    let prepared = Run::new(
+        settled.clone(),
+        facts.clone(),
+        Some(&finalizer),
+        &transcript,
+        &signal,
+    )
+    .prepare()
+    .await
+    .unwrap();
+    assert_eq!(prepared.payloads.len(), 2);
+    assert!(
+        !prepared.payloads[0].deliver_despite_source_suppression,
+        "the fallback stays private"
+    );
+    assert_eq!(
+        prepared.visible_text(SourceReplyMode::MessageToolOnly),
+        RECOVERY_NOTICE_TEXT
+    );
+    // Skipped for a heartbeat, internal input, an ambient event, or after the message tool ran.
+    let skips: Vec<fn(&mut TurnFacts)> = vec![
+        |f| f.trigger = RunTrigger::Heartbeat,
+        |f| f.internal_system_input = true,
+        |f| f.ambient_room_event = true,
+        |f| {
+            f.message_tool_sends = vec![tether_finalizer::MessageToolSend {
+                source_reply_final: Some(false),
+            }]
+        },
+        |f| f.message_tool_only_recovery_notice = false,
+    ];
+    for skip in skips {
+        let mut f = facts.clone();
+        skip(&mut f);
+        let signal = RunSignal::new();
+        let prepared = Run::new(settled.clone(), f, Some(&finalizer), &transcript, &signal)
+            .prepare()
+            .await
+            .unwrap();
+        assert!(
+            prepared
+                .payloads
+                .iter()
+                .all(|p| p.kind != PayloadKind::RecoveryNotice)
+        );
+    }
+}
