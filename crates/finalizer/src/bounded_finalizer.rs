@@ -16,8 +16,8 @@ use std::any::Any;
 use async_trait::async_trait;
 use serde_json::Value;
 use tether_core::{
-    AgentMessage, AttemptResult, Cancellation, ContentBlock, Error, FinalizationAttempt,
-    MessageRole, SettledTurnFinalizationContext, SettledTurnFinalizer, Usage,
+    AgentMessage, AttemptResult, Cancellation, Error, FinalizationAttempt, MessageRole,
+    SettledTurnFinalizationContext, SettledTurnFinalizer, Usage,
 };
 
 use crate::bounded::BoundedProjection;
@@ -243,17 +243,6 @@ fn attributed(text: &str, provider: &str, model: Option<&str>) -> AgentMessage {
     FinalAssistant::text(text, Some(provider), model).to_agent_message()
 }
 
-fn visible(message: &AgentMessage) -> String {
-    message
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
-}
-
 #[async_trait]
 impl<R: BoundedTurnRuntime> SettledTurnFinalizer for BoundedTurnFinalizer<R> {
     async fn finalize_settled_turn(
@@ -321,7 +310,7 @@ impl<R: BoundedTurnRuntime> SettledTurnFinalizer for BoundedTurnFinalizer<R> {
         self.check_cancel(&attempt)?;
         if row.identity != identity
             || row.message.role != MessageRole::Assistant
-            || visible(&row.message) != visible(&expected)
+            || row.message.visible_text() != expected.visible_text()
         {
             return Err(self.reject("transcript attestation mismatch"));
         }
