@@ -15,9 +15,12 @@
 //! first 6 characters, `…`, and the last 4 (counted in Unicode scalar values, never splitting
 //! a character). Everything here is idempotent: a value already masked is recognised and kept.
 //!
+//! App-specific passwords (`abcd-efgh-ijkl-mnop`) are masked inside values stored under
+//! message-like keys (`text`, `content`, `message`, `error`, `details`, `reason`, `apple`,
+//! `icloud`, …).
+//!
 //! Design decisions: custom patterns are literal token prefixes (no regular-expression engine);
-//! the app-specific-password masking of the reference is not implemented; benign `*_key` names
-//! (`primary_key`, `cache_key`, `idempotency_key`, …) are **not** sensitive.
+//! benign `*_key` names (`primary_key`, `cache_key`, `idempotency_key`, …) are **not** sensitive.
 
 /// The mask for short or non-string secrets.
 pub const MASK: &str = "***";
@@ -590,7 +593,12 @@ pub fn redact_field_value(
     config: &RedactionConfig,
 ) -> String {
     if !is_sensitive_key_in(key, parent_key) {
-        return redact_text_with(value, config).text;
+        let text = redact_text_with(value, config).text;
+        return if is_app_password_key(key) {
+            mask_app_passwords(&text)
+        } else {
+            text
+        };
     }
     if is_masked(value) || is_own_shell_reference(key, value) {
         return value.to_owned();
@@ -599,6 +607,61 @@ pub fn redact_field_value(
         return value.to_owned();
     }
     mask_token(value)
+}
+
+/// Keys whose text may quote an app-specific password (`abcd-efgh-ijkl-mnop`).
+const APP_PASSWORD_KEYS: &[&str] = &[
+    "apple",
+    "icloud",
+    "app-specific-password",
+    "app_specific_password",
+    "appspecificpassword",
+    "text",
+    "content",
+    "message",
+    "error",
+    "errormessage",
+    "detail",
+    "details",
+    "reason",
+];
+
+fn is_app_password_key(key: &str) -> bool {
+    APP_PASSWORD_KEYS.contains(&key.to_ascii_lowercase().as_str())
+}
+
+fn is_app_password(word: &str) -> bool {
+    let groups: Vec<&str> = word.split('-').collect();
+    groups.len() == 4
+        && groups
+            .iter()
+            .all(|g| g.len() == 4 && g.chars().all(|c| c.is_ascii_lowercase()))
+}
+
+/// Masks app-specific passwords (four dash-separated groups of four lowercase letters).
+fn mask_app_passwords(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < chars.len() {
+        if !is_word(chars[i]) || (i > 0 && is_word(chars[i - 1])) {
+            out.push(chars[i]);
+            i += 1;
+            continue;
+        }
+        let mut j = i;
+        while j < chars.len() && is_word(chars[j]) {
+            j += 1;
+        }
+        let word: String = chars[i..j].iter().collect();
+        if is_app_password(&word) {
+            out.push_str(&safe_mask(&word, false));
+        } else {
+            out.push_str(&word);
+        }
+        i = j;
+    }
+    out
 }
 
 fn is_workspace_session_path(value: &str) -> bool {
@@ -666,6 +729,16 @@ mod tests {
         assert_eq!(t, r#"{"cvc":"***","amount":"4200"}"#);
         let t = redact_text("run --api-key hunter22 now");
         assert_eq!(t, "run --api-key *** now");
+    }
+
+    #[test]
+    fn app_passwords_under_message_keys() {
+        let cfg = RedactionConfig::default();
+        let out = redact_field_value("text", None, "use abcd-efgh-ijkl-mnop now", &cfg);
+        assert_eq!(out, "use abcd-e…mnop now");
+        assert_eq!(redact_field_value("text", None, &out, &cfg), out);
+        let kept = redact_field_value("path", None, "abcd-efgh-ijkl-mnop", &cfg);
+        assert_eq!(kept, "abcd-efgh-ijkl-mnop");
     }
 
     #[test]

@@ -107,6 +107,8 @@ const FRAGMENTS: &[&str] = &[
     "OPENROUTER_API_KEY",
     "xyz",
     "0123456789",
+    "abcd-efgh",
+    "-ijkl-mnop",
 ];
 
 fn key() -> impl Strategy<Value = String> {
