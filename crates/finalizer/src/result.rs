@@ -292,7 +292,9 @@ fn parse_usage(value: &Value) -> Option<Usage> {
 
 /// Validates a raw finalization result (reference §2.1), in the reference's order.
 ///
-/// Unknown fields (including a present `null`) and tool calls fail closed. An answer whose
+/// Unknown fields (including a present `null`) and tool calls fail closed; with several
+/// unknown fields the first in key order is reported (`serde_json` maps are ordered by key,
+/// not by insertion). An answer whose
 /// visible text is blank or the silent token yields [`FinalizerError::Empty`] carrying the
 /// result, so the host silence policy can decide.
 pub fn validate_settled_turn_finalization_result(
