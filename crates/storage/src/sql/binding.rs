@@ -63,6 +63,17 @@ fn decode_row(key: &BindingKey, row: &QueryResult) -> Result<StoredRow, Error> {
     })
 }
 
+/// A binding row as stored (live or expired) with the last epoch handed out on it.
+#[derive(Debug, Clone)]
+pub(crate) struct Physical {
+    pub(crate) row: StoredRow,
+    /// The largest lease epoch this row ever carried (kept after a release).
+    pub(crate) epoch_floor: u64,
+}
+
+/// Revisions and epochs of one row lifetime count up from `draw << 32`.
+const ROW_SPAN_BITS: u32 = 32;
+
 impl Store {
     fn now(&self) -> Timestamp {
         self.inner.clock.now()
@@ -75,6 +86,16 @@ impl Store {
         ns: &Namespace,
         key: &BindingKey,
     ) -> Result<Option<StoredRow>, Error> {
+        Ok(self.physical(tx, ns, key).await?.map(|p| p.row))
+    }
+
+    /// The physical row with its epoch floor, locked for update on PostgreSQL.
+    pub(crate) async fn physical(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        key: &BindingKey,
+    ) -> Result<Option<Physical>, Error> {
         let lock = if self.inner.backend == DbBackend::Postgres {
             " FOR UPDATE"
         } else {
@@ -87,20 +108,41 @@ impl Store {
             .query_one_raw(self.stmt(&sql, vec![ns.as_str().into(), key.as_str().into()]))
             .await
             .map_err(db_error)?;
-        found.map(|r| decode_row(key, &r)).transpose()
+        found
+            .map(|r| {
+                let floor: Option<i64> = r.try_get("", "lease_epoch").map_err(db_error)?;
+                Ok(Physical {
+                    row: decode_row(key, &r)?,
+                    epoch_floor: floor.and_then(|f| u64::try_from(f).ok()).unwrap_or(0),
+                })
+            })
+            .transpose()
     }
 
-    async fn next_counter(&self, tx: &DatabaseTransaction, name: &str) -> Result<u64, Error> {
+    /// The first revision (and epoch floor) of a new row lifetime.
+    async fn next_row_base(&self, tx: &DatabaseTransaction) -> Result<u64, Error> {
+        let stmt = match self.inner.backend {
+            DbBackend::Postgres => self.stmt("SELECT nextval('tether_row_base') AS value", vec![]),
+            _ => self.stmt(
+                "UPDATE tether_counters SET value = value + 1 WHERE name = 'row_base' RETURNING value",
+                vec![],
+            ),
+        };
         let row = tx
-            .query_one_raw(self.stmt(
-                "UPDATE tether_counters SET value = value + 1 WHERE name = $1 RETURNING value",
-                vec![name.into()],
-            ))
+            .query_one_raw(stmt)
             .await
             .map_err(db_error)?
-            .ok_or_else(|| Error::other(format!("counter `{name}` is missing from the schema")))?;
-        let value: i64 = row.try_get("", "value").map_err(db_error)?;
-        u64::try_from(value).map_err(|_| Error::other(format!("counter `{name}` is negative")))
+            .ok_or_else(|| Error::other("the row counter is missing from the schema"))?;
+        let draw: i64 = row.try_get("", "value").map_err(db_error)?;
+        u64::try_from(draw)
+            .ok()
+            .filter(|d| *d < (1 << (63 - ROW_SPAN_BITS)))
+            .map(|d| d << ROW_SPAN_BITS)
+            .ok_or_else(|| {
+                Error::other(format!(
+                    "the row counter is exhausted or corrupted ({draw})"
+                ))
+            })
     }
 
     async fn live_count_tx(
@@ -160,14 +202,16 @@ impl Store {
         tx: &DatabaseTransaction,
         config: &NamespaceConfig,
         key: &BindingKey,
-        physical: Option<&StoredRow>,
+        physical: Option<&Physical>,
         write: RowWrite,
         ttl: Option<Duration>,
         now: Timestamp,
     ) -> Result<Option<(Revision, Option<LeaseEpoch>)>, Error> {
         let ns = &config.namespace;
         plan::check_value(config, &write.value)?;
-        let live = physical.filter(|r| plan::row_is_live(r, now));
+        let live = physical
+            .map(|p| &p.row)
+            .filter(|r| plan::row_is_live(r, now));
         if live.is_none()
             && let Some(max) = config.max_entries
         {
@@ -184,13 +228,23 @@ impl Store {
                 return Err(plan::capacity_exceeded(config, max));
             }
         }
-        let new_epoch =
-            if plan::needs_new_epoch(live.and_then(|r| r.lease.as_ref()), write.lease.as_ref()) {
-                Some(LeaseEpoch::new(self.next_counter(tx, "epoch").await?))
-            } else {
-                None
-            };
-        let revision = Revision::new(self.next_counter(tx, "revision").await?);
+        let needs_epoch =
+            plan::needs_new_epoch(live.and_then(|r| r.lease.as_ref()), write.lease.as_ref());
+        let (revision, new_epoch, floor) = match physical {
+            Some(p) => {
+                let current = live
+                    .and_then(|r| r.lease.as_ref())
+                    .map_or(0, |l| l.epoch.get());
+                let floor = p.epoch_floor.max(current);
+                let epoch = needs_epoch.then(|| floor.saturating_add(1));
+                (p.row.revision.next(), epoch, epoch.unwrap_or(floor))
+            }
+            None => {
+                let base = self.next_row_base(tx).await?;
+                (Revision::new(base), needs_epoch.then_some(base), base)
+            }
+        };
+        let new_epoch = new_epoch.map(LeaseEpoch::new);
         let expires_at = plan::row_expiry(config, ttl, now);
         let planned = plan::plan_set(live, write, expires_at, now, revision, new_epoch)?;
         let row = &planned.row;
@@ -201,7 +255,7 @@ impl Store {
             row.value.clone().into(),
             to_i64(row.revision.get()).into(),
             Value::from(lease.map(|l| l.token.as_str().to_owned())),
-            Value::from(lease.map(|l| to_i64(l.epoch.get()))),
+            to_i64(lease.map_or(floor, |l| l.epoch.get())).into(),
             opt_ts(lease.map(|l| l.expires_at)),
             opt_ts(lease.map(|l| l.acquired_at)),
             opt_ts(lease.map(|l| l.renewed_at)),
@@ -211,7 +265,7 @@ impl Store {
         ];
         let affected = match physical {
             Some(old) => {
-                values.push(to_i64(old.revision.get()).into());
+                values.push(to_i64(old.row.revision.get()).into());
                 tx.execute_raw(self.stmt(
                     "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, lease_epoch = $6, \
                      lease_expires_at = $7, lease_acquired_at = $8, lease_renewed_at = $9, holder = $10, \
@@ -283,8 +337,11 @@ impl Store {
     ) -> Result<(Option<ApplyOutcome>, End), Error> {
         let ns = &config.namespace;
         let now = self.now();
-        let physical = self.physical_row(tx, ns, key).await?;
-        let live = physical.clone().filter(|r| plan::row_is_live(r, now));
+        let physical = self.physical(tx, ns, key).await?;
+        let live = physical
+            .as_ref()
+            .map(|p| p.row.clone())
+            .filter(|r| plan::row_is_live(r, now));
         if Comparison::for_row(live.as_ref()) != *comparison {
             let mut end = End::Rollback;
             if let Intent::Set { row, .. } = &intent {
@@ -406,8 +463,11 @@ impl BindingStore for Store {
         let tx = self.begin_write().await?;
         let result = async {
             let now = self.now();
-            let physical = self.physical_row(&tx, ns, key).await?;
-            if physical.as_ref().is_some_and(|r| plan::row_is_live(r, now)) {
+            let physical = self.physical(&tx, ns, key).await?;
+            if physical
+                .as_ref()
+                .is_some_and(|p| plan::row_is_live(&p.row, now))
+            {
                 return Ok((false, End::Rollback));
             }
             Ok(

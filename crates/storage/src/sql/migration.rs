@@ -91,8 +91,10 @@ impl MigrationTrait for BindingRecords {
                 ),
                 "CREATE INDEX binding_records_expires_at ON binding_records (expires_at) WHERE expires_at IS NOT NULL".into(),
                 "CREATE INDEX binding_records_lease_expires_at ON binding_records (lease_expires_at) WHERE lease_expires_at IS NOT NULL".into(),
+                // One draw per row creation; revisions and epochs of the row's lifetime count up
+                // from `draw << 32`, so a recreated row never reuses a revision or an epoch.
                 "CREATE TABLE tether_counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)".into(),
-                "INSERT INTO tether_counters (name, value) VALUES ('revision', 0), ('epoch', 0)".into(),
+                "INSERT INTO tether_counters (name, value) VALUES ('row_base', 0)".into(),
                 format!(
                     "CREATE TABLE lease_events (
                         id {id},
@@ -107,6 +109,7 @@ impl MigrationTrait for BindingRecords {
                     )"
                 ),
                 "CREATE INDEX lease_events_key ON lease_events (namespace, key, id)".into(),
+                "CREATE INDEX lease_events_at ON lease_events (at)".into(),
                 "CREATE TABLE quarantined_keys (
                     namespace TEXT NOT NULL,
                     key TEXT NOT NULL,
@@ -118,10 +121,22 @@ impl MigrationTrait for BindingRecords {
                 .into(),
             ],
         )
-        .await
+        .await?;
+        if backend == DbBackend::Postgres {
+            // PostgreSQL draws row bases from a sequence: no lock shared by all writers.
+            run_all(
+                manager,
+                &["CREATE SEQUENCE tether_row_base START WITH 1".into()],
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() == DbBackend::Postgres {
+            run_all(manager, &["DROP SEQUENCE tether_row_base".into()]).await?;
+        }
         run_all(
             manager,
             &[

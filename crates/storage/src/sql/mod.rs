@@ -9,6 +9,12 @@
 //! `BEGIN IMMEDIATE`. On PostgreSQL writers lock the row (`SELECT … FOR UPDATE`). Statement
 //! logging is off unless [`StoreOptions::log_statements`] turns it on. Migrations run on open
 //! inside a transaction; a database whose schema is newer than this binary is refused.
+//!
+//! Revisions and lease epochs: a new row lifetime (first write, or a write after the row was
+//! deleted or swept) draws a base from a store-wide counter (a sequence on PostgreSQL) and
+//! starts at `draw << 32`; later writes of that row count up from it (revision + 1, epoch + 1 per
+//! acquisition, the last epoch kept after a release). So updates touch only their own row, and
+//! a recreated row never reuses a revision or an epoch of an earlier lifetime.
 
 mod binding;
 mod clock;

@@ -69,8 +69,11 @@ impl RowTransaction for SqlRowTransaction<'_> {
     ) -> Result<bool, Error> {
         let config = self.store.config(ns)?;
         let now = self.store.clock().now();
-        let physical = self.store.physical_row(self.tx, ns, key).await?;
-        if physical.as_ref().is_some_and(|r| plan::row_is_live(r, now)) {
+        let physical = self.store.physical(self.tx, ns, key).await?;
+        if physical
+            .as_ref()
+            .is_some_and(|p| plan::row_is_live(&p.row, now))
+        {
             return Ok(false);
         }
         Ok(self

@@ -532,6 +532,64 @@ pub(crate) async fn lease_epochs_are_monotonic(b: &Backend) {
         .unwrap();
     assert!(matches!(out, ApplyOutcome::Applied { epoch: None, .. }));
     assert!(s.lookup(&ns, &k).await.unwrap().unwrap().lease.is_none());
+
+    // Re-acquiring after a release (same token even) is a new acquisition with a larger epoch.
+    let seen = s.observe(&ns, &k).await.unwrap();
+    let out = s
+        .compare_and_apply(
+            &ns,
+            &k,
+            &seen.comparison,
+            set(leased("v", "token-a", exp(300))),
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    let ApplyOutcome::Applied {
+        epoch: Some(e4), ..
+    } = out
+    else {
+        panic!("{out:?}")
+    };
+    assert!(e4 > e3, "{e4} > {e3}");
+
+    // A row that expired and is written again keeps counting up.
+    let seen = s.observe(&ns, &k).await.unwrap();
+    s.compare_and_apply(
+        &ns,
+        &k,
+        &seen.comparison,
+        Intent::Set {
+            row: leased("v", "token-c", exp(400)),
+            ttl: Some(Duration::from_secs(1)),
+        },
+        &admit_all,
+    )
+    .await
+    .unwrap();
+    let e5 = s
+        .lookup(&ns, &k)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .unwrap()
+        .epoch;
+    b.advance(Duration::from_secs(1));
+    assert!(
+        s.register_if_absent(&ns, &k, leased("v", "token-d", exp(500)), None)
+            .await
+            .unwrap()
+    );
+    let e6 = s
+        .lookup(&ns, &k)
+        .await
+        .unwrap()
+        .unwrap()
+        .lease
+        .unwrap()
+        .epoch;
+    assert!(e5 > e4 && e6 > e5, "{e4} < {e5} < {e6}");
 }
 
 /// Revisions increase on every write and never repeat for a recreated row, so an old
