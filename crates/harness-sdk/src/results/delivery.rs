@@ -638,6 +638,54 @@ pub struct MessagingToolSend {
     pub thread_suppressed: bool,
 }
 
+fn record_str(obj: &Map<String, Value>, keys: &[&str]) -> Option<String> {
+    keys.iter().find_map(|k| match obj.get(*k) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.trim().to_owned()),
+        Some(Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    })
+}
+
+/// Reconstructs the send of a `message` (or channel plugin) tool call from its arguments
+/// (`channel`/`provider`, `accountId`, `target`/`to`, `threadId`, `topLevel`), then reconciles
+/// it with the result: thread fields the provider reported (`threadId`, `messageThreadId`,
+/// `topLevel`, at the top level or under `details`) replace the pending ones as a unit.
+/// `None` when no provider is named.
+pub fn extract_messaging_tool_send(
+    tool_name: &str,
+    args: &Value,
+    result: Option<&Value>,
+) -> Option<MessagingToolSend> {
+    let args = args.as_object()?;
+    let mut send = MessagingToolSend {
+        tool: normalize_tool_name(tool_name),
+        provider: record_str(args, &["channel", "provider"])?,
+        account_id: record_str(args, &["accountId", "account_id"]),
+        to: record_str(args, &["target", "to"]),
+        thread_id: record_str(args, &["threadId", "thread_id"]),
+        thread_implicit: false,
+        thread_suppressed: args.get("topLevel") == Some(&Value::Bool(true)),
+    };
+    send.thread_implicit = send.thread_id.is_none() && !send.thread_suppressed;
+    let reported = result.and_then(|r| {
+        [Some(r), r.get("details")]
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_object)
+            .find(|o| {
+                o.contains_key("threadId")
+                    || o.contains_key("messageThreadId")
+                    || o.contains_key("topLevel")
+            })
+    });
+    if let Some(r) = reported {
+        send.thread_id = record_str(r, &["threadId", "messageThreadId"]);
+        send.thread_suppressed = r.get("topLevel") == Some(&Value::Bool(true));
+        send.thread_implicit = false;
+    }
+    Some(send)
+}
+
 /// The current source conversation of the run.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CurrentSource {

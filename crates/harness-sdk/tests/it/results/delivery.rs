@@ -4,10 +4,10 @@ use serde_json::{Value, json};
 use tether_harness_sdk::results::delivery::{
     CurrentSource, DeliveryStatus, MessageDeliveryFact, MessagingToolResult, MessagingToolSend,
     SourceReplyQuery, attach_message_delivery_fact, classify_core_conversation_result,
-    extract_messaging_tool_source_reply_payload, is_delivered_message_tool_only_source_reply,
-    is_delivered_messaging_tool_result, is_delivered_messaging_tool_send_to_current_source,
-    middleware_failure_fallback, project_plugin_message_delivery_fact, read_message_delivery_fact,
-    read_result_delivery_fact,
+    extract_messaging_tool_send, extract_messaging_tool_source_reply_payload,
+    is_delivered_message_tool_only_source_reply, is_delivered_messaging_tool_result,
+    is_delivered_messaging_tool_send_to_current_source, middleware_failure_fallback,
+    project_plugin_message_delivery_fact, read_message_delivery_fact, read_result_delivery_fact,
 };
 
 fn read(v: Value) -> Option<MessageDeliveryFact> {
@@ -531,6 +531,55 @@ fn tool_results_072_explicit_route_needs_proven_source() {
     };
     assert!(!is_delivered_messaging_tool_send_to_current_source(
         &threaded, &current, None
+    ));
+}
+
+/// C.6: the send is reconstructed from the call, provider-reported thread fields replace the
+/// pending ones as a unit, and only the exact current conversation counts.
+#[test]
+fn tool_results_072b_send_reconstruction_and_thread_placement() {
+    let args =
+        json!({"action": "send", "channel": "telegram", "target": "chat-1", "message": "hi"});
+    let send = extract_messaging_tool_send("message", &args, None).expect("send");
+    assert_eq!(send.provider, "telegram");
+    assert_eq!(send.to.as_deref(), Some("chat-1"));
+    assert!(send.thread_implicit && send.thread_id.is_none());
+    let in_thread = CurrentSource {
+        provider: Some("telegram".into()),
+        channel_id: Some("chat-1".into()),
+        thread_id: Some("77".into()),
+        ..Default::default()
+    };
+    assert!(
+        is_delivered_messaging_tool_send_to_current_source(&send, &in_thread, None),
+        "implicit thread"
+    );
+    let reported = extract_messaging_tool_send(
+        "message",
+        &args,
+        Some(&json!({"details": {"topLevel": true}})),
+    )
+    .expect("send");
+    assert!(reported.thread_suppressed && !reported.thread_implicit);
+    assert!(
+        !is_delivered_messaging_tool_send_to_current_source(&reported, &in_thread, None),
+        "top level is not the thread"
+    );
+    let threaded =
+        extract_messaging_tool_send("message", &args, Some(&json!({"messageThreadId": 77})))
+            .expect("send");
+    assert_eq!(threaded.thread_id.as_deref(), Some("77"));
+    assert!(is_delivered_messaging_tool_send_to_current_source(
+        &threaded, &in_thread, None
+    ));
+    assert!(
+        extract_messaging_tool_send("message", &json!({"target": "x"}), None).is_none(),
+        "no provider"
+    );
+    let no_target = extract_messaging_tool_send("message", &json!({"channel": "telegram"}), None)
+        .expect("send");
+    assert!(!is_delivered_messaging_tool_send_to_current_source(
+        &no_target, &in_thread, None
     ));
 }
 
