@@ -9,7 +9,9 @@
 //! `tether-storage`) into it.
 
 pub mod acpx;
+pub mod backend;
 pub mod generation;
+pub mod hooks;
 pub mod initialization;
 pub mod lifecycle;
 pub mod reset;

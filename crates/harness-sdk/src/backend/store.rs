@@ -1,0 +1,819 @@
+//! The thread-binding store: every write goes through the binding lifecycle.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_core::{
+    AssertCurrent, BindingKey, BindingStore, Clock, Error, ErrorTexts, LeaseConfig, Namespace,
+    NamespaceConfig, QuarantineStore, SessionId, TokenSource, decode_row,
+};
+
+use super::identity::BindingIdentity;
+use super::policy::{
+    BackendTexts, CLEARED_TTL, DEFAULT_MAX_ENTRIES, PHYSICAL_RETIRE_TTL, default_error_texts,
+    prepare_lease, release_ttl_policy,
+};
+use super::record::{ThreadBinding, ThreadBindingCodec, ThreadBindingRecord};
+use crate::generation::{
+    AdoptionResult, BindingAuthority, GenerationAuthority, GenerationState, ReclaimPlan,
+};
+use crate::lifecycle::{
+    Applied, DeletionMutation, DeletionOptions, LeaseGuard, LeaseOptions, Lifecycle, Timer,
+    TransactOptions,
+};
+
+/// The lifecycle over thread-binding records.
+pub type ThreadLifecycle = Lifecycle<ThreadBindingCodec>;
+
+/// Options of a single write.
+#[derive(Clone, Default)]
+pub struct WriteOptions {
+    /// The caller's authority, checked before the write and at its commit admission.
+    pub assert_current: Option<AssertCurrent>,
+}
+
+impl WriteOptions {
+    /// Options checking `assert_current`.
+    pub fn checked(assert_current: AssertCurrent) -> Self {
+        Self {
+            assert_current: Some(assert_current),
+        }
+    }
+}
+
+impl fmt::Debug for WriteOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteOptions")
+            .field("assert_current", &self.assert_current.is_some())
+            .finish()
+    }
+}
+
+/// The native thread (and client, when given) a patch or clear is pinned to: a writer that
+/// saw an older thread can never touch its replacement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadPin {
+    /// The thread the writer saw.
+    pub thread_id: String,
+    /// The client the writer saw; pinned only when present.
+    pub client_id: Option<String>,
+}
+
+impl ThreadPin {
+    /// A pin on `thread_id` only.
+    pub fn thread(thread_id: impl Into<String>) -> Self {
+        Self {
+            thread_id: thread_id.into(),
+            client_id: None,
+        }
+    }
+
+    /// Also pins the client.
+    #[must_use]
+    pub fn with_client(mut self, client_id: impl Into<String>) -> Self {
+        self.client_id = Some(client_id.into());
+        self
+    }
+
+    /// Whether `binding` is still the pinned thread (and client).
+    pub fn matches(&self, binding: &ThreadBinding) -> bool {
+        binding.thread_id == self.thread_id
+            && self
+                .client_id
+                .as_ref()
+                .is_none_or(|c| binding.client_id.as_ref() == Some(c))
+    }
+}
+
+/// The generation transition of [`ThreadBindingStore::transition_session_generation`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GenerationTransition {
+    /// Non-retiring in-place reset (`/reset`, `/new` keeping the physical id): the row is
+    /// cleared and can be bound again by the same generation.
+    Reset,
+    /// Permanent retirement: a durable fence against late writers of the generation
+    /// (permanent for stable keys, [`PHYSICAL_RETIRE_TTL`] for physical keys).
+    Retire,
+}
+
+/// The result of a generation transition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransitionOutcome {
+    /// There is no row (no tombstone is written without a binding).
+    Absent,
+    /// The row belongs to another generation, is protected by supervision, or (reset) is the
+    /// generation's own retirement fence, which only the authoritative host-store reclaim can
+    /// lift.
+    Conflict,
+    /// The transition stands.
+    Applied,
+}
+
+/// Builds a [`ThreadBindingStore`].
+pub struct ThreadBindingStoreBuilder {
+    store: Arc<dyn BindingStore>,
+    namespace: Namespace,
+    lease: LeaseConfig,
+    clock: Option<Arc<dyn Clock>>,
+    tokens: Option<Arc<dyn TokenSource>>,
+    timer: Option<Arc<dyn Timer>>,
+    quarantine: Option<Arc<dyn QuarantineStore>>,
+    holder: Option<String>,
+    errors: ErrorTexts,
+    texts: BackendTexts,
+}
+
+impl fmt::Debug for ThreadBindingStoreBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadBindingStoreBuilder")
+            .field("namespace", &self.namespace)
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadBindingStoreBuilder {
+    /// Sets the lease timing.
+    #[must_use]
+    pub fn lease_config(mut self, lease: LeaseConfig) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Sets the clock (it must be the store's clock for expiry to agree).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Sets the lease token source.
+    #[must_use]
+    pub fn tokens(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = Some(tokens);
+        self
+    }
+
+    /// Sets the timer of busy retries and heartbeats.
+    #[must_use]
+    pub fn timer(mut self, timer: Arc<dyn Timer>) -> Self {
+        self.timer = Some(timer);
+        self
+    }
+
+    /// Records blocked keys durably.
+    #[must_use]
+    pub fn quarantine(mut self, quarantine: Arc<dyn QuarantineStore>) -> Self {
+        self.quarantine = Some(quarantine);
+        self
+    }
+
+    /// Sets the holder label of leases.
+    #[must_use]
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Sets the lifecycle error texts.
+    #[must_use]
+    pub fn errors(mut self, errors: ErrorTexts) -> Self {
+        self.errors = errors;
+        self
+    }
+
+    /// Sets the backend's own texts.
+    #[must_use]
+    pub fn texts(mut self, texts: BackendTexts) -> Self {
+        self.texts = texts;
+        self
+    }
+
+    /// Builds the store (the namespace must be registered with the binding store).
+    pub fn build(self) -> Result<ThreadBindingStore, Error> {
+        let mut builder = Lifecycle::builder(
+            Arc::clone(&self.store),
+            self.namespace.clone(),
+            ThreadBindingCodec,
+            // Used only by direct lifecycle callers: every backend acquisition names its own
+            // identity's policy. Without an identity, a retired fence is never leased.
+            Arc::new(|current: Option<&ThreadBindingRecord>, _| match current {
+                Some(record) if record.is_retired() => None,
+                Some(record) => Some(record.clone()),
+                None => Some(ThreadBindingRecord::cleared(None, false)),
+            }),
+        )
+        .lease_config(self.lease)
+        .errors(self.errors)
+        .release_ttl(release_ttl_policy());
+        if let Some(clock) = self.clock {
+            builder = builder.clock(clock);
+        }
+        if let Some(tokens) = self.tokens {
+            builder = builder.tokens(tokens);
+        }
+        if let Some(timer) = self.timer {
+            builder = builder.timer(timer);
+        }
+        if let Some(quarantine) = self.quarantine {
+            builder = builder.quarantine(quarantine);
+        }
+        if let Some(holder) = self.holder {
+            builder = builder.holder(holder);
+        }
+        Ok(ThreadBindingStore {
+            lifecycle: builder.build()?,
+            store: self.store,
+            namespace: self.namespace,
+            texts: Arc::new(self.texts),
+        })
+    }
+}
+
+/// The reference harness backend (reference §2.14): a binding store for harnesses that bind a
+/// native thread, with the generation fence of §1.7(c).
+///
+/// Every write is a pure decision run through [`Lifecycle::transact`] (inside a lease scope it
+/// keeps and is fenced by the owner's exact lease; outside it waits behind a live lease), so
+/// nothing is ever written blind. Cloning shares the lifecycle instance.
+#[derive(Clone)]
+pub struct ThreadBindingStore {
+    lifecycle: ThreadLifecycle,
+    store: Arc<dyn BindingStore>,
+    namespace: Namespace,
+    texts: Arc<BackendTexts>,
+}
+
+impl fmt::Debug for ThreadBindingStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadBindingStore")
+            .field("namespace", &self.namespace)
+            .field("lifecycle", &self.lifecycle)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Pagination size of the thread-owner scan.
+const SCAN_PAGE: usize = 256;
+
+impl ThreadBindingStore {
+    /// Starts building a store over `store`'s `namespace`.
+    pub fn builder(
+        store: Arc<dyn BindingStore>,
+        namespace: Namespace,
+    ) -> ThreadBindingStoreBuilder {
+        ThreadBindingStoreBuilder {
+            store,
+            namespace,
+            lease: LeaseConfig::default(),
+            clock: None,
+            tokens: None,
+            timer: None,
+            quarantine: None,
+            holder: None,
+            errors: default_error_texts(),
+            texts: BackendTexts::default(),
+        }
+    }
+
+    /// The reference namespace settings: `max_entries` 50,000, reject-new.
+    pub fn namespace_config(namespace: Namespace) -> NamespaceConfig {
+        NamespaceConfig::new(namespace).with_max_entries(DEFAULT_MAX_ENTRIES)
+    }
+
+    /// The lifecycle every write goes through.
+    pub fn lifecycle(&self) -> &ThreadLifecycle {
+        &self.lifecycle
+    }
+
+    /// The namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The backend texts.
+    pub fn texts(&self) -> &BackendTexts {
+        &self.texts
+    }
+
+    /// Reads the row of `identity` as stored (any generation). A present row that does not
+    /// decode is [`Error::InvalidRow`].
+    pub async fn record(
+        &self,
+        identity: &BindingIdentity,
+    ) -> Result<Option<ThreadBindingRecord>, Error> {
+        self.lifecycle.read(identity.key()).await
+    }
+
+    /// The binding of `identity`'s generation: the active binding of a row it owns. Reading
+    /// never adopts a predecessor's binding.
+    pub async fn read(&self, identity: &BindingIdentity) -> Result<Option<ThreadBinding>, Error> {
+        Ok(self
+            .record(identity)
+            .await?
+            .filter(|r| identity.owns(r.session_id.as_ref()))
+            .and_then(|r| r.binding().cloned()))
+    }
+
+    async fn mutate<T, F>(
+        &self,
+        identity: &BindingIdentity,
+        options: WriteOptions,
+        mut decide: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnMut(Option<&ThreadBindingRecord>, bool) -> Applied<ThreadBindingRecord, T> + Send,
+    {
+        self.lifecycle
+            .transact(
+                identity.key(),
+                TransactOptions {
+                    assert_current: options.assert_current,
+                },
+                |current, owned| Ok(decide(current, owned.is_some())),
+            )
+            .await
+    }
+
+    /// Binds `identity`'s generation to `binding` (reference §2.14 `set`). Refused (`false`)
+    /// on a row of another generation, on the generation's own retired fence, and on an active
+    /// supervision binding unless the new binding is the same supervision owner (same scope
+    /// and thread).
+    #[tracing::instrument(name = "thread_binding.set", skip_all, fields(key = %identity.key()))]
+    pub async fn set(
+        &self,
+        identity: &BindingIdentity,
+        binding: ThreadBinding,
+        options: WriteOptions,
+    ) -> Result<bool, Error> {
+        self.write_binding(identity, binding, false, options).await
+    }
+
+    /// [`Self::set`] only when no active binding exists (set-if-absent). A cleared row of
+    /// another generation still refuses: it must be reclaimed first.
+    #[tracing::instrument(name = "thread_binding.set_if_absent", skip_all, fields(key = %identity.key()))]
+    pub async fn set_if_absent(
+        &self,
+        identity: &BindingIdentity,
+        binding: ThreadBinding,
+        options: WriteOptions,
+    ) -> Result<bool, Error> {
+        self.write_binding(identity, binding, true, options).await
+    }
+
+    async fn write_binding(
+        &self,
+        identity: &BindingIdentity,
+        binding: ThreadBinding,
+        if_absent: bool,
+        options: WriteOptions,
+    ) -> Result<bool, Error> {
+        self.mutate(identity, options, |current, _| {
+            let task_import = match current {
+                None => None,
+                Some(record) => {
+                    let refused = (if_absent && record.is_active())
+                        || !identity.owns(record.session_id.as_ref())
+                        || record.is_retired()
+                        || record.binding().is_some_and(|b| {
+                            b.is_supervision()
+                                && !(binding.is_supervision() && binding.thread_id == b.thread_id)
+                        });
+                    if refused {
+                        return Applied::keep(false);
+                    }
+                    record.task_import.clone()
+                }
+            };
+            let next = ThreadBindingRecord {
+                task_import,
+                ..ThreadBindingRecord::active(binding.clone(), identity.session_id().cloned())
+            };
+            Applied::write(next, true)
+        })
+        .await
+    }
+
+    /// Changes the binding of `identity`'s generation, pinned to `pin` (reference §2.14
+    /// `patch`). `false` when the row is not active, belongs to another generation, or the
+    /// pinned thread (or client) no longer matches. `patch` must be pure (it may run more than
+    /// once); a change of the thread id is undone (a new thread is a new `set`).
+    #[tracing::instrument(name = "thread_binding.patch", skip_all, fields(key = %identity.key()))]
+    pub async fn patch<P>(
+        &self,
+        identity: &BindingIdentity,
+        pin: &ThreadPin,
+        patch: P,
+        options: WriteOptions,
+    ) -> Result<bool, Error>
+    where
+        P: Fn(&mut ThreadBinding) + Send + Sync,
+    {
+        self.mutate(identity, options, |current, _| {
+            let Some(record) = current else {
+                return Applied::keep(false);
+            };
+            let Some(binding) = record.binding() else {
+                return Applied::keep(false);
+            };
+            if !identity.owns(record.session_id.as_ref()) || !pin.matches(binding) {
+                return Applied::keep(false);
+            }
+            let mut patched = binding.clone();
+            patch(&mut patched);
+            patched.thread_id.clone_from(&binding.thread_id);
+            let next = ThreadBindingRecord {
+                state: super::record::BindingState::Active(patched),
+                ..record.clone()
+            };
+            Applied::write(next, true)
+        })
+        .await
+    }
+
+    /// Clears the binding of `identity`'s generation (reference §2.14 `clear`), pinned to
+    /// `pin` when given. `true` when nothing of this generation is bound afterwards (absent,
+    /// already cleared, or its own retired fence, none of which writes); `false` on another
+    /// generation's row, an active supervision binding, or a pin mismatch. Outside a lease the
+    /// cleared row expires at once ([`CLEARED_TTL`]) unless it keeps a task import or legacy
+    /// provenance (`conversation:legacy-*`).
+    #[tracing::instrument(name = "thread_binding.clear", skip_all, fields(key = %identity.key()))]
+    pub async fn clear(
+        &self,
+        identity: &BindingIdentity,
+        pin: Option<&ThreadPin>,
+        options: WriteOptions,
+    ) -> Result<bool, Error> {
+        self.mutate(identity, options, |current, in_lease| {
+            let Some(record) = current else {
+                return Applied::keep(true);
+            };
+            if !identity.owns(record.session_id.as_ref()) {
+                return Applied::keep(false);
+            }
+            let Some(binding) = record.binding() else {
+                return Applied::keep(true);
+            };
+            if binding.is_supervision() || pin.is_some_and(|p| !p.matches(binding)) {
+                return Applied::keep(false);
+            }
+            let next = record.clone().into_cleared(false);
+            let keep = in_lease || next.task_import.is_some() || identity.is_legacy_conversation();
+            Applied::write(next, true).with_ttl((!keep).then_some(CLEARED_TTL))
+        })
+        .await
+    }
+
+    /// Transfers the active binding of `expected_previous` to `identity`'s generation
+    /// (reference §2.14 `adoptSessionGeneration`): `Absent` when nothing is active, `Current`
+    /// when it already belongs to `identity`, `Conflict` when it belongs to anyone but the
+    /// expected predecessor, else `Adopted`. Only the recorded predecessor can transfer, so a
+    /// delayed admission can never move a binding back.
+    ///
+    /// `authority` is verified before the write and asserted at its commit admission.
+    #[tracing::instrument(name = "thread_binding.adopt", skip_all, fields(key = %identity.key(), expected = %expected_previous))]
+    pub async fn adopt(
+        &self,
+        identity: &BindingIdentity,
+        expected_previous: &SessionId,
+        authority: &BindingAuthority,
+    ) -> Result<AdoptionResult, Error> {
+        let Some(target) = identity.session_id().cloned() else {
+            return Err(Error::other(format!(
+                "adoption requires a session identity: {}",
+                identity.key()
+            )));
+        };
+        authority.verify().await?;
+        let options = WriteOptions::checked(authority.assert_current_fn());
+        self.mutate(identity, options, |current, _| {
+            let Some(record) = current.filter(|r| r.is_active()) else {
+                return Applied::keep(AdoptionResult::Absent);
+            };
+            match &record.session_id {
+                Some(owner) if *owner == target => Applied::keep(AdoptionResult::Current),
+                Some(owner) if owner == expected_previous => {
+                    let next = ThreadBindingRecord {
+                        session_id: Some(target.clone()),
+                        ..record.clone()
+                    };
+                    Applied::write(next, AdoptionResult::Adopted)
+                }
+                _ => Applied::keep(AdoptionResult::Conflict),
+            }
+        })
+        .await
+    }
+
+    /// Resets or retires `identity`'s generation (reference §2.14 `transitionSessionGeneration`).
+    ///
+    /// | row | result |
+    /// |---|---|
+    /// | absent | `Absent` (no tombstone without a binding) |
+    /// | another generation's, or active supervision | `Conflict` |
+    /// | own retired fence | retire: `Applied` (idempotent); reset: `Conflict` |
+    /// | otherwise | cleared (retire adds the fence), owned lease kept |
+    ///
+    /// TTLs outside a lease: reset [`CLEARED_TTL`]; retire none for stable and conversation
+    /// keys, [`PHYSICAL_RETIRE_TTL`] for physical keys; rows with a task import none. Inside a
+    /// lease the release applies the same policy.
+    #[tracing::instrument(name = "thread_binding.transition", skip_all, fields(key = %identity.key(), ?transition))]
+    pub async fn transition_session_generation(
+        &self,
+        identity: &BindingIdentity,
+        transition: GenerationTransition,
+        options: WriteOptions,
+    ) -> Result<TransitionOutcome, Error> {
+        let retire = transition == GenerationTransition::Retire;
+        let physical = identity.key().kind() == tether_core::BindingKeyKind::Physical;
+        self.mutate(identity, options, |current, in_lease| {
+            let Some(record) = current else {
+                return Applied::keep(TransitionOutcome::Absent);
+            };
+            if !identity.owns(record.session_id.as_ref()) || record.is_supervision() {
+                return Applied::keep(TransitionOutcome::Conflict);
+            }
+            if record.is_retired() {
+                return Applied::keep(if retire {
+                    TransitionOutcome::Applied
+                } else {
+                    TransitionOutcome::Conflict
+                });
+            }
+            let next = ThreadBindingRecord {
+                session_id: record
+                    .session_id
+                    .clone()
+                    .or_else(|| identity.session_id().cloned()),
+                ..record.clone().into_cleared(retire)
+            };
+            let ttl = if in_lease || next.task_import.is_some() {
+                None
+            } else if retire {
+                physical.then_some(PHYSICAL_RETIRE_TTL)
+            } else {
+                Some(CLEARED_TTL)
+            };
+            Applied::write(next, TransitionOutcome::Applied).with_ttl(ttl)
+        })
+        .await
+    }
+
+    /// [`Self::transition_session_generation`] with [`GenerationTransition::Reset`].
+    pub async fn reset(
+        &self,
+        identity: &BindingIdentity,
+        options: WriteOptions,
+    ) -> Result<TransitionOutcome, Error> {
+        self.transition_session_generation(identity, GenerationTransition::Reset, options)
+            .await
+    }
+
+    /// [`Self::transition_session_generation`] with [`GenerationTransition::Retire`].
+    pub async fn retire(
+        &self,
+        identity: &BindingIdentity,
+        options: WriteOptions,
+    ) -> Result<TransitionOutcome, Error> {
+        self.transition_session_generation(identity, GenerationTransition::Retire, options)
+            .await
+    }
+
+    /// The reclaim plan of `identity` (reference §2.14 `prepareSessionGenerationReclaim`):
+    /// absent → resolved `true`; no owner → resolved unless retired; own row → verify the same
+    /// id when it is a retired fence, else resolved `true`; another owner → verify it. An
+    /// invalid row is an error.
+    pub async fn prepare_reclaim(&self, identity: &BindingIdentity) -> Result<ReclaimPlan, Error> {
+        let Some(record) = self.record(identity).await? else {
+            return Ok(ReclaimPlan::Resolved(true));
+        };
+        Ok(match (&record.session_id, identity.session_id()) {
+            (None, _) => ReclaimPlan::Resolved(!record.is_retired()),
+            (Some(owner), Some(own)) if owner == own => {
+                if record.is_retired() {
+                    ReclaimPlan::Verify {
+                        expected_previous: owner.clone(),
+                    }
+                } else {
+                    ReclaimPlan::Resolved(true)
+                }
+            }
+            (Some(owner), _) => ReclaimPlan::Verify {
+                expected_previous: owner.clone(),
+            },
+        })
+    }
+
+    /// Reclaims the row for `identity`'s generation (reference §2.14 `reclaim-generation`):
+    ///
+    /// - not a stable session identity → `false`; absent → `true` (no write);
+    /// - owned by this generation → `true` unless it is a retired fence. A retired fence of the
+    ///   **same** id equal to `expected_previous` is repaired (cleared, not retired) only when
+    ///   `authority` carries the host lineage proving this generation is current (the
+    ///   authoritative host-store path); a caller-only authority never lifts it;
+    /// - another generation's row → `false` unless it is exactly `expected_previous` and not an
+    ///   active supervision binding; then it becomes a cleared row of this generation, keeping
+    ///   an owned lease and the task import.
+    ///
+    /// `authority` is verified before the write and asserted at its commit admission.
+    #[tracing::instrument(name = "thread_binding.reclaim", skip_all, fields(key = %identity.key(), expected = %expected_previous))]
+    pub async fn reclaim_generation(
+        &self,
+        identity: &BindingIdentity,
+        expected_previous: &SessionId,
+        authority: &BindingAuthority,
+    ) -> Result<bool, Error> {
+        let Some(own) = identity
+            .session_id()
+            .cloned()
+            .filter(|_| identity.is_stable())
+        else {
+            return Ok(false);
+        };
+        authority.verify().await?;
+        let host_proves_same_id = authority.lineage().iter().any(|entry| {
+            entry.session_id == own && identity.session_key() == Some(&entry.session_key)
+        });
+        let options = WriteOptions::checked(authority.assert_current_fn());
+        self.mutate(identity, options, |current, _| {
+            let Some(record) = current else {
+                return Applied::keep(true);
+            };
+            let cleared_for_us = || ThreadBindingRecord {
+                session_id: Some(own.clone()),
+                ..record.clone().into_cleared(false)
+            };
+            if identity.owns(record.session_id.as_ref()) {
+                let same_id_fence =
+                    record.is_retired() && record.session_id.as_ref() == Some(expected_previous);
+                if same_id_fence && host_proves_same_id {
+                    return Applied::write(cleared_for_us(), true);
+                }
+                return Applied::keep(!record.is_retired());
+            }
+            if record.session_id.as_ref() != Some(expected_previous) || record.is_supervision() {
+                return Applied::keep(false);
+            }
+            Applied::write(cleared_for_us(), true)
+        })
+        .await
+    }
+
+    /// Holds `identity`'s row lease while `run` executes, with the backend's lease policy
+    /// ([`prepare_lease`]): the generation's own retired fence refuses the acquisition
+    /// ("generation was retired") unless `allow_retired`.
+    pub async fn with_lease<T, F, Fut>(
+        &self,
+        identity: &BindingIdentity,
+        allow_retired: bool,
+        assert_current: Option<AssertCurrent>,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let options = LeaseOptions {
+            assert_current,
+            prepare_lease: Some(prepare_lease(identity, allow_retired)),
+        };
+        self.lifecycle
+            .with_lease(identity.key(), options, run)
+            .await
+    }
+
+    /// Reclaims and leases as **one** owner-boundary transition (reference #118506): the host
+    /// generation is captured, the row lease is acquired, and only then — under that lease —
+    /// the backend's generation is reclaimed through [`GenerationAuthority::reclaim_prepared`]
+    /// (adopting a verified predecessor first, repairing a same-id fence only when the host
+    /// row proves it). No concurrent lifecycle can take the recovered row between the reclaim
+    /// and the lease. `run` receives the lease and the lineage authority to re-check after its
+    /// waits. An unreclaimable row is the superseded error; `run` is then never called.
+    #[tracing::instrument(name = "thread_binding.with_reclaimed_lease", skip_all, fields(key = %identity.key()))]
+    pub async fn with_reclaimed_lease<T, F, Fut>(
+        &self,
+        identity: &BindingIdentity,
+        generation: &GenerationAuthority,
+        caller: &BindingAuthority,
+        reclaim_stale: bool,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard, BindingAuthority) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let Some(target) = identity.generation_target() else {
+            let authority = caller.clone();
+            return self
+                .with_lease(identity, false, Some(caller.assert_current_fn()), |guard| {
+                    run(guard, authority)
+                })
+                .await;
+        };
+        let capture = generation.capture(&target, caller).await?;
+        let authority = capture.authority().clone();
+        // Only a host row naming this generation may lease (and then repair) its own fence.
+        let allow_retired = capture.state() == GenerationState::Current;
+        let ops = super::generation::ThreadGenerationOps::new(self.clone(), identity.clone());
+        self.with_lease(
+            identity,
+            allow_retired,
+            Some(authority.assert_current_fn()),
+            |guard| async move {
+                if target.session_key.is_some() {
+                    let reclaimed = generation
+                        .reclaim_prepared(&capture, &ops, reclaim_stale)
+                        .await?;
+                    if !reclaimed {
+                        return Err(capture.superseded_error());
+                    }
+                }
+                authority.verify().await?;
+                run(guard, authority).await
+            },
+        )
+        .await
+    }
+
+    /// The backend's deletion (reference §2.12 step 1): [`Lifecycle::with_deletion`] with the
+    /// lease policy allowing the generation's own retired fence and the generation check of
+    /// the record. A row of another generation vetoes the deletion only while it is active; a
+    /// cleared (or retired) row of another generation holds no native thread and never vetoes
+    /// (reference #144396).
+    pub async fn with_session_deletion<T, F, Fut>(
+        &self,
+        identity: &BindingIdentity,
+        assert_current: AssertCurrent,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(Option<ThreadBindingRecord>, DeletionMutation) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let check_identity = identity.clone();
+        let texts = Arc::clone(&self.texts);
+        let key = identity.key().clone();
+        let options = DeletionOptions {
+            assert_current,
+            assert_record_current: Some(Arc::new(move |record: Option<&ThreadBindingRecord>| {
+                match record {
+                    Some(r) if r.is_active() && !check_identity.owns(r.session_id.as_ref()) => {
+                        Err(texts.generation_changed(&key))
+                    }
+                    _ => Ok(()),
+                }
+            })),
+            prepare_lease: Some(prepare_lease(identity, true)),
+        };
+        self.lifecycle
+            .with_deletion(identity.key(), options, run)
+            .await
+    }
+
+    /// Whether a live row other than `except` holds an active binding of `thread_id` (the
+    /// subscription of a thread that another row still owns must survive a deletion).
+    pub async fn has_other_thread_owner(
+        &self,
+        except: &BindingKey,
+        thread_id: &str,
+    ) -> Result<bool, Error> {
+        let codec = ThreadBindingCodec;
+        let texts = ErrorTexts::default();
+        let mut after: Option<BindingKey> = None;
+        loop {
+            let page = self
+                .store
+                .scan(&self.namespace, after.as_ref(), SCAN_PAGE)
+                .await?;
+            for (key, row) in &page {
+                if key == except {
+                    continue;
+                }
+                // An undecodable row cannot prove ownership; it is skipped, never trusted.
+                let record = decode_row(&codec, &texts, key, Some(row)).ok().flatten();
+                if record
+                    .as_ref()
+                    .and_then(ThreadBindingRecord::binding)
+                    .is_some_and(|b| b.thread_id == thread_id)
+                {
+                    return Ok(true);
+                }
+            }
+            if page.len() < SCAN_PAGE {
+                return Ok(false);
+            }
+            after = page.last().map(|(key, _)| key.clone());
+        }
+    }
+
+    /// The TTL this backend gives a retired physical fence (for operators and tests).
+    pub fn physical_retire_ttl(&self) -> Duration {
+        PHYSICAL_RETIRE_TTL
+    }
+}

@@ -1,0 +1,395 @@
+//! [`ThreadBindingHarness`]: the reference backend as an [`AgentHarness`] with deletion,
+//! context-reset and reset hooks.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use tether_core::{
+    AgentHarness, AssertCurrent, Error, HarnessId, InitializationHandle, MutationRun, ResetParams,
+    ResetReason, SessionContextResetHook, SessionContextResetParams, SessionDeletionHook,
+    SessionDeletionParams, always_current,
+};
+use tracing::Instrument;
+
+use super::mutation::HookMutation;
+use crate::backend::{
+    BindingIdentity, ThreadBinding, ThreadBindingStore, ThreadGenerationOps, TransitionOutcome,
+    WriteOptions,
+};
+use crate::generation::{
+    BindingAuthority, GenerationAuthority, GenerationState, ReclaimPlan, ResolveRequest,
+    ResolvedBinding,
+};
+use crate::initialization::InitializationRollback;
+use crate::lifecycle::DeletionSettlement;
+
+/// The native side a harness drives: active-work claims and subscriptions.
+#[async_trait]
+pub trait NativeThreads: Send + Sync + fmt::Debug {
+    /// Whether active work claims `thread_id` (a deletion is then refused, before the host's
+    /// transaction and again at commit).
+    fn is_claimed(&self, thread_id: &str) -> bool;
+
+    /// Releases the native subscription of a thread that no binding row owns any more. Called
+    /// after the host transaction committed.
+    async fn release_subscription(&self, binding: &ThreadBinding) -> Result<(), Error>;
+
+    /// Releases the physical client that held the deleted binding (always after a committed
+    /// deletion of a binding with a client id).
+    async fn release_client(&self, client_id: &str) -> Result<(), Error> {
+        let _ = client_id;
+        Ok(())
+    }
+}
+
+/// Computes the initialization rollback of a deletion (see
+/// [`rollbacks_from_owner`](super::rollbacks_from_owner)): the identity, the host's
+/// initialization handle, and the binding about to be deleted.
+pub type InitializationRollbacks = Arc<
+    dyn Fn(
+            &BindingIdentity,
+            Option<&Arc<dyn InitializationHandle>>,
+            Option<&ThreadBinding>,
+        ) -> Result<Option<InitializationRollback>, Error>
+        + Send
+        + Sync,
+>;
+
+/// What the post-commit cleanup needs.
+struct PostCommit {
+    binding: Option<ThreadBinding>,
+    rollback: Option<InitializationRollback>,
+    mutation: Arc<HookMutation>,
+}
+
+/// A ready harness building block over the reference backend: it binds native threads in a
+/// [`ThreadBindingStore`], checks generations against the host's session store through a
+/// [`GenerationAuthority`], and takes part in host deletions and context resets.
+#[derive(Clone)]
+pub struct ThreadBindingHarness {
+    id: HarnessId,
+    store: ThreadBindingStore,
+    generation: GenerationAuthority,
+    threads: Option<Arc<dyn NativeThreads>>,
+    rollbacks: Option<InitializationRollbacks>,
+}
+
+impl fmt::Debug for ThreadBindingHarness {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThreadBindingHarness")
+            .field("id", &self.id)
+            .field("store", &self.store)
+            .field("threads", &self.threads)
+            .field("rollbacks", &self.rollbacks.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ThreadBindingHarness {
+    /// A harness `id` over `store`, with the host authority `generation`.
+    pub fn new(id: HarnessId, store: ThreadBindingStore, generation: GenerationAuthority) -> Self {
+        Self {
+            id,
+            store,
+            generation,
+            threads: None,
+            rollbacks: None,
+        }
+    }
+
+    /// Sets the native side (claims and subscriptions).
+    #[must_use]
+    pub fn with_threads(mut self, threads: Arc<dyn NativeThreads>) -> Self {
+        self.threads = Some(threads);
+        self
+    }
+
+    /// Sets how initialization rollbacks are computed at deletion.
+    #[must_use]
+    pub fn with_initialization_rollbacks(mut self, rollbacks: InitializationRollbacks) -> Self {
+        self.rollbacks = Some(rollbacks);
+        self
+    }
+
+    /// The binding store.
+    pub fn store(&self) -> &ThreadBindingStore {
+        &self.store
+    }
+
+    /// The host generation authority.
+    pub fn generation(&self) -> &GenerationAuthority {
+        &self.generation
+    }
+
+    /// Resolves `identity`'s binding under the host generation: a readable binding never
+    /// bypasses the fence, and a binding left under the same key by the verified, recorded
+    /// predecessor is **adopted** (ordinary compaction is a transfer, never a context reset).
+    pub async fn resolve(
+        &self,
+        identity: &BindingIdentity,
+        caller: &BindingAuthority,
+    ) -> Result<ResolvedBinding<ThreadBinding>, Error> {
+        let target = identity.generation_target().ok_or_else(|| {
+            Error::other(format!(
+                "resolution requires a session identity: {}",
+                identity.key()
+            ))
+        })?;
+        let ops = ThreadGenerationOps::new(self.store.clone(), identity.clone());
+        self.generation
+            .resolve_binding(ResolveRequest {
+                target: &target,
+                caller,
+                reader: &ops,
+                generation: Some(&ops),
+                reclaim_stale: false,
+                assert_binding: None,
+            })
+            .await
+    }
+
+    /// The deletion path shared by deletion and context reset (reference §2.12).
+    async fn delete_binding(
+        &self,
+        identity: BindingIdentity,
+        assert_current: AssertCurrent,
+        initialization: Option<Arc<dyn InitializationHandle>>,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let committed = Arc::new(AtomicBool::new(false));
+        let post: Arc<Mutex<Option<PostCommit>>> = Arc::new(Mutex::new(None));
+        let result = {
+            let committed = Arc::clone(&committed);
+            let post = Arc::clone(&post);
+            let identity = &identity;
+            self.store
+                .with_session_deletion(identity, assert_current, |record, mutation| async move {
+                    let binding = record.as_ref().and_then(|r| r.binding().cloned());
+                    let rollback = match &self.rollbacks {
+                        Some(rollbacks) => {
+                            rollbacks(identity, initialization.as_ref(), binding.as_ref())?
+                        }
+                        None => None,
+                    };
+                    let texts = self.store.texts();
+                    if binding.as_ref().is_some_and(ThreadBinding::is_supervision)
+                        && rollback.is_none()
+                    {
+                        return Err(texts.supervision());
+                    }
+                    let thread_id = binding.as_ref().map(|b| b.thread_id.clone());
+                    if let (Some(threads), Some(thread_id)) = (&self.threads, &thread_id)
+                        && threads.is_claimed(thread_id)
+                    {
+                        return Err(texts.claimed(thread_id));
+                    }
+                    let hook = Arc::new(HookMutation::new(
+                        mutation,
+                        self.threads.clone(),
+                        thread_id,
+                        texts.clone(),
+                        committed,
+                    ));
+                    *post.lock().unwrap_or_else(PoisonError::into_inner) = Some(PostCommit {
+                        binding,
+                        rollback,
+                        mutation: Arc::clone(&hook),
+                    });
+                    run(hook).await
+                })
+                .await
+        };
+        let post = post.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if committed.load(Ordering::SeqCst)
+            && let Some(post) = post
+        {
+            self.after_commit(&identity, post).await;
+        }
+        result
+    }
+
+    /// Post-commit cleanup, after the host transaction: never restores anything; failures are
+    /// logged.
+    async fn after_commit(&self, identity: &BindingIdentity, post: PostCommit) {
+        if post.mutation.is_unresolved() {
+            tracing::warn!(key = %identity.key(), "deletion outcome unresolved; post-commit cleanup skipped");
+            return;
+        }
+        if let Some(rollback) = &post.rollback
+            && let Err(error) = rollback.run().await
+        {
+            tracing::warn!(key = %identity.key(), %error, "Session deletion committed, but the initialization rollback failed");
+        }
+        let (Some(binding), Some(threads)) = (&post.binding, &self.threads) else {
+            return;
+        };
+        match self
+            .store
+            .has_other_thread_owner(identity.key(), &binding.thread_id)
+            .await
+        {
+            Ok(false) => {
+                if let Err(error) = threads.release_subscription(binding).await {
+                    tracing::warn!(key = %identity.key(), %error, "Session deletion committed, but releasing the native subscription failed");
+                }
+            }
+            Ok(true) => {
+                tracing::debug!(key = %identity.key(), "another binding owns the thread; subscription kept");
+            }
+            Err(error) => {
+                tracing::warn!(key = %identity.key(), %error, "thread owner scan failed; subscription kept");
+            }
+        }
+        if let Some(client_id) = &binding.client_id
+            && let Err(error) = threads.release_client(client_id).await
+        {
+            tracing::warn!(key = %identity.key(), %error, "Session deletion committed, but releasing the client failed");
+        }
+    }
+
+    /// The reset hook's work (see [`AgentHarness::reset`] on this type).
+    async fn reset_session(&self, params: ResetParams) -> Result<(), Error> {
+        let identity = BindingIdentity::session(
+            params.agent_id.clone(),
+            params.session_id.clone(),
+            params.session_key.clone(),
+        );
+        if params.reason == ResetReason::Deleted {
+            // A notification: the deletion removed the row at its commit edge; whatever is
+            // left of this generation is retired (no tombstone without a binding).
+            self.store
+                .retire(&identity, WriteOptions::default())
+                .await?;
+            return Ok(());
+        }
+        match self.store.reset(&identity, WriteOptions::default()).await? {
+            TransitionOutcome::Absent | TransitionOutcome::Applied => Ok(()),
+            TransitionOutcome::Conflict => self.reset_conflict(&identity).await,
+        }
+    }
+
+    /// A reset met its own retirement fence (repaired only through the host-store reclaim), or
+    /// a row of another generation (cleared only when it is the exact recorded predecessor's).
+    async fn reset_conflict(&self, identity: &BindingIdentity) -> Result<(), Error> {
+        let Some(record) = self.store.record(identity).await? else {
+            return Ok(());
+        };
+        let Some(target) = identity.generation_target() else {
+            return Ok(());
+        };
+        let caller = BindingAuthority::caller(always_current());
+        if identity.owns(record.session_id.as_ref()) {
+            if !record.is_retired() {
+                // Supervision keeps its binding.
+                return Ok(());
+            }
+            let ops = ThreadGenerationOps::new(self.store.clone(), identity.clone());
+            let repaired = self
+                .generation
+                .reclaim_generation(&target, &caller, &ops, true)
+                .await?;
+            if repaired
+                && !self
+                    .store
+                    .record(identity)
+                    .await?
+                    .is_some_and(|r| r.is_retired())
+            {
+                tracing::info!(key = %identity.key(), "in-place reset repaired a same-id retirement fence");
+                return Ok(());
+            }
+            return Err(Error::SupersededGeneration {
+                session_id: target.session_id.to_string(),
+                message: format!(
+                    "Native thread binding generation was retired and the host session store does not prove {} is current: {}",
+                    target.session_id,
+                    identity.key()
+                ),
+            });
+        }
+        let capture = self.generation.capture(&target, &caller).await?;
+        if capture.state() == GenerationState::Current
+            && let (Some(previous), Some(owner)) =
+                (capture.previous_session_id(), record.session_id.as_ref())
+            && previous == owner
+        {
+            let predecessor = identity.with_session_id(previous.clone());
+            let options = WriteOptions::checked(capture.authority().assert_current_fn());
+            let outcome = self.store.reset(&predecessor, options).await?;
+            tracing::info!(key = %identity.key(), ?outcome, "reset cleared the recorded predecessor's binding");
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl AgentHarness for ThreadBindingHarness {
+    fn id(&self) -> &HarnessId {
+        &self.id
+    }
+
+    /// A non-retiring in-place reset (reference §2.12): the generation's binding is cleared so
+    /// the same physical id can bind a new thread; its own retirement fence is repaired only
+    /// through the authoritative host-store reclaim; a binding still owned by the exact
+    /// recorded predecessor is cleared too (never adopted). `Deleted` retires what is left.
+    async fn reset(&self, params: ResetParams) -> Result<(), Error> {
+        let span = tracing::info_span!("thread_harness.reset", harness = %self.id, session_id = %params.session_id, reason = ?params.reason);
+        self.reset_session(params).instrument(span).await
+    }
+
+    fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
+        Some(self)
+    }
+
+    fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl SessionDeletionHook for ThreadBindingHarness {
+    async fn with_session_deletion(
+        &self,
+        params: SessionDeletionParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let span = tracing::info_span!("thread_harness.with_session_deletion", harness = %self.id, session_id = %params.session_id);
+        let identity =
+            BindingIdentity::session(params.agent_id, params.session_id, Some(params.session_key));
+        self.delete_binding(identity, params.assert_current, params.initialization, run)
+            .instrument(span)
+            .await
+    }
+}
+
+#[async_trait]
+impl SessionContextResetHook for ThreadBindingHarness {
+    async fn with_session_context_reset(
+        &self,
+        params: SessionContextResetParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let span = tracing::info_span!("thread_harness.with_session_context_reset", harness = %self.id, session_id = %params.session_id);
+        async move {
+            let current = BindingIdentity::session(
+                params.agent_id,
+                params.session_id,
+                Some(params.session_key),
+            );
+            let target = match self.store.prepare_reclaim(&current).await? {
+                ReclaimPlan::Verify { expected_previous }
+                    if params.previous_session_id.as_ref() == Some(&expected_previous) =>
+                {
+                    current.with_session_id(expected_previous)
+                }
+                _ => current,
+            };
+            self.delete_binding(target, params.assert_current, None, run)
+                .await
+        }
+        .instrument(span)
+        .await
+    }
+}
