@@ -145,16 +145,24 @@ impl Store {
             })
     }
 
+    /// Live rows of `ns`, counted up to `cap` (the capacity check needs no more, so its cost
+    /// is bounded by the capacity, not the table).
     async fn live_count_tx(
         &self,
         tx: &DatabaseTransaction,
         ns: &Namespace,
         now: Timestamp,
+        cap: u64,
     ) -> Result<u64, Error> {
         let row = tx
             .query_one_raw(self.stmt(
-                "SELECT COUNT(*) AS n FROM binding_records WHERE namespace = $1 AND (expires_at IS NULL OR expires_at > $2)",
-                vec![ns.as_str().into(), now.as_millis().into()],
+                "SELECT COUNT(*) AS n FROM (SELECT 1 FROM binding_records WHERE namespace = $1 \
+                 AND (expires_at IS NULL OR expires_at > $2) LIMIT $3) AS live",
+                vec![
+                    ns.as_str().into(),
+                    now.as_millis().into(),
+                    to_i64(cap).into(),
+                ],
             ))
             .await
             .map_err(db_error)?;
@@ -224,7 +232,7 @@ impl Store {
                 .await
                 .map_err(db_error)?;
             }
-            if self.live_count_tx(tx, ns, now).await? >= max {
+            if self.live_count_tx(tx, ns, now, max).await? >= max {
                 return Err(plan::capacity_exceeded(config, max));
             }
         }
