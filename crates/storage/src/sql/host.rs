@@ -9,6 +9,7 @@ use tether_core::{
     LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
 };
 
+use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, db_error};
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
@@ -560,16 +561,19 @@ impl Store {
         }
         let (sql, needle) = match self.inner.backend {
             DbBackend::Postgres => (
-                "SELECT e.id, e.session_key, e.role, e.content FROM transcript_entries e \
-                 WHERE to_tsvector('simple', e.content) @@ plainto_tsquery('simple', $1) \
-                 AND ($2 IS NULL OR e.session_key = $2) ORDER BY e.id LIMIT $3",
+                format!(
+                    "SELECT e.id, e.session_key, e.role, e.content FROM transcript_entries e \
+                     WHERE {PG_SEARCH_VECTOR} @@ plainto_tsquery('simple', $1) \
+                     AND ($2 IS NULL OR e.session_key = $2) ORDER BY e.id LIMIT $3"
+                ),
                 terms.join(" "),
             ),
             _ => (
                 "SELECT e.id, e.session_key, e.role, e.content FROM transcript_fts f \
                  JOIN transcript_entries e ON e.id = f.rowid \
                  WHERE transcript_fts MATCH $1 AND ($2 IS NULL OR e.session_key = $2) \
-                 ORDER BY e.id LIMIT $3",
+                 ORDER BY e.id LIMIT $3"
+                    .to_owned(),
                 terms
                     .iter()
                     .map(|t| format!("\"{t}\""))
@@ -581,7 +585,7 @@ impl Store {
             .inner
             .db
             .query_all_raw(self.stmt(
-                sql,
+                &sql,
                 vec![
                     needle.into(),
                     Value::from(session.map(|s| s.as_str().to_owned())),

@@ -4,6 +4,12 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DbBackend, DbErr};
 use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager};
 
+/// The PostgreSQL search vector of a transcript entry: lower-cased alphanumeric words, the
+/// same tokens as SQLite's FTS5 `unicode61` tokenizer (without diacritic folding), so both
+/// backends return the same hits.
+pub(crate) const PG_SEARCH_VECTOR: &str =
+    "to_tsvector('simple', regexp_replace(content, '[^[:alnum:]]+', ' ', 'g'))";
+
 /// The migrations of this binary, oldest first.
 #[derive(Debug)]
 pub(crate) struct Migrator;
@@ -206,10 +212,10 @@ impl MigrationTrait for HostSessions {
         ];
         match backend {
             DbBackend::Postgres => statements.push(
-                "CREATE INDEX transcript_entries_fts ON transcript_entries USING GIN (to_tsvector('simple', content))".into(),
+                format!("CREATE INDEX transcript_entries_fts ON transcript_entries USING GIN ({PG_SEARCH_VECTOR})"),
             ),
             _ => statements.extend([
-                "CREATE VIRTUAL TABLE transcript_fts USING fts5(content, content='transcript_entries', content_rowid='id')".into(),
+                "CREATE VIRTUAL TABLE transcript_fts USING fts5(content, content='transcript_entries', content_rowid='id', tokenize='unicode61 remove_diacritics 0')".into(),
                 "CREATE TRIGGER transcript_entries_fts_insert AFTER INSERT ON transcript_entries BEGIN \
                     INSERT INTO transcript_fts (rowid, content) VALUES (new.id, new.content); END".into(),
                 "CREATE TRIGGER transcript_entries_fts_delete AFTER DELETE ON transcript_entries BEGIN \

@@ -16,11 +16,16 @@
 //! acquisition, the last epoch kept after a release). So updates touch only their own row, and
 //! a recreated row never reuses a revision or an epoch of an earlier lifetime.
 
+mod admin_read;
 mod binding;
 mod clock;
 mod host;
 mod row_tx;
 
+pub use self::admin_read::{
+    BindingRecord, ForceExpireOutcome, NamespaceSummary, SessionFilter, SessionPage,
+    session_binding_keys,
+};
 pub use self::clock::ServerClock;
 pub use self::row_tx::SqlRowTransaction;
 mod migration;

@@ -369,6 +369,23 @@ pub(crate) async fn transcript_search(store: &Store) {
             .unwrap()
             .is_empty()
     );
+
+    // Punctuated text tokenizes the same on both backends (emails, paths, hyphens).
+    let c = session_key("search-c");
+    store.create_session(new_session(&c, "s-c")).await.unwrap();
+    let mail = append(
+        store,
+        &c,
+        TranscriptRole::User,
+        &format!("mail {word}@example.org about /srv/app-data"),
+    )
+    .await;
+    let joined = format!("{word} example");
+    for query in ["example", "org", "srv", "app data", joined.as_str()] {
+        let hits = store.search_transcripts(query, Some(&c), 10).await.unwrap();
+        assert_eq!(hits.len(), 1, "query {query:?}");
+        assert_eq!(hits[0].anchor, mail);
+    }
 }
 
 /// Upstream links are created once and removed only with the expected value.

@@ -1,0 +1,668 @@
+//! Operator reads and actions on the SQL store, for the admin service.
+//!
+//! These queries read binding rows **without requiring the namespace to be registered** in this
+//! process: the admin process does not run the harnesses that registered them, so it reads
+//! `binding_records` directly by namespace and key. Writes here (force-expiring a lease,
+//! removing a deleted session's binding rows) are guarded by the row's revision like every
+//! other write, and record lease events.
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
+use tether_core::{
+    AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
+    LifecycleRevision, Namespace, Revision, SessionId, SessionKey, StoredRow, Timestamp,
+};
+
+use super::{End, Store, db_error};
+use crate::events::{LeaseEvent, LeaseEventKind};
+use crate::plan;
+
+fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::other(format!(
+        "stored {what} is corrupted ({detail}); back up the database and repair the row"
+    ))
+}
+
+/// Which host sessions to list, and from where.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    /// Only sessions of this agent.
+    pub agent: Option<AgentId>,
+    /// Only sessions driven by this harness.
+    pub harness: Option<HarnessId>,
+    /// Only sessions whose binding rows hold (`true`) or do not hold (`false`) a live lease.
+    pub has_lease: Option<bool>,
+    /// Only sessions with (`true`) or without (`false`) a quarantined binding key.
+    pub quarantined: Option<bool>,
+    /// Keyset cursor: only sessions whose key sorts after this one.
+    pub after: Option<SessionKey>,
+    /// At most this many sessions.
+    pub limit: usize,
+}
+
+/// One page of host sessions in session-key order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionPage {
+    /// The sessions.
+    pub sessions: Vec<HostSessionEntry>,
+    /// The cursor of the next page, when there is one.
+    pub next: Option<SessionKey>,
+}
+
+/// A binding row as stored, read for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindingRecord {
+    /// The namespace.
+    pub namespace: Namespace,
+    /// The key.
+    pub key: BindingKey,
+    /// The row (its lease may have expired: compare `lease.expires_at` with the clock).
+    pub row: StoredRow,
+    /// The largest lease epoch handed out on this row (kept after a release).
+    pub epoch_floor: u64,
+}
+
+impl BindingRecord {
+    /// The lease when it is still live at `now`.
+    pub fn live_lease(&self, now: Timestamp) -> Option<&Lease> {
+        self.row.lease.as_ref().filter(|l| l.expires_at > now)
+    }
+}
+
+/// A namespace known to the database, with its row counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceSummary {
+    /// The namespace.
+    pub namespace: Namespace,
+    /// Live binding rows.
+    pub rows: u64,
+    /// Live binding rows carrying a live lease.
+    pub leased: u64,
+}
+
+/// What [`Store::force_expire_lease`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ForceExpireOutcome {
+    /// The lease was removed and the epoch floor bumped: the old holder's next conditional
+    /// write is fenced and the next acquisition gets a larger epoch.
+    Expired {
+        /// The epoch of the removed lease.
+        previous_epoch: LeaseEpoch,
+        /// The holder label of the removed lease.
+        previous_holder: Option<String>,
+        /// The row's revision after the change.
+        revision: Revision,
+    },
+    /// No live row exists at that namespace and key.
+    Missing,
+    /// The row carries no live lease.
+    NoLease,
+    /// The live lease has another epoch than the one the operator saw.
+    EpochMismatch {
+        /// The current epoch.
+        current: LeaseEpoch,
+    },
+    /// A concurrent writer changed the row between the read and the guarded update.
+    Conflict,
+}
+
+const RECORD_COLUMNS: &str = "namespace, key, value, revision, lease_token, lease_epoch, \
+     lease_expires_at, lease_acquired_at, lease_renewed_at, holder, created_at, expires_at";
+
+fn decode_record(r: &QueryResult) -> Result<BindingRecord, Error> {
+    let ns: String = r.try_get("", "namespace").map_err(db_error)?;
+    let key: String = r.try_get("", "key").map_err(db_error)?;
+    let namespace = Namespace::new(ns)?;
+    let key = BindingKey::parse(&key)?;
+    let get_opt = |c: &str| r.try_get::<Option<i64>>("", c).map_err(db_error);
+    let token: Option<String> = r.try_get("", "lease_token").map_err(db_error)?;
+    let epoch_col = get_opt("lease_epoch")?;
+    let lease = match token {
+        None => None,
+        Some(token) => {
+            let (Some(epoch), Some(expires), Some(acquired), Some(renewed)) = (
+                epoch_col,
+                get_opt("lease_expires_at")?,
+                get_opt("lease_acquired_at")?,
+                get_opt("lease_renewed_at")?,
+            ) else {
+                return Err(corrupt("lease", &key));
+            };
+            Some(Lease {
+                token: LeaseToken::new(token).map_err(|e| corrupt("lease token", e))?,
+                epoch: LeaseEpoch::new(
+                    u64::try_from(epoch).map_err(|_| corrupt("lease epoch", epoch))?,
+                ),
+                expires_at: Timestamp::from_millis(expires),
+                acquired_at: Timestamp::from_millis(acquired),
+                renewed_at: Timestamp::from_millis(renewed),
+                holder: r.try_get("", "holder").map_err(db_error)?,
+            })
+        }
+    };
+    let revision: i64 = r.try_get("", "revision").map_err(db_error)?;
+    Ok(BindingRecord {
+        row: StoredRow {
+            value: r.try_get("", "value").map_err(db_error)?,
+            lease,
+            revision: Revision::new(
+                u64::try_from(revision).map_err(|_| corrupt("revision", revision))?,
+            ),
+            created_at: Timestamp::from_millis(r.try_get("", "created_at").map_err(db_error)?),
+            expires_at: get_opt("expires_at")?.map(Timestamp::from_millis),
+        },
+        epoch_floor: epoch_col.and_then(|e| u64::try_from(e).ok()).unwrap_or(0),
+        namespace,
+        key,
+    })
+}
+
+fn decode_entry(r: &QueryResult) -> Result<HostSessionEntry, Error> {
+    let get_s = |c: &str| r.try_get::<String>("", c).map_err(db_error);
+    let get_os = |c: &str| r.try_get::<Option<String>>("", c).map_err(db_error);
+    let get_i = |c: &str| r.try_get::<i64>("", c).map_err(db_error);
+    let revision = get_i("lifecycle_revision")?;
+    Ok(HostSessionEntry {
+        session_key: SessionKey::new(get_s("session_key")?)?,
+        agent_id: AgentId::new(get_s("agent_id")?)?,
+        session_id: SessionId::new(get_s("session_id")?)?,
+        previous_session_id: get_os("previous_session_id")?
+            .map(SessionId::new)
+            .transpose()?,
+        lifecycle_revision: LifecycleRevision::new(
+            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
+        ),
+        agent_harness_id: get_os("agent_harness_id")?
+            .map(HarnessId::new)
+            .transpose()?,
+        created_at: Timestamp::from_millis(get_i("created_at")?),
+        updated_at: Timestamp::from_millis(get_i("updated_at")?),
+    })
+}
+
+fn decode_event(r: &QueryResult) -> Result<LeaseEvent, Error> {
+    let ns: String = r.try_get("", "namespace").map_err(db_error)?;
+    let key: String = r.try_get("", "key").map_err(db_error)?;
+    let kind: String = r.try_get("", "kind").map_err(db_error)?;
+    let id: i64 = r.try_get("", "id").map_err(db_error)?;
+    let epoch: Option<i64> = r.try_get("", "epoch").map_err(db_error)?;
+    Ok(LeaseEvent {
+        seq: u64::try_from(id).unwrap_or(0),
+        namespace: Namespace::new(ns)?,
+        key: BindingKey::parse(&key)?,
+        kind: kind.parse().map_err(Error::other)?,
+        epoch: epoch
+            .and_then(|e| u64::try_from(e).ok())
+            .map(LeaseEpoch::new),
+        token_prefix: r.try_get("", "token_prefix").map_err(db_error)?,
+        other_token_prefix: r.try_get("", "other_token_prefix").map_err(db_error)?,
+        holder: r.try_get("", "holder").map_err(db_error)?,
+        at: Timestamp::from_millis(r.try_get("", "at").map_err(db_error)?),
+    })
+}
+
+/// The binding keys a host session's native binding can live under: the physical key of its
+/// current generation and the stable key of its session key.
+pub fn session_binding_keys(entry: &HostSessionEntry) -> [BindingKey; 2] {
+    [
+        BindingKey::physical(&entry.agent_id, &entry.session_id),
+        BindingKey::stable(&entry.agent_id, &entry.session_key),
+    ]
+}
+
+const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
+     lifecycle_revision, agent_harness_id, created_at, updated_at";
+
+impl Store {
+    /// Host sessions in session-key order, filtered and paged by `filter` (keyset cursor).
+    pub async fn list_sessions(&self, filter: &SessionFilter) -> Result<SessionPage, Error> {
+        let limit = filter.limit;
+        let mut out = Vec::new();
+        let mut after = filter.after.clone();
+        let batch = limit.clamp(16, 500) + 1;
+        let needs_rows = filter.has_lease.is_some() || filter.quarantined.is_some();
+        'scan: loop {
+            let sql = format!(
+                "SELECT {SESSION_COLUMNS} FROM host_sessions \
+                 WHERE ($1 IS NULL OR session_key > $1) AND ($2 IS NULL OR agent_id = $2) \
+                 AND ($3 IS NULL OR agent_harness_id = $3) ORDER BY session_key LIMIT $4"
+            );
+            let rows = self
+                .inner
+                .db
+                .query_all_raw(self.stmt(
+                    &sql,
+                    vec![
+                        Value::from(after.as_ref().map(|k| k.as_str().to_owned())),
+                        Value::from(filter.agent.as_ref().map(|a| a.as_str().to_owned())),
+                        Value::from(filter.harness.as_ref().map(|h| h.as_str().to_owned())),
+                        to_i64(batch as u64).into(),
+                    ],
+                ))
+                .await
+                .map_err(db_error)?;
+            let exhausted = rows.len() < batch;
+            for r in &rows {
+                let entry = decode_entry(r)?;
+                after = Some(entry.session_key.clone());
+                if needs_rows && !self.session_matches(&entry, filter).await? {
+                    continue;
+                }
+                if out.len() == limit {
+                    // One more match exists: the page is full and has a successor.
+                    let next = out.last().map(|e: &HostSessionEntry| e.session_key.clone());
+                    return Ok(SessionPage {
+                        sessions: out,
+                        next,
+                    });
+                }
+                out.push(entry);
+            }
+            if exhausted {
+                break 'scan;
+            }
+        }
+        Ok(SessionPage {
+            sessions: out,
+            next: None,
+        })
+    }
+
+    async fn session_matches(
+        &self,
+        entry: &HostSessionEntry,
+        filter: &SessionFilter,
+    ) -> Result<bool, Error> {
+        if let Some(want) = filter.has_lease {
+            let now = self.inner.clock.now();
+            let leased = self
+                .session_bindings(entry)
+                .await?
+                .iter()
+                .any(|b| b.live_lease(now).is_some());
+            if leased != want {
+                return Ok(false);
+            }
+        }
+        if let Some(want) = filter.quarantined
+            && self.session_quarantined(entry).await? != want
+        {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    async fn session_quarantined(&self, entry: &HostSessionEntry) -> Result<bool, Error> {
+        let [physical, stable] = session_binding_keys(entry);
+        let row = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(
+                "SELECT COUNT(*) AS n FROM quarantined_keys WHERE key = $1 OR key = $2",
+                vec![physical.as_str().into(), stable.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        let n: i64 = row
+            .map(|r| r.try_get("", "n"))
+            .transpose()
+            .map_err(db_error)?
+            .unwrap_or(0);
+        Ok(n > 0)
+    }
+
+    /// The live binding rows of a host session, in every namespace: its physical key
+    /// `session:<agent>:<session id>` and its stable key (see [`session_binding_keys`]).
+    pub async fn session_bindings(
+        &self,
+        entry: &HostSessionEntry,
+    ) -> Result<Vec<BindingRecord>, Error> {
+        let [physical, stable] = session_binding_keys(entry);
+        let now = self.inner.clock.now();
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM binding_records WHERE (key = $1 OR key = $2) \
+             AND (expires_at IS NULL OR expires_at > $3) ORDER BY namespace, key"
+        );
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                &sql,
+                vec![
+                    physical.as_str().into(),
+                    stable.as_str().into(),
+                    now.as_millis().into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_record).collect()
+    }
+
+    /// The live binding row at `ns`/`key`, whether or not `ns` is registered in this process.
+    pub async fn binding_record(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+    ) -> Result<Option<BindingRecord>, Error> {
+        let now = self.inner.clock.now();
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM binding_records WHERE namespace = $1 AND key = $2"
+        );
+        let row = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(&sql, vec![ns.as_str().into(), key.as_str().into()]))
+            .await
+            .map_err(db_error)?;
+        Ok(row
+            .as_ref()
+            .map(decode_record)
+            .transpose()?
+            .filter(|r| plan::row_is_live(&r.row, now)))
+    }
+
+    /// Live binding rows in (namespace, key) order after the keyset cursor `after`, optionally
+    /// within one namespace and only those carrying a live lease.
+    pub async fn list_bindings(
+        &self,
+        ns: Option<&Namespace>,
+        leased_only: bool,
+        after: Option<(&Namespace, &BindingKey)>,
+        limit: usize,
+    ) -> Result<Vec<BindingRecord>, Error> {
+        let now = self.inner.clock.now();
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM binding_records \
+             WHERE (expires_at IS NULL OR expires_at > $1) AND ($2 IS NULL OR namespace = $2) \
+             AND ($3 = 0 OR (lease_token IS NOT NULL AND lease_expires_at > $1)) \
+             AND ($4 IS NULL OR namespace > $4 OR (namespace = $4 AND key > $5)) \
+             ORDER BY namespace, key LIMIT $6"
+        );
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                &sql,
+                vec![
+                    now.as_millis().into(),
+                    Value::from(ns.map(|n| n.as_str().to_owned())),
+                    i64::from(leased_only).into(),
+                    Value::from(after.map(|(n, _)| n.as_str().to_owned())),
+                    Value::from(after.map(|(_, k)| k.as_str().to_owned())),
+                    to_i64(limit as u64).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_record).collect()
+    }
+
+    /// The namespaces with live binding rows, with their row and lease counts.
+    pub async fn namespaces(&self) -> Result<Vec<NamespaceSummary>, Error> {
+        let now = self.inner.clock.now();
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                "SELECT namespace, COUNT(*) AS n_rows, \
+                 SUM(CASE WHEN lease_token IS NOT NULL AND lease_expires_at > $1 THEN 1 ELSE 0 END) AS n_leased \
+                 FROM binding_records WHERE expires_at IS NULL OR expires_at > $1 \
+                 GROUP BY namespace ORDER BY namespace",
+                vec![now.as_millis().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                let ns: String = r.try_get("", "namespace").map_err(db_error)?;
+                let rows: i64 = r.try_get("", "n_rows").map_err(db_error)?;
+                let leased: Option<i64> = r.try_get("", "n_leased").map_err(db_error)?;
+                Ok(NamespaceSummary {
+                    namespace: Namespace::new(ns)?,
+                    rows: u64::try_from(rows).unwrap_or(0),
+                    leased: leased.and_then(|l| u64::try_from(l).ok()).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// The newest `limit` lease events, optionally of one key, newest first.
+    pub async fn recent_lease_events(
+        &self,
+        key: Option<(&Namespace, &BindingKey)>,
+        limit: usize,
+    ) -> Result<Vec<LeaseEvent>, Error> {
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at \
+                 FROM lease_events WHERE ($1 IS NULL OR (namespace = $1 AND key = $2)) \
+                 ORDER BY id DESC LIMIT $3",
+                vec![
+                    Value::from(key.map(|(n, _)| n.as_str().to_owned())),
+                    Value::from(key.map(|(_, k)| k.as_str().to_owned())),
+                    to_i64(limit as u64).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?;
+        rows.iter().map(decode_event).collect()
+    }
+
+    /// How many lease events of each kind the history holds (kinds with none are included).
+    pub async fn lease_event_counts(&self) -> Result<Vec<(LeaseEventKind, u64)>, Error> {
+        let rows = self
+            .inner
+            .db
+            .query_all_raw(self.stmt(
+                "SELECT kind, COUNT(*) AS n FROM lease_events GROUP BY kind",
+                vec![],
+            ))
+            .await
+            .map_err(db_error)?;
+        let mut counts: Vec<(LeaseEventKind, u64)> =
+            LeaseEventKind::ALL.iter().map(|k| (*k, 0)).collect();
+        for r in &rows {
+            let kind: String = r.try_get("", "kind").map_err(db_error)?;
+            let n: i64 = r.try_get("", "n").map_err(db_error)?;
+            if let Ok(kind) = kind.parse::<LeaseEventKind>()
+                && let Some(slot) = counts.iter_mut().find(|(k, _)| *k == kind)
+            {
+                slot.1 = u64::try_from(n).unwrap_or(0);
+            }
+        }
+        Ok(counts)
+    }
+
+    /// Number of host sessions and of quarantined keys.
+    pub async fn admin_counts(&self) -> Result<(u64, u64), Error> {
+        let row = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(
+                "SELECT (SELECT COUNT(*) FROM host_sessions) AS sessions, \
+                 (SELECT COUNT(*) FROM quarantined_keys) AS quarantined",
+                vec![],
+            ))
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::other("count query returned no row"))?;
+        let sessions: i64 = row.try_get("", "sessions").map_err(db_error)?;
+        let quarantined: i64 = row.try_get("", "quarantined").map_err(db_error)?;
+        Ok((
+            u64::try_from(sessions).unwrap_or(0),
+            u64::try_from(quarantined).unwrap_or(0),
+        ))
+    }
+
+    /// Removes the live lease of `ns`/`key` for an operator: a guarded update (same revision)
+    /// clears the lease, bumps the row's epoch floor (so the next acquisition's epoch is larger
+    /// than any the old holder saw) and the revision (so the old holder's next conditional
+    /// write is fenced), and records an `expired` lease event. With `expected_epoch`, only that
+    /// lease is expired.
+    #[tracing::instrument(level = "info", skip(self))]
+    pub async fn force_expire_lease(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        expected_epoch: Option<LeaseEpoch>,
+    ) -> Result<ForceExpireOutcome, Error> {
+        let tx = self.begin_write().await?;
+        let result = self.force_expire_in(&tx, ns, key, expected_epoch).await;
+        Store::finish(tx, result).await
+    }
+
+    async fn force_expire_in(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        key: &BindingKey,
+        expected_epoch: Option<LeaseEpoch>,
+    ) -> Result<(ForceExpireOutcome, End), Error> {
+        let now = self.inner.clock.now();
+        let Some(physical) = self
+            .physical(tx, ns, key)
+            .await?
+            .filter(|p| plan::row_is_live(&p.row, now))
+        else {
+            return Ok((ForceExpireOutcome::Missing, End::Rollback));
+        };
+        let Some(lease) = physical.row.lease.clone().filter(|l| l.expires_at > now) else {
+            return Ok((ForceExpireOutcome::NoLease, End::Rollback));
+        };
+        if let Some(expected) = expected_epoch
+            && expected != lease.epoch
+        {
+            return Ok((
+                ForceExpireOutcome::EpochMismatch {
+                    current: lease.epoch,
+                },
+                End::Rollback,
+            ));
+        }
+        let revision = physical.row.revision.next();
+        let floor = physical
+            .epoch_floor
+            .max(lease.epoch.get())
+            .saturating_add(1);
+        let affected = tx
+            .execute_raw(self.stmt(
+                "UPDATE binding_records SET lease_token = NULL, lease_expires_at = NULL, \
+                 lease_acquired_at = NULL, lease_renewed_at = NULL, holder = NULL, \
+                 lease_epoch = $3, revision = $4 \
+                 WHERE namespace = $1 AND key = $2 AND revision = $5 AND lease_token IS NOT NULL",
+                vec![
+                    ns.as_str().into(),
+                    key.as_str().into(),
+                    to_i64(floor).into(),
+                    to_i64(revision.get()).into(),
+                    to_i64(physical.row.revision.get()).into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        if affected != 1 {
+            return Ok((ForceExpireOutcome::Conflict, End::Rollback));
+        }
+        tx.execute_raw(self.stmt(
+            "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at) \
+             VALUES ($1, $2, $3, $4, $5, NULL, $6, $7)",
+            vec![
+                ns.as_str().into(),
+                key.as_str().into(),
+                LeaseEventKind::Expired.as_str().into(),
+                to_i64(lease.epoch.get()).into(),
+                Value::from(Some(lease.token.as_str().chars().take(8).collect::<String>())),
+                Value::from(lease.holder.clone()),
+                now.as_millis().into(),
+            ],
+        ))
+        .await
+        .map_err(db_error)?;
+        Ok((
+            ForceExpireOutcome::Expired {
+                previous_epoch: lease.epoch,
+                previous_holder: lease.holder,
+                revision,
+            },
+            End::Commit,
+        ))
+    }
+
+    /// Inside the host's deletion transaction: removes the binding rows of `entry` (both key
+    /// shapes, every namespace), recording `released` events for leased rows. Refuses with
+    /// [`Error::MutationBlocked`] — changing nothing — while any of them holds a live lease:
+    /// the operator must force-expire it first, so no running harness is cut off silently.
+    pub async fn delete_session_bindings_in(
+        &self,
+        tx: &DatabaseTransaction,
+        entry: &HostSessionEntry,
+    ) -> Result<usize, Error> {
+        let now = self.inner.clock.now();
+        let lock = if self.inner.backend == DbBackend::Postgres {
+            " FOR UPDATE"
+        } else {
+            ""
+        };
+        let [physical, stable] = session_binding_keys(entry);
+        let sql = format!(
+            "SELECT {RECORD_COLUMNS} FROM binding_records WHERE key = $1 OR key = $2 ORDER BY namespace, key{lock}"
+        );
+        let rows = tx
+            .query_all_raw(self.stmt(&sql, vec![physical.as_str().into(), stable.as_str().into()]))
+            .await
+            .map_err(db_error)?;
+        let records = rows
+            .iter()
+            .map(decode_record)
+            .collect::<Result<Vec<_>, Error>>()?;
+        if let Some(held) = records
+            .iter()
+            .find(|r| plan::row_is_live(&r.row, now) && r.live_lease(now).is_some())
+        {
+            let lease = held.live_lease(now).map(|l| (l.epoch, l.holder.clone()));
+            return Err(Error::MutationBlocked {
+                message: format!(
+                    "binding {}/{} of session {} holds a live lease (epoch {}, holder {}); force-expire it first",
+                    held.namespace,
+                    held.key,
+                    entry.session_key,
+                    lease.as_ref().map_or(0, |(e, _)| e.get()),
+                    lease
+                        .and_then(|(_, h)| h)
+                        .unwrap_or_else(|| "unknown".into()),
+                ),
+            });
+        }
+        let mut removed = 0;
+        for r in records {
+            if plan::row_is_live(&r.row, now) {
+                if self
+                    .delete_tx(tx, &r.namespace, &r.key, &r.row, now)
+                    .await?
+                {
+                    removed += 1;
+                }
+            } else {
+                tx.execute_raw(self.stmt(
+                    "DELETE FROM binding_records WHERE namespace = $1 AND key = $2 AND revision = $3",
+                    vec![
+                        r.namespace.as_str().into(),
+                        r.key.as_str().into(),
+                        to_i64(r.row.revision.get()).into(),
+                    ],
+                ))
+                .await
+                .map_err(db_error)?;
+            }
+        }
+        Ok(removed)
+    }
+}
