@@ -926,6 +926,82 @@ pub struct SourceReplyPayload {
 }
 
 impl SourceReplyPayload {
+    /// The JSON form recorded in `DeliveryState::messaging_tool_source_reply_payloads`.
+    pub fn to_json(&self) -> Value {
+        let mut out = Map::new();
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                out.insert(k.to_owned(), v);
+            }
+        };
+        put("text", self.text.clone().map(Value::String));
+        put("mediaUrl", self.media_url.clone().map(Value::String));
+        put(
+            "mediaUrls",
+            (!self.media_urls.is_empty()).then(|| {
+                Value::Array(self.media_urls.iter().cloned().map(Value::String).collect())
+            }),
+        );
+        put(
+            "attachments",
+            (!self.attachments.is_empty()).then(|| {
+                Value::Array(
+                    self.attachments
+                        .iter()
+                        .map(|a| {
+                            let mut m = Map::new();
+                            for (k, v) in [
+                                ("path", &a.path),
+                                ("url", &a.url),
+                                ("mediaUrl", &a.media_url),
+                                ("filePath", &a.file_path),
+                                ("mimeType", &a.mime_type),
+                                ("name", &a.name),
+                            ] {
+                                if let Some(v) = v {
+                                    m.insert(k.into(), Value::String(v.clone()));
+                                }
+                            }
+                            if let Some(t) = a.trusted_local_media {
+                                m.insert("trustedLocalMedia".into(), Value::Bool(t));
+                            }
+                            for (k, v) in [
+                                ("durationMs", a.duration_ms),
+                                ("width", a.width),
+                                ("height", a.height),
+                            ] {
+                                if let Some(n) = v.and_then(serde_json::Number::from_f64) {
+                                    m.insert(k.into(), Value::Number(n));
+                                }
+                            }
+                            Value::Object(m)
+                        })
+                        .collect(),
+                )
+            }),
+        );
+        put(
+            "trustedLocalMedia",
+            self.trusted_local_media.map(Value::Bool),
+        );
+        put(
+            "audioAsVoice",
+            self.audio_as_voice.then_some(Value::Bool(true)),
+        );
+        put("presentation", self.presentation.clone());
+        put("interactive", self.interactive.clone());
+        put("channelData", self.channel_data.clone().map(Value::Object));
+        put(
+            "idempotencyKey",
+            self.idempotency_key.clone().map(Value::String),
+        );
+        put(
+            "transcriptOwner",
+            self.transcript_owner.then_some(Value::Bool(true)),
+        );
+        Value::Object(out)
+    }
+
     /// Whether the tool confirmed it owns the transcript entry of this reply
     /// (`details.sourceReplyTranscriptOwner === true` on the raw result).
     pub fn transcript_owner(&self) -> bool {
@@ -1023,4 +1099,112 @@ pub fn extract_messaging_tool_source_reply_payload(result: &Value) -> Option<Sou
     payload.transcript_owner =
         details.get("sourceReplyTranscriptOwner") == Some(&Value::Bool(true));
     (!payload.is_empty()).then_some(payload)
+}
+
+/// One finished messaging tool call, as the attempt's delivery bookkeeping sees it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MessagingToolCall<'a> {
+    /// The canonical tool name (`message` when absent).
+    pub tool_name: Option<&'a str>,
+    /// The executed arguments.
+    pub args: Option<&'a Value>,
+    /// The original (pre-middleware) result.
+    pub result: Option<&'a Value>,
+    /// Whether the tool reported an error.
+    pub is_error: bool,
+    /// The fact snapshotted from the original result, if any.
+    pub fact: Option<&'a MessageDeliveryFact>,
+    /// Whether [`is_delivered_message_tool_only_source_reply`] confirmed the source reply.
+    pub source_reply_delivered: bool,
+}
+
+fn string_list(value: Option<&Value>) -> Vec<String> {
+    match value {
+        Some(Value::String(s)) if !s.trim().is_empty() => vec![s.trim().to_owned()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Records a confirmed messaging delivery into the attempt's [`DeliveryState`]; returns
+/// whether the call counted as delivered. Undelivered calls leave the state unchanged.
+///
+/// Delivered = the fact's rule when a fact exists, else [`is_delivered_messaging_tool_result`].
+/// The sent text (`message`/`text`), media (`media`, `mediaUrl`, `mediaUrls`, `path`) and target
+/// are recorded; core conversation tools record the target
+/// `{tool, provider: "conversation", to: <conversationRef>}`.
+pub fn record_messaging_tool_delivery(
+    state: &mut tether_core::DeliveryState,
+    call: &MessagingToolCall<'_>,
+) -> bool {
+    let tool = normalize_tool_name(call.tool_name.unwrap_or("message"));
+    let delivered = match call.fact {
+        Some(f) => f.is_delivered(call.is_error),
+        None => is_delivered_messaging_tool_result(&MessagingToolResult {
+            tool_name: Some(&tool),
+            args: call.args,
+            result: call.result,
+            is_error: call.is_error,
+            ..MessagingToolResult::default()
+        }),
+    };
+    if !delivered {
+        return false;
+    }
+    state.did_send_via_messaging_tool = true;
+    let empty = Map::new();
+    let args = call.args.and_then(Value::as_object).unwrap_or(&empty);
+    if let Some(text) = record_str(args, &["message", "text"]) {
+        state.messaging_tool_sent_texts.push(text);
+    }
+    for key in ["media", "mediaUrl", "mediaUrls", "path"] {
+        for url in string_list(args.get(key)) {
+            if !state.messaging_tool_sent_media_urls.contains(&url) {
+                state.messaging_tool_sent_media_urls.push(url);
+            }
+        }
+    }
+    let target = if tool.starts_with("conversations_") {
+        record_str(args, &["conversationRef", "conversation", "to"])
+            .map(|to| serde_json::json!({"tool": tool, "provider": "conversation", "to": to}))
+    } else {
+        call.args
+            .and_then(|a| extract_messaging_tool_send(&tool, a, call.result))
+            .map(|send| {
+                let mut t = Map::new();
+                t.insert("tool".into(), Value::String(send.tool));
+                t.insert("provider".into(), Value::String(send.provider));
+                if let Some(to) = send.to {
+                    t.insert("to".into(), Value::String(to));
+                }
+                if let Some(account) = send.account_id {
+                    t.insert("accountId".into(), Value::String(account));
+                }
+                if let Some(thread) = send.thread_id {
+                    t.insert("threadId".into(), Value::String(thread));
+                }
+                Value::Object(t)
+            })
+    };
+    if let Some(t) = target {
+        state.messaging_tool_sent_targets.push(t);
+    }
+    if call.source_reply_delivered {
+        state.did_deliver_source_reply_via_message_tool = true;
+    }
+    if let Some(payload) = call
+        .result
+        .and_then(extract_messaging_tool_source_reply_payload)
+    {
+        state
+            .messaging_tool_source_reply_payloads
+            .push(payload.to_json());
+    }
+    true
 }

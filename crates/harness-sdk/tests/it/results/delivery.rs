@@ -1,13 +1,15 @@
 //! Part C: message-delivery facts (vectors 40–74).
 
 use serde_json::{Value, json};
+use tether_core::DeliveryState;
 use tether_harness_sdk::results::delivery::{
-    CurrentSource, DeliveryStatus, MessageDeliveryFact, MessagingToolResult, MessagingToolSend,
-    SourceReplyQuery, attach_message_delivery_fact, classify_core_conversation_result,
-    extract_messaging_tool_send, extract_messaging_tool_source_reply_payload,
-    is_delivered_message_tool_only_source_reply, is_delivered_messaging_tool_result,
-    is_delivered_messaging_tool_send_to_current_source, middleware_failure_fallback,
-    project_plugin_message_delivery_fact, read_message_delivery_fact, read_result_delivery_fact,
+    CurrentSource, DeliveryStatus, MessageDeliveryFact, MessagingToolCall, MessagingToolResult,
+    MessagingToolSend, SourceReplyQuery, attach_message_delivery_fact,
+    classify_core_conversation_result, extract_messaging_tool_send,
+    extract_messaging_tool_source_reply_payload, is_delivered_message_tool_only_source_reply,
+    is_delivered_messaging_tool_result, is_delivered_messaging_tool_send_to_current_source,
+    middleware_failure_fallback, project_plugin_message_delivery_fact, read_message_delivery_fact,
+    read_result_delivery_fact, record_messaging_tool_delivery,
 };
 
 fn read(v: Value) -> Option<MessageDeliveryFact> {
@@ -448,6 +450,85 @@ fn tool_results_069_core_conversation_tools() {
     );
     assert!(waiter.delivered && waiter.tool_failed);
     assert!(classify_core_conversation_result("message", &json!({})).is_none());
+}
+
+/// Vector 69, telemetry clause: a delivered core conversation send records the sent text and the
+/// target `{tool, provider: "conversation", to}`; an undelivered one records nothing.
+#[test]
+fn tool_results_069b_delivery_state_bookkeeping() {
+    let mut state = DeliveryState::default();
+    let args = json!({"conversationRef": "conv-7", "message": "hello there"});
+    let sent = json!({"details": {"status": "sent"}});
+    assert!(record_messaging_tool_delivery(
+        &mut state,
+        &MessagingToolCall {
+            tool_name: Some("conversations_send"),
+            args: Some(&args),
+            result: Some(&sent),
+            ..Default::default()
+        }
+    ));
+    assert!(state.did_send_via_messaging_tool);
+    assert_eq!(
+        state.messaging_tool_sent_texts,
+        vec!["hello there".to_owned()]
+    );
+    assert_eq!(
+        state.messaging_tool_sent_targets,
+        vec![json!({"tool": "conversations_send", "provider": "conversation", "to": "conv-7"})]
+    );
+    let queued = json!({"details": {"status": "queued", "messageId": "outbound-1"}});
+    let mut untouched = DeliveryState::default();
+    assert!(!record_messaging_tool_delivery(
+        &mut untouched,
+        &MessagingToolCall {
+            tool_name: Some("conversations_send"),
+            args: Some(&args),
+            result: Some(&queued),
+            ..Default::default()
+        }
+    ));
+    assert_eq!(untouched, DeliveryState::default());
+    // A message-tool send with a source reply to the internal UI sink.
+    let args = json!({"action": "send", "channel": "telegram", "target": "chat-1", "message": "hi", "media": "/scratch/a.png"});
+    let result = json!({"messageId": "m1", "details": {"sourceReplySink": "internal-ui", "message": "hi",
+        "sourceReplyTranscriptOwner": true}});
+    let mut state = DeliveryState::default();
+    assert!(record_messaging_tool_delivery(
+        &mut state,
+        &MessagingToolCall {
+            args: Some(&args),
+            result: Some(&result),
+            source_reply_delivered: true,
+            ..Default::default()
+        }
+    ));
+    assert!(state.did_deliver_source_reply_via_message_tool);
+    assert_eq!(
+        state.messaging_tool_sent_media_urls,
+        vec!["/scratch/a.png".to_owned()]
+    );
+    assert_eq!(
+        state.messaging_tool_sent_targets,
+        vec![json!({"tool": "message", "provider": "telegram", "to": "chat-1"})]
+    );
+    assert_eq!(
+        state.messaging_tool_source_reply_payloads,
+        vec![json!({"text": "hi", "transcriptOwner": true})]
+    );
+    // A suppressed fact outranks the legacy envelope.
+    let fact =
+        project_plugin_message_delivery_fact(&json!({"status": "suppressed"})).expect("fact");
+    let mut state = DeliveryState::default();
+    assert!(!record_messaging_tool_delivery(
+        &mut state,
+        &MessagingToolCall {
+            args: Some(&args),
+            result: Some(&result),
+            fact: Some(&fact),
+            ..Default::default()
+        }
+    ));
 }
 
 #[test]
