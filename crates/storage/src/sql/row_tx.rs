@@ -13,6 +13,11 @@ use crate::plan;
 
 /// The [`RowTransaction`] a harness's deletion `commit` runs through: its binding rows change
 /// inside the host's SQL transaction and disappear atomically with the session row.
+///
+/// Inside `commit`, change rows of this database only through this view: on SQLite the host
+/// transaction holds the write lock (`BEGIN IMMEDIATE`), so a write through the store itself
+/// would wait for the busy timeout and fail (with `sqlite::memory:` there is a single
+/// connection, so it would wait for a pooled connection instead).
 #[derive(Debug)]
 pub struct SqlRowTransaction<'a> {
     store: &'a Store,
