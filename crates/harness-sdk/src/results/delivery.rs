@@ -1132,7 +1132,7 @@ fn string_list(value: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// Records a confirmed messaging delivery into the attempt's [`DeliveryState`]; returns
+/// Records a confirmed messaging delivery into the attempt's [`DeliveryState`](tether_core::DeliveryState); returns
 /// whether the call counted as delivered. Undelivered calls leave the state unchanged.
 ///
 /// Delivered = the fact's rule when a fact exists, else [`is_delivered_messaging_tool_result`].
