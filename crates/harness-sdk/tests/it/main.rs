@@ -1,8 +1,11 @@
 //! The integration tests of `tether-harness-sdk` (one test binary per package).
 
 mod acpx;
+mod backend;
 mod generation;
+mod hooks;
 mod initialization;
 mod lifecycle;
+mod regressions;
 mod reset;
 mod results;
