@@ -31,9 +31,9 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sea_orm::DatabaseTransaction;
 use tether_core::{
-    AgentHarness, AssertCurrent, BoxFuture, Error, HostSessionEntry, MutationRun, ResetParams,
-    ResetReason, RowTransaction, SessionContextResetParams, SessionDeletionParams, SessionId,
-    SessionKey, SessionMutation, TranscriptAnchor,
+    AgentHarness, AssertCurrent, BoxFuture, Error, HostSessionEntry, InitializationHandle,
+    MutationRun, ResetParams, ResetReason, RowTransaction, SessionContextResetParams,
+    SessionDeletionParams, SessionId, SessionKey, SessionMutation, TranscriptAnchor,
 };
 
 pub use self::registry::HarnessRegistry;
@@ -92,6 +92,45 @@ impl TransactionHooks {
         self
     }
 }
+
+/// One session to delete, optionally undoing a failed session initialization.
+#[derive(Clone)]
+pub struct DeletionRequest {
+    /// The session to delete.
+    pub session_key: SessionKey,
+    /// The initialization this deletion rolls back: handed to the harnesses in
+    /// [`SessionDeletionParams::initialization`], and every owner's authority also requires
+    /// [`InitializationHandle::assert_rollback_current`] to pass.
+    pub initialization: Option<Arc<dyn InitializationHandle>>,
+}
+
+impl std::fmt::Debug for DeletionRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeletionRequest")
+            .field("session_key", &self.session_key)
+            .field("initialization", &self.initialization)
+            .finish()
+    }
+}
+
+impl DeletionRequest {
+    /// A plain deletion of `session_key`.
+    pub fn new(session_key: SessionKey) -> Self {
+        Self {
+            session_key,
+            initialization: None,
+        }
+    }
+
+    /// Marks the deletion as the rollback of `initialization`.
+    #[must_use]
+    pub fn with_initialization(mut self, initialization: Arc<dyn InitializationHandle>) -> Self {
+        self.initialization = Some(initialization);
+        self
+    }
+}
+
+type Initializations = Vec<Option<Arc<dyn InitializationHandle>>>;
 
 /// Which operation runs.
 #[derive(Debug, Clone)]
@@ -175,6 +214,7 @@ struct Prepared {
 struct OpContext {
     op: Operation,
     targets: Vec<HostSessionEntry>,
+    initializations: Initializations,
     owners: Vec<Owner>,
     /// (owner index, target index), targets outermost in key order.
     pairs: Vec<(usize, usize)>,
@@ -241,19 +281,34 @@ impl HostSessions {
     /// bindings. Returns the deleted keys.
     #[tracing::instrument(level = "info", skip(self, keys), fields(count = keys.len()))]
     pub async fn delete_sessions(&self, keys: &[SessionKey]) -> Result<Vec<SessionKey>, Error> {
-        let mut keys: Vec<SessionKey> = keys.to_vec();
-        keys.sort();
-        keys.dedup();
+        let requests: Vec<DeletionRequest> =
+            keys.iter().cloned().map(DeletionRequest::new).collect();
+        self.delete_requests(&requests).await
+    }
+
+    /// Like [`delete_sessions`](Self::delete_sessions), with per-session options (the
+    /// initialization a deletion rolls back). For a key requested twice the first request wins.
+    #[tracing::instrument(level = "info", skip(self, requests), fields(count = requests.len()))]
+    pub async fn delete_requests(
+        &self,
+        requests: &[DeletionRequest],
+    ) -> Result<Vec<SessionKey>, Error> {
+        let mut requests: Vec<DeletionRequest> = requests.to_vec();
+        requests.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+        requests.dedup_by(|later, first| later.session_key == first.session_key);
         let mut targets = Vec::new();
-        for key in &keys {
-            if let Some(entry) = self.store.session(key).await? {
+        let mut initializations = Vec::new();
+        for request in &requests {
+            if let Some(entry) = self.store.session(&request.session_key).await? {
                 targets.push(entry);
+                initializations.push(request.initialization.clone());
             }
         }
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        self.run(Operation::Delete, targets.clone()).await?;
+        self.run(Operation::Delete, targets.clone(), initializations)
+            .await?;
         for t in &targets {
             self.notify_deleted(t).await;
         }
@@ -333,12 +388,21 @@ impl HostSessions {
         if let Some(upstream) = self.store.upstream_link(key).await? {
             return Err(external_harness(key, &upstream));
         }
-        self.run(Operation::ContextReset { cut, next }, vec![session.entry])
-            .await?;
+        self.run(
+            Operation::ContextReset { cut, next },
+            vec![session.entry],
+            vec![None],
+        )
+        .await?;
         Ok(CutStatus::Created)
     }
 
-    async fn run(&self, op: Operation, targets: Vec<HostSessionEntry>) -> Result<(), Error> {
+    async fn run(
+        &self,
+        op: Operation,
+        targets: Vec<HostSessionEntry>,
+        initializations: Initializations,
+    ) -> Result<(), Error> {
         self.idle(&op, &targets)?;
         let (generation, harnesses) = self.registry.snapshot();
         let closed = Arc::new(AtomicBool::new(false));
@@ -353,16 +417,20 @@ impl HostSessions {
             })
             .map(|harness| {
                 let id = harness.id().to_string();
-                let (closed, registry, work, op2, keys) = (
+                let (closed, registry, work, op2, keys, inits) = (
                     Arc::clone(&closed),
                     Arc::clone(&self.registry),
                     Arc::clone(&self.work),
                     op.clone(),
                     targets.clone(),
+                    initializations.clone(),
                 );
                 let assert_current: AssertCurrent = Arc::new(move || {
                     if closed.load(Ordering::SeqCst) || registry.generation() != generation {
                         return Err(op2.owner_changed(&id));
+                    }
+                    for init in inits.iter().flatten() {
+                        init.assert_rollback_current()?;
                     }
                     for t in &keys {
                         if work.has_competing_work(&t.session_key, &t.session_id) {
@@ -393,6 +461,7 @@ impl HostSessions {
         let ctx = OpContext {
             op,
             targets,
+            initializations,
             owners,
             pairs,
             prepared: Mutex::new(Vec::new()),
@@ -458,7 +527,7 @@ impl HostSessions {
                         session_key: target.session_key.clone(),
                         session_id: target.session_id.clone(),
                         lifecycle_revision: Some(target.lifecycle_revision),
-                        initialization: None,
+                        initialization: ctx.initializations.get(ti).cloned().flatten(),
                         assert_current: Arc::clone(&owner.assert_current),
                     };
                     hook.with_session_deletion(params, run).await

@@ -163,6 +163,9 @@ impl SessionDeletionHook for RecordingHarness {
         params: SessionDeletionParams,
         run: MutationRun<'_>,
     ) -> Result<(), Error> {
+        if let Some(init) = &params.initialization {
+            self.record(format!("init:{}:{}", self.id, init.handle_id()));
+        }
         self.prepare(
             &params.session_key,
             &params.agent_id,

@@ -693,3 +693,77 @@ async fn deletion_sorts_targets_filters_owners_and_notifies_after_commit() {
     let first_reset = log.iter().position(|e| e.starts_with("reset:")).unwrap();
     assert!(first_reset > last_final);
 }
+
+#[derive(Debug)]
+struct TestInitialization {
+    id: u64,
+    current: std::sync::atomic::AtomicBool,
+}
+
+impl tether_core::InitializationHandle for TestInitialization {
+    fn assert_rollback_current(&self) -> Result<(), Error> {
+        if self.current.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(Error::revoked(
+                "initialization rollback is no longer current",
+            ))
+        }
+    }
+
+    fn handle_id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// Reference 2.11 step 1 and 3: a deletion that rolls back an initialization hands the handle
+/// to the harnesses, and the owners' authority ends with the handle's.
+#[tokio::test]
+async fn deletion_rolling_back_an_initialization_follows_its_handle() {
+    use tether_storage::deletion::DeletionRequest;
+
+    let f = Fixture::new().await;
+    let h = f.harness("codex", true, false);
+    let (key, _) = f.session("init-ok").await;
+    let init = Arc::new(TestInitialization {
+        id: 7,
+        current: true.into(),
+    });
+    let deleted = f
+        .hosts()
+        .delete_requests(&[DeletionRequest::new(key.clone()).with_initialization(init.clone())])
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![key.clone()]);
+    assert!(entries(&f.log).contains(&"init:codex:7".to_owned()));
+    assert!(h.finalized());
+
+    // The initialization stops being current while the harness prepares: nothing is deleted.
+    let (key, _) = f.session("init-revoked").await;
+    let init = Arc::new(TestInitialization {
+        id: 8,
+        current: true.into(),
+    });
+    let revoke = Arc::clone(&init);
+    h.on_prepare(move || {
+        Box::pin(async move {
+            revoke
+                .current
+                .store(false, std::sync::atomic::Ordering::SeqCst);
+        })
+    });
+    let err = f
+        .hosts()
+        .delete_requests(&[DeletionRequest::new(key.clone()).with_initialization(init)])
+        .await
+        .unwrap_err();
+    let Error::RollbackFailed { original, .. } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(
+        original.to_string(),
+        "initialization rollback is no longer current"
+    );
+    assert!(f.entry(&key).await.is_some());
+    assert!(f.binding(&key).await.is_some());
+}
