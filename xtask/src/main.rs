@@ -4,6 +4,7 @@
 //! - `ci`: format check, clippy with warnings denied, the whole test suite, docs with warnings
 //!   denied, and the architecture check; ends with one summary line.
 //! - `arch-check`: only the architecture check.
+//! - `bench-report [--quick]`: every benchmark and scale harness, `target/bench-report.json`.
 //!
 //! This crate has no dependencies so it builds first and fast.
 
@@ -13,6 +14,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 mod arch;
+mod bench_report;
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -21,6 +23,7 @@ fn main() -> ExitCode {
         "ci" => ci(),
         "arch-check" => arch::check().map(|()| Summary::default()),
         "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
+        "bench-report" => bench_report::bench_report(&args[1..]).map(|()| Summary::default()),
         "help" | "--help" | "-h" => {
             usage();
             return ExitCode::SUCCESS;
@@ -51,7 +54,9 @@ fn usage() {
          tasks:\n  \
          ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check\n  \
          arch-check  fail when a crate depends on what its architecture invariant forbids\n  \
-         openapi     write crates/admin-http/openapi.json; `--check` compares instead");
+         openapi     write crates/admin-http/openapi.json; `--check` compares instead\n  \
+         bench-report  run every benchmark and scale harness; write target/bench-report.json \
+         (`--quick`: within 10 minutes)");
 }
 
 /// User-facing output of the automation tool.
