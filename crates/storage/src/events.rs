@@ -10,15 +10,16 @@ use tether_core::{BindingKey, LeaseEpoch, Namespace, Timestamp};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LeaseEventKind {
-    /// A lease was written on a row that held none.
+    /// A lease was written on a row that held no live lease.
     Acquired,
     /// The holder extended its own lease (same token, new expiry).
     Renewed,
     /// The lease was removed by a write or by deleting its row.
     Released,
-    /// A row still carrying a lease was swept after its expiry.
+    /// A lease lapsed: replaced by another token after its expiry, or swept with its row.
     Expired,
-    /// A different token replaced the row's lease (the previous one is recorded in the event).
+    /// A different token replaced a still-live lease (the previous one is recorded in the
+    /// event).
     TakenOver,
     /// A conditional write carrying a lease was refused because the row moved on.
     Fenced,

@@ -53,7 +53,16 @@ pub(crate) fn needs_new_epoch(current: Option<&Lease>, next: Option<&LeaseWrite>
 #[derive(Debug)]
 pub(crate) struct SetPlan {
     pub(crate) row: StoredRow,
+    /// The `expired` event of a lapsed lease this write replaces (recorded first).
+    pub(crate) lapsed: Option<PendingEvent>,
     pub(crate) event: Option<PendingEvent>,
+}
+
+impl SetPlan {
+    /// The events of the write, in order.
+    pub(crate) fn events(&self) -> impl Iterator<Item = PendingEvent> + '_ {
+        self.lapsed.iter().chain(self.event.iter()).cloned()
+    }
 }
 
 /// Builds the row written by a set over the live row `current` (`None` when absent or
@@ -67,6 +76,7 @@ pub(crate) fn plan_set(
     new_epoch: Option<LeaseEpoch>,
 ) -> Result<SetPlan, Error> {
     let current_lease = current.and_then(|r| r.lease.as_ref());
+    let mut lapsed = None;
     let (lease, event) = match (current_lease, write.lease) {
         (None, None) => (None, None),
         (Some(old), None) => (
@@ -110,8 +120,20 @@ pub(crate) fn plan_set(
                 renewed_at: now,
                 holder: next.holder,
             };
+            // A different token over a live lease takes it over; over a lapsed lease it is a
+            // plain acquisition, recorded after the lapsed lease's expiry.
+            let live_old = old.filter(|o| o.is_live(now));
+            lapsed = old.filter(|o| !o.is_live(now)).and_then(|o| {
+                expired_event(&StoredRow {
+                    lease: Some(o.clone()),
+                    value: Vec::new(),
+                    revision,
+                    created_at: now,
+                    expires_at: None,
+                })
+            });
             let event = PendingEvent {
-                kind: if old.is_some() {
+                kind: if live_old.is_some() {
                     LeaseEventKind::TakenOver
                 } else {
                     LeaseEventKind::Acquired
@@ -132,6 +154,7 @@ pub(crate) fn plan_set(
             created_at: now,
             expires_at,
         },
+        lapsed,
         event,
     })
 }

@@ -123,11 +123,14 @@ impl State {
             new_epoch,
         )?;
         let epoch = planned.row.lease.as_ref().map(|l| l.epoch);
+        let events: Vec<PendingEvent> = planned.events().collect();
         self.rows
             .entry(ns.clone())
             .or_default()
             .insert(key.clone(), planned.row);
-        self.push_event(ns, key, now, planned.event);
+        for event in events {
+            self.push_event(ns, key, now, Some(event));
+        }
         Ok((revision, epoch))
     }
 

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
-    Lease, LeaseEpoch, LeaseToken, Namespace, NamespaceConfig, Observation, QuarantineEntry,
-    QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
+    Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
+    QuarantineEntry, QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
 use super::{End, Store, db_error};
@@ -301,7 +301,9 @@ impl Store {
             return Ok(None);
         }
         let epoch = lease.map(|l| l.epoch);
-        self.insert_event(tx, ns, key, now, planned.event).await?;
+        for event in planned.events() {
+            self.insert_event(tx, ns, key, now, Some(event)).await?;
+        }
         Ok(Some((revision, epoch)))
     }
 
@@ -555,6 +557,15 @@ impl BindingStore for Store {
                 Ok((key, row))
             })
             .collect()
+    }
+
+    async fn renew_leases(
+        &self,
+        ns: &Namespace,
+        renewals: &[LeaseRenewal],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, Error> {
+        self.renew_leases_batched(ns, renewals, now).await
     }
 
     async fn count(&self, ns: &Namespace) -> Result<u64, Error> {

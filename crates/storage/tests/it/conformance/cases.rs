@@ -739,20 +739,44 @@ pub(crate) async fn lease_event_history(b: &Backend) {
     assert_eq!(after.len(), 2);
     assert_eq!(after[0].kind, LeaseEventKind::TakenOver);
 
-    // Retention: events before a cut-off are pruned, later ones kept.
+    // A lapsed lease replaced by a new token: `expired` for the old one, then `acquired`.
+    cas(leased("v", "short-token", exp(1))).await;
     b.advance(Duration::from_secs(10));
     cas(leased("v", "late-token", exp(300))).await;
+    let tail = s
+        .lease_events(&LeaseEventQuery {
+            after: Some(events[4].seq),
+            ..LeaseEventQuery::for_key(ns.clone(), k.clone(), 10)
+        })
+        .await
+        .unwrap();
+    let kinds: Vec<_> = tail.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            LeaseEventKind::Acquired,
+            LeaseEventKind::Expired,
+            LeaseEventKind::Acquired
+        ]
+    );
+    assert_eq!(tail[1].token_prefix.as_deref(), Some("short-to"));
+    assert_eq!(tail[2].token_prefix.as_deref(), Some("late-tok"));
+
+    // Retention: events before a cut-off are pruned, later ones kept.
     let pruned = s
         .prune_lease_events(START + Duration::from_secs(5))
         .await
         .unwrap();
-    assert!(pruned >= 5, "pruned {pruned}");
+    assert!(pruned >= 6, "pruned {pruned}");
     let left = s
         .lease_events(&LeaseEventQuery::for_key(ns.clone(), k.clone(), 100))
         .await
         .unwrap();
-    assert_eq!(left.len(), 1);
-    assert_eq!(left[0].kind, LeaseEventKind::Acquired);
+    let kinds: Vec<_> = left.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![LeaseEventKind::Expired, LeaseEventKind::Acquired]
+    );
 }
 
 /// A present row whose bytes do not decode is an invalid row, never an absent one.
