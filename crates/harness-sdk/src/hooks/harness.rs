@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tether_core::{
     AgentHarness, AssertCurrent, Error, HarnessId, InitializationHandle, MutationRun, ResetParams,
     ResetReason, SessionContextResetHook, SessionContextResetParams, SessionDeletionHook,
-    SessionDeletionParams, always_current,
+    SessionDeletionParams, SessionId, always_current,
 };
 use tracing::Instrument;
 
@@ -148,6 +148,23 @@ impl ThreadBindingHarness {
                 assert_binding: None,
             })
             .await
+    }
+
+    /// The identity whose binding a deletion or context reset removes: the exact recorded
+    /// predecessor's when the row is still owned by it, else the current generation's.
+    async fn deletion_target(
+        &self,
+        current: BindingIdentity,
+        recorded_previous: Option<SessionId>,
+    ) -> Result<BindingIdentity, Error> {
+        Ok(match self.store.prepare_reclaim(&current).await? {
+            ReclaimPlan::Verify { expected_previous }
+                if recorded_previous.as_ref() == Some(&expected_previous) =>
+            {
+                current.with_session_id(expected_previous)
+            }
+            _ => current,
+        })
     }
 
     /// The deletion path shared by deletion and context reset (reference §2.12).
@@ -356,11 +373,30 @@ impl SessionDeletionHook for ThreadBindingHarness {
         run: MutationRun<'_>,
     ) -> Result<(), Error> {
         let span = tracing::info_span!("thread_harness.with_session_deletion", harness = %self.id, session_id = %params.session_id);
-        let identity =
-            BindingIdentity::session(params.agent_id, params.session_id, Some(params.session_key));
-        self.delete_binding(identity, params.assert_current, params.initialization, run)
-            .instrument(span)
-            .await
+        async move {
+            let current = BindingIdentity::session(
+                params.agent_id,
+                params.session_id,
+                Some(params.session_key),
+            );
+            // A binding the host's recorded predecessor left under the key (compaction not
+            // yet transferred) is this session's too: it is deleted, never adopted.
+            let caller = BindingAuthority::caller(Arc::clone(&params.assert_current));
+            let recorded_previous = match current.generation_target() {
+                Some(target) => {
+                    let capture = self.generation.capture(&target, &caller).await?;
+                    (capture.state() == GenerationState::Current)
+                        .then(|| capture.previous_session_id().cloned())
+                        .flatten()
+                }
+                None => None,
+            };
+            let target = self.deletion_target(current, recorded_previous).await?;
+            self.delete_binding(target, params.assert_current, params.initialization, run)
+                .await
+        }
+        .instrument(span)
+        .await
     }
 }
 
@@ -378,14 +414,9 @@ impl SessionContextResetHook for ThreadBindingHarness {
                 params.session_id,
                 Some(params.session_key),
             );
-            let target = match self.store.prepare_reclaim(&current).await? {
-                ReclaimPlan::Verify { expected_previous }
-                    if params.previous_session_id.as_ref() == Some(&expected_previous) =>
-                {
-                    current.with_session_id(expected_previous)
-                }
-                _ => current,
-            };
+            let target = self
+                .deletion_target(current, params.previous_session_id)
+                .await?;
             self.delete_binding(target, params.assert_current, None, run)
                 .await
         }

@@ -249,6 +249,34 @@ async fn context_reset_deletes_the_recorded_predecessor_without_adopting_it() {
 }
 
 #[tokio::test]
+async fn deletion_of_a_compacted_session_removes_the_untransferred_predecessor_binding() {
+    let f = Fx::new().await;
+    f.host("s2", Some("s1"));
+    let (s1, s2) = (f.id("s1"), f.id("s2"));
+    assert!(f.store.set(&s1, thread("thread-1"), opts()).await.unwrap());
+    let (h, threads) = harness_with_threads(&f);
+    let store = f.store.clone();
+    let probe = s2.clone();
+    let tx = direct(&f);
+    let owner_at_run = Arc::new(Mutex::new(None));
+    let seen = owner_at_run.clone();
+    let run: MutationRun<'_> = Box::new(move |m| {
+        Box::pin(async move {
+            *seen.lock().unwrap() = store.record(&probe).await?.and_then(|r| r.session_id);
+            m.commit(&*tx).await
+        })
+    });
+    h.with_session_deletion(deletion("s2"), run).await.unwrap();
+    assert_eq!(
+        *owner_at_run.lock().unwrap(),
+        Some(sid("s1")),
+        "never adopted"
+    );
+    assert_eq!(f.raw(&s2).await, None);
+    assert_eq!(threads.released(), vec!["thread-1".to_owned()]);
+}
+
+#[tokio::test]
 async fn lifecycle_scenario_56_deletion_refuses_supervision_before_the_transaction() {
     let f = Fx::new().await;
     f.host("s1", None);
@@ -731,4 +759,108 @@ fn the_harness_exposes_both_hooks() {
     );
     assert!(assert_hooks(&h));
     assert_eq!(h.id().as_str(), "threads");
+}
+
+// --- Initialization rollback through the deletion hook ------------------------------------
+
+mod initialization {
+    use super::*;
+    use tether_core::{BoxFuture, InitializationHandle};
+    use tether_harness_sdk::hooks::{ThreadInitializationBackend, rollbacks_from_owner};
+    use tether_harness_sdk::initialization::{
+        Cleanup, InitializationOwner, LinkDeleteOutcome, PrepareParams, UpstreamLink, UpstreamLinks,
+    };
+
+    #[derive(Debug)]
+    struct Handle;
+
+    impl InitializationHandle for Handle {
+        fn assert_rollback_current(&self) -> Result<(), Error> {
+            Ok(())
+        }
+
+        fn handle_id(&self) -> u64 {
+            7
+        }
+    }
+
+    /// No upstream links are written by these tests.
+    #[derive(Debug)]
+    struct NoLinks;
+
+    #[async_trait]
+    impl UpstreamLinks for NoLinks {
+        async fn insert_link_if_absent(
+            &self,
+            _link: &UpstreamLink,
+            _assert_commit: &tether_core::AssertCurrent,
+        ) -> Result<bool, Error> {
+            Err(Error::other("no links in this test"))
+        }
+
+        async fn delete_link_if_unchanged(
+            &self,
+            _expected: &UpstreamLink,
+            _assert_commit: &tether_core::AssertCurrent,
+        ) -> Result<LinkDeleteOutcome, Error> {
+            Ok(LinkDeleteOutcome::Absent)
+        }
+    }
+
+    /// A failed creation is rolled back by deleting its session: the initialization's own
+    /// supervision binding may then be deleted, and the initialization cleanup runs only
+    /// after the host transaction.
+    #[tokio::test]
+    async fn initialization_rollback_deletes_its_own_supervision_binding_after_commit() {
+        let f = Fx::new().await;
+        let s1 = f.id("s1");
+        let store = Arc::new(f.store.clone());
+        let owner = Arc::new(InitializationOwner::new(
+            Arc::new(ThreadInitializationBackend),
+            Arc::new(NoLinks),
+            Arc::new(f.clock.clone()),
+        ));
+        let cleaned = Arc::new(AtomicUsize::new(0));
+        let counter = cleaned.clone();
+        let cleanup: Cleanup = Arc::new(move |_assert| -> BoxFuture<'static, Result<(), Error>> {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        });
+        let handle: Arc<dyn InitializationHandle> = Arc::new(Handle);
+        let prepared = owner
+            .prepare(PrepareParams {
+                initialization: handle.clone(),
+                assert_current: always_current(),
+                store: store.clone(),
+                identity: s1.clone(),
+                cleanup: Some(cleanup),
+                assert_cleanup_allowed: None,
+            })
+            .unwrap();
+        prepared
+            .bind(thread("thread-sup").supervised())
+            .await
+            .unwrap();
+        // Set-if-absent: a second initialization cannot bind over it.
+        assert!(
+            !f.store
+                .set_if_absent(&s1, thread("other"), opts())
+                .await
+                .unwrap()
+        );
+
+        let h = f
+            .harness()
+            .with_initialization_rollbacks(rollbacks_from_owner(owner, store));
+        let during = cleaned.clone();
+        let run = committing(direct(&f), move || {
+            assert_eq!(during.load(Ordering::SeqCst), 0, "cleanup waits for COMMIT");
+            Ok(())
+        });
+        let mut params = deletion("s1");
+        params.initialization = Some(handle);
+        h.with_session_deletion(params, run).await.unwrap();
+        assert_eq!(f.raw(&s1).await, None);
+        assert_eq!(cleaned.load(Ordering::SeqCst), 1);
+    }
 }

@@ -142,8 +142,10 @@ async fn regression_144396_predecessor_tombstone_does_not_veto_deletion() {
         .unwrap();
     assert_eq!(f.raw(&s1).await, None, "the deletion removed the row");
 
-    // An active binding of another generation keeps the strict ownership check.
-    assert!(f.store.set(&s1, thread("thread-9"), opts()).await.unwrap());
+    // An active binding of another generation (not the recorded predecessor) keeps the
+    // strict ownership check.
+    let s0 = f.id("s0");
+    assert!(f.store.set(&s0, thread("thread-9"), opts()).await.unwrap());
     let err = f
         .harness()
         .with_session_deletion(deletion("s2"), committing(direct(&f), || Ok(())))
@@ -155,7 +157,7 @@ async fn regression_144396_predecessor_tombstone_does_not_veto_deletion() {
             .contains("generation changed before session deletion"),
         "{err}"
     );
-    assert_eq!(f.read(&s1).await.as_deref(), Some("thread-9"));
+    assert_eq!(f.read(&s0).await.as_deref(), Some("thread-9"));
 }
 
 /// #128366: deleted sessions left binding rows behind until the namespace cap (reject-new)
