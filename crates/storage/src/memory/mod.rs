@@ -16,6 +16,10 @@
 //! It also holds host session entries ([`HostSessionStore`](tether_core::HostSessionStore)) for
 //! lifecycle tests.
 //!
+//! `compare_and_apply` runs its admission check while holding the store's lock (so the compare,
+//! the check and the write are one atomic step): an admission callback must not call back into
+//! the same store.
+//!
 //! Tests can inject faults with a [`StoreHook`] and stage transactional deletions with
 //! [`MemoryStore::begin`].
 
