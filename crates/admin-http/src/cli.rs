@@ -1,7 +1,5 @@
 //! What the `tether` binary does: logging set-up, `serve` and `migrate`.
 
-use std::sync::Arc;
-
 use tracing_subscriber::EnvFilter;
 
 use crate::config::ServeConfig;
@@ -34,7 +32,7 @@ fn say(line: &str) {
 /// Opens (creating and migrating) the database, then serves until Ctrl-C.
 pub async fn serve(config: ServeConfig) -> Result<(), String> {
     let database = open_database(&config).await?;
-    let state = AppState::new(Arc::new(database), crate::auth::Tokens::from_env());
+    let state = AppState::from_database(database, crate::auth::Tokens::from_env());
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;

@@ -15,6 +15,17 @@ pub struct Database {
 }
 
 impl Database {
+    /// Wraps an already opened (and migrated) store.
+    pub fn from_store(store: Store) -> Self {
+        // The backend enum is sea-orm's; its name is all this crate needs.
+        let backend = if format!("{:?}", store.backend()).contains("Postgres") {
+            "postgres"
+        } else {
+            "sqlite"
+        };
+        Self { store, backend }
+    }
+
     /// The store.
     pub fn store(&self) -> &Store {
         &self.store

@@ -1,13 +1,22 @@
 //! Typed API errors: each is both the HTTP response and its OpenAPI entry, with a stable code.
+//!
+//! [`ApiError`] is what handlers return; the error-set types ([`ReadErrors`], [`ListErrors`],
+//! [`DetailErrors`], [`ActionErrors`]) implement [`utoipa::IntoResponses`] and list, per route,
+//! the statuses and stable codes it can answer with, all with the [`ErrorBody`] schema.
+
+use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use utoipa::openapi::content::ContentBuilder;
+use utoipa::openapi::response::ResponseBuilder;
+use utoipa::openapi::{Ref, RefOr};
 
 /// The JSON body of every error response.
-#[derive(Debug, Clone, Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ErrorBody {
     /// A stable, machine-readable code (for example `unavailable`).
     pub code: String,
@@ -19,12 +28,38 @@ pub struct ErrorBody {
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApiError {
+    /// A malformed parameter or body (400, `bad_request`).
+    #[error("{0}")]
+    BadRequest(String),
+    /// A page size above the maximum (400, `page_size_too_large`).
+    #[error(
+        "page size {asked} is above the maximum of {max}; ask for at most {max} and follow `next_cursor`"
+    )]
+    PageSizeTooLarge {
+        /// The size asked for.
+        asked: usize,
+        /// The largest accepted size.
+        max: usize,
+    },
     /// Missing or invalid bearer token (401, `unauthorized`).
     #[error("{0}")]
     Unauthorized(String),
     /// The token lacks the needed scope (403, `forbidden`).
     #[error("{0}")]
     Forbidden(String),
+    /// The session, binding or quarantined key does not exist (404, `not_found`).
+    #[error("{0}")]
+    NotFound(String),
+    /// A live lease blocks the action (409, `lease_held`).
+    #[error("{0}")]
+    LeaseHeld(String),
+    /// The state moved on between read and write, or the action does not apply (409,
+    /// `conflict`).
+    #[error("{0}")]
+    Conflict(String),
+    /// The request body is above the limit (413, `payload_too_large`).
+    #[error("{0}")]
+    PayloadTooLarge(String),
     /// The database is unreachable or not migrated (503, `unavailable`).
     #[error("{0}")]
     Unavailable(String),
@@ -37,8 +72,14 @@ impl ApiError {
     /// The stable code of the error.
     pub fn code(&self) -> &'static str {
         match self {
+            Self::BadRequest(_) => "bad_request",
+            Self::PageSizeTooLarge { .. } => "page_size_too_large",
             Self::Unauthorized(_) => "unauthorized",
             Self::Forbidden(_) => "forbidden",
+            Self::NotFound(_) => "not_found",
+            Self::LeaseHeld(_) => "lease_held",
+            Self::Conflict(_) => "conflict",
+            Self::PayloadTooLarge(_) => "payload_too_large",
             Self::Unavailable(_) => "unavailable",
             Self::Internal(_) => "internal",
         }
@@ -47,20 +88,185 @@ impl ApiError {
     /// The HTTP status of the error.
     pub fn status(&self) -> StatusCode {
         match self {
+            Self::BadRequest(_) | Self::PageSizeTooLarge { .. } => StatusCode::BAD_REQUEST,
             Self::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
+            Self::NotFound(_) => StatusCode::NOT_FOUND,
+            Self::LeaseHeld(_) | Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The error body.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            code: self.code().to_owned(),
+            message: self.to_string(),
+        }
+    }
+}
+
+impl From<tether_core::Error> for ApiError {
+    fn from(err: tether_core::Error) -> Self {
+        use tether_core::{Error, StoreErrorKind};
+        match &err {
+            Error::Store {
+                kind: StoreErrorKind::Unavailable { .. },
+            } => Self::Unavailable(err.to_string()),
+            Error::InvalidId(_) => Self::BadRequest(err.to_string()),
+            Error::MutationBlocked { message } => Self::LeaseHeld(format!(
+                "{message}: run `tether leases expire` (or POST …/expire-lease) for that binding, then retry"
+            )),
+            Error::CompetingWork { .. }
+            | Error::SupersededGeneration { .. }
+            | Error::OwnerChanged { .. } => Self::Conflict(format!("{err}; reload and retry")),
+            _ => Self::Internal(err.to_string()),
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody {
-            code: self.code().to_owned(),
-            message: self.to_string(),
-        };
-        (self.status(), Json(body)).into_response()
+        (self.status(), Json(self.body())).into_response()
+    }
+}
+
+/// One documented error status: which codes it carries and what they mean.
+struct Documented {
+    status: u16,
+    text: &'static str,
+}
+
+const BAD_REQUEST: Documented = Documented {
+    status: 400,
+    text: "`bad_request`: a parameter or body is malformed; `page_size_too_large`: `limit` is above the maximum",
+};
+const UNAUTHORIZED: Documented = Documented {
+    status: 401,
+    text: "`unauthorized`: the bearer token is missing or wrong",
+};
+const FORBIDDEN: Documented = Documented {
+    status: 403,
+    text: "`forbidden`: the token has read scope only; actions need TETHER_ADMIN_TOKEN",
+};
+const NOT_FOUND: Documented = Documented {
+    status: 404,
+    text: "`not_found`: no such session, binding or quarantined key",
+};
+const CONFLICT: Documented = Documented {
+    status: 409,
+    text: "`lease_held`: a live lease blocks the action (force-expire it first); `conflict`: the state moved on or the action does not apply",
+};
+const TOO_LARGE: Documented = Documented {
+    status: 413,
+    text: "`payload_too_large`: the request body is above the limit",
+};
+const UNAVAILABLE: Documented = Documented {
+    status: 503,
+    text: "`unavailable`: the database does not answer",
+};
+const INTERNAL: Documented = Documented {
+    status: 500,
+    text: "`internal`: an unexpected failure (see the service log)",
+};
+
+fn responses(set: &[Documented]) -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+    set.iter()
+        .map(|d| {
+            let response = ResponseBuilder::new()
+                .description(d.text)
+                .content(
+                    "application/json",
+                    ContentBuilder::new()
+                        .schema(Some(Ref::from_schema_name("ErrorBody")))
+                        .build(),
+                )
+                .build();
+            (d.status.to_string(), RefOr::T(response))
+        })
+        .collect()
+}
+
+macro_rules! error_set {
+    ($(#[$doc:meta])* $name:ident = [$($d:ident),*]) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy)]
+        pub struct $name;
+
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
+                responses(&[$($d),*])
+            }
+        }
+    };
+}
+
+error_set!(
+    /// Errors of a plain read: 401, 500, 503.
+    ReadErrors = [UNAUTHORIZED, INTERNAL, UNAVAILABLE]
+);
+error_set!(
+    /// Errors of a list or search: 400, 401, 500, 503.
+    ListErrors = [BAD_REQUEST, UNAUTHORIZED, INTERNAL, UNAVAILABLE]
+);
+error_set!(
+    /// Errors of a detail read: 400, 401, 404, 500, 503.
+    DetailErrors = [BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, INTERNAL, UNAVAILABLE]
+);
+error_set!(
+    /// Errors of an action: 400, 401, 403, 404, 409, 413, 500, 503.
+    ActionErrors = [
+        BAD_REQUEST,
+        UNAUTHORIZED,
+        FORBIDDEN,
+        NOT_FOUND,
+        CONFLICT,
+        TOO_LARGE,
+        INTERNAL,
+        UNAVAILABLE
+    ]
+);
+error_set!(
+    /// Errors of the readiness probe: 503.
+    ReadyErrors = [UNAVAILABLE]
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use utoipa::IntoResponses as _;
+
+    #[test]
+    fn every_variant_has_a_distinct_code_and_a_documented_status() {
+        let all = [
+            ApiError::BadRequest(String::new()),
+            ApiError::PageSizeTooLarge { asked: 2, max: 1 },
+            ApiError::Unauthorized(String::new()),
+            ApiError::Forbidden(String::new()),
+            ApiError::NotFound(String::new()),
+            ApiError::LeaseHeld(String::new()),
+            ApiError::Conflict(String::new()),
+            ApiError::PayloadTooLarge(String::new()),
+            ApiError::Unavailable(String::new()),
+            ApiError::Internal(String::new()),
+        ];
+        let mut codes: Vec<_> = all.iter().map(ApiError::code).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), all.len());
+        let documented = ActionErrors::responses();
+        for e in &all {
+            let status = e.status().as_u16().to_string();
+            let Some(RefOr::T(response)) = documented.get(&status) else {
+                panic!("status {status} of `{}` is not documented", e.code());
+            };
+            assert!(
+                response.description.contains(e.code()),
+                "`{}` missing from {status}",
+                e.code()
+            );
+        }
     }
 }

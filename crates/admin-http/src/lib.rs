@@ -32,9 +32,12 @@ pub mod auth;
 pub mod cli;
 pub mod config;
 pub mod database;
+pub mod dto;
 pub mod error;
 pub mod openapi;
+pub mod params;
 pub mod routes;
+pub mod sanitize;
 pub mod state;
 
 pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};

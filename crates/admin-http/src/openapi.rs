@@ -1,17 +1,43 @@
 //! The router and its OpenAPI document.
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::trace::TraceLayer;
-use utoipa::OpenApi;
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
-use crate::routes::health;
+use crate::error::{ApiError, ErrorBody};
+use crate::params::MAX_BODY_BYTES;
+use crate::routes::{bindings, dashboard, health, ops, quarantine, sessions};
 use crate::state::AppState;
 
 /// Path of the served OpenAPI document.
 pub const OPENAPI_PATH: &str = "/api-docs/openapi.json";
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "TETHER_READ_TOKEN (read scope) or TETHER_ADMIN_TOKEN (admin scope)",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
 
 #[derive(OpenApi)]
 #[openapi(
@@ -19,12 +45,38 @@ pub const OPENAPI_PATH: &str = "/api-docs/openapi.json";
         title = "Tether admin API",
         description = "Who holds which native session, since when, at which generation — and the actions operators take on it."
     ),
-    tags((name = "health", description = "Liveness and readiness"))
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    components(schemas(ErrorBody)),
+    tags(
+        (name = "health", description = "Liveness, readiness and metrics"),
+        (name = "sessions", description = "Host sessions"),
+        (name = "bindings", description = "Binding rows, leases and the lease history"),
+        (name = "transcripts", description = "Transcript search (sanitized snippets)"),
+        (name = "quarantine", description = "Quarantined binding keys"),
+        (name = "actions", description = "Operator actions (admin scope)"),
+    )
 )]
 struct ApiDoc;
 
 fn api_router() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi()).routes(routes!(health::healthz))
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(health::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .routes(routes!(sessions::list_sessions))
+        .routes(routes!(sessions::get_session))
+        .routes(routes!(sessions::delete_session_route))
+        .routes(routes!(sessions::search_session))
+        .routes(routes!(sessions::search_all))
+        .routes(routes!(bindings::list_namespaces))
+        .routes(routes!(bindings::list_leases))
+        .routes(routes!(bindings::get_binding))
+        .routes(routes!(bindings::expire_lease))
+        .routes(routes!(bindings::list_lease_events))
+        .routes(routes!(quarantine::list_quarantine))
+        .routes(routes!(quarantine::get_quarantine))
+        .routes(routes!(quarantine::release_quarantine))
 }
 
 /// The OpenAPI document of the admin API.
@@ -32,11 +84,31 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     api_router().split_for_parts().1
 }
 
-/// The admin router: API routes, `/api-docs/openapi.json` and Swagger UI at `/docs`.
+/// Turns the body-limit layer's plain 413 into the typed `payload_too_large` error.
+async fn typed_too_large(response: Response) -> Response {
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !json {
+        return ApiError::PayloadTooLarge(format!(
+            "the request body is above {MAX_BODY_BYTES} bytes; send a smaller body"
+        ))
+        .into_response();
+    }
+    response
+}
+
+/// The admin router: API routes, the dashboard at `/`, `/api-docs/openapi.json` and Swagger UI
+/// at `/docs`. Request bodies are limited to [`MAX_BODY_BYTES`].
 pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
     router
+        .route("/", axum::routing::get(dashboard::dashboard))
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
+        .layer(axum::middleware::map_response(typed_too_large))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -64,7 +64,10 @@ pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, 
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use fault::FaultyStore;
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
-pub use sql::{ServerClock, SqlRowTransaction, Store, StoreOptions};
+pub use sql::{
+    BindingRecord, ForceExpireOutcome, NamespaceSummary, ServerClock, SessionFilter, SessionPage,
+    SqlRowTransaction, Store, StoreOptions, session_binding_keys,
+};
 pub use transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
     TranscriptRole,

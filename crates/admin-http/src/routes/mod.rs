@@ -1,3 +1,8 @@
 //! Route handlers, one module per area.
 
+pub mod bindings;
+pub mod dashboard;
 pub mod health;
+pub mod ops;
+pub mod quarantine;
+pub mod sessions;

@@ -1,3 +1,5 @@
 //! The integration tests of `tether-admin-http` (one test binary per package).
 
+mod api;
 mod serve;
+mod support;

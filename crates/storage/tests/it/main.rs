@@ -1,5 +1,6 @@
 //! The integration tests of `tether-storage` (one test binary per package).
 
+mod admin_read;
 mod conformance;
 pub(crate) mod deletion;
 mod memory_hooks;

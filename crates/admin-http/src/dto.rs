@@ -1,0 +1,373 @@
+//! The JSON shapes of the admin API (with their OpenAPI schemas), and their conversions from
+//! the store's types. Times are Unix milliseconds; transcript text and binding values are
+//! always sanitized before they get here.
+
+use serde::{Deserialize, Serialize};
+use tether_core::{BindingKeyKind, HostSessionEntry, QuarantineEntry, Timestamp};
+use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntry, TranscriptHit};
+use utoipa::ToSchema;
+
+use crate::sanitize::{preview_bytes, sanitize_text};
+
+/// A host session as listed.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionSummary {
+    /// The logical session key.
+    pub session_key: String,
+    /// The owning agent.
+    pub agent_id: String,
+    /// The current physical generation.
+    pub session_id: String,
+    /// The generation it replaced, if any.
+    pub previous_session_id: Option<String>,
+    /// Bumped on every generation change.
+    pub lifecycle_revision: u64,
+    /// The harness driving the session, if selected.
+    pub agent_harness_id: Option<String>,
+    /// Creation time (Unix ms).
+    pub created_at_ms: i64,
+    /// Last update time (Unix ms).
+    pub updated_at_ms: i64,
+}
+
+impl From<&HostSessionEntry> for SessionSummary {
+    fn from(e: &HostSessionEntry) -> Self {
+        Self {
+            session_key: e.session_key.to_string(),
+            agent_id: e.agent_id.to_string(),
+            session_id: e.session_id.to_string(),
+            previous_session_id: e.previous_session_id.as_ref().map(ToString::to_string),
+            lifecycle_revision: e.lifecycle_revision.get(),
+            agent_harness_id: e.agent_harness_id.as_ref().map(ToString::to_string),
+            created_at_ms: e.created_at.as_millis(),
+            updated_at_ms: e.updated_at.as_millis(),
+        }
+    }
+}
+
+/// One page of sessions.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionPageBody {
+    /// The sessions, in session-key order.
+    pub sessions: Vec<SessionSummary>,
+    /// Pass as `cursor` to read the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// The generation lineage of a session.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Lineage {
+    /// The current generation.
+    pub session_id: String,
+    /// The generation it replaced, if any.
+    pub previous_session_id: Option<String>,
+    /// How many generation changes happened (starts at 1).
+    pub lifecycle_revision: u64,
+}
+
+/// A lease on a binding row.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeaseBody {
+    /// The holder label.
+    pub holder: Option<String>,
+    /// The lease epoch (fencing number).
+    pub epoch: u64,
+    /// The first eight characters of the token.
+    pub token_prefix: String,
+    /// When it was acquired (Unix ms).
+    pub acquired_at_ms: i64,
+    /// When it was last renewed (Unix ms).
+    pub renewed_at_ms: i64,
+    /// When it expires (Unix ms).
+    pub expires_at_ms: i64,
+    /// Milliseconds until expiry (0 once expired).
+    pub expires_in_ms: i64,
+    /// Whether it is still live.
+    pub live: bool,
+}
+
+/// A binding row.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BindingBody {
+    /// The namespace.
+    pub namespace: String,
+    /// The key.
+    pub key: String,
+    /// `physical`, `stable` or `conversation`.
+    pub key_kind: String,
+    /// The row revision.
+    pub revision: u64,
+    /// The largest epoch handed out on this row.
+    pub epoch_floor: u64,
+    /// Size of the stored value.
+    pub value_bytes: usize,
+    /// The stored value, sanitized and truncated.
+    pub value_preview: String,
+    /// When the row was created (Unix ms).
+    pub created_at_ms: i64,
+    /// When the row expires (Unix ms), if ever.
+    pub expires_at_ms: Option<i64>,
+    /// The lease, if the row carries one.
+    pub lease: Option<LeaseBody>,
+}
+
+impl BindingBody {
+    /// The body of `record` as seen at `now`.
+    pub fn new(record: &BindingRecord, now: Timestamp) -> Self {
+        let row = &record.row;
+        Self {
+            namespace: record.namespace.to_string(),
+            key: record.key.to_string(),
+            key_kind: match record.key.kind() {
+                BindingKeyKind::Physical => "physical",
+                BindingKeyKind::Stable => "stable",
+                _ => "conversation",
+            }
+            .into(),
+            revision: row.revision.get(),
+            epoch_floor: record.epoch_floor,
+            value_bytes: row.value.len(),
+            value_preview: preview_bytes(&row.value),
+            created_at_ms: row.created_at.as_millis(),
+            expires_at_ms: row.expires_at.map(Timestamp::as_millis),
+            lease: row.lease.as_ref().map(|l| LeaseBody {
+                holder: l.holder.as_deref().map(sanitize_text),
+                epoch: l.epoch.get(),
+                token_prefix: l.token.as_str().chars().take(8).collect(),
+                acquired_at_ms: l.acquired_at.as_millis(),
+                renewed_at_ms: l.renewed_at.as_millis(),
+                expires_at_ms: l.expires_at.as_millis(),
+                expires_in_ms: (l.expires_at.as_millis() - now.as_millis()).max(0),
+                live: l.expires_at > now,
+            }),
+        }
+    }
+}
+
+/// One page of binding rows.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BindingPageBody {
+    /// The rows, in (namespace, key) order.
+    pub bindings: Vec<BindingBody>,
+    /// Pass as `cursor` to read the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// A lease event.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeaseEventBody {
+    /// Position in the history.
+    pub seq: u64,
+    /// The namespace.
+    pub namespace: String,
+    /// The key.
+    pub key: String,
+    /// `acquired`, `renewed`, `released`, `expired`, `taken_over` or `fenced`.
+    pub kind: String,
+    /// The epoch it is about.
+    pub epoch: Option<u64>,
+    /// The token prefix it is about.
+    pub token_prefix: Option<String>,
+    /// The other token involved (previous holder or refused writer).
+    pub other_token_prefix: Option<String>,
+    /// The holder label.
+    pub holder: Option<String>,
+    /// When (Unix ms).
+    pub at_ms: i64,
+}
+
+impl From<&LeaseEvent> for LeaseEventBody {
+    fn from(e: &LeaseEvent) -> Self {
+        Self {
+            seq: e.seq,
+            namespace: e.namespace.to_string(),
+            key: e.key.to_string(),
+            kind: e.kind.as_str().into(),
+            epoch: e.epoch.map(|x| x.get()),
+            token_prefix: e.token_prefix.clone(),
+            other_token_prefix: e.other_token_prefix.clone(),
+            holder: e.holder.as_deref().map(sanitize_text),
+            at_ms: e.at.as_millis(),
+        }
+    }
+}
+
+/// A binding row with its lease history.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct BindingDetail {
+    /// The row.
+    pub binding: BindingBody,
+    /// Its quarantine record, if the key is quarantined.
+    pub quarantine: Option<QuarantineBody>,
+    /// Its lease events, newest first.
+    pub events: Vec<LeaseEventBody>,
+}
+
+/// A quarantined key.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QuarantineBody {
+    /// The namespace.
+    pub namespace: String,
+    /// The key.
+    pub key: String,
+    /// Why it was blocked (sanitized).
+    pub reason: String,
+    /// Who blocked it.
+    pub custody: Option<String>,
+    /// When (Unix ms).
+    pub quarantined_at_ms: i64,
+}
+
+impl From<&QuarantineEntry> for QuarantineBody {
+    fn from(q: &QuarantineEntry) -> Self {
+        Self {
+            namespace: q.namespace.to_string(),
+            key: q.key.to_string(),
+            reason: sanitize_text(&q.reason),
+            custody: q.custody.as_deref().map(sanitize_text),
+            quarantined_at_ms: q.quarantined_at.as_millis(),
+        }
+    }
+}
+
+/// A quarantined key with the binding row it blocks (if any).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QuarantineDetail {
+    /// The record.
+    pub quarantine: QuarantineBody,
+    /// The binding row at that key, if live.
+    pub binding: Option<BindingBody>,
+}
+
+/// A transcript entry, sanitized.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TranscriptEntryBody {
+    /// The entry id.
+    pub anchor: i64,
+    /// `user`, `assistant`, `system` or `tool`.
+    pub role: String,
+    /// The text, sanitized and truncated.
+    pub content: String,
+    /// When (Unix ms).
+    pub created_at_ms: i64,
+}
+
+impl From<&TranscriptEntry> for TranscriptEntryBody {
+    fn from(e: &TranscriptEntry) -> Self {
+        Self {
+            anchor: e.anchor.0,
+            role: e.role.as_str().into(),
+            content: sanitize_text(&e.content),
+            created_at_ms: e.created_at.as_millis(),
+        }
+    }
+}
+
+/// A transcript search hit, sanitized.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TranscriptHitBody {
+    /// The session.
+    pub session_key: String,
+    /// The entry id.
+    pub anchor: i64,
+    /// Who wrote it.
+    pub role: String,
+    /// The text, sanitized and truncated.
+    pub snippet: String,
+}
+
+impl From<&TranscriptHit> for TranscriptHitBody {
+    fn from(h: &TranscriptHit) -> Self {
+        Self {
+            session_key: h.session_key.to_string(),
+            anchor: h.anchor.0,
+            role: h.role.as_str().into(),
+            snippet: sanitize_text(&h.content),
+        }
+    }
+}
+
+/// Search results.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SearchBody {
+    /// The hits, in append order.
+    pub hits: Vec<TranscriptHitBody>,
+}
+
+/// Everything about one session.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionDetail {
+    /// The session entry.
+    pub session: SessionSummary,
+    /// Its generation lineage.
+    pub lineage: Lineage,
+    /// Its binding rows (physical and stable keys, every namespace), with their leases.
+    pub bindings: Vec<BindingBody>,
+    /// Quarantine records of its binding keys.
+    pub quarantine: Vec<QuarantineBody>,
+    /// The last entries of the active transcript path, oldest first, sanitized.
+    pub transcript_tail: Vec<TranscriptEntryBody>,
+    /// The last tool results on the active path, oldest first, sanitized.
+    pub tool_outcomes: Vec<TranscriptEntryBody>,
+    /// The newest lease events of its binding rows, newest first.
+    pub lease_events: Vec<LeaseEventBody>,
+    /// The upstream (external harness) link, if any.
+    pub upstream: Option<String>,
+}
+
+/// A namespace known to the database.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NamespaceBody {
+    /// The namespace.
+    pub namespace: String,
+    /// Live binding rows.
+    pub rows: u64,
+    /// Live binding rows with a live lease.
+    pub leased: u64,
+}
+
+impl From<&NamespaceSummary> for NamespaceBody {
+    fn from(n: &NamespaceSummary) -> Self {
+        Self {
+            namespace: n.namespace.to_string(),
+            rows: n.rows,
+            leased: n.leased,
+        }
+    }
+}
+
+/// An operator's reason for an action.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReasonBody {
+    /// Why (recorded in the service log; required, not blank).
+    pub reason: String,
+}
+
+/// A force-expiry request.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ExpireLeaseBody {
+    /// Why (recorded in the service log; required, not blank).
+    pub reason: String,
+    /// Only expire the lease with this epoch (what the operator saw).
+    pub expected_epoch: Option<u64>,
+}
+
+/// What an action did.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ActionResult {
+    /// What happened (`deleted`, `expired`, `released`).
+    pub outcome: String,
+    /// A human-readable summary.
+    pub message: String,
+    /// For a force-expiry: the expired epoch.
+    pub previous_epoch: Option<u64>,
+}
+
+/// Readiness.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Ready {
+    /// `ready`.
+    pub status: String,
+    /// Host sessions stored.
+    pub sessions: u64,
+}

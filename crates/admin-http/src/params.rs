@@ -1,0 +1,131 @@
+//! Request parsing shared by the routes: page sizes, opaque cursors, typed ids, JSON bodies
+//! whose rejections are typed [`ApiError`]s, and the operator's reason.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Request};
+use axum::http::StatusCode;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// Page size when none is asked for.
+pub const DEFAULT_PAGE_SIZE: usize = 50;
+
+/// Largest accepted page size.
+pub const MAX_PAGE_SIZE: usize = 200;
+
+/// Largest accepted request body, in bytes.
+pub const MAX_BODY_BYTES: usize = 16 * 1024;
+
+/// The page size of a request: the default when absent, a typed 400 beyond the maximum.
+pub fn page_size(limit: Option<usize>) -> Result<usize, ApiError> {
+    match limit {
+        None => Ok(DEFAULT_PAGE_SIZE),
+        Some(0) => Err(ApiError::BadRequest("`limit` must be at least 1".into())),
+        Some(n) if n > MAX_PAGE_SIZE => Err(ApiError::PageSizeTooLarge {
+            asked: n,
+            max: MAX_PAGE_SIZE,
+        }),
+        Some(n) => Ok(n),
+    }
+}
+
+/// Encodes cursor parts as an opaque token.
+pub fn encode_cursor(parts: &[&str]) -> String {
+    let json = serde_json::to_string(parts).unwrap_or_default();
+    URL_SAFE_NO_PAD.encode(json)
+}
+
+/// Decodes an opaque token made by [`encode_cursor`] with `n` parts.
+pub fn decode_cursor(token: &str, n: usize) -> Result<Vec<String>, ApiError> {
+    let invalid = || {
+        ApiError::BadRequest(
+            "invalid `cursor`: pass back the `next_cursor` of the previous page unchanged".into(),
+        )
+    };
+    let bytes = URL_SAFE_NO_PAD.decode(token).map_err(|_| invalid())?;
+    let parts: Vec<String> = serde_json::from_slice(&bytes).map_err(|_| invalid())?;
+    if parts.len() == n {
+        Ok(parts)
+    } else {
+        Err(invalid())
+    }
+}
+
+/// Parses a typed id from a request, mapping the failure to a typed 400 naming the field.
+pub fn parse_id<'a, T, E: std::fmt::Display>(
+    field: &str,
+    raw: &'a str,
+    parse: impl FnOnce(&'a str) -> Result<T, E>,
+) -> Result<T, ApiError> {
+    parse(raw).map_err(|e| ApiError::BadRequest(format!("invalid `{field}`: {e}")))
+}
+
+/// The operator's reason: required and not blank.
+pub fn reason(raw: &str) -> Result<String, ApiError> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(ApiError::BadRequest(
+            "`reason` is required: say why you take this action (it is logged)".into(),
+        ));
+    }
+    Ok(trimmed.chars().take(500).collect())
+}
+
+/// A JSON body whose rejections are typed errors (400 `bad_request`, 413
+/// `payload_too_large`).
+#[derive(Debug, Clone)]
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(value)) => Ok(Self(value)),
+            Err(rejection) => Err(json_rejection(&rejection)),
+        }
+    }
+}
+
+fn json_rejection(rejection: &JsonRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::PayloadTooLarge(format!(
+            "the request body is above {MAX_BODY_BYTES} bytes; send a smaller body"
+        ))
+    } else {
+        ApiError::BadRequest(format!("invalid JSON body: {}", rejection.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_sizes_are_bounded() {
+        assert_eq!(page_size(None).unwrap(), DEFAULT_PAGE_SIZE);
+        assert_eq!(page_size(Some(7)).unwrap(), 7);
+        assert!(matches!(page_size(Some(0)), Err(ApiError::BadRequest(_))));
+        assert!(matches!(
+            page_size(Some(MAX_PAGE_SIZE + 1)),
+            Err(ApiError::PageSizeTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn cursors_round_trip_and_garbage_is_refused() {
+        let token = encode_cursor(&["ns", "session:a:b"]);
+        assert_eq!(decode_cursor(&token, 2).unwrap(), ["ns", "session:a:b"]);
+        assert!(decode_cursor(&token, 1).is_err());
+        assert!(decode_cursor("%%%", 1).is_err());
+        assert!(reason("  ").is_err());
+        assert_eq!(reason(" why ").unwrap(), "why");
+    }
+}

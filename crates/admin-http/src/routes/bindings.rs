@@ -1,0 +1,242 @@
+//! Bindings and leases (`/v1/namespaces`, `/v1/leases`, `/v1/lease-events`) and the
+//! force-expiry action.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use tether_core::{BindingKey, LeaseEpoch, Namespace, QuarantineStore as _};
+use tether_storage::ForceExpireOutcome;
+use utoipa::IntoParams;
+
+use crate::auth::{AdminAccess, ReadAccess};
+use crate::dto::{
+    ActionResult, BindingBody, BindingDetail, BindingPageBody, ExpireLeaseBody, LeaseEventBody,
+    NamespaceBody, QuarantineBody,
+};
+use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
+use crate::params::{ApiJson, decode_cursor, encode_cursor, page_size, parse_id, reason};
+use crate::state::{AppState, Counters};
+
+/// Lease history shown with a binding.
+pub const BINDING_EVENTS: usize = 50;
+
+pub(crate) fn parse_ns_key(ns: &str, key: &str) -> Result<(Namespace, BindingKey), ApiError> {
+    Ok((
+        parse_id("namespace", ns, Namespace::new)?,
+        parse_id("key", key, BindingKey::parse)?,
+    ))
+}
+
+/// The namespaces with live binding rows.
+#[utoipa::path(
+    get,
+    path = "/v1/namespaces",
+    tag = "bindings",
+    responses(
+        (status = 200, description = "Namespaces with their row and lease counts", body = Vec<NamespaceBody>),
+        ReadErrors,
+    )
+)]
+pub async fn list_namespaces(
+    _: ReadAccess,
+    State(state): State<AppState>,
+) -> Result<Json<Vec<NamespaceBody>>, ApiError> {
+    let namespaces = state.store()?.namespaces().await?;
+    Ok(Json(namespaces.iter().map(NamespaceBody::from).collect()))
+}
+
+/// Filters and paging of the binding list.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LeaseQuery {
+    /// Only this namespace.
+    pub namespace: Option<String>,
+    /// Only rows with a live lease (default `true`; `false` lists every live row).
+    pub leased: Option<bool>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size (default 50, at most 200).
+    pub limit: Option<usize>,
+}
+
+/// Lists binding rows with their leases (by default only live leases).
+#[utoipa::path(
+    get,
+    path = "/v1/leases",
+    tag = "bindings",
+    params(LeaseQuery),
+    responses(
+        (status = 200, description = "One page of binding rows", body = BindingPageBody),
+        ListErrors,
+    )
+)]
+pub async fn list_leases(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Query(q): Query<LeaseQuery>,
+) -> Result<Json<BindingPageBody>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let ns = q
+        .namespace
+        .as_deref()
+        .map(|n| parse_id("namespace", n, Namespace::new))
+        .transpose()?;
+    let after = match &q.cursor {
+        Some(token) => {
+            let parts = decode_cursor(token, 2)?;
+            Some(parse_ns_key(&parts[0], &parts[1])?)
+        }
+        None => None,
+    };
+    let store = state.store()?;
+    let mut rows = store
+        .list_bindings(
+            ns.as_ref(),
+            q.leased.unwrap_or(true),
+            after.as_ref().map(|(n, k)| (n, k)),
+            limit + 1,
+        )
+        .await?;
+    let next_cursor = if rows.len() > limit {
+        rows.truncate(limit);
+        rows.last()
+            .map(|r| encode_cursor(&[r.namespace.as_str(), r.key.as_str()]))
+    } else {
+        None
+    };
+    let now = store.clock().now();
+    Ok(Json(BindingPageBody {
+        bindings: rows.iter().map(|r| BindingBody::new(r, now)).collect(),
+        next_cursor,
+    }))
+}
+
+/// One binding row: holder, epoch, acquired / renewed / expires, and its lease history.
+#[utoipa::path(
+    get,
+    path = "/v1/namespaces/{namespace}/bindings/{key}",
+    tag = "bindings",
+    params(
+        ("namespace" = String, Path, description = "The binding namespace"),
+        ("key" = String, Path, description = "The binding key, e.g. session:<agent>:<session id>"),
+    ),
+    responses(
+        (status = 200, description = "The binding row with its lease history", body = BindingDetail),
+        DetailErrors,
+    )
+)]
+pub async fn get_binding(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Path((namespace, key)): Path<(String, String)>,
+) -> Result<Json<BindingDetail>, ApiError> {
+    let (ns, key) = parse_ns_key(&namespace, &key)?;
+    let store = state.store()?;
+    let record = store.binding_record(&ns, &key).await?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no live binding row at {ns}/{key}: list rows with GET /v1/leases?leased=false"
+        ))
+    })?;
+    let quarantine = store.quarantined(&ns, &key).await?;
+    let events = store
+        .recent_lease_events(Some((&ns, &key)), BINDING_EVENTS)
+        .await?;
+    Ok(Json(BindingDetail {
+        binding: BindingBody::new(&record, store.clock().now()),
+        quarantine: quarantine.as_ref().map(QuarantineBody::from),
+        events: events.iter().map(LeaseEventBody::from).collect(),
+    }))
+}
+
+/// Paging of the lease history.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventQuery {
+    /// At most this many events, newest first (default 50, at most 200).
+    pub limit: Option<usize>,
+}
+
+/// The newest lease events of the whole store.
+#[utoipa::path(
+    get,
+    path = "/v1/lease-events",
+    tag = "bindings",
+    params(EventQuery),
+    responses(
+        (status = 200, description = "Lease events, newest first", body = Vec<LeaseEventBody>),
+        ListErrors,
+    )
+)]
+pub async fn list_lease_events(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Query(q): Query<EventQuery>,
+) -> Result<Json<Vec<LeaseEventBody>>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let events = state.store()?.recent_lease_events(None, limit).await?;
+    Ok(Json(events.iter().map(LeaseEventBody::from).collect()))
+}
+
+/// Force-expires the lease of a binding row (admin scope): the lease is removed, the epoch
+/// floor and revision bumped so the old holder's next write is fenced, and an `expired` event
+/// recorded.
+#[utoipa::path(
+    post,
+    path = "/v1/namespaces/{namespace}/bindings/{key}/expire-lease",
+    tag = "actions",
+    params(
+        ("namespace" = String, Path, description = "The binding namespace"),
+        ("key" = String, Path, description = "The binding key"),
+    ),
+    request_body = ExpireLeaseBody,
+    responses(
+        (status = 200, description = "The lease was expired", body = ActionResult),
+        ActionErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn expire_lease(
+    _: AdminAccess,
+    State(state): State<AppState>,
+    Path((namespace, key)): Path<(String, String)>,
+    ApiJson(body): ApiJson<ExpireLeaseBody>,
+) -> Result<Json<ActionResult>, ApiError> {
+    let (ns, key) = parse_ns_key(&namespace, &key)?;
+    let why = reason(&body.reason)?;
+    let outcome = state
+        .store()?
+        .force_expire_lease(&ns, &key, body.expected_epoch.map(LeaseEpoch::new))
+        .await?;
+    match outcome {
+        ForceExpireOutcome::Expired {
+            previous_epoch,
+            previous_holder,
+            ..
+        } => {
+            Counters::bump(&state.counters().force_expirations);
+            tracing::warn!(namespace = %ns, key = %key, epoch = previous_epoch.get(), reason = %why, "lease force-expired by an operator");
+            Ok(Json(ActionResult {
+                outcome: "expired".into(),
+                message: format!(
+                    "lease epoch {} of {} on {ns}/{key} expired; its holder is fenced",
+                    previous_epoch.get(),
+                    previous_holder.as_deref().unwrap_or("an unknown holder")
+                ),
+                previous_epoch: Some(previous_epoch.get()),
+            }))
+        }
+        ForceExpireOutcome::Missing => Err(ApiError::NotFound(format!(
+            "no live binding row at {ns}/{key}"
+        ))),
+        ForceExpireOutcome::NoLease => Err(ApiError::Conflict(format!(
+            "{ns}/{key} holds no live lease: nothing to expire"
+        ))),
+        ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
+            "the lease on {ns}/{key} is now at epoch {}; reload it and confirm before expiring",
+            current.get()
+        ))),
+        _ => Err(ApiError::Conflict(format!(
+            "{ns}/{key} changed while expiring its lease; reload and retry"
+        ))),
+    }
+}

@@ -1,0 +1,256 @@
+//! The dashboard at `/`: one server-rendered HTML page (no external assets) with sessions, live
+//! leases counting down, quarantined keys and recent lease events. It refreshes itself every
+//! ten seconds; every value is HTML-escaped.
+
+use std::fmt::Write as _;
+
+use axum::extract::State;
+use axum::response::Html;
+use tether_core::Timestamp;
+use tether_storage::{SessionFilter, StoreAdmin as _};
+
+use crate::auth::ReadAccess;
+use crate::dto::{BindingBody, LeaseEventBody, QuarantineBody, SessionSummary};
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Rows per dashboard table.
+pub const ROWS: usize = 50;
+
+/// Escapes text for HTML content and attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn ago(now: Timestamp, at_ms: i64) -> String {
+    let secs = (now.as_millis() - at_ms).max(0) / 1000;
+    match secs {
+        s if s < 120 => format!("{s}s ago"),
+        s if s < 7200 => format!("{}m ago", s / 60),
+        s if s < 172_800 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86_400),
+    }
+}
+
+const STYLE: &str = "body{font-family:system-ui,sans-serif;margin:1.5rem;color:#1d2330;background:#f7f8fa}\
+h1{font-size:1.4rem;margin:0 0 .2rem}h2{font-size:1.05rem;margin:1.6rem 0 .5rem}\
+.sub{color:#5b6472;font-size:.85rem}table{border-collapse:collapse;width:100%;background:#fff;font-size:.85rem}\
+th,td{text-align:left;padding:.35rem .55rem;border-bottom:1px solid #e3e6eb;vertical-align:top}\
+th{background:#eef1f5;font-weight:600}code{font-size:.8rem;word-break:break-all}\
+.empty{color:#7a8290;font-style:italic}.live{color:#0a7d32;font-weight:600}.gone{color:#b42318}\
+.cards{display:flex;gap:.8rem;flex-wrap:wrap;margin-top:.8rem}.card{background:#fff;border:1px solid #e3e6eb;\
+border-radius:6px;padding:.5rem .9rem}.card b{display:block;font-size:1.3rem}a{color:#2156c9}";
+
+const SCRIPT: &str = "(function(){var off=Number(document.body.dataset.now)-Date.now();\
+function tick(){document.querySelectorAll('[data-expires]').forEach(function(el){\
+var left=Math.round((Number(el.dataset.expires)-(Date.now()+off))/1000);\
+if(left>0){el.textContent='expires in '+left+'s';el.className='live';}\
+else{el.textContent='expired';el.className='gone';}});}\
+tick();setInterval(tick,1000);setTimeout(function(){location.reload();},10000);})();";
+
+fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>], empty: &str) {
+    if rows.is_empty() {
+        let _ = write!(out, "<p class=\"empty\">{}</p>", escape(empty));
+        return;
+    }
+    out.push_str("<table><thead><tr>");
+    for h in headers {
+        let _ = write!(out, "<th>{}</th>", escape(h));
+    }
+    out.push_str("</tr></thead><tbody>");
+    for row in rows {
+        out.push_str("<tr>");
+        for cell in row {
+            // Cells are built from escaped text below.
+            let _ = write!(out, "<td>{cell}</td>");
+        }
+        out.push_str("</tr>");
+    }
+    out.push_str("</tbody></table>");
+}
+
+fn code(text: &str) -> String {
+    format!("<code>{}</code>", escape(text))
+}
+
+/// Renders the dashboard from the store.
+pub async fn render(state: &AppState) -> Result<String, ApiError> {
+    let store = state.store()?;
+    let now = store.clock().now();
+    let sessions = store
+        .list_sessions(&SessionFilter {
+            limit: ROWS,
+            ..SessionFilter::default()
+        })
+        .await?;
+    let leases = store.list_bindings(None, true, None, ROWS).await?;
+    let quarantined = store.quarantined_keys(ROWS).await?;
+    let events = store.recent_lease_events(None, ROWS).await?;
+    let (n_sessions, n_quarantined) = store.admin_counts().await?;
+
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>Tether admin</title><style>{STYLE}</style></head><body data-now=\"{}\">\
+         <h1>Tether admin</h1><div class=\"sub\">Refreshes every 10 s · \
+         <a href=\"/docs/\">API docs</a> · <a href=\"/metrics\">metrics</a></div>\
+         <div class=\"cards\"><div class=\"card\"><b>{n_sessions}</b>sessions</div>\
+         <div class=\"card\"><b>{}</b>live leases shown</div>\
+         <div class=\"card\"><b>{n_quarantined}</b>quarantined keys</div></div>",
+        now.as_millis(),
+        leases.len(),
+    );
+
+    out.push_str("<h2>Live leases</h2>");
+    let rows: Vec<Vec<String>> = leases
+        .iter()
+        .map(|b| BindingBody::new(b, now))
+        .map(|b| {
+            let lease = b.lease.as_ref();
+            vec![
+                code(&b.namespace),
+                code(&b.key),
+                escape(lease.and_then(|l| l.holder.as_deref()).unwrap_or("—")),
+                lease.map_or_else(String::new, |l| l.epoch.to_string()),
+                lease.map_or_else(String::new, |l| escape(&ago(now, l.acquired_at_ms))),
+                lease.map_or_else(String::new, |l| escape(&ago(now, l.renewed_at_ms))),
+                lease.map_or_else(String::new, |l| {
+                    format!(
+                        "<span data-expires=\"{}\">expires in {}s</span>",
+                        l.expires_at_ms,
+                        l.expires_in_ms / 1000
+                    )
+                }),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "Namespace",
+            "Key",
+            "Holder",
+            "Epoch",
+            "Acquired",
+            "Renewed",
+            "Expiry",
+        ],
+        &rows,
+        "No live leases.",
+    );
+
+    out.push_str("<h2>Sessions</h2>");
+    let rows: Vec<Vec<String>> = sessions
+        .sessions
+        .iter()
+        .map(SessionSummary::from)
+        .map(|s| {
+            vec![
+                code(&s.session_key),
+                escape(&s.agent_id),
+                code(&s.session_id),
+                s.previous_session_id
+                    .as_deref()
+                    .map_or_else(String::new, code),
+                s.lifecycle_revision.to_string(),
+                escape(s.agent_harness_id.as_deref().unwrap_or("—")),
+                escape(&ago(now, s.updated_at_ms)),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "Session key",
+            "Agent",
+            "Generation",
+            "Previous",
+            "Revision",
+            "Harness",
+            "Updated",
+        ],
+        &rows,
+        "No sessions yet. Populate a database with `tether demo`.",
+    );
+
+    out.push_str("<h2>Quarantined keys</h2>");
+    let rows: Vec<Vec<String>> = quarantined
+        .iter()
+        .map(QuarantineBody::from)
+        .map(|q| {
+            vec![
+                code(&q.namespace),
+                code(&q.key),
+                escape(&q.reason),
+                escape(q.custody.as_deref().unwrap_or("—")),
+                escape(&ago(now, q.quarantined_at_ms)),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &["Namespace", "Key", "Reason", "Custody", "Since"],
+        &rows,
+        "No quarantined keys.",
+    );
+
+    out.push_str("<h2>Recent lease events</h2>");
+    let rows: Vec<Vec<String>> = events
+        .iter()
+        .map(LeaseEventBody::from)
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                escape(&e.kind),
+                code(&e.namespace),
+                code(&e.key),
+                e.epoch.map_or_else(String::new, |x| x.to_string()),
+                escape(e.holder.as_deref().unwrap_or("—")),
+                escape(&ago(now, e.at_ms)),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &["#", "Event", "Namespace", "Key", "Epoch", "Holder", "When"],
+        &rows,
+        "No lease events yet.",
+    );
+    let _ = write!(out, "<script>{SCRIPT}</script></body></html>");
+    Ok(out)
+}
+
+/// The dashboard page (read scope).
+pub async fn dashboard(
+    _: ReadAccess,
+    State(state): State<AppState>,
+) -> Result<Html<String>, ApiError> {
+    render(&state).await.map(Html)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaping_covers_markup_and_quotes() {
+        assert_eq!(
+            escape("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+        assert_eq!(ago(Timestamp::from_millis(10_000), 5_000), "5s ago");
+    }
+}

@@ -1,0 +1,177 @@
+//! `/readyz` (database reachable and migrated) and `/metrics` (Prometheus text).
+
+use std::fmt::Write as _;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::IntoResponse;
+use tether_storage::LeaseEventKind;
+
+use crate::auth::ReadAccess;
+use crate::dto::Ready;
+use crate::error::{ApiError, ReadErrors, ReadyErrors};
+use crate::state::{AppState, Counters};
+
+/// Readiness: the database answers and its schema is migrated.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "health",
+    responses(
+        (status = 200, description = "Ready to serve", body = Ready),
+        ReadyErrors,
+    )
+)]
+pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, ApiError> {
+    let unavailable = |e: String| ApiError::Unavailable(format!("not ready: {e}"));
+    state.probe().check().await.map_err(unavailable)?;
+    let (sessions, _) = state.store()?.admin_counts().await.map_err(|e| {
+        unavailable(format!(
+            "the schema is not migrated or unreadable ({e}); run `tether migrate`"
+        ))
+    })?;
+    Ok(Json(Ready {
+        status: "ready".into(),
+        sessions,
+    }))
+}
+
+/// The Prometheus text of the service's metrics.
+pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
+    let store = state.store()?;
+    let counts = store.lease_event_counts().await?;
+    let (sessions, quarantined) = store.admin_counts().await?;
+    let namespaces = store.namespaces().await?;
+    let count = |kind: LeaseEventKind| {
+        counts
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map_or(0, |(_, n)| *n)
+    };
+    let mut out = String::new();
+    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        for (labels, value) in samples {
+            let _ = writeln!(out, "{name}{labels} {value}");
+        }
+    };
+    metric(
+        "tether_lease_events_total",
+        "counter",
+        "Lease events in the stored history, by kind.",
+        &LeaseEventKind::ALL
+            .iter()
+            .map(|k| (format!("{{kind=\"{}\"}}", k.as_str()), count(*k)))
+            .collect::<Vec<_>>(),
+    );
+    for (name, help, kind) in [
+        (
+            "tether_lease_acquisitions_total",
+            "Lease acquisitions (stored history).",
+            LeaseEventKind::Acquired,
+        ),
+        (
+            "tether_lease_renewals_total",
+            "Lease renewals (stored history).",
+            LeaseEventKind::Renewed,
+        ),
+        (
+            "tether_lease_takeovers_total",
+            "Leases taken over by another token (stored history).",
+            LeaseEventKind::TakenOver,
+        ),
+        (
+            "tether_fenced_writes_total",
+            "Conditional writes refused because the row moved on: lease conflicts (stored history).",
+            LeaseEventKind::Fenced,
+        ),
+        (
+            "tether_lease_expirations_total",
+            "Leases expired by the sweeper or force-expired by an operator (stored history).",
+            LeaseEventKind::Expired,
+        ),
+    ] {
+        metric(name, "counter", help, &[(String::new(), count(kind))]);
+    }
+    metric(
+        "tether_sessions",
+        "gauge",
+        "Host sessions stored.",
+        &[(String::new(), sessions)],
+    );
+    metric(
+        "tether_quarantined_keys",
+        "gauge",
+        "Quarantined binding keys.",
+        &[(String::new(), quarantined)],
+    );
+    metric(
+        "tether_live_leases",
+        "gauge",
+        "Binding rows holding a live lease, by namespace.",
+        &namespaces
+            .iter()
+            .map(|n| {
+                (
+                    format!("{{namespace=\"{}\"}}", escape_label(n.namespace.as_str())),
+                    n.leased,
+                )
+            })
+            .collect::<Vec<_>>(),
+    );
+    let c = state.counters();
+    metric(
+        "tether_admin_session_deletions_total",
+        "counter",
+        "Sessions deleted through this service.",
+        &[(String::new(), Counters::get(&c.deletions))],
+    );
+    metric(
+        "tether_admin_session_deletion_failures_total",
+        "counter",
+        "Deletions refused or rolled back in this service.",
+        &[(String::new(), Counters::get(&c.deletion_failures))],
+    );
+    metric(
+        "tether_admin_lease_force_expirations_total",
+        "counter",
+        "Leases force-expired through this service.",
+        &[(String::new(), Counters::get(&c.force_expirations))],
+    );
+    metric(
+        "tether_admin_quarantine_releases_total",
+        "counter",
+        "Quarantined keys released through this service.",
+        &[(String::new(), Counters::get(&c.quarantine_releases))],
+    );
+    Ok(out)
+}
+
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Metrics in the Prometheus text format.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "health",
+    responses(
+        (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
+        ReadErrors,
+    )
+)]
+pub async fn metrics(
+    _: ReadAccess,
+    State(state): State<AppState>,
+) -> Result<impl IntoResponse, ApiError> {
+    let text = render_metrics(&state).await?;
+    Ok((
+        [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        text,
+    ))
+}

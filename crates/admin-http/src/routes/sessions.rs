@@ -1,0 +1,346 @@
+//! `/v1/sessions`: list, detail, deletion, and transcript search within one session.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use tether_core::{AgentId, HarnessId, HostSessionEntry, SessionKey};
+use tether_storage::{
+    HarnessRegistry, HostSessions, SessionFilter, Store, StoreAdmin as _, TransactionHooks,
+    WorkTracker, session_binding_keys,
+};
+use utoipa::IntoParams;
+
+use crate::auth::{AdminAccess, ReadAccess};
+use crate::dto::{
+    ActionResult, BindingBody, LeaseEventBody, Lineage, QuarantineBody, SearchBody, SessionDetail,
+    SessionPageBody, SessionSummary, TranscriptEntryBody, TranscriptHitBody,
+};
+use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
+use crate::params::{decode_cursor, encode_cursor, page_size, parse_id};
+use crate::state::{AppState, Counters};
+
+/// How many transcript entries a session detail shows.
+pub const TRANSCRIPT_TAIL: usize = 20;
+
+/// How many lease events a session detail shows.
+pub const DETAIL_EVENTS: usize = 20;
+
+/// Filters and paging of the session list.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SessionQuery {
+    /// Only sessions of this agent.
+    pub agent: Option<String>,
+    /// Only sessions driven by this harness.
+    pub harness: Option<String>,
+    /// Only sessions whose binding holds (`true`) or does not hold (`false`) a live lease.
+    pub has_lease: Option<bool>,
+    /// Only sessions with (`true`) or without (`false`) a quarantined binding key.
+    pub quarantined: Option<bool>,
+    /// The `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+    /// Page size (default 50, at most 200).
+    pub limit: Option<usize>,
+}
+
+/// Lists host sessions.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions",
+    tag = "sessions",
+    params(SessionQuery),
+    responses(
+        (status = 200, description = "One page of sessions", body = SessionPageBody),
+        ListErrors,
+    )
+)]
+pub async fn list_sessions(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Query(q): Query<SessionQuery>,
+) -> Result<Json<SessionPageBody>, ApiError> {
+    let limit = page_size(q.limit)?;
+    let after = match &q.cursor {
+        Some(token) => {
+            let parts = decode_cursor(token, 1)?;
+            Some(parse_id("cursor", &parts[0], SessionKey::new)?)
+        }
+        None => None,
+    };
+    let filter = SessionFilter {
+        agent: q
+            .agent
+            .as_deref()
+            .map(|a| parse_id("agent", a, AgentId::new))
+            .transpose()?,
+        harness: q
+            .harness
+            .as_deref()
+            .map(|h| parse_id("harness", h, HarnessId::new))
+            .transpose()?,
+        has_lease: q.has_lease,
+        quarantined: q.quarantined,
+        after,
+        limit,
+    };
+    let page = state.store()?.list_sessions(&filter).await?;
+    Ok(Json(SessionPageBody {
+        sessions: page.sessions.iter().map(SessionSummary::from).collect(),
+        next_cursor: page.next.map(|k| encode_cursor(&[k.as_str()])),
+    }))
+}
+
+pub(crate) async fn load_session(store: &Store, raw: &str) -> Result<HostSessionEntry, ApiError> {
+    let key = parse_id("session_key", raw, SessionKey::new)?;
+    store.session(&key).await?.ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no session `{key}`: list sessions with GET /v1/sessions"
+        ))
+    })
+}
+
+/// Builds the detail of a session.
+pub async fn session_detail(
+    store: &Store,
+    entry: &HostSessionEntry,
+) -> Result<SessionDetail, ApiError> {
+    let now = store.clock().now();
+    let bindings = store.session_bindings(entry).await?;
+    let keys = session_binding_keys(entry);
+    let quarantined: Vec<_> = store
+        .quarantined_keys(10_000)
+        .await?
+        .into_iter()
+        .filter(|q| keys.contains(&q.key))
+        .collect();
+    let mut namespaces: Vec<_> = bindings
+        .iter()
+        .map(|b| b.namespace.clone())
+        .chain(quarantined.iter().map(|q| q.namespace.clone()))
+        .collect();
+    namespaces.sort();
+    namespaces.dedup();
+    let mut lease_events = Vec::new();
+    for ns in &namespaces {
+        for key in &keys {
+            lease_events.extend(
+                store
+                    .recent_lease_events(Some((ns, key)), DETAIL_EVENTS)
+                    .await?,
+            );
+        }
+    }
+    lease_events.sort_by_key(|e| std::cmp::Reverse(e.seq));
+    lease_events.truncate(DETAIL_EVENTS);
+    let path = store.active_path(&entry.session_key).await?;
+    let tail_start = path.len().saturating_sub(TRANSCRIPT_TAIL);
+    let tools: Vec<_> = path
+        .iter()
+        .filter(|e| e.role == tether_storage::TranscriptRole::Tool)
+        .collect();
+    let tools_start = tools.len().saturating_sub(5);
+    Ok(SessionDetail {
+        session: SessionSummary::from(entry),
+        lineage: Lineage {
+            session_id: entry.session_id.to_string(),
+            previous_session_id: entry.previous_session_id.as_ref().map(ToString::to_string),
+            lifecycle_revision: entry.lifecycle_revision.get(),
+        },
+        bindings: bindings.iter().map(|b| BindingBody::new(b, now)).collect(),
+        quarantine: quarantined.iter().map(QuarantineBody::from).collect(),
+        transcript_tail: path[tail_start..]
+            .iter()
+            .map(TranscriptEntryBody::from)
+            .collect(),
+        tool_outcomes: tools[tools_start..]
+            .iter()
+            .map(|e| TranscriptEntryBody::from(*e))
+            .collect(),
+        lease_events: lease_events.iter().map(LeaseEventBody::from).collect(),
+        upstream: store
+            .upstream_link(&entry.session_key)
+            .await?
+            .map(|u| crate::sanitize::sanitize_text(&u)),
+    })
+}
+
+/// One session: entry, lineage, bindings with leases, quarantine, transcript tail (sanitized),
+/// last tool outcomes and lease events.
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_key}",
+    tag = "sessions",
+    params(("session_key" = String, Path, description = "The logical session key")),
+    responses(
+        (status = 200, description = "The session", body = SessionDetail),
+        DetailErrors,
+    )
+)]
+pub async fn get_session(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Path(session_key): Path<String>,
+) -> Result<Json<SessionDetail>, ApiError> {
+    let store = state.store()?;
+    let entry = load_session(store, &session_key).await?;
+    Ok(Json(session_detail(store, &entry).await?))
+}
+
+#[derive(Debug)]
+struct NoRuns;
+
+impl WorkTracker for NoRuns {
+    fn has_competing_work(&self, _: &SessionKey, _: &tether_core::SessionId) -> bool {
+        false
+    }
+}
+
+/// Deletes `entry` through the transactional deletion path ([`HostSessions`]): the session row,
+/// its transcript and its binding rows go in one transaction. No harness is registered in the
+/// admin process, so the binding rows are removed inside that transaction by the store, which
+/// refuses (rolling everything back) while one of them holds a live lease.
+pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<bool, ApiError> {
+    let now = store.clock().now();
+    if let Some(held) = store
+        .session_bindings(entry)
+        .await?
+        .iter()
+        .find(|b| b.live_lease(now).is_some())
+    {
+        return Err(ApiError::LeaseHeld(format!(
+            "session `{}` is bound at {}/{} under a live lease; force-expire it first (`tether leases expire --namespace {} --key {} --reason …`), then retry",
+            entry.session_key, held.namespace, held.key, held.namespace, held.key
+        )));
+    }
+    let (hook_store, hook_entry) = (store.clone(), entry.clone());
+    let hooks = TransactionHooks::new().after_mutations(move |tx| {
+        let (store, entry) = (hook_store.clone(), hook_entry.clone());
+        Box::pin(async move {
+            store
+                .delete_session_bindings_in(tx, &entry)
+                .await
+                .map(|_| ())
+        })
+    });
+    let deleted = HostSessions::new(store.clone(), HarnessRegistry::new(), Arc::new(NoRuns))
+        .with_hooks(hooks)
+        .delete_sessions(std::slice::from_ref(&entry.session_key))
+        .await?;
+    Ok(!deleted.is_empty())
+}
+
+/// Deletes a session, its transcript and its binding rows in one transaction (admin scope).
+/// Refused with `lease_held` while its binding holds a live lease.
+#[utoipa::path(
+    delete,
+    path = "/v1/sessions/{session_key}",
+    tag = "actions",
+    params(("session_key" = String, Path, description = "The logical session key")),
+    responses(
+        (status = 200, description = "The session is gone", body = ActionResult),
+        ActionErrors,
+    ),
+    security(("bearer" = []))
+)]
+pub async fn delete_session_route(
+    _: AdminAccess,
+    State(state): State<AppState>,
+    Path(session_key): Path<String>,
+) -> Result<Json<ActionResult>, ApiError> {
+    let store = state.store()?;
+    let entry = load_session(store, &session_key).await?;
+    match delete_session(store, &entry).await {
+        Ok(true) => {
+            Counters::bump(&state.counters().deletions);
+            tracing::info!(session = %entry.session_key, "session deleted by an operator");
+            Ok(Json(ActionResult {
+                outcome: "deleted".into(),
+                message: format!(
+                    "session `{}` and its binding rows were deleted",
+                    entry.session_key
+                ),
+                previous_epoch: None,
+            }))
+        }
+        Ok(false) => Err(ApiError::NotFound(format!(
+            "session `{}` was deleted meanwhile",
+            entry.session_key
+        ))),
+        Err(err) => {
+            Counters::bump(&state.counters().deletion_failures);
+            Err(err)
+        }
+    }
+}
+
+/// Transcript search parameters.
+#[derive(Debug, Clone, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SearchQuery {
+    /// Words that must all appear.
+    pub q: String,
+    /// At most this many hits (default 50, at most 200).
+    pub limit: Option<usize>,
+}
+
+/// Searches the transcripts of every session (sanitized snippets).
+#[utoipa::path(
+    get,
+    path = "/v1/transcripts/search",
+    tag = "transcripts",
+    params(SearchQuery),
+    responses(
+        (status = 200, description = "The hits", body = SearchBody),
+        ListErrors,
+    )
+)]
+pub async fn search_all(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Query(q): Query<SearchQuery>,
+) -> Result<Json<SearchBody>, ApiError> {
+    search(&state, None, &q).await
+}
+
+/// Searches the transcript of one session (sanitized snippets).
+#[utoipa::path(
+    get,
+    path = "/v1/sessions/{session_key}/transcript/search",
+    tag = "transcripts",
+    params(("session_key" = String, Path, description = "The logical session key"), SearchQuery),
+    responses(
+        (status = 200, description = "The hits", body = SearchBody),
+        DetailErrors,
+    )
+)]
+pub async fn search_session(
+    _: ReadAccess,
+    State(state): State<AppState>,
+    Path(session_key): Path<String>,
+    Query(q): Query<SearchQuery>,
+) -> Result<Json<SearchBody>, ApiError> {
+    let entry = load_session(state.store()?, &session_key).await?;
+    search(&state, Some(&entry.session_key), &q).await
+}
+
+async fn search(
+    state: &AppState,
+    session: Option<&SessionKey>,
+    q: &SearchQuery,
+) -> Result<Json<SearchBody>, ApiError> {
+    let limit = page_size(q.limit)?;
+    if q.q.trim().is_empty() {
+        return Err(ApiError::BadRequest(
+            "`q` is required: pass the words to search for".into(),
+        ));
+    }
+    let hits = state
+        .store()?
+        .search_transcripts(&q.q, session, limit)
+        .await?;
+    Ok(Json(SearchBody {
+        hits: hits.iter().map(TranscriptHitBody::from).collect(),
+    }))
+}

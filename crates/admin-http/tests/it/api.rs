@@ -1,0 +1,713 @@
+//! Router tests for every `/v1` route, `/readyz`, `/metrics` and the dashboard: success, each
+//! typed error, tokens and scopes, pagination, filters and body limits.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use tether_admin_http::AppState;
+use tether_admin_http::auth::Tokens;
+use tether_core::{BindingStore as _, Intent, LeaseWrite, RowWrite, admit_all};
+use tether_storage::session_binding_keys;
+
+use crate::support::{ADMIN, Fixture, NS, READ, SECRET, call, ns, seg, tokens};
+
+fn open(f: &Fixture) -> AppState {
+    f.state(Tokens::default())
+}
+
+#[tokio::test]
+async fn sessions_are_listed_in_pages_with_a_cursor() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let first = call(&state, "GET", "/v1/sessions?limit=2", None, None).await;
+    assert_eq!(first.status, StatusCode::OK, "{}", first.text);
+    let body = first.json();
+    let keys: Vec<_> = body["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys, ["agent:main:alpha", "agent:main:beta"]);
+    let cursor = body["next_cursor"].as_str().unwrap();
+    let second = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions?limit=2&cursor={cursor}"),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(second["sessions"][0]["session_key"], "agent:ops:gamma");
+    assert!(second["next_cursor"].is_null());
+}
+
+#[tokio::test]
+async fn sessions_are_filtered() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let keys = |path: &'static str| {
+        let state = state.clone();
+        async move {
+            call(&state, "GET", path, None, None).await.json()["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["session_key"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(keys("/v1/sessions?agent=ops").await, ["agent:ops:gamma"]);
+    assert_eq!(keys("/v1/sessions?harness=codex").await.len(), 2);
+    assert_eq!(
+        keys("/v1/sessions?has_lease=true").await,
+        ["agent:main:alpha"]
+    );
+    assert_eq!(
+        keys("/v1/sessions?quarantined=true").await,
+        ["agent:main:beta"]
+    );
+    assert_eq!(
+        keys("/v1/sessions?has_lease=false&quarantined=false").await,
+        ["agent:ops:gamma"]
+    );
+}
+
+#[tokio::test]
+async fn page_sizes_cursors_and_filters_are_checked() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    call(&state, "GET", "/v1/sessions?limit=201", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "page_size_too_large");
+    call(&state, "GET", "/v1/sessions?limit=0", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(&state, "GET", "/v1/sessions?cursor=nonsense!", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(&state, "GET", "/v1/leases?limit=500", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "page_size_too_large");
+    call(&state, "GET", "/v1/lease-events?limit=500", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "page_size_too_large");
+    call(&state, "GET", "/v1/quarantine?limit=500", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "page_size_too_large");
+}
+
+#[tokio::test]
+async fn session_detail_shows_bindings_lineage_and_sanitized_transcript() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let reply = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:main:alpha")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    assert!(
+        !reply.text.contains(SECRET),
+        "secrets never leave: {}",
+        reply.text
+    );
+    let d = reply.json();
+    assert_eq!(d["lineage"]["lifecycle_revision"], 1);
+    assert_eq!(d["lineage"]["session_id"], "alpha-g1");
+    let binding = &d["bindings"][0];
+    assert_eq!(binding["key_kind"], "stable");
+    assert_eq!(binding["lease"]["live"], true);
+    assert_eq!(binding["lease"]["expires_in_ms"], 60_000);
+    assert_eq!(d["transcript_tail"].as_array().unwrap().len(), 3);
+    assert_eq!(d["tool_outcomes"][0]["content"], "deploy exit code 0");
+    assert_eq!(d["lease_events"][0]["kind"], "acquired");
+
+    let beta = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:main:beta")),
+        None,
+        None,
+    )
+    .await;
+    assert!(!beta.text.contains(SECRET), "{}", beta.text);
+    assert_eq!(beta.json()["quarantine"].as_array().unwrap().len(), 1);
+
+    call(&state, "GET", "/v1/sessions/agent:main:nope", None, None)
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "not_found");
+}
+
+#[tokio::test]
+async fn tokens_and_scopes_are_enforced() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    call(&state, "GET", "/v1/sessions", None, None)
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    call(&state, "GET", "/v1/sessions", Some("wrong"), None)
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    assert_eq!(
+        call(&state, "GET", "/v1/sessions", Some(READ), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&state, "GET", "/v1/sessions", Some(ADMIN), None)
+            .await
+            .status,
+        StatusCode::OK
+    );
+    let delete = format!("/v1/sessions/{}", seg("agent:ops:gamma"));
+    call(&state, "DELETE", &delete, Some(READ), None)
+        .await
+        .expect_error(StatusCode::FORBIDDEN, "forbidden");
+    call(&state, "DELETE", &delete, None, None)
+        .await
+        .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    for (path, body) in [
+        (
+            format!("/v1/namespaces/{NS}/bindings/x/expire-lease"),
+            r#"{"reason":"x"}"#,
+        ),
+        (
+            format!("/v1/quarantine/{NS}/x/release"),
+            r#"{"reason":"x"}"#,
+        ),
+    ] {
+        call(&state, "POST", &path, Some(READ), Some(body.into()))
+            .await
+            .expect_error(StatusCode::FORBIDDEN, "forbidden");
+        call(&state, "POST", &path, Some("wrong"), Some(body.into()))
+            .await
+            .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+    for path in [
+        "/",
+        "/metrics",
+        "/v1/leases",
+        "/v1/quarantine",
+        "/v1/namespaces",
+    ] {
+        call(&state, "GET", path, None, None)
+            .await
+            .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+    }
+
+    // Without any token the loopback service is open for reads only.
+    let open = open(&f);
+    call(&open, "DELETE", &delete, None, None)
+        .await
+        .expect_error(StatusCode::FORBIDDEN, "forbidden");
+    assert_eq!(
+        call(&open, "GET", "/v1/sessions", None, None).await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn bindings_leases_and_history_are_read_by_namespace_and_key() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let namespaces = call(&state, "GET", "/v1/namespaces", None, None)
+        .await
+        .json();
+    assert_eq!(namespaces[0]["namespace"], NS);
+    assert_eq!(namespaces[0]["rows"], 2);
+    assert_eq!(namespaces[0]["leased"], 1);
+
+    let leased = call(&state, "GET", "/v1/leases", None, None).await.json();
+    assert_eq!(leased["bindings"].as_array().unwrap().len(), 1);
+    let holder = leased["bindings"][0]["lease"]["holder"].as_str().unwrap();
+    assert_eq!(
+        holder, "<script>worker</script>",
+        "JSON keeps text; HTML escapes it"
+    );
+    let all = call(&state, "GET", "/v1/leases?leased=false&limit=1", None, None)
+        .await
+        .json();
+    assert_eq!(all["bindings"].as_array().unwrap().len(), 1);
+    let cursor = all["next_cursor"].as_str().unwrap();
+    let rest = call(
+        &state,
+        "GET",
+        &format!("/v1/leases?leased=false&limit=1&cursor={cursor}"),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(rest["bindings"].as_array().unwrap().len(), 1);
+    assert!(rest["next_cursor"].is_null());
+    assert_ne!(all["bindings"][0]["key"], rest["bindings"][0]["key"]);
+    let other_ns = call(&state, "GET", "/v1/leases?namespace=other", None, None)
+        .await
+        .json();
+    assert!(other_ns["bindings"].as_array().unwrap().is_empty());
+
+    let alpha = f.entry("agent:main:alpha").await;
+    let key = session_binding_keys(&alpha)[1].to_string();
+    let detail = call(
+        &state,
+        "GET",
+        &format!("/v1/namespaces/{NS}/bindings/{}", seg(&key)),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(detail.status, StatusCode::OK, "{}", detail.text);
+    assert!(!detail.text.contains(SECRET), "{}", detail.text);
+    let detail = detail.json();
+    assert!(detail["binding"]["lease"]["epoch"].as_u64().is_some());
+    assert_eq!(detail["events"][0]["kind"], "acquired");
+    assert!(detail["quarantine"].is_null());
+
+    call(
+        &state,
+        "GET",
+        &format!("/v1/namespaces/{NS}/bindings/not-a-key"),
+        None,
+        None,
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(
+        &state,
+        "GET",
+        &format!("/v1/namespaces/{NS}/bindings/{}", seg("session:main:none")),
+        None,
+        None,
+    )
+    .await
+    .expect_error(StatusCode::NOT_FOUND, "not_found");
+
+    let events = call(&state, "GET", "/v1/lease-events?limit=10", None, None)
+        .await
+        .json();
+    assert_eq!(events.as_array().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn force_expire_fences_the_holder_and_reports_each_refusal() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    let alpha = f.entry("agent:main:alpha").await;
+    let key = session_binding_keys(&alpha)[1].clone();
+    let path = format!(
+        "/v1/namespaces/{NS}/bindings/{}/expire-lease",
+        seg(key.as_str())
+    );
+    let held = f.store.observe(&ns(), &key).await.unwrap();
+    let epoch = held
+        .row
+        .as_ref()
+        .unwrap()
+        .lease
+        .as_ref()
+        .unwrap()
+        .epoch
+        .get();
+
+    call(
+        &state,
+        "POST",
+        &path,
+        Some(ADMIN),
+        Some(r#"{"reason":"  "}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(&state, "POST", &path, Some(ADMIN), Some("{".into()))
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(
+        &state,
+        "POST",
+        &path,
+        Some(ADMIN),
+        Some(format!(
+            r#"{{"reason":"stuck","expected_epoch":{}}}"#,
+            epoch + 1
+        )),
+    )
+    .await
+    .expect_error(StatusCode::CONFLICT, "conflict");
+    let ok = call(
+        &state,
+        "POST",
+        &path,
+        Some(ADMIN),
+        Some(format!(
+            r#"{{"reason":"stuck worker","expected_epoch":{epoch}}}"#
+        )),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    assert_eq!(ok.json()["previous_epoch"], epoch);
+    call(
+        &state,
+        "POST",
+        &path,
+        Some(ADMIN),
+        Some(r#"{"reason":"again"}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::CONFLICT, "conflict");
+    let missing = format!(
+        "/v1/namespaces/{NS}/bindings/{}/expire-lease",
+        seg("session:main:none")
+    );
+    call(
+        &state,
+        "POST",
+        &missing,
+        Some(ADMIN),
+        Some(r#"{"reason":"x"}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::NOT_FOUND, "not_found");
+
+    // The old holder is fenced: its renewal with its observation conflicts.
+    let renew = f
+        .store
+        .compare_and_apply(
+            &ns(),
+            &key,
+            &held.comparison,
+            Intent::Set {
+                row: RowWrite {
+                    value: b"{}".to_vec(),
+                    lease: Some(LeaseWrite {
+                        token: held.row.unwrap().lease.unwrap().token,
+                        expires_at: crate::support::T0 + Duration::from_secs(300),
+                        holder: None,
+                    }),
+                },
+                ttl: None,
+            },
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(renew, tether_core::ApplyOutcome::Conflict { .. }));
+}
+
+#[tokio::test]
+async fn deletion_refuses_a_live_lease_then_removes_session_and_bindings() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    let alpha = f.entry("agent:main:alpha").await;
+    let path = format!("/v1/sessions/{}", seg("agent:main:alpha"));
+    let refused = call(&state, "DELETE", &path, Some(ADMIN), None).await;
+    refused.expect_error(StatusCode::CONFLICT, "lease_held");
+    assert!(
+        refused.json()["message"]
+            .as_str()
+            .unwrap()
+            .contains("force-expire")
+    );
+    assert!(f.store.session(&alpha.session_key).await.unwrap().is_some());
+
+    let key = session_binding_keys(&alpha)[1].clone();
+    let expire = format!(
+        "/v1/namespaces/{NS}/bindings/{}/expire-lease",
+        seg(key.as_str())
+    );
+    assert_eq!(
+        call(
+            &state,
+            "POST",
+            &expire,
+            Some(ADMIN),
+            Some(r#"{"reason":"delete"}"#.into())
+        )
+        .await
+        .status,
+        StatusCode::OK
+    );
+    let deleted = call(&state, "DELETE", &path, Some(ADMIN), None).await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    assert_eq!(deleted.json()["outcome"], "deleted");
+    assert!(f.store.session(&alpha.session_key).await.unwrap().is_none());
+    assert!(f.store.session_bindings(&alpha).await.unwrap().is_empty());
+    assert!(
+        f.store
+            .active_path(&alpha.session_key)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    call(&state, "DELETE", &path, Some(ADMIN), None)
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "not_found");
+    let metrics = call(&state, "GET", "/metrics", Some(READ), None).await.text;
+    assert!(
+        metrics.contains("tether_admin_session_deletions_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("tether_admin_session_deletion_failures_total 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn quarantine_is_listed_shown_and_released_with_a_reason() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    let list = call(&state, "GET", "/v1/quarantine", Some(READ), None).await;
+    assert!(!list.text.contains(SECRET), "{}", list.text);
+    let list = list.json();
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    let key = list[0]["key"].as_str().unwrap().to_owned();
+    let detail_path = format!("/v1/quarantine/{NS}/{}", seg(&key));
+    let detail = call(&state, "GET", &detail_path, Some(READ), None).await;
+    assert_eq!(detail.status, StatusCode::OK, "{}", detail.text);
+    assert_eq!(detail.json()["quarantine"]["custody"], "host-1");
+
+    let release = format!("{detail_path}/release");
+    call(
+        &state,
+        "POST",
+        &release,
+        Some(ADMIN),
+        Some(r#"{"reason":""}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(&state, "POST", &release, Some(ADMIN), Some(r#"{}"#.into()))
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    let ok = call(
+        &state,
+        "POST",
+        &release,
+        Some(ADMIN),
+        Some(r#"{"reason":"record repaired"}"#.into()),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.text);
+    call(
+        &state,
+        "POST",
+        &release,
+        Some(ADMIN),
+        Some(r#"{"reason":"again"}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::NOT_FOUND, "not_found");
+    call(&state, "GET", &detail_path, Some(READ), None)
+        .await
+        .expect_error(StatusCode::NOT_FOUND, "not_found");
+}
+
+#[tokio::test]
+async fn transcripts_are_searched_across_and_within_sessions_sanitized() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let all = call(&state, "GET", "/v1/transcripts/search?q=deploy", None, None).await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.text);
+    assert_eq!(
+        all.json()["hits"].as_array().unwrap().len(),
+        2,
+        "whole words: `deploying` does not match"
+    );
+    let token = call(&state, "GET", "/v1/transcripts/search?q=token", None, None).await;
+    assert_eq!(token.json()["hits"].as_array().unwrap().len(), 1);
+    assert!(!token.text.contains(SECRET), "{}", token.text);
+    let within = call(
+        &state,
+        "GET",
+        &format!(
+            "/v1/sessions/{}/transcript/search?q=exit",
+            seg("agent:main:alpha")
+        ),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(within["hits"][0]["role"], "tool");
+    let none = call(
+        &state,
+        "GET",
+        &format!(
+            "/v1/sessions/{}/transcript/search?q=deploy",
+            seg("agent:main:beta")
+        ),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert!(none["hits"].as_array().unwrap().is_empty());
+    call(&state, "GET", "/v1/transcripts/search?q=%20", None, None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(
+        &state,
+        "GET",
+        "/v1/transcripts/search?q=x&limit=999",
+        None,
+        None,
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "page_size_too_large");
+    call(
+        &state,
+        "GET",
+        "/v1/sessions/agent:x:y/transcript/search?q=x",
+        None,
+        None,
+    )
+    .await
+    .expect_error(StatusCode::NOT_FOUND, "not_found");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused_with_a_typed_413() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    let big = format!(r#"{{"reason":"{}"}}"#, "x".repeat(64 * 1024));
+    for path in [
+        format!("/v1/quarantine/{NS}/{}/release", seg("session:main:x")),
+        format!(
+            "/v1/namespaces/{NS}/bindings/{}/expire-lease",
+            seg("session:main:x")
+        ),
+    ] {
+        call(&state, "POST", &path, Some(ADMIN), Some(big.clone()))
+            .await
+            .expect_error(StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large");
+    }
+}
+
+#[tokio::test]
+async fn readiness_and_metrics() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let ready = call(&state, "GET", "/readyz", None, None).await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.text);
+    assert_eq!(ready.json()["sessions"], 3);
+    call(&AppState::for_tests(), "GET", "/readyz", None, None)
+        .await
+        .expect_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    call(&AppState::for_tests(), "GET", "/v1/sessions", None, None)
+        .await
+        .expect_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+
+    let metrics = call(&state, "GET", "/metrics", None, None).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert!(metrics.content_type.starts_with("text/plain"));
+    for line in [
+        "tether_lease_events_total{kind=\"acquired\"} 1",
+        "tether_lease_acquisitions_total 1",
+        "tether_fenced_writes_total 0",
+        "tether_lease_takeovers_total 0",
+        "tether_sessions 3",
+        "tether_quarantined_keys 1",
+        "tether_live_leases{namespace=\"codex-bindings\"} 1",
+    ] {
+        assert!(
+            metrics.text.contains(line),
+            "missing `{line}` in\n{}",
+            metrics.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn dashboard_renders_everything_escaped() {
+    let f = Fixture::new().await;
+    let state = open(&f);
+    let page = call(&state, "GET", "/", None, None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.content_type.starts_with("text/html"));
+    for needle in [
+        "agent:main:alpha",
+        "Live leases",
+        "data-expires=",
+        "Quarantined keys",
+        "Recent lease events",
+        "&lt;script&gt;worker&lt;/script&gt;",
+        "location.reload",
+    ] {
+        assert!(page.text.contains(needle), "missing {needle}");
+    }
+    assert!(
+        !page.text.contains("<script>worker"),
+        "holder label is escaped"
+    );
+    assert!(!page.text.contains(SECRET));
+    assert!(!page.text.contains("http://") && !page.text.contains("https://"));
+}
+
+#[tokio::test]
+async fn every_route_and_its_typed_errors_are_in_the_openapi_document() {
+    let doc = serde_json::to_value(tether_admin_http::openapi()).unwrap();
+    let paths = &doc["paths"];
+    for (path, method, statuses) in [
+        (
+            "/v1/sessions",
+            "get",
+            &["200", "400", "401", "500", "503"][..],
+        ),
+        (
+            "/v1/sessions/{session_key}",
+            "get",
+            &["200", "400", "401", "404"],
+        ),
+        (
+            "/v1/sessions/{session_key}",
+            "delete",
+            &["200", "401", "403", "404", "409", "413"],
+        ),
+        (
+            "/v1/sessions/{session_key}/transcript/search",
+            "get",
+            &["200", "404"],
+        ),
+        ("/v1/transcripts/search", "get", &["200", "400"]),
+        ("/v1/namespaces", "get", &["200", "401"]),
+        ("/v1/leases", "get", &["200", "400"]),
+        ("/v1/lease-events", "get", &["200", "400"]),
+        (
+            "/v1/namespaces/{namespace}/bindings/{key}",
+            "get",
+            &["200", "404"],
+        ),
+        (
+            "/v1/namespaces/{namespace}/bindings/{key}/expire-lease",
+            "post",
+            &["200", "403", "409", "413"],
+        ),
+        ("/v1/quarantine", "get", &["200", "400"]),
+        ("/v1/quarantine/{namespace}/{key}", "get", &["200", "404"]),
+        (
+            "/v1/quarantine/{namespace}/{key}/release",
+            "post",
+            &["200", "403", "404", "413"],
+        ),
+        ("/readyz", "get", &["200", "503"]),
+        ("/metrics", "get", &["200", "401"]),
+        ("/healthz", "get", &["200", "503"]),
+    ] {
+        let op = &paths[path][method];
+        assert!(op.is_object(), "{method} {path} is missing");
+        for status in statuses {
+            assert!(
+                op["responses"][status].is_object(),
+                "{method} {path} lacks {status}"
+            );
+        }
+    }
+    assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+}

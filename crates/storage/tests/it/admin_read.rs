@@ -1,0 +1,414 @@
+//! Operator reads and actions of the SQL store (`sql/admin_read.rs`), on in-memory SQLite.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_core::{
+    AgentId, ApplyOutcome, BindingKey, BindingStore, Error, FakeClock, HarnessId, Intent,
+    LeaseToken, LeaseWrite, Namespace, NamespaceConfig, QuarantineEntry, QuarantineStore, RowWrite,
+    SessionId, SessionKey, Timestamp, admit_all,
+};
+use tether_storage::{
+    ForceExpireOutcome, HarnessRegistry, HostSessions, LeaseEventKind, NewHostSession,
+    SessionFilter, Store, StoreOptions, TransactionHooks, WorkTracker, session_binding_keys,
+};
+
+const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
+
+async fn store() -> (Store, Arc<FakeClock>) {
+    let clock = Arc::new(FakeClock::new(T0));
+    let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+        .await
+        .unwrap();
+    (store, clock)
+}
+
+async fn session(store: &Store, key: &str, agent: &str, harness: Option<&str>) -> SessionKey {
+    let session_key = SessionKey::new(key).unwrap();
+    store
+        .create_session(NewHostSession {
+            session_key: session_key.clone(),
+            agent_id: AgentId::new(agent).unwrap(),
+            session_id: SessionId::new(format!("{key}-g1")).unwrap(),
+            agent_harness_id: harness.map(|h| HarnessId::new(h).unwrap()),
+        })
+        .await
+        .unwrap();
+    session_key
+}
+
+async fn bind(store: &Store, ns: &Namespace, key: &BindingKey, lease_secs: Option<u64>) {
+    let seen = store.observe(ns, key).await.unwrap();
+    let lease = lease_secs.map(|s| LeaseWrite {
+        token: LeaseToken::new(format!("token-{key}")).unwrap(),
+        expires_at: T0 + Duration::from_secs(s),
+        holder: Some("worker-1".into()),
+    });
+    let outcome = store
+        .compare_and_apply(
+            ns,
+            key,
+            &seen.comparison,
+            Intent::Set {
+                row: RowWrite {
+                    value: b"{\"thread\":\"t\"}".to_vec(),
+                    lease,
+                },
+                ttl: None,
+            },
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(outcome, ApplyOutcome::Applied { .. }),
+        "{outcome:?}"
+    );
+}
+
+#[derive(Debug)]
+struct Idle;
+
+impl WorkTracker for Idle {
+    fn has_competing_work(&self, _: &SessionKey, _: &SessionId) -> bool {
+        false
+    }
+}
+
+#[tokio::test]
+async fn sessions_are_listed_with_filters_and_keyset_pages() {
+    let (store, _) = store().await;
+    let ns = Namespace::new("admin-ns").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    for i in 0..5 {
+        session(&store, &format!("s{i}"), "main", Some("codex")).await;
+    }
+    session(&store, "t0", "other", None).await;
+    let leased = store
+        .session(&SessionKey::new("s1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    bind(&store, &ns, &session_binding_keys(&leased)[1], Some(60)).await;
+    let quarantined = store
+        .session(&SessionKey::new("s3").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .quarantine(QuarantineEntry {
+            namespace: ns.clone(),
+            key: session_binding_keys(&quarantined)[0].clone(),
+            reason: "corrupt".into(),
+            custody: None,
+            quarantined_at: T0,
+        })
+        .await
+        .unwrap();
+
+    let first = store
+        .list_sessions(&SessionFilter {
+            limit: 4,
+            ..SessionFilter::default()
+        })
+        .await
+        .unwrap();
+    let keys: Vec<_> = first
+        .sessions
+        .iter()
+        .map(|e| e.session_key.to_string())
+        .collect();
+    assert_eq!(keys, ["s0", "s1", "s2", "s3"]);
+    assert_eq!(
+        first.next.as_ref().map(ToString::to_string).as_deref(),
+        Some("s3")
+    );
+    let second = store
+        .list_sessions(&SessionFilter {
+            limit: 4,
+            after: first.next,
+            ..SessionFilter::default()
+        })
+        .await
+        .unwrap();
+    let keys: Vec<_> = second
+        .sessions
+        .iter()
+        .map(|e| e.session_key.to_string())
+        .collect();
+    assert_eq!(keys, ["s4", "t0"]);
+    assert!(second.next.is_none());
+
+    let by = |f: SessionFilter| {
+        let store = store.clone();
+        async move {
+            store
+                .list_sessions(&SessionFilter { limit: 10, ..f })
+                .await
+                .unwrap()
+                .sessions
+                .into_iter()
+                .map(|e| e.session_key.to_string())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(
+        by(SessionFilter {
+            agent: Some(AgentId::new("other").unwrap()),
+            ..SessionFilter::default()
+        })
+        .await,
+        ["t0"]
+    );
+    assert_eq!(
+        by(SessionFilter {
+            harness: Some(HarnessId::new("codex").unwrap()),
+            ..SessionFilter::default()
+        })
+        .await
+        .len(),
+        5
+    );
+    assert_eq!(
+        by(SessionFilter {
+            has_lease: Some(true),
+            ..SessionFilter::default()
+        })
+        .await,
+        ["s1"]
+    );
+    assert_eq!(
+        by(SessionFilter {
+            quarantined: Some(true),
+            ..SessionFilter::default()
+        })
+        .await,
+        ["s3"]
+    );
+    assert_eq!(
+        by(SessionFilter {
+            has_lease: Some(false),
+            quarantined: Some(false),
+            ..SessionFilter::default()
+        })
+        .await,
+        ["s0", "s2", "s4", "t0"]
+    );
+}
+
+#[tokio::test]
+async fn bindings_are_read_without_registering_the_namespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let clock = Arc::new(FakeClock::new(T0));
+    let writer = Store::open_with(StoreOptions::new(url.clone()).clock(clock.clone()))
+        .await
+        .unwrap();
+    let ns = Namespace::new("harness-ns").unwrap();
+    writer
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let key = BindingKey::physical(
+        &AgentId::new("main").unwrap(),
+        &SessionId::new("x").unwrap(),
+    );
+    bind(&writer, &ns, &key, Some(30)).await;
+
+    // Another process: nothing registered.
+    let admin = Store::open_with(StoreOptions::new(url).clock(clock.clone()))
+        .await
+        .unwrap();
+    let record = admin.binding_record(&ns, &key).await.unwrap().unwrap();
+    let lease = record.live_lease(T0).unwrap();
+    assert_eq!(lease.holder.as_deref(), Some("worker-1"));
+    assert_eq!(admin.namespaces().await.unwrap()[0].leased, 1);
+    assert_eq!(
+        admin
+            .list_bindings(Some(&ns), true, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    clock.advance(Duration::from_secs(31));
+    assert!(
+        admin
+            .list_bindings(Some(&ns), true, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        admin
+            .list_bindings(None, false, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        admin
+            .list_bindings(None, false, Some((&ns, &key)), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn force_expire_bumps_the_epoch_and_fences_the_old_holder() {
+    let (store, _) = store().await;
+    let ns = Namespace::new("fx").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let key = BindingKey::physical(
+        &AgentId::new("main").unwrap(),
+        &SessionId::new("x").unwrap(),
+    );
+    bind(&store, &ns, &key, Some(60)).await;
+    let held = store.observe(&ns, &key).await.unwrap();
+    let epoch = held.row.as_ref().unwrap().lease.as_ref().unwrap().epoch;
+
+    assert_eq!(
+        store
+            .force_expire_lease(
+                &ns,
+                &key,
+                Some(tether_core::LeaseEpoch::new(epoch.get() + 7))
+            )
+            .await
+            .unwrap(),
+        ForceExpireOutcome::EpochMismatch { current: epoch }
+    );
+    let outcome = store
+        .force_expire_lease(&ns, &key, Some(epoch))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, ForceExpireOutcome::Expired { previous_epoch, .. } if *previous_epoch == epoch),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        store.force_expire_lease(&ns, &key, None).await.unwrap(),
+        ForceExpireOutcome::NoLease
+    );
+    let other = BindingKey::physical(
+        &AgentId::new("main").unwrap(),
+        &SessionId::new("y").unwrap(),
+    );
+    assert_eq!(
+        store.force_expire_lease(&ns, &other, None).await.unwrap(),
+        ForceExpireOutcome::Missing
+    );
+
+    // The old holder's renewal with its observation is fenced.
+    let renew = store
+        .compare_and_apply(
+            &ns,
+            &key,
+            &held.comparison,
+            Intent::Set {
+                row: RowWrite {
+                    value: b"{}".to_vec(),
+                    lease: Some(LeaseWrite {
+                        token: LeaseToken::new(format!("token-{key}")).unwrap(),
+                        expires_at: T0 + Duration::from_secs(120),
+                        holder: Some("worker-1".into()),
+                    }),
+                },
+                ttl: None,
+            },
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(renew, ApplyOutcome::Conflict { .. }));
+    // The next acquisition gets an epoch larger than the expired one plus one.
+    bind(&store, &ns, &key, Some(60)).await;
+    let next = store.observe(&ns, &key).await.unwrap();
+    assert!(next.row.unwrap().lease.unwrap().epoch.get() > epoch.get() + 1);
+
+    let kinds: Vec<_> = store
+        .recent_lease_events(Some((&ns, &key)), 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.kind)
+        .collect();
+    assert!(kinds.contains(&LeaseEventKind::Expired), "{kinds:?}");
+    let counts = store.lease_event_counts().await.unwrap();
+    assert!(
+        counts
+            .iter()
+            .any(|(k, n)| *k == LeaseEventKind::Acquired && *n == 2)
+    );
+}
+
+#[tokio::test]
+async fn deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_leases() {
+    let (store, clock) = store().await;
+    let ns = Namespace::new("del").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let key = session(&store, "s-del", "main", None).await;
+    let entry = store.session(&key).await.unwrap().unwrap();
+    let [physical, stable] = session_binding_keys(&entry);
+    bind(&store, &ns, &physical, None).await;
+    bind(&store, &ns, &stable, Some(10)).await;
+
+    let refused = delete_with_bindings(store.clone(), entry.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::MutationBlocked { .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("force-expire"));
+    assert!(store.session(&key).await.unwrap().is_some(), "rolled back");
+    assert_eq!(store.session_bindings(&entry).await.unwrap().len(), 2);
+
+    clock.advance(Duration::from_secs(11));
+    let deleted = delete_with_bindings(store.clone(), entry.clone())
+        .await
+        .unwrap();
+    assert_eq!(deleted.len(), 1);
+    assert!(store.session(&key).await.unwrap().is_none());
+    assert!(store.session_bindings(&entry).await.unwrap().is_empty());
+    assert!(
+        store
+            .binding_record(&ns, &physical)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(store.admin_counts().await.unwrap(), (0, 0));
+}
+
+async fn delete_with_bindings(
+    store: Store,
+    entry: tether_core::HostSessionEntry,
+) -> Result<Vec<SessionKey>, Error> {
+    let key = entry.session_key.clone();
+    let hooks_store = store.clone();
+    let hooks = TransactionHooks::new().after_mutations(move |tx| {
+        let (store, entry) = (hooks_store.clone(), entry.clone());
+        Box::pin(async move {
+            store
+                .delete_session_bindings_in(tx, &entry)
+                .await
+                .map(|_| ())
+        })
+    });
+    HostSessions::new(store, HarnessRegistry::new(), Arc::new(Idle))
+        .with_hooks(hooks)
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+}
