@@ -1,6 +1,6 @@
 //! The harness hooks of the reference backend (reference §2.12): scenarios 53–56 on the
 //! in-memory store, and the harness side of scenarios 57, 58, 64 and 65 driven by
-//! `tether-storage`'s host deletion and context-reset transaction on SQLite.
+//! `tether-storage`'s host deletion and context-reset transaction on SQLite and PostgreSQL.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -467,33 +467,60 @@ async fn ordinary_compaction_is_a_transfer_not_a_context_reset() {
 
 mod sql {
     use super::*;
+    use tether_storage::testing::PgTestDatabase;
     use tether_storage::{
         ActiveRuns, CutStatus, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry,
         Store, StoreOptions, TransactionHooks, TranscriptRole,
     };
 
+    /// What keeps the database alive for the test.
+    enum Backing {
+        Sqlite(#[allow(dead_code)] tempfile::TempDir),
+        Postgres(PgTestDatabase),
+    }
+
     pub(super) struct SqlFx {
         pub(super) store: Store,
-        _dir: tempfile::TempDir,
+        backing: Backing,
         pub(super) registry: Arc<HarnessRegistry>,
         pub(super) runs: Arc<ActiveRuns>,
         clock: FakeClock,
     }
 
     impl SqlFx {
-        pub(super) async fn new() -> Self {
-            let dir = tempfile::tempdir().unwrap();
-            let url = format!("sqlite://{}", dir.path().join("tether.db").display());
+        async fn open(url: &str, backing: Backing) -> Self {
             let clock = FakeClock::new(START);
-            let store = Store::open_with(StoreOptions::new(&url).clock(Arc::new(clock.clone())))
-                .await
-                .unwrap();
+            let store = Store::open_with(
+                StoreOptions::new(url)
+                    .clock(Arc::new(clock.clone()))
+                    .max_connections(4),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("open {url}: {e}"));
             Self {
                 store,
-                _dir: dir,
+                backing,
                 registry: HarnessRegistry::new(),
                 runs: Arc::new(ActiveRuns::new()),
                 clock,
+            }
+        }
+
+        pub(super) async fn sqlite() -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("tether.db").display());
+            Self::open(&url, Backing::Sqlite(dir)).await
+        }
+
+        pub(super) async fn postgres() -> Option<Self> {
+            let db = PgTestDatabase::create("harness_hooks").await?;
+            let url = db.url().to_owned();
+            Some(Self::open(&url, Backing::Postgres(db)).await)
+        }
+
+        pub(super) async fn cleanup(self) {
+            if let Backing::Postgres(db) = self.backing {
+                db.cleanup().await;
             }
         }
 
@@ -573,9 +600,7 @@ mod sql {
         })
     }
 
-    #[tokio::test]
-    async fn lifecycle_scenario_57_harness_side_rewind_commit_retires_native_context() {
-        let f = SqlFx::new().await;
+    async fn lifecycle_scenario_57_harness_side_rewind_commit_retires_native_context(f: &SqlFx) {
         let (h, threads) = f.harness("threads").await;
         let u2 = f.session().await;
         let s1 = identity("s-1");
@@ -607,9 +632,7 @@ mod sql {
         );
     }
 
-    #[tokio::test]
-    async fn lifecycle_scenario_58_harness_side_failed_cut_restores_native_context() {
-        let f = SqlFx::new().await;
+    async fn lifecycle_scenario_58_harness_side_failed_cut_restores_native_context(f: &SqlFx) {
         let (h, threads) = f.harness("threads").await;
         let u2 = f.session().await;
         let s1 = identity("s-1");
@@ -642,9 +665,7 @@ mod sql {
         assert!(threads.released().is_empty(), "nothing finalized");
     }
 
-    #[tokio::test]
-    async fn harness_side_deletion_removes_the_binding_with_the_session_row() {
-        let f = SqlFx::new().await;
+    async fn harness_side_deletion_removes_the_binding_with_the_session_row(f: &SqlFx) {
         let (h, threads) = f.harness("threads").await;
         f.session().await;
         let s1 = identity("s-1");
@@ -670,9 +691,9 @@ mod sql {
         assert_eq!(threads.released(), vec!["thread-1".to_owned()]);
     }
 
-    #[tokio::test]
-    async fn lifecycle_scenario_64_harness_side_failed_transaction_restores_every_harness() {
-        let f = SqlFx::new().await;
+    async fn lifecycle_scenario_64_harness_side_failed_transaction_restores_every_harness(
+        f: &SqlFx,
+    ) {
         let (a, a_threads) = f.harness("alpha").await;
         let (b, b_threads) = f.harness("beta").await;
         f.session().await;
@@ -707,9 +728,7 @@ mod sql {
         assert!(a_threads.released().is_empty() && b_threads.released().is_empty());
     }
 
-    #[tokio::test]
-    async fn lifecycle_scenario_65_harness_side_competing_work_touches_no_binding() {
-        let f = SqlFx::new().await;
+    async fn lifecycle_scenario_65_harness_side_competing_work_touches_no_binding(f: &SqlFx) {
         let (h, _threads) = f.harness("threads").await;
         f.session().await;
         let s1 = identity("s-1");
@@ -739,6 +758,43 @@ mod sql {
             .unwrap();
         assert_eq!(after, before, "no lease taken, nothing written");
     }
+
+    /// Runs each case on a SQLite file and on PostgreSQL (skipped with a notice when no
+    /// server answers, unless `TETHER_REQUIRE_PG=1`).
+    macro_rules! on_sql {
+        ($($name:ident),* $(,)?) => {
+            mod sqlite {
+                $(
+                    #[tokio::test]
+                    async fn $name() {
+                        let f = super::SqlFx::sqlite().await;
+                        super::$name(&f).await;
+                        f.cleanup().await;
+                    }
+                )*
+            }
+            mod postgres {
+                $(
+                    #[tokio::test]
+                    async fn $name() {
+                        let Some(f) = super::SqlFx::postgres().await else {
+                            return;
+                        };
+                        super::$name(&f).await;
+                        f.cleanup().await;
+                    }
+                )*
+            }
+        };
+    }
+
+    on_sql!(
+        lifecycle_scenario_57_harness_side_rewind_commit_retires_native_context,
+        lifecycle_scenario_58_harness_side_failed_cut_restores_native_context,
+        harness_side_deletion_removes_the_binding_with_the_session_row,
+        lifecycle_scenario_64_harness_side_failed_transaction_restores_every_harness,
+        lifecycle_scenario_65_harness_side_competing_work_touches_no_binding,
+    );
 }
 
 /// The hook objects are what a host registry holds.
