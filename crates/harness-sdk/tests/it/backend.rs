@@ -639,6 +639,46 @@ async fn lifecycle_scenario_52_peer_facade_fences_a_stale_owner() {
     assert_eq!(f.read(&s1).await.as_deref(), Some("thread-peer"));
 }
 
+/// Scenario 52, part 3 (as scenarios 2 and 3): heartbeats keep the owner's lease across a
+/// request longer than the lease; a failed callback still releases, and the peer then writes.
+#[tokio::test]
+async fn lifecycle_scenario_52_peer_facade_renewed_lease_and_release_after_failure() {
+    let f = Fx::new().await;
+    let s1 = f.id("s1");
+    assert!(f.store.set(&s1, thread("thread-1"), opts()).await.unwrap());
+    let (inside_tx, inside_rx) = tokio::sync::oneshot::channel();
+    let (exit_tx, exit_rx) = tokio::sync::oneshot::channel::<()>();
+    let owner = {
+        let (store, s1) = (f.store.clone(), s1.clone());
+        tokio::spawn(async move {
+            store
+                .with_lease(&s1, false, None, |_| async {
+                    inside_tx.send(()).unwrap();
+                    exit_rx.await.unwrap();
+                    Err::<(), _>(Error::other("owner failed"))
+                })
+                .await
+        })
+    };
+    inside_rx.await.unwrap();
+    let peer = {
+        let (peer, s1) = (f.peer(), s1.clone());
+        tokio::spawn(async move { peer.set(&s1, thread("thread-peer"), opts()).await })
+    };
+    f.timer.advance(Duration::from_secs(66)).await;
+    assert!(
+        !peer.is_finished(),
+        "heartbeats renewed the lease past its lifetime"
+    );
+    exit_tx.send(()).unwrap();
+    let err = owner.await.unwrap().unwrap_err();
+    assert_eq!(err.to_string(), "owner failed");
+    f.timer.advance(Duration::from_secs(1)).await;
+    assert!(peer.await.unwrap().unwrap());
+    assert_eq!(f.read(&s1).await.as_deref(), Some("thread-peer"));
+    assert!(!f.leased(&s1).await);
+}
+
 #[tokio::test]
 async fn invalid_rows_fail_closed_for_every_operation() {
     let f = Fx::new().await;
