@@ -70,7 +70,8 @@ pub use ids::{AgentId, BindingId, HarnessId, IdError, Namespace, RunId, SessionI
 pub use keys::{BindingKey, BindingKeyKind};
 pub use lease::{Lease, LeaseConfig, LeaseEpoch, LeaseToken, LifecycleRevision, Revision, is_live};
 pub use store::{
-    Admission, ApplyOutcome, BindingStore, Comparison, DEFAULT_MAX_VALUE_BYTES, Intent, LeaseWrite,
-    NamespaceConfig, Observation, OverflowPolicy, RowPredicate, RowWrite, StoredRow, admit_all,
+    Admission, ApplyOutcome, BindingStore, Comparison, DEFAULT_MAX_VALUE_BYTES, Intent,
+    LeaseRenewal, LeaseWrite, NamespaceConfig, Observation, OverflowPolicy, RowPredicate, RowWrite,
+    StoredRow, admit_all,
 };
 pub use time::{Clock, FakeClock, SequentialTokens, SystemClock, Timestamp, TokenSource};

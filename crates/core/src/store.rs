@@ -243,6 +243,18 @@ pub type Admission<'a> = &'a (dyn Fn() -> Result<(), Error> + Send + Sync);
 /// A predicate over a stored row, run inside the store's transaction.
 pub type RowPredicate<'a> = &'a (dyn Fn(&StoredRow) -> bool + Send + Sync);
 
+/// One lease of a batch renewal ([`BindingStore::renew_leases`]): extend the exact `token`'s
+/// lease on `key` to `expires_at`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRenewal {
+    /// The binding key.
+    pub key: BindingKey,
+    /// The exact token that must hold the live lease.
+    pub token: LeaseToken,
+    /// The new lease expiry.
+    pub expires_at: Timestamp,
+}
+
 /// The binding store: reads plus compare-and-swap writes (SPEC decision 3.1).
 ///
 /// Implementations: the in-memory and SQL stores of `tether-storage`. All methods refuse an
@@ -301,6 +313,67 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
 
     /// Number of live rows in a namespace.
     async fn count(&self, ns: &Namespace) -> Result<u64, Error>;
+
+    /// Renews many leases at once (heartbeats batched into shared transactions, SPEC
+    /// section 5). For each renewal, in order: `true` when the live row held exactly that
+    /// token's lease, live at `now`, and the lease now expires at `expires_at` (value, epoch,
+    /// holder and row expiry kept; the revision changes, so older observations conflict);
+    /// `false` when that lease is no longer there. An error leaves the outcome of the whole
+    /// batch unknown.
+    ///
+    /// The default renews one row at a time with [`BindingStore::observe`] and
+    /// [`BindingStore::compare_and_apply`] (re-deciding on conflicts); SQL stores override it
+    /// with set-based statements in one transaction.
+    async fn renew_leases(
+        &self,
+        ns: &Namespace,
+        renewals: &[LeaseRenewal],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, Error> {
+        let mut renewed = Vec::with_capacity(renewals.len());
+        for renewal in renewals {
+            let mut observation = self.observe(ns, &renewal.key).await?;
+            let done = loop {
+                let Some(row) = observation.row.as_ref() else {
+                    break false;
+                };
+                let Some(lease) = row
+                    .lease
+                    .as_ref()
+                    .filter(|l| l.token == renewal.token && l.is_live(now))
+                else {
+                    break false;
+                };
+                let intent = Intent::Set {
+                    row: RowWrite {
+                        value: row.value.clone(),
+                        lease: Some(LeaseWrite {
+                            token: renewal.token.clone(),
+                            expires_at: renewal.expires_at,
+                            holder: lease.holder.clone(),
+                        }),
+                    },
+                    ttl: row.expires_at.map(|at| at.saturating_since(now)),
+                };
+                match self
+                    .compare_and_apply(
+                        ns,
+                        &renewal.key,
+                        &observation.comparison,
+                        intent,
+                        &admit_all,
+                    )
+                    .await?
+                {
+                    ApplyOutcome::Applied { .. } => break true,
+                    ApplyOutcome::Conflict { current } => observation = current,
+                    _ => break false,
+                }
+            };
+            renewed.push(done);
+        }
+        Ok(renewed)
+    }
 }
 
 /// Admission that always passes.

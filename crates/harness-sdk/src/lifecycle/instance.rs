@@ -16,6 +16,7 @@ use tether_core::{
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use super::batch::BatchRenewal;
 use super::owner::{LeaseAssertion, LeaseGuard, OwnerPhase, OwnerState};
 use super::scope;
 use super::shared::{CasResult, Decision, FenceCounts, ReleaseFailureHook, Shared};
@@ -148,6 +149,7 @@ pub struct LifecycleBuilder<C: RecordCodec> {
     quarantine: Option<Arc<dyn QuarantineStore>>,
     holder: Option<String>,
     on_release_failure: Option<ReleaseFailureHook>,
+    batched_heartbeats: bool,
 }
 
 impl<C: RecordCodec> fmt::Debug for LifecycleBuilder<C> {
@@ -223,6 +225,18 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
         self
     }
 
+    /// Batches heartbeats (SPEC section 5): instead of one renewal per lease, one driver task
+    /// renews every lease this instance holds each renew interval through
+    /// [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) (one transaction
+    /// per batch on SQL stores). For processes holding many leases. Owner semantics are
+    /// unchanged: a lease missing at renewal, or a failed batch, is a lost lease (sticky).
+    /// Requires a tokio runtime (the driver is a spawned task).
+    #[must_use]
+    pub fn batched_heartbeats(mut self, yes: bool) -> Self {
+        self.batched_heartbeats = yes;
+        self
+    }
+
     /// Builds the lifecycle, checking the lease timing.
     pub fn build(self) -> Result<Lifecycle<C>, Error> {
         self.lease.validate().map_err(|reason| {
@@ -243,6 +257,7 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
             unresolved: Mutex::new(HashMap::new()),
             fence: watch::channel(FenceCounts::default()).0,
             exclusive_turn: tokio::sync::Mutex::new(()),
+            batch: self.batched_heartbeats.then(BatchRenewal::default),
         };
         Ok(Lifecycle {
             shared: Arc::new(shared),
@@ -312,6 +327,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             quarantine: None,
             holder: None,
             on_release_failure: None,
+            batched_heartbeats: false,
         }
     }
 
@@ -675,8 +691,19 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             let _ = stop_tx.send(true);
             result
         };
-        let heartbeat = shared.heartbeat(owner.clone(), stop_rx);
-        let (result, ()) = tokio::join!(work, heartbeat);
+        let result = match &shared.batch {
+            Some(batch) => {
+                // The shared driver renews this owner until the registration is dropped.
+                let _registration = batch.register(shared, owner.clone());
+                drop(stop_rx);
+                work.await
+            }
+            None => {
+                let heartbeat = shared.heartbeat(owner.clone(), stop_rx);
+                let (result, ()) = tokio::join!(work, heartbeat);
+                result
+            }
+        };
         let value = result?;
         if let Some(assert) = &options.assert_current {
             assert()?;

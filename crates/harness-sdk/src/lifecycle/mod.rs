@@ -75,6 +75,7 @@
 //! # }).unwrap();
 //! ```
 
+mod batch;
 mod deletion;
 mod fence;
 mod instance;

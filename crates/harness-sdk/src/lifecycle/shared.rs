@@ -15,6 +15,7 @@ use tether_core::{
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use super::batch::BatchRenewal;
 use super::owner::{OwnerPhase, OwnerState};
 use super::timer::Timer;
 
@@ -84,6 +85,8 @@ pub(crate) struct Shared {
     pub(crate) unresolved: Mutex<HashMap<BindingKey, Blocked>>,
     pub(crate) fence: watch::Sender<FenceCounts>,
     pub(crate) exclusive_turn: tokio::sync::Mutex<()>,
+    /// The shared renewal driver, when heartbeats are batched.
+    pub(crate) batch: Option<BatchRenewal>,
 }
 
 impl fmt::Debug for Shared {

@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
-    Lease, LeaseEpoch, LeaseToken, Namespace, NamespaceConfig, Observation, QuarantineEntry,
-    QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
+    Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
+    QuarantineEntry, QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
 use super::{End, Store, db_error};
@@ -557,6 +557,15 @@ impl BindingStore for Store {
                 Ok((key, row))
             })
             .collect()
+    }
+
+    async fn renew_leases(
+        &self,
+        ns: &Namespace,
+        renewals: &[LeaseRenewal],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, Error> {
+        self.renew_leases_batched(ns, renewals, now).await
     }
 
     async fn count(&self, ns: &Namespace) -> Result<u64, Error> {

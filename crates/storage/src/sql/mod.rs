@@ -20,6 +20,7 @@ mod admin_read;
 mod binding;
 mod clock;
 mod host;
+mod renew;
 mod row_tx;
 
 pub use self::admin_read::{

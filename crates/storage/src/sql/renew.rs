@@ -1,0 +1,221 @@
+//! Batched lease renewal on the SQL store: many heartbeats in one transaction, one set-based
+//! `UPDATE … FROM (VALUES …) … RETURNING` per chunk (SPEC section 5).
+//!
+//! A renewal only moves `lease_expires_at`, `lease_renewed_at` and the revision of a row whose
+//! live lease is held by exactly the given token; value, epoch, holder and row expiry stay.
+//! Batched renewals do not append a `renewed` lease event per lease: 100,000 leases renewing
+//! every few seconds would add that many history rows each time. Acquisitions, takeovers,
+//! releases, expiries and fenced writes are recorded as before.
+
+use std::collections::HashSet;
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
+use tether_core::{Error, LeaseRenewal, Namespace, Timestamp};
+
+use super::{End, Store, db_error};
+
+/// Renewals per statement: 3 bound values each, far below SQLite's and PostgreSQL's limits.
+const CHUNK: usize = 1000;
+
+impl Store {
+    /// [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) in one writer
+    /// transaction.
+    pub(crate) async fn renew_leases_batched(
+        &self,
+        ns: &Namespace,
+        renewals: &[LeaseRenewal],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, Error> {
+        self.config(ns)?;
+        if renewals.is_empty() {
+            return Ok(Vec::new());
+        }
+        let tx = self.begin_write().await?;
+        let result = self.renew_in(&tx, ns, renewals, now).await;
+        let renewed = Store::finish(tx, result.map(|r| (r, End::Commit))).await?;
+        Ok(renewals
+            .iter()
+            .map(|r| renewed.contains(r.key.as_str()))
+            .collect())
+    }
+
+    async fn renew_in(
+        &self,
+        tx: &DatabaseTransaction,
+        ns: &Namespace,
+        renewals: &[LeaseRenewal],
+        now: Timestamp,
+    ) -> Result<HashSet<String>, Error> {
+        let mut renewed = HashSet::with_capacity(renewals.len());
+        for chunk in renewals.chunks(CHUNK) {
+            // Placeholders are numbered in order of appearance (SQLite binds positionally).
+            let mut sql = String::with_capacity(256 + chunk.len() * 24);
+            sql.push_str(
+                "UPDATE binding_records SET lease_expires_at = v.column3, lease_renewed_at = $1, \
+                 revision = binding_records.revision + 1 FROM (VALUES ",
+            );
+            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 3 + 4);
+            values.push(now.as_millis().into());
+            for (i, r) in chunk.iter().enumerate() {
+                let n = 2 + i * 3;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push_str(&format!("(${n}, ${}, ${})", n + 1, n + 2));
+                values.push(r.key.as_str().into());
+                values.push(r.token.as_str().into());
+                values.push(r.expires_at.as_millis().into());
+            }
+            let n = 2 + chunk.len() * 3;
+            sql.push_str(&format!(
+                ") AS v WHERE binding_records.namespace = ${n} AND binding_records.key = v.column1 \
+                 AND binding_records.lease_token = v.column2 AND binding_records.lease_expires_at > ${} \
+                 AND (binding_records.expires_at IS NULL OR binding_records.expires_at > ${}) \
+                 RETURNING key",
+                n + 1,
+                n + 2
+            ));
+            values.push(ns.as_str().into());
+            values.push(now.as_millis().into());
+            values.push(now.as_millis().into());
+            let rows = tx
+                .query_all_raw(self.stmt(&sql, values))
+                .await
+                .map_err(db_error)?;
+            for row in rows {
+                let key: String = row.try_get("", "key").map_err(db_error)?;
+                renewed.insert(key);
+            }
+        }
+        Ok(renewed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tether_core::{
+        BindingId, BindingKey, BindingStore, FakeClock, LeaseToken, LeaseWrite, NamespaceConfig,
+        RowWrite,
+    };
+
+    use super::*;
+    use crate::{MemoryStore, StoreOptions};
+
+    fn key(i: usize) -> BindingKey {
+        BindingKey::conversation(&BindingId::new(format!("b-{i}")).unwrap())
+    }
+
+    fn token(i: usize) -> LeaseToken {
+        LeaseToken::new(format!("token-{i}")).unwrap()
+    }
+
+    /// Rows 0..n with leases of `token(i)` expiring at 10 s; row `n - 1` expired at 1 s.
+    async fn seed(store: &dyn BindingStore, ns: &Namespace, n: usize) {
+        store
+            .register_namespace(NamespaceConfig::new(ns.clone()))
+            .await
+            .unwrap();
+        for i in 0..n {
+            let expires_at = if i == n - 1 { 1_000 } else { 10_000 };
+            let row = RowWrite {
+                value: format!("{{\"i\":{i}}}").into_bytes(),
+                lease: Some(LeaseWrite {
+                    token: token(i),
+                    expires_at: Timestamp::from_millis(expires_at),
+                    holder: Some("h".into()),
+                }),
+            };
+            assert!(
+                store
+                    .register_if_absent(ns, &key(i), row, None)
+                    .await
+                    .unwrap()
+            );
+        }
+    }
+
+    /// Renews rows 0..n (row 1 with a wrong token) at `now` = 5 s, to 20 s.
+    async fn check(store: &dyn BindingStore, ns: &Namespace, n: usize) {
+        let now = Timestamp::from_millis(5_000);
+        let before = store.observe(ns, &key(0)).await.unwrap();
+        let renewals: Vec<LeaseRenewal> = (0..n)
+            .map(|i| LeaseRenewal {
+                key: key(i),
+                token: if i == 1 { token(99) } else { token(i) },
+                expires_at: Timestamp::from_millis(20_000),
+            })
+            .collect();
+        let renewed = store.renew_leases(ns, &renewals, now).await.unwrap();
+        let expected: Vec<bool> = (0..n).map(|i| i != 1 && i != n - 1).collect();
+        assert_eq!(renewed, expected);
+        let row = store.lookup(ns, &key(0)).await.unwrap().unwrap();
+        let lease = row.lease.as_ref().unwrap();
+        assert_eq!(lease.expires_at, Timestamp::from_millis(20_000));
+        assert_eq!(lease.token, token(0));
+        assert_eq!(lease.holder.as_deref(), Some("h"));
+        assert_eq!(row.value, b"{\"i\":0}");
+        let old = before.row.unwrap();
+        assert_eq!(
+            lease.epoch,
+            old.lease.unwrap().epoch,
+            "renewal keeps the epoch"
+        );
+        assert_ne!(row.revision, old.revision, "renewal changes the revision");
+        let wrong = store.lookup(ns, &key(1)).await.unwrap().unwrap();
+        assert_eq!(
+            wrong.lease.unwrap().expires_at,
+            Timestamp::from_millis(10_000),
+            "a foreign token renews nothing"
+        );
+        assert!(
+            store.renew_leases(ns, &[], now).await.unwrap().is_empty(),
+            "an empty batch is a no-op"
+        );
+    }
+
+    #[tokio::test]
+    async fn sql_batch_renews_exactly_the_live_leases_of_the_given_tokens() {
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+            .await
+            .unwrap();
+        let ns = Namespace::new("renew").unwrap();
+        // More rows than one chunk.
+        let n = CHUNK + 5;
+        seed(&store, &ns, n).await;
+        clock.advance(Duration::from_secs(5));
+        check(&store, &ns, n).await;
+    }
+
+    #[cfg(feature = "test-support")]
+    #[tokio::test]
+    async fn postgres_batch_renews_exactly_the_live_leases_of_the_given_tokens() {
+        let Some(db) = crate::testing::PgTestDatabase::create("renew").await else {
+            return;
+        };
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = Store::open_with(StoreOptions::new(db.url()).clock(clock.clone()))
+            .await
+            .unwrap();
+        let ns = Namespace::new("renew").unwrap();
+        let n = CHUNK + 5;
+        seed(&store, &ns, n).await;
+        clock.advance(Duration::from_secs(5));
+        check(&store, &ns, n).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+
+    #[tokio::test]
+    async fn the_default_renewal_agrees_with_the_sql_batch() {
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = MemoryStore::new(clock.clone());
+        let ns = Namespace::new("renew").unwrap();
+        seed(&store, &ns, 4).await;
+        clock.advance(Duration::from_secs(5));
+        check(&store, &ns, 4).await;
+    }
+}
