@@ -237,7 +237,9 @@ mod tests {
             })
             .collect();
         for task in tasks {
-            task.await.unwrap().expect("the lease survived three periods");
+            task.await
+                .unwrap()
+                .expect("the lease survived three periods");
         }
         // Released at exit.
         let row = store
@@ -261,8 +263,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_lease_gone_at_renewal_is_lost_and_the_others_survive() {
-        let store: Arc<dyn BindingStore> =
-            Arc::new(Store::open("sqlite::memory:").await.unwrap());
+        let store: Arc<dyn BindingStore> = Arc::new(Store::open("sqlite::memory:").await.unwrap());
         let lc = lifecycle(store.clone()).await;
         let survivor = {
             let lc = lc.clone();
