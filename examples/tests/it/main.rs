@@ -1,0 +1,3 @@
+//! The integration tests of `tether-example-harness` (one test binary per package).
+
+mod scenario;
