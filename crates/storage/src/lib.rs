@@ -52,6 +52,7 @@ pub mod admin;
 pub mod deletion;
 pub mod events;
 pub mod fault;
+pub mod fault_injection;
 pub mod memory;
 mod plan;
 pub mod sql;

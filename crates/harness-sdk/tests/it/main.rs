@@ -2,6 +2,7 @@
 
 mod acpx;
 mod backend;
+mod fault_walk;
 mod generation;
 mod hooks;
 mod initialization;

@@ -3,6 +3,7 @@
 mod admin_read;
 mod conformance;
 pub(crate) mod deletion;
+mod fault_walk;
 mod memory_hooks;
 mod memory_transaction;
 mod sql_store;
