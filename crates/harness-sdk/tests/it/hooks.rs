@@ -759,6 +759,120 @@ mod sql {
         assert_eq!(after, before, "no lease taken, nothing written");
     }
 
+    /// Rotates the host generation from inside the harness's preparation, just before the
+    /// host's continuation: the host transaction then meets a changed row at its commit edge.
+    #[derive(Debug)]
+    struct RotatingHarness {
+        inner: ThreadBindingHarness,
+        store: Store,
+    }
+
+    #[async_trait]
+    impl AgentHarness for RotatingHarness {
+        fn id(&self) -> &HarnessId {
+            self.inner.id()
+        }
+
+        async fn reset(&self, params: tether_core::ResetParams) -> Result<(), Error> {
+            self.inner.reset(params).await
+        }
+
+        fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
+            Some(self)
+        }
+    }
+
+    #[async_trait]
+    impl SessionDeletionHook for RotatingHarness {
+        async fn with_session_deletion(
+            &self,
+            params: SessionDeletionParams,
+            run: MutationRun<'_>,
+        ) -> Result<(), Error> {
+            let store = self.store.clone();
+            let expected = params.session_id.clone();
+            let wrapped: MutationRun<'_> = Box::new(move |m| {
+                Box::pin(async move {
+                    store
+                        .rotate_generation(&skey(), &expected, sid("s-2"))
+                        .await?
+                        .expect("rotated");
+                    run(m).await
+                })
+            });
+            self.inner.with_session_deletion(params, wrapped).await
+        }
+    }
+
+    async fn lifecycle_scenario_62_harness_side_commit_edge_generation_check(f: &SqlFx) {
+        let (h, threads) = f.harness("threads").await;
+        // Replace the plain registration with the rotating wrapper.
+        f.registry.unregister(h.id());
+        f.registry.register(Arc::new(RotatingHarness {
+            inner: h.clone(),
+            store: f.store.clone(),
+        }));
+        f.session().await;
+        let s1 = identity("s-1");
+        assert!(
+            h.store()
+                .set(&s1, thread("thread-1"), opts())
+                .await
+                .unwrap()
+        );
+        let before = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap();
+        let err = f
+            .hosts(TransactionHooks::new())
+            .delete_sessions(&[skey()])
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("Session changed before deletion"),
+            "{err}"
+        );
+        let after = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap();
+        let (before, after) = (before.unwrap(), after.expect("no harness commit ran"));
+        assert_eq!(after.value, before.value);
+        assert!(after.lease.is_none(), "the deletion's lease was released");
+        assert_eq!(after.expires_at, None);
+        assert!(threads.released().is_empty());
+    }
+
+    async fn lifecycle_scenario_63_harness_side_unprepared_deletion_is_refused(f: &SqlFx) {
+        let (h, _threads) = f.harness("threads").await;
+        f.session().await;
+        let s1 = identity("s-1");
+        assert!(
+            h.store()
+                .set(&s1, thread("thread-1"), opts())
+                .await
+                .unwrap()
+        );
+        let err = f
+            .hosts(TransactionHooks::new())
+            .delete_without_harnesses(&skey())
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("Session deletion requires prepared harness ownership"),
+            "{err}"
+        );
+        assert!(f.store.session(&skey()).await.unwrap().is_some());
+        assert_eq!(
+            h.store().read(&s1).await.unwrap().unwrap().thread_id,
+            "thread-1"
+        );
+    }
+
     /// Runs each case on a SQLite file and on PostgreSQL (skipped with a notice when no
     /// server answers, unless `TETHER_REQUIRE_PG=1`).
     macro_rules! on_sql {
@@ -794,6 +908,8 @@ mod sql {
         harness_side_deletion_removes_the_binding_with_the_session_row,
         lifecycle_scenario_64_harness_side_failed_transaction_restores_every_harness,
         lifecycle_scenario_65_harness_side_competing_work_touches_no_binding,
+        lifecycle_scenario_62_harness_side_commit_edge_generation_check,
+        lifecycle_scenario_63_harness_side_unprepared_deletion_is_refused,
     );
 }
 
