@@ -1,5 +1,5 @@
 //! The harness hooks of the reference backend (reference §2.12): scenarios 53–56 on the
-//! in-memory store, and the harness side of scenarios 57, 58, 64 and 65 driven by
+//! in-memory store, and the harness side of scenarios 57–60 and 62–65 driven by
 //! `tether-storage`'s host deletion and context-reset transaction on SQLite and PostgreSQL.
 
 use std::collections::HashSet;
@@ -555,6 +555,11 @@ mod sql {
 
         /// A session `s-1` with the transcript `u1 → a1 → u2 → a2`; returns the anchor of `u2`.
         pub(super) async fn session(&self) -> tether_core::TranscriptAnchor {
+            self.session_anchors().await.swap_remove(2)
+        }
+
+        /// A session `s-1` with the transcript `u1 → a1 → u2 → a2`; returns the four anchors.
+        pub(super) async fn session_anchors(&self) -> Vec<tether_core::TranscriptAnchor> {
             assert!(
                 self.store
                     .create_session(NewHostSession {
@@ -586,7 +591,7 @@ mod sql {
                         .anchor,
                 );
             }
-            anchors.swap_remove(2)
+            anchors
         }
     }
 
@@ -873,6 +878,87 @@ mod sql {
         );
     }
 
+    async fn lifecycle_scenario_59_harness_side_rejected_cuts_do_not_touch_native_context(
+        f: &SqlFx,
+    ) {
+        let (h, threads) = f.harness("threads").await;
+        let anchors = f.session_anchors().await;
+        let s1 = identity("s-1");
+        assert!(
+            h.store()
+                .set(&s1, thread("thread-1"), opts())
+                .await
+                .unwrap()
+        );
+        let before = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap();
+        let hosts = f.hosts(TransactionHooks::new());
+        let status = hosts
+            .rewind(&skey(), anchors[1].clone(), sid("s-2"))
+            .await
+            .unwrap();
+        assert_eq!(status, CutStatus::NotUserMessage);
+        let status = hosts
+            .switch_branch(&skey(), anchors[3].clone(), sid("s-2"))
+            .await
+            .unwrap();
+        assert_eq!(status, CutStatus::AlreadyActive);
+        let after = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap();
+        assert_eq!(after, before, "no lease taken, nothing written");
+        assert!(threads.released().is_empty());
+        assert_eq!(
+            f.store.session(&skey()).await.unwrap().unwrap().session_id,
+            sid("s-1")
+        );
+    }
+
+    async fn lifecycle_scenario_60_harness_side_fork_leaves_the_source_native_context(f: &SqlFx) {
+        let (h, threads) = f.harness("threads").await;
+        let anchors = f.session_anchors().await;
+        let s1 = identity("s-1");
+        assert!(
+            h.store()
+                .set(&s1, thread("thread-1"), opts())
+                .await
+                .unwrap()
+        );
+        let before = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap();
+        let fork_key = tether_core::SessionKey::new("agent:main:fork").unwrap();
+        let status = f
+            .hosts(TransactionHooks::new())
+            .fork(
+                &skey(),
+                &anchors[2],
+                NewHostSession {
+                    session_key: fork_key,
+                    agent_id: agent(),
+                    session_id: sid("fork-1"),
+                    agent_harness_id: None,
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, CutStatus::Created);
+        let after = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap();
+        assert_eq!(after, before, "the source binding is untouched");
+        assert!(threads.released().is_empty());
+    }
+
     /// Runs each case on a SQLite file and on PostgreSQL (skipped with a notice when no
     /// server answers, unless `TETHER_REQUIRE_PG=1`).
     macro_rules! on_sql {
@@ -910,6 +996,8 @@ mod sql {
         lifecycle_scenario_65_harness_side_competing_work_touches_no_binding,
         lifecycle_scenario_62_harness_side_commit_edge_generation_check,
         lifecycle_scenario_63_harness_side_unprepared_deletion_is_refused,
+        lifecycle_scenario_59_harness_side_rejected_cuts_do_not_touch_native_context,
+        lifecycle_scenario_60_harness_side_fork_leaves_the_source_native_context,
     );
 }
 
