@@ -1,5 +1,5 @@
 //! The harness hooks of the reference backend (reference §2.12): scenarios 53–56 on the
-//! in-memory store, and the harness side of scenarios 57–60 and 62–65 driven by
+//! in-memory store, and the harness side of scenarios 57–65 driven by
 //! `tether-storage`'s host deletion and context-reset transaction on SQLite and PostgreSQL.
 
 use std::collections::HashSet;
@@ -959,6 +959,90 @@ mod sql {
         assert!(threads.released().is_empty());
     }
 
+    /// Adopts an upstream link for the session from inside the harness's context-reset
+    /// preparation, just before the host's continuation.
+    #[derive(Debug)]
+    struct LinkingHarness {
+        inner: ThreadBindingHarness,
+        store: Store,
+    }
+
+    #[async_trait]
+    impl AgentHarness for LinkingHarness {
+        fn id(&self) -> &HarnessId {
+            self.inner.id()
+        }
+
+        async fn reset(&self, params: tether_core::ResetParams) -> Result<(), Error> {
+            self.inner.reset(params).await
+        }
+
+        fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
+            Some(self)
+        }
+    }
+
+    #[async_trait]
+    impl SessionContextResetHook for LinkingHarness {
+        async fn with_session_context_reset(
+            &self,
+            params: SessionContextResetParams,
+            run: MutationRun<'_>,
+        ) -> Result<(), Error> {
+            let store = self.store.clone();
+            let wrapped: MutationRun<'_> = Box::new(move |m| {
+                Box::pin(async move {
+                    assert!(store.link_upstream(&skey(), "acp:external-1").await?);
+                    run(m).await
+                })
+            });
+            self.inner.with_session_context_reset(params, wrapped).await
+        }
+    }
+
+    async fn lifecycle_scenario_61_harness_side_upstream_link_mid_cut_keeps_the_binding(f: &SqlFx) {
+        let (h, threads) = f.harness("threads").await;
+        f.registry.unregister(h.id());
+        f.registry.register(Arc::new(LinkingHarness {
+            inner: h.clone(),
+            store: f.store.clone(),
+        }));
+        let u2 = f.session().await;
+        let s1 = identity("s-1");
+        assert!(
+            h.store()
+                .set(&s1, thread("thread-1"), opts())
+                .await
+                .unwrap()
+        );
+        let entry = f.store.session(&skey()).await.unwrap();
+        let before = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap()
+            .unwrap();
+        let err = f
+            .hosts(TransactionHooks::new())
+            .rewind(&skey(), u2, sid("s-2"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("external agent harness"), "{err}");
+        assert_eq!(f.store.session(&skey()).await.unwrap(), entry);
+        let after = f
+            .store
+            .lookup(h.store().namespace(), s1.key())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            after.value, before.value,
+            "the binding is present, unchanged"
+        );
+        assert!(after.lease.is_none());
+        assert!(threads.released().is_empty(), "nothing finalized");
+    }
+
     /// Runs each case on a SQLite file and on PostgreSQL (skipped with a notice when no
     /// server answers, unless `TETHER_REQUIRE_PG=1`).
     macro_rules! on_sql {
@@ -998,6 +1082,7 @@ mod sql {
         lifecycle_scenario_63_harness_side_unprepared_deletion_is_refused,
         lifecycle_scenario_59_harness_side_rejected_cuts_do_not_touch_native_context,
         lifecycle_scenario_60_harness_side_fork_leaves_the_source_native_context,
+        lifecycle_scenario_61_harness_side_upstream_link_mid_cut_keeps_the_binding,
     );
 }
 
