@@ -1,4 +1,5 @@
-//! What the `tether` binary does: logging set-up, `serve` and `migrate`.
+//! What the `tether` binary does: logging set-up, `serve` and `openapi` (the operator
+//! commands are in [`crate::commands`]).
 
 use tracing_subscriber::EnvFilter;
 
@@ -40,7 +41,8 @@ pub async fn serve(config: ServeConfig) -> Result<(), String> {
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
     tracing::info!(%addr, database = %config.database_url, "tether admin service listening");
-    say(&format!("Tether admin UI: http://{addr}/docs"));
+    say(&format!("Tether admin dashboard: http://{addr}/"));
+    say(&format!("API docs (Swagger UI): http://{addr}/docs/"));
     say(&format!(
         "OpenAPI document: http://{addr}/api-docs/openapi.json"
     ));
@@ -59,13 +61,6 @@ pub fn print_openapi() -> Result<(), String> {
         .to_pretty_json()
         .map_err(|e| format!("cannot render the OpenAPI document: {e}"))?;
     say(&doc);
-    Ok(())
-}
-
-/// Creates or upgrades the schema, then returns.
-pub async fn migrate(config: ServeConfig) -> Result<(), String> {
-    open_database(&config).await?;
-    say(&format!("database {} is migrated", config.database_url));
     Ok(())
 }
 

@@ -30,6 +30,7 @@
 
 pub mod auth;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod database;
 pub mod dto;

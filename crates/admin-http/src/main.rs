@@ -2,11 +2,15 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
+use tether_admin_http::commands::{self, CommandError, ListArgs};
 use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, cli};
 
 /// Tether: native-session bindings for agent harnesses, and their admin service.
+///
+/// Exit codes: 0 success, 1 failure, 2 bad usage, 3 not found, 4 blocked by a live lease or a
+/// concurrent change, 5 database unreachable.
 #[derive(Debug, Parser)]
 #[command(name = "tether", version, about)]
 struct Cli {
@@ -14,13 +18,19 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Debug, Clone, Args)]
+struct Db {
+    /// Database URL: sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB.
+    #[arg(long, env = "TETHER_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    database_url: String,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the admin service (creates and migrates the database on first start).
     Serve {
-        /// Database URL: sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB.
-        #[arg(long, env = "TETHER_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
-        database_url: String,
+        #[command(flatten)]
+        db: Db,
         /// Address to listen on. Non-loopback addresses need TETHER_ADMIN_TOKEN or TETHER_READ_TOKEN.
         #[arg(long, env = "TETHER_BIND", default_value = DEFAULT_BIND)]
         bind: String,
@@ -29,9 +39,130 @@ enum Command {
     Openapi,
     /// Create or upgrade the database schema, then exit.
     Migrate {
-        /// Database URL: sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB.
-        #[arg(long, env = "TETHER_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
-        database_url: String,
+        #[command(flatten)]
+        db: Db,
+    },
+    /// Populate the database by driving the example harness through the real APIs.
+    Demo {
+        #[command(flatten)]
+        db: Db,
+    },
+    /// Host sessions: list, show, delete.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Binding leases: list, force-expire.
+    #[command(subcommand)]
+    Leases(LeasesCommand),
+    /// Quarantined keys: list, release.
+    #[command(subcommand)]
+    Quarantine(QuarantineCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// List sessions (filters and cursor paging like GET /v1/sessions).
+    List {
+        #[command(flatten)]
+        db: Db,
+        /// Only this agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this harness.
+        #[arg(long)]
+        harness: Option<String>,
+        /// Only sessions with (true) or without (false) a live lease.
+        #[arg(long)]
+        has_lease: Option<bool>,
+        /// Only sessions with (true) or without (false) a quarantined key.
+        #[arg(long)]
+        quarantined: Option<bool>,
+        /// Page size (1-200).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed by the previous page.
+        #[arg(long)]
+        cursor: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one session (JSON, sanitized).
+    Show {
+        #[command(flatten)]
+        db: Db,
+        /// The session key.
+        key: String,
+    },
+    /// Delete a session, its transcript and its binding rows (refused under a live lease).
+    Delete {
+        #[command(flatten)]
+        db: Db,
+        /// The session key.
+        key: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LeasesCommand {
+    /// List live leases (or every binding row with --all).
+    List {
+        #[command(flatten)]
+        db: Db,
+        /// Only this namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Every live binding row, leased or not.
+        #[arg(long)]
+        all: bool,
+        /// At most this many rows (1-200).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Force-expire a lease: the holder is fenced and the epoch bumped.
+    Expire {
+        #[command(flatten)]
+        db: Db,
+        /// The binding namespace.
+        #[arg(long)]
+        namespace: String,
+        /// The binding key.
+        #[arg(long)]
+        key: String,
+        /// Why (required; logged).
+        #[arg(long)]
+        reason: String,
+        /// Only expire the lease with this epoch.
+        #[arg(long)]
+        epoch: Option<u64>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum QuarantineCommand {
+    /// List quarantined keys.
+    List {
+        #[command(flatten)]
+        db: Db,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a quarantined key.
+    Release {
+        #[command(flatten)]
+        db: Db,
+        /// The binding namespace.
+        #[arg(long)]
+        namespace: String,
+        /// The quarantined key.
+        #[arg(long)]
+        key: String,
+        /// Why (required; logged).
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -47,19 +178,76 @@ fn main() -> ExitCode {
     };
     let has_token = std::env::var_os("TETHER_ADMIN_TOKEN").is_some()
         || std::env::var_os("TETHER_READ_TOKEN").is_some();
-    let result = match args.command {
-        Command::Serve { database_url, bind } => ServeConfig::new(&database_url, &bind, has_token)
-            .map_err(|e| e.to_string())
-            .and_then(|config| runtime.block_on(cli::serve(config))),
-        Command::Openapi => cli::print_openapi(),
-        Command::Migrate { database_url } => {
-            ServeConfig::new(&database_url, DEFAULT_BIND, has_token)
-                .map_err(|e| e.to_string())
-                .and_then(|config| runtime.block_on(cli::migrate(config)))
+    let result: Result<(), CommandError> = runtime.block_on(async move {
+        match args.command {
+            Command::Serve { db, bind } => {
+                let config = ServeConfig::new(&db.database_url, &bind, has_token)
+                    .map_err(|e| CommandError::failure(e.to_string()))?;
+                cli::serve(config).await.map_err(CommandError::failure)
+            }
+            Command::Openapi => cli::print_openapi().map_err(CommandError::failure),
+            Command::Migrate { db } => commands::migrate(&db.database_url).await,
+            Command::Demo { db } => commands::demo(&db.database_url).await,
+            Command::Sessions(SessionsCommand::List {
+                db,
+                agent,
+                harness,
+                has_lease,
+                quarantined,
+                limit,
+                cursor,
+                json,
+            }) => {
+                let args = ListArgs {
+                    agent,
+                    harness,
+                    has_lease,
+                    quarantined,
+                    limit,
+                    cursor,
+                    json,
+                };
+                commands::sessions_list(&db.database_url, args).await
+            }
+            Command::Sessions(SessionsCommand::Show { db, key }) => {
+                commands::sessions_show(&db.database_url, &key).await
+            }
+            Command::Sessions(SessionsCommand::Delete { db, key }) => {
+                commands::sessions_delete(&db.database_url, &key).await
+            }
+            Command::Leases(LeasesCommand::List {
+                db,
+                namespace,
+                all,
+                limit,
+                json,
+            }) => {
+                commands::leases_list(&db.database_url, namespace.as_deref(), all, limit, json)
+                    .await
+            }
+            Command::Leases(LeasesCommand::Expire {
+                db,
+                namespace,
+                key,
+                reason,
+                epoch,
+            }) => commands::leases_expire(&db.database_url, &namespace, &key, &reason, epoch).await,
+            Command::Quarantine(QuarantineCommand::List { db, json }) => {
+                commands::quarantine_list(&db.database_url, json).await
+            }
+            Command::Quarantine(QuarantineCommand::Release {
+                db,
+                namespace,
+                key,
+                reason,
+            }) => commands::quarantine_release(&db.database_url, &namespace, &key, &reason).await,
         }
-    };
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => cli::fail(&message),
+        Err(err) => {
+            cli::fail(&err.message);
+            err.exit_code()
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! The integration tests of `tether-admin-http` (one test binary per package).
 
 mod api;
+mod cli;
 mod serve;
 mod support;

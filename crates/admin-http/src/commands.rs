@@ -1,0 +1,395 @@
+//! The operator commands of the `tether` binary: `demo`, `sessions list|show|delete`,
+//! `leases list|expire`, `quarantine list|release`. They mirror the admin API (same queries,
+//! same deletion path, same sanitizing) on a database URL, print text or JSON, and fail with
+//! an exit code and a message that says what to do.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tether_core::{AgentId, BindingKey, HarnessId, LeaseEpoch, Namespace, QuarantineStore as _};
+use tether_storage::{ForceExpireOutcome, SessionFilter, Store, StoreAdmin as _};
+
+use crate::config::ServeConfig;
+use crate::database::open_database;
+use crate::dto::{BindingBody, QuarantineBody, SessionSummary};
+use crate::error::ApiError;
+use crate::params::{MAX_PAGE_SIZE, decode_cursor, encode_cursor};
+use crate::routes::sessions::{delete_session, load_session, session_detail};
+
+/// A failed command: what to tell the operator and the exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandError {
+    /// The message (says what to do).
+    pub message: String,
+    /// The exit code.
+    pub code: u8,
+}
+
+/// Exit code: generic failure (bad input, database error).
+pub const EXIT_FAILURE: u8 = 1;
+/// Exit code: the session, binding or key does not exist.
+pub const EXIT_NOT_FOUND: u8 = 3;
+/// Exit code: a live lease or a concurrent change blocks the action.
+pub const EXIT_CONFLICT: u8 = 4;
+/// Exit code: the database is unreachable.
+pub const EXIT_UNAVAILABLE: u8 = 5;
+
+impl CommandError {
+    /// A generic failure.
+    pub fn failure(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            code: EXIT_FAILURE,
+        }
+    }
+
+    /// The process exit code.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(self.code)
+    }
+}
+
+impl From<ApiError> for CommandError {
+    fn from(err: ApiError) -> Self {
+        let code = match &err {
+            ApiError::NotFound(_) => EXIT_NOT_FOUND,
+            ApiError::LeaseHeld(_) | ApiError::Conflict(_) => EXIT_CONFLICT,
+            ApiError::Unavailable(_) => EXIT_UNAVAILABLE,
+            _ => EXIT_FAILURE,
+        };
+        Self {
+            message: err.to_string(),
+            code,
+        }
+    }
+}
+
+impl From<tether_core::Error> for CommandError {
+    fn from(err: tether_core::Error) -> Self {
+        ApiError::from(err).into()
+    }
+}
+
+impl From<String> for CommandError {
+    fn from(message: String) -> Self {
+        Self::failure(message)
+    }
+}
+
+/// What a command prints.
+#[allow(clippy::print_stdout)]
+fn say(line: &str) {
+    println!("{line}");
+}
+
+fn json<T: serde::Serialize>(value: &T) -> Result<(), CommandError> {
+    let text = serde_json::to_string_pretty(value)
+        .map_err(|e| CommandError::failure(format!("cannot render JSON: {e}")))?;
+    say(&text);
+    Ok(())
+}
+
+fn spinner(message: &str) -> ProgressBar {
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
+    }
+    bar.set_message(message.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(100));
+    bar
+}
+
+/// Opens (creating and migrating) the database behind a spinner.
+pub async fn open_store(database_url: &str) -> Result<Store, CommandError> {
+    let config = ServeConfig::new(database_url, crate::DEFAULT_BIND, false)
+        .map_err(|e| CommandError::failure(e.to_string()))?;
+    let bar = spinner(&format!("opening and migrating {database_url}"));
+    let result = open_database(&config).await;
+    bar.finish_and_clear();
+    let database = result.map_err(|message| CommandError {
+        message: format!("{message}; check --database-url (or TETHER_DATABASE_URL)"),
+        code: EXIT_UNAVAILABLE,
+    })?;
+    Ok(database.store().clone())
+}
+
+/// `tether migrate`: creates or upgrades the schema.
+pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
+    open_store(database_url).await?;
+    say(&format!("database {database_url} is migrated"));
+    Ok(())
+}
+
+/// `tether demo`: drives the example harness through the real APIs to populate the database.
+pub async fn demo(database_url: &str) -> Result<(), CommandError> {
+    let store = open_store(database_url).await?;
+    let bar = ProgressBar::new(tether_example_harness::demo::STEPS);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
+        bar.set_style(style);
+    }
+    let summary = tether_example_harness::demo::populate(store, &|step: &str| {
+        bar.set_message(step.to_owned());
+        bar.inc(1);
+    })
+    .await;
+    bar.finish_and_clear();
+    let summary = summary.map_err(|e| {
+        CommandError::failure(format!(
+            "the demo failed: {e}; run it on a fresh database (e.g. --database-url sqlite://demo.db)"
+        ))
+    })?;
+    say(&format!(
+        "demo: {} sessions, {} turns; context reset: {}; deleted: {}; stuck lease: {}; quarantined: {}",
+        summary.sessions,
+        summary.turns,
+        summary.reset.as_deref().unwrap_or("-"),
+        summary.deleted.as_deref().unwrap_or("-"),
+        summary.stuck.as_deref().unwrap_or("-"),
+        summary.quarantined.as_deref().unwrap_or("-"),
+    ));
+    say(&format!(
+        "next: tether serve --database-url {database_url}   (then open http://{}/)",
+        crate::DEFAULT_BIND
+    ));
+    Ok(())
+}
+
+/// Filters of `tether sessions list`.
+#[derive(Debug, Clone, Default)]
+pub struct ListArgs {
+    /// Only this agent.
+    pub agent: Option<String>,
+    /// Only this harness.
+    pub harness: Option<String>,
+    /// Only sessions with (or without) a live lease.
+    pub has_lease: Option<bool>,
+    /// Only sessions with (or without) a quarantined key.
+    pub quarantined: Option<bool>,
+    /// Page size.
+    pub limit: usize,
+    /// The cursor printed by the previous page.
+    pub cursor: Option<String>,
+    /// Print JSON.
+    pub json: bool,
+}
+
+fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
+    CommandError::failure(format!("invalid {field}: {e}"))
+}
+
+/// `tether sessions list`.
+pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), CommandError> {
+    if args.limit == 0 || args.limit > MAX_PAGE_SIZE {
+        return Err(CommandError::failure(format!(
+            "--limit must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"
+        )));
+    }
+    let store = open_store(database_url).await?;
+    let after = match &args.cursor {
+        Some(c) => Some(
+            tether_core::SessionKey::new(&decode_cursor(c, 1)?[0])
+                .map_err(|e| bad("--cursor", e))?,
+        ),
+        None => None,
+    };
+    let page = store
+        .list_sessions(&SessionFilter {
+            agent: args
+                .agent
+                .as_deref()
+                .map(AgentId::new)
+                .transpose()
+                .map_err(|e| bad("--agent", e))?,
+            harness: args
+                .harness
+                .as_deref()
+                .map(HarnessId::new)
+                .transpose()
+                .map_err(|e| bad("--harness", e))?,
+            has_lease: args.has_lease,
+            quarantined: args.quarantined,
+            after,
+            limit: args.limit,
+        })
+        .await?;
+    let sessions: Vec<SessionSummary> = page.sessions.iter().map(SessionSummary::from).collect();
+    let next = page.next.map(|k| encode_cursor(&[k.as_str()]));
+    if args.json {
+        return json(&crate::dto::SessionPageBody {
+            sessions,
+            next_cursor: next,
+        });
+    }
+    if sessions.is_empty() {
+        say("no sessions match (populate a database with `tether demo`)");
+    }
+    for s in &sessions {
+        say(&format!(
+            "{}  agent={}  generation={}  revision={}  harness={}",
+            s.session_key,
+            s.agent_id,
+            s.session_id,
+            s.lifecycle_revision,
+            s.agent_harness_id.as_deref().unwrap_or("-")
+        ));
+    }
+    if let Some(next) = next {
+        say(&format!("more: --cursor {next}"));
+    }
+    Ok(())
+}
+
+/// `tether sessions show KEY` (JSON, sanitized, like `GET /v1/sessions/{key}`).
+pub async fn sessions_show(database_url: &str, key: &str) -> Result<(), CommandError> {
+    let store = open_store(database_url).await?;
+    let entry = load_session(&store, key).await?;
+    json(&session_detail(&store, &entry).await?)
+}
+
+/// `tether sessions delete KEY` (the transactional deletion path; refused under a live lease).
+pub async fn sessions_delete(database_url: &str, key: &str) -> Result<(), CommandError> {
+    let store = open_store(database_url).await?;
+    let entry = load_session(&store, key).await?;
+    if delete_session(&store, &entry).await? {
+        say(&format!(
+            "deleted session {} and its binding rows",
+            entry.session_key
+        ));
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(format!("session `{key}` was deleted meanwhile")).into())
+    }
+}
+
+/// `tether leases list`.
+pub async fn leases_list(
+    database_url: &str,
+    namespace: Option<&str>,
+    all: bool,
+    limit: usize,
+    as_json: bool,
+) -> Result<(), CommandError> {
+    let store = open_store(database_url).await?;
+    let ns = namespace
+        .map(Namespace::new)
+        .transpose()
+        .map_err(|e| bad("--namespace", e))?;
+    let limit = limit.clamp(1, MAX_PAGE_SIZE);
+    let rows = store.list_bindings(ns.as_ref(), !all, None, limit).await?;
+    let now = store.clock().now();
+    let bodies: Vec<BindingBody> = rows.iter().map(|r| BindingBody::new(r, now)).collect();
+    if as_json {
+        return json(&bodies);
+    }
+    if bodies.is_empty() {
+        say(if all {
+            "no binding rows"
+        } else {
+            "no live leases (use --all to list every binding row)"
+        });
+    }
+    for b in &bodies {
+        let lease = b.lease.as_ref().map_or_else(
+            || "no lease".to_owned(),
+            |l| {
+                format!(
+                    "epoch={} holder={} expires_in={}s",
+                    l.epoch,
+                    l.holder.as_deref().unwrap_or("-"),
+                    l.expires_in_ms / 1000
+                )
+            },
+        );
+        say(&format!("{}  {}  {lease}", b.namespace, b.key));
+    }
+    Ok(())
+}
+
+/// `tether leases expire`.
+pub async fn leases_expire(
+    database_url: &str,
+    namespace: &str,
+    key: &str,
+    reason: &str,
+    epoch: Option<u64>,
+) -> Result<(), CommandError> {
+    let why = crate::params::reason(reason)?;
+    let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
+    let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
+    let store = open_store(database_url).await?;
+    match store
+        .force_expire_lease(&ns, &key, epoch.map(LeaseEpoch::new))
+        .await?
+    {
+        ForceExpireOutcome::Expired {
+            previous_epoch,
+            previous_holder,
+            ..
+        } => {
+            tracing::warn!(namespace = %ns, key = %key, reason = %why, "lease force-expired from the CLI");
+            say(&format!(
+                "expired lease epoch {} held by {} on {ns}/{key}; the holder is fenced",
+                previous_epoch.get(),
+                previous_holder.as_deref().unwrap_or("an unknown holder")
+            ));
+            Ok(())
+        }
+        ForceExpireOutcome::Missing => {
+            Err(ApiError::NotFound(format!("no live binding row at {ns}/{key}")).into())
+        }
+        ForceExpireOutcome::NoLease => {
+            Err(ApiError::Conflict(format!("{ns}/{key} holds no live lease")).into())
+        }
+        ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
+            "the lease is now at epoch {}; check it with `tether leases list` and retry with --epoch {}",
+            current.get(),
+            current.get()
+        ))
+        .into()),
+        _ => Err(ApiError::Conflict(format!("{ns}/{key} changed meanwhile; retry")).into()),
+    }
+}
+
+/// `tether quarantine list`.
+pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), CommandError> {
+    let store = open_store(database_url).await?;
+    let keys: Vec<QuarantineBody> = store
+        .quarantined_keys(MAX_PAGE_SIZE)
+        .await?
+        .iter()
+        .map(QuarantineBody::from)
+        .collect();
+    if as_json {
+        return json(&keys);
+    }
+    if keys.is_empty() {
+        say("no quarantined keys");
+    }
+    for q in &keys {
+        say(&format!("{}  {}  reason: {}", q.namespace, q.key, q.reason));
+    }
+    Ok(())
+}
+
+/// `tether quarantine release`.
+pub async fn quarantine_release(
+    database_url: &str,
+    namespace: &str,
+    key: &str,
+    reason: &str,
+) -> Result<(), CommandError> {
+    let why = crate::params::reason(reason)?;
+    let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
+    let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
+    let store = open_store(database_url).await?;
+    if store.release_quarantine(&ns, &key, &why).await? {
+        say(&format!("released {ns}/{key}"));
+        Ok(())
+    } else {
+        Err(ApiError::NotFound(format!(
+            "{ns}/{key} is not quarantined (see `tether quarantine list`)"
+        ))
+        .into())
+    }
+}

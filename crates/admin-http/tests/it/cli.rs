@@ -1,0 +1,168 @@
+//! The `tether` binary end to end: `tether demo` on a temporary database, read back through
+//! the API; operator commands and their exit codes.
+
+use std::process::{Command, Output};
+
+use axum::http::StatusCode;
+use tether_admin_http::auth::Tokens;
+use tether_admin_http::database::open_database;
+use tether_admin_http::{AppState, ServeConfig};
+
+use crate::support::{call, seg};
+
+fn tether(args: &[&str], url: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .args(["--database-url", url])
+        .env("RUST_LOG", "warn")
+        .env_remove("TETHER_DATABASE_URL")
+        .output()
+        .unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn demo_populates_a_database_the_api_then_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("demo.db").display());
+    let out = tether(&["demo"], &url);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("tether serve --database-url"));
+
+    let config = ServeConfig::new(&url, "127.0.0.1:0", false).unwrap();
+    let state = AppState::from_database(open_database(&config).await.unwrap(), Tokens::default());
+    let sessions = call(&state, "GET", "/v1/sessions", None, None).await.json();
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 4);
+    let leased = call(&state, "GET", "/v1/sessions?has_lease=true", None, None)
+        .await
+        .json();
+    assert_eq!(
+        leased["sessions"][0]["session_key"],
+        "agent:main:group:release"
+    );
+    let bob = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:main:direct:bob")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(bob.status, StatusCode::OK, "{}", bob.text);
+    let bob = bob.json();
+    assert_eq!(bob["lineage"]["previous_session_id"], "gen-2-1");
+    assert_eq!(bob["bindings"].as_array().unwrap().len(), 1);
+    assert!(!bob["transcript_tail"].as_array().unwrap().is_empty());
+    let nightly = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:ops:cron:nightly")),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert!(
+        nightly["tool_outcomes"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("failed")
+    );
+    assert_eq!(
+        call(&state, "GET", "/v1/quarantine", None, None)
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    let metrics = call(&state, "GET", "/metrics", None, None).await.text;
+    assert!(metrics.contains("tether_sessions 4"), "{metrics}");
+    let page = call(&state, "GET", "/", None, None).await.text;
+    assert!(page.contains("example-worker-2 (crashed)"));
+}
+
+#[test]
+fn operator_commands_mirror_the_api_with_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("ops.db").display());
+    assert!(tether(&["demo"], &url).status.success());
+
+    let list = tether(&["sessions", "list", "--limit", "2"], &url);
+    assert!(list.status.success());
+    let listed = text(&list);
+    assert!(listed.contains("agent:main:direct:alice") && listed.contains("more: --cursor"));
+    let cursor = listed.split("--cursor ").nth(1).unwrap().trim().to_owned();
+    let rest = text(&tether(&["sessions", "list", "--cursor", &cursor], &url));
+    assert!(rest.contains("agent:ops:cron:nightly") && !rest.contains("alice"));
+    assert_eq!(
+        tether(&["sessions", "list", "--limit", "500"], &url)
+            .status
+            .code(),
+        Some(1)
+    );
+
+    let show = tether(&["sessions", "show", "agent:main:direct:alice"], &url);
+    let detail: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
+    assert_eq!(detail["session"]["agent_id"], "main");
+    assert_eq!(
+        tether(&["sessions", "show", "agent:main:none"], &url)
+            .status
+            .code(),
+        Some(3)
+    );
+
+    // A live lease blocks deletion (4) until it is force-expired.
+    let blocked = tether(&["sessions", "delete", "agent:main:group:release"], &url);
+    assert_eq!(blocked.status.code(), Some(4), "{}", text(&blocked));
+    assert!(text(&blocked).contains("tether leases expire"));
+    let leases = tether(&["leases", "list", "--json"], &url);
+    let leases: serde_json::Value = serde_json::from_slice(&leases.stdout).unwrap();
+    let (ns, key) = (
+        leases[0]["namespace"].as_str().unwrap().to_owned(),
+        leases[0]["key"].as_str().unwrap().to_owned(),
+    );
+    let expire = ["leases", "expire", "--namespace", &ns, "--key", &key];
+    assert_eq!(
+        tether(&[&expire[..], &["--reason", " "]].concat(), &url)
+            .status
+            .code(),
+        Some(1)
+    );
+    let expired = tether(
+        &[&expire[..], &["--reason", "worker crashed"]].concat(),
+        &url,
+    );
+    assert!(expired.status.success(), "{}", text(&expired));
+    assert_eq!(
+        tether(&[&expire[..], &["--reason", "again"]].concat(), &url)
+            .status
+            .code(),
+        Some(4)
+    );
+    let deleted = tether(&["sessions", "delete", "agent:main:group:release"], &url);
+    assert!(deleted.status.success(), "{}", text(&deleted));
+
+    let quarantined = text(&tether(&["quarantine", "list"], &url));
+    assert!(quarantined.contains("conversation:legacy-42"));
+    let release = [
+        "quarantine",
+        "release",
+        "--namespace",
+        "example-threads",
+        "--key",
+        "conversation:legacy-42",
+        "--reason",
+        "record repaired",
+    ];
+    assert!(tether(&release, &url).status.success());
+    assert_eq!(tether(&release, &url).status.code(), Some(3));
+}
