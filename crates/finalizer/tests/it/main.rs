@@ -7,6 +7,7 @@ mod bounded;
 mod capture;
 mod codex;
 mod engine;
+mod fuzz_twins;
 mod gate;
 mod harness;
 mod incomplete;

@@ -3,6 +3,7 @@
 mod acpx;
 mod backend;
 mod fault_walk;
+mod fuzz_twins;
 mod generation;
 mod hooks;
 mod initialization;

@@ -1,0 +1,119 @@
+//! Proptest twins of the harness-SDK fuzz targets (`fuzz/fuzz_targets/`): the same checks
+//! (`fuzz/checks/harness.rs`, compiled into both), over arbitrary bytes and over generated JSON,
+//! with a bounded number of cases so they run in `cargo xtask ci`.
+
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../../../fuzz/checks/harness.rs"]
+mod checks;
+
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// Arbitrary JSON with the keys the checked functions look at.
+fn json() -> impl Strategy<Value = Value> {
+    let keys = prop::sample::select(vec![
+        "command",
+        "path",
+        "file_path",
+        "url",
+        "query",
+        "message",
+        "to",
+        "text",
+        "token",
+        "password",
+        "details",
+        "messageDelivery",
+        "status",
+        "target",
+        "threadId",
+        "platform",
+        "messageId",
+        "createdThreadIds",
+        "version",
+        "state",
+        "binding",
+        "sessionId",
+        "x",
+    ]);
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        ".{0,24}".prop_map(Value::String),
+        prop::sample::select(vec![
+            "settled",
+            "suppressed",
+            "dryRun",
+            "failed",
+            "active",
+            "retired"
+        ])
+        .prop_map(|s| Value::String(s.to_owned())),
+    ];
+    leaf.prop_recursive(4, 48, 6, move |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map(keys.clone(), inner, 0..6).prop_map(|m| {
+                Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+            }),
+        ]
+    })
+}
+
+fn bytes() -> impl Strategy<Value = Vec<u8>> {
+    prop::collection::vec(any::<u8>(), 0..256)
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 256,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    #[test]
+    fn fuzz_twin_sanitize_tool_args(value in json(), raw in bytes()) {
+        checks::check_sanitize_tool_args(&serde_json::to_vec(&value).unwrap());
+        checks::check_sanitize_tool_args(&raw);
+    }
+
+    #[test]
+    fn fuzz_twin_infer_tool_meta_from_args(tool in any::<u8>(), mode in any::<u8>(), value in json(), raw in bytes()) {
+        let mut data = vec![tool, mode];
+        data.extend(serde_json::to_vec(&value).unwrap());
+        checks::check_infer_tool_meta_from_args(&data);
+        checks::check_infer_tool_meta_from_args(&raw);
+    }
+
+    #[test]
+    fn fuzz_twin_delivery_facts(value in json(), raw in bytes()) {
+        checks::check_delivery_facts(&serde_json::to_vec(&value).unwrap());
+        checks::check_delivery_facts(&raw);
+    }
+
+    #[test]
+    fn fuzz_twin_binding_record_codecs(value in json(), raw in bytes()) {
+        checks::check_binding_record_codecs(&serde_json::to_vec(&value).unwrap());
+        checks::check_binding_record_codecs(&raw);
+    }
+}
+
+/// The twins reach the interesting branches, not only the parse failures.
+#[test]
+fn fuzz_twin_checks_accept_known_good_inputs() {
+    let fact = serde_json::json!({"status": "settled", "platform": "slack", "messageId": "m-1"});
+    checks::check_delivery_facts(fact.to_string().as_bytes());
+    let args = serde_json::json!({"command": "ls -la", "token": "secret"});
+    let mut data = vec![0, 0];
+    data.extend(args.to_string().as_bytes());
+    checks::check_infer_tool_meta_from_args(&data);
+    assert!(checks::json(args.to_string().as_bytes()).is_some());
+    checks::check_sanitize_tool_args(args.to_string().as_bytes());
+    checks::check_binding_record_codecs(br#"{"a":1}"#);
+}

@@ -1,0 +1,6 @@
+//! Fuzz target: `finalization_projection` (see `checks/finalizer.rs`).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    tether_fuzz::finalizer::check_finalization_projection(data);
+});
