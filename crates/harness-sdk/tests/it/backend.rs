@@ -767,3 +767,74 @@ async fn reset_and_retire_inside_a_lease_keep_the_lease_and_apply_the_release_tt
     assert_eq!(f.raw(&physical).await, None);
     let _ = f.clock.now();
 }
+
+#[tokio::test]
+async fn thread_owner_scan_pages_through_the_namespace() {
+    let f = Fx::new().await;
+    for i in 0..300 {
+        let identity = f.physical(&format!("p-{i:03}"));
+        let thread_id = if i == 299 {
+            "thread-last"
+        } else {
+            "thread-other"
+        };
+        assert!(
+            f.store
+                .set(&identity, thread(thread_id), opts())
+                .await
+                .unwrap()
+        );
+    }
+    let first = f.physical("p-000");
+    let last = f.physical("p-299");
+    assert!(
+        f.store
+            .has_other_thread_owner(first.key(), "thread-last")
+            .await
+            .unwrap(),
+        "found past the first page"
+    );
+    assert!(
+        !f.store
+            .has_other_thread_owner(last.key(), "thread-last")
+            .await
+            .unwrap(),
+        "the excepted row does not count"
+    );
+    assert!(
+        !f.store
+            .has_other_thread_owner(first.key(), "thread-none")
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
+async fn concurrent_set_if_absent_binds_exactly_once() {
+    let f = Fx::new().await;
+    let s1 = f.id("s1");
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let (store, s1) = (
+            if i % 2 == 0 {
+                f.store.clone()
+            } else {
+                f.peer()
+            },
+            s1.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            store
+                .set_if_absent(&s1, thread(&format!("thread-{i}")), opts())
+                .await
+        }));
+    }
+    let mut won = 0;
+    for task in tasks {
+        if task.await.unwrap().unwrap() {
+            won += 1;
+        }
+    }
+    assert_eq!(won, 1);
+    assert_eq!(f.count().await, 1);
+}
