@@ -15,6 +15,7 @@ use std::time::Instant;
 
 mod arch;
 mod bench_report;
+mod ui_check;
 
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
@@ -24,6 +25,7 @@ fn main() -> ExitCode {
         "arch-check" => arch::check().map(|()| Summary::default()),
         "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
         "bench-report" => bench_report::bench_report(&args[1..]).map(|()| Summary::default()),
+        "ui-check" => ui_check::ui_check().map(|()| Summary::default()),
         "help" | "--help" | "-h" => {
             usage();
             return ExitCode::SUCCESS;
@@ -55,6 +57,7 @@ fn usage() {
          ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check\n  \
          arch-check  fail when a crate depends on what its architecture invariant forbids\n  \
          openapi     write crates/admin-http/openapi.json; `--check` compares instead\n  \
+         ui-check    screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)\n  \
          bench-report  run every benchmark and scale harness; write target/bench-report.json \
          (`--quick`: within 10 minutes)");
 }

@@ -1,8 +1,16 @@
 //! # tether-admin-http
 //!
-//! Tether's admin service: an axum router with a JSON API, its OpenAPI document at
-//! `/api-docs/openapi.json` and Swagger UI at `/docs` (served from the binary, no network), plus
-//! the `tether` command-line binary (`tether serve`, `tether migrate`).
+//! Tether's admin service: an axum router with the JSON API under `/v1` (sessions, bindings and
+//! leases, lease history, transcript search, quarantined keys, and the admin actions: delete a
+//! session, force-expire a lease, release a quarantined key), a server-rendered dashboard at `/`,
+//! `/healthz`, `/readyz`, `/metrics`, its OpenAPI document at `/api-docs/openapi.json` and
+//! Swagger UI at `/docs` (served from the binary, no network), plus the `tether` command-line
+//! binary (`serve`, `migrate`, `demo`, and operator commands mirroring the API).
+//!
+//! The admin process registers no namespace and runs no harness: it reads binding rows straight
+//! from the database by namespace and key, and deletes a session through the transactional
+//! deletion path with the session's binding rows removed inside the same transaction (refused
+//! while one of them holds a live lease).
 //!
 //! The router is built by [`app`] from an [`AppState`], so tests drive it with
 //! `tower::ServiceExt::oneshot` and need no socket:
