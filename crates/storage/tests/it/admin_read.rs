@@ -16,11 +16,31 @@ use tether_storage::{
 const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
 
 async fn store() -> (Store, Arc<FakeClock>) {
+    open("sqlite::memory:").await
+}
+
+async fn open(url: &str) -> (Store, Arc<FakeClock>) {
     let clock = Arc::new(FakeClock::new(T0));
-    let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+    let store = Store::open_with(StoreOptions::new(url).clock(clock.clone()))
         .await
         .unwrap();
     (store, clock)
+}
+
+/// Runs `body` on a throwaway PostgreSQL database (skipped when none answers and
+/// `TETHER_REQUIRE_PG` is unset).
+async fn on_postgres<F, Fut>(label: &str, body: F)
+where
+    F: FnOnce(Store, Arc<FakeClock>) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(db) = tether_storage::testing::PgTestDatabase::create(label).await else {
+        return;
+    };
+    let (store, clock) = open(db.url()).await;
+    body(store.clone(), clock).await;
+    store.close().await.unwrap();
+    db.cleanup().await;
 }
 
 async fn session(store: &Store, key: &str, agent: &str, harness: Option<&str>) -> SessionKey {
@@ -77,7 +97,24 @@ impl WorkTracker for Idle {
 
 #[tokio::test]
 async fn sessions_are_listed_with_filters_and_keyset_pages() {
-    let (store, _) = store().await;
+    let (store, clock) = store().await;
+    sessions_are_listed_with_filters_and_keyset_pages_body(store, clock).await;
+}
+
+#[tokio::test]
+async fn sessions_are_listed_with_filters_and_keyset_pages_on_postgres() {
+    on_postgres(
+        "admin_read",
+        sessions_are_listed_with_filters_and_keyset_pages_body,
+    )
+    .await;
+}
+
+async fn sessions_are_listed_with_filters_and_keyset_pages_body(
+    store: Store,
+    clock: Arc<FakeClock>,
+) {
+    let _ = &clock;
     let ns = Namespace::new("admin-ns").unwrap();
     store
         .register_namespace(NamespaceConfig::new(ns.clone()))
@@ -261,7 +298,24 @@ async fn bindings_are_read_without_registering_the_namespace() {
 
 #[tokio::test]
 async fn force_expire_bumps_the_epoch_and_fences_the_old_holder() {
-    let (store, _) = store().await;
+    let (store, clock) = store().await;
+    force_expire_bumps_the_epoch_and_fences_the_old_holder_body(store, clock).await;
+}
+
+#[tokio::test]
+async fn force_expire_bumps_the_epoch_and_fences_the_old_holder_on_postgres() {
+    on_postgres(
+        "admin_read",
+        force_expire_bumps_the_epoch_and_fences_the_old_holder_body,
+    )
+    .await;
+}
+
+async fn force_expire_bumps_the_epoch_and_fences_the_old_holder_body(
+    store: Store,
+    clock: Arc<FakeClock>,
+) {
+    let _ = &clock;
     let ns = Namespace::new("fx").unwrap();
     store
         .register_namespace(NamespaceConfig::new(ns.clone()))
@@ -353,6 +407,27 @@ async fn force_expire_bumps_the_epoch_and_fences_the_old_holder() {
 #[tokio::test]
 async fn deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_leases() {
     let (store, clock) = store().await;
+    deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_leases_body(
+        store, clock,
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_leases_on_postgres()
+{
+    on_postgres(
+        "admin_read",
+        deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_leases_body,
+    )
+    .await;
+}
+
+async fn deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_leases_body(
+    store: Store,
+    clock: Arc<FakeClock>,
+) {
+    let _ = &clock;
     let ns = Namespace::new("del").unwrap();
     store
         .register_namespace(NamespaceConfig::new(ns.clone()))
