@@ -12,7 +12,9 @@
 //!   `reclaim_generation` (the same-id fence repaired only with host lineage), the protected
 //!   supervision scope, the lease policy [`prepare_lease`] and the release TTL policy
 //!   [`release_ttl`] (physical fences expire after [`PHYSICAL_RETIRE_TTL`], stable fences
-//!   stay, cleared rows vanish), all through the binding lifecycle, never blind;
+//!   stay, cleared rows vanish), all through the binding lifecycle, never blind; and
+//!   [`ThreadBindingStore::shed_disposable`], which relieves a full namespace by removing only
+//!   rows that carry nothing (no store-level eviction);
 //! - [`ThreadGenerationOps`]: the store as
 //!   [`GenerationOperations`](crate::generation::GenerationOperations) and
 //!   [`BindingReader`](crate::generation::BindingReader).

@@ -208,9 +208,10 @@ impl ThreadBindingStoreBuilder {
         .lease_config(self.lease)
         .errors(self.errors)
         .release_ttl(release_ttl_policy());
-        if let Some(clock) = self.clock {
-            builder = builder.clock(clock);
-        }
+        let clock: Arc<dyn Clock> = self
+            .clock
+            .unwrap_or_else(|| Arc::new(tether_core::SystemClock));
+        builder = builder.clock(Arc::clone(&clock));
         if let Some(tokens) = self.tokens {
             builder = builder.tokens(tokens);
         }
@@ -225,6 +226,7 @@ impl ThreadBindingStoreBuilder {
         }
         Ok(ThreadBindingStore {
             lifecycle: builder.build()?,
+            clock,
             store: self.store,
             namespace: self.namespace,
             texts: Arc::new(self.texts),
@@ -241,6 +243,7 @@ impl ThreadBindingStoreBuilder {
 #[derive(Clone)]
 pub struct ThreadBindingStore {
     lifecycle: ThreadLifecycle,
+    clock: Arc<dyn Clock>,
     store: Arc<dyn BindingStore>,
     namespace: Namespace,
     texts: Arc<BackendTexts>,
@@ -810,6 +813,61 @@ impl ThreadBindingStore {
             }
             after = page.last().map(|(key, _)| key.clone());
         }
+    }
+
+    /// Sheds up to `limit` **disposable** rows: cleared, not retired, without a live lease, a
+    /// task import or legacy provenance (reference #125910: no store-level eviction; only rows
+    /// that carry nothing are shed, at the binding-domain boundary). Each row is deleted only
+    /// if it is still exactly the row that was judged disposable (same revision, no live lease
+    /// at the delete). Returns how many rows were removed.
+    #[tracing::instrument(name = "thread_binding.shed_disposable", skip(self))]
+    pub async fn shed_disposable(&self, limit: usize) -> Result<usize, Error> {
+        let codec = ThreadBindingCodec;
+        let texts = ErrorTexts::default();
+        let mut shed = 0;
+        let mut after: Option<BindingKey> = None;
+        while shed < limit {
+            let page = self
+                .store
+                .scan(&self.namespace, after.as_ref(), SCAN_PAGE)
+                .await?;
+            for (key, row) in &page {
+                if shed >= limit {
+                    break;
+                }
+                let now = self.clock.now();
+                let Ok(Some(record)) = decode_row(&codec, &texts, key, Some(row)) else {
+                    continue;
+                };
+                let legacy = key.as_str().starts_with("conversation:legacy-");
+                let disposable = !record.is_active()
+                    && !record.is_retired()
+                    && record.task_import.is_none()
+                    && !legacy
+                    && row.live_lease(now).is_none();
+                if !disposable {
+                    continue;
+                }
+                let revision = row.revision;
+                let clock = Arc::clone(&self.clock);
+                let unchanged = move |current: &tether_core::StoredRow| {
+                    current.revision == revision && current.live_lease(clock.now()).is_none()
+                };
+                if self
+                    .store
+                    .delete_if(&self.namespace, key, &unchanged)
+                    .await?
+                    .is_some()
+                {
+                    shed += 1;
+                }
+            }
+            if page.len() < SCAN_PAGE {
+                break;
+            }
+            after = page.last().map(|(key, _)| key.clone());
+        }
+        Ok(shed)
     }
 
     /// The TTL this backend gives a retired physical fence (for operators and tests).

@@ -838,3 +838,67 @@ async fn concurrent_set_if_absent_binds_exactly_once() {
     assert_eq!(won, 1);
     assert_eq!(f.count().await, 1);
 }
+
+/// Reference #125910: a full namespace is relieved only by shedding rows that carry nothing
+/// (cleared, not retired, unleased, no task import, no legacy provenance).
+#[tokio::test]
+async fn shedding_removes_only_disposable_rows() {
+    let f = Fx::with_capacity(Some(5)).await;
+    let (cleared, fence, active, leased) = (
+        f.physical("cleared"),
+        f.id("fenced"),
+        f.physical("active"),
+        f.physical("leased"),
+    );
+    let legacy = BindingIdentity::conversation(&BindingId::new("legacy-import").unwrap());
+    for identity in [&cleared, &fence, &active, &leased, &legacy] {
+        assert!(f.store.set(identity, thread("t"), opts()).await.unwrap());
+    }
+    // Cleared inside a lease: no 1 ms TTL, the row stays until released.
+    let store = &f.store;
+    store
+        .with_lease(&cleared, false, None, |_| async {
+            assert!(store.clear(&cleared, None, opts()).await?);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    f.store.retire(&fence, opts()).await.unwrap();
+    f.store.clear(&legacy, None, opts()).await.unwrap();
+    let overflow = f.physical("overflow");
+    assert!(
+        f.store.set(&overflow, thread("t"), opts()).await.is_err(),
+        "full"
+    );
+
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let (store, leased) = (f.store.clone(), leased.clone());
+        tokio::spawn(async move {
+            let (inner, id) = (store.clone(), leased.clone());
+            store
+                .with_lease(&leased, false, None, |_| async move {
+                    assert!(inner.clear(&id, None, opts()).await?);
+                    held_tx.send(()).unwrap();
+                    rx.await.unwrap();
+                    Ok(())
+                })
+                .await
+        })
+    };
+    held_rx.await.unwrap();
+    // `cleared` was released with the 1 ms TTL; keep the clock still so it is still there.
+    assert_eq!(f.store.shed_disposable(10).await.unwrap(), 1);
+    assert_eq!(f.raw(&cleared).await, None);
+    assert!(
+        f.raw(&fence).await.is_some(),
+        "a retired fence is never shed"
+    );
+    assert!(f.raw(&active).await.is_some());
+    assert!(f.raw(&leased).await.is_some(), "a leased row is never shed");
+    assert!(f.raw(&legacy).await.is_some(), "legacy provenance is kept");
+    assert!(f.store.set(&overflow, thread("t"), opts()).await.unwrap());
+    tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+}
