@@ -234,6 +234,25 @@ impl ThreadBindingHarness {
             tracing::warn!(key = %identity.key(), "deletion outcome unresolved; post-commit cleanup skipped");
             return;
         }
+        // A host whose transaction failed after our commit but never called our rollback
+        // (its owner authority refused it) leaves the binding restored by its own rollback:
+        // cleaning up then would release a thread that is still bound.
+        if let Some(binding) = &post.binding {
+            match self.store.record(identity).await {
+                Ok(Some(record))
+                    if identity.owns(record.session_id.as_ref())
+                        && record.binding().map(|b| &b.thread_id) == Some(&binding.thread_id) =>
+                {
+                    tracing::warn!(key = %identity.key(), "the binding is still stored after a reported commit; post-commit cleanup skipped");
+                    return;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(key = %identity.key(), %error, "cannot confirm the committed deletion; post-commit cleanup skipped");
+                    return;
+                }
+            }
+        }
         if let Some(rollback) = &post.rollback
             && let Err(error) = rollback.run().await
         {

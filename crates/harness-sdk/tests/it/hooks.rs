@@ -1209,3 +1209,29 @@ mod initialization {
         assert_eq!(cleaned.load(Ordering::SeqCst), 1);
     }
 }
+
+/// A host whose transaction failed after the harness commit, without calling its rollback
+/// (for example because the owner authority refused it), restored the row itself: the
+/// harness must not release a thread that is still bound.
+#[tokio::test]
+async fn no_cleanup_when_the_host_transaction_restored_the_row_without_rollback() {
+    let f = Fx::new().await;
+    let s1 = f.id("s1");
+    assert!(f.store.set(&s1, thread("thread-1"), opts()).await.unwrap());
+    let (h, threads) = harness_with_threads(&f);
+    let mem = f.mem.clone();
+    let run: MutationRun<'_> = Box::new(move |m| {
+        Box::pin(async move {
+            let tx = mem.begin();
+            m.commit(&tx).await?;
+            tx.rollback();
+            Err(Error::other("host transaction failed before COMMIT"))
+        })
+    });
+    h.with_session_deletion(deletion("s1"), run)
+        .await
+        .unwrap_err();
+    assert_eq!(f.read(&s1).await.as_deref(), Some("thread-1"));
+    assert!(threads.released().is_empty(), "the bound thread was kept");
+    assert!(threads.clients.lock().unwrap().is_empty());
+}
