@@ -15,6 +15,7 @@ use std::time::Instant;
 
 mod arch;
 mod bench_report;
+mod chaos;
 mod ui_check;
 
 fn main() -> ExitCode {
@@ -22,6 +23,7 @@ fn main() -> ExitCode {
     let task = args.first().map(String::as_str).unwrap_or("help");
     let result = match task {
         "ci" => ci(),
+        "chaos" => return chaos::main(&args[1..]),
         "arch-check" => arch::check().map(|()| Summary::default()),
         "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
         "bench-report" => bench_report::bench_report(&args[1..]).map(|()| Summary::default()),
@@ -110,6 +112,7 @@ fn ci() -> Result<Summary, String> {
     say("==> openapi snapshot");
     openapi(Some("--check"))?;
     let summary = test()?;
+    chaos::ci()?;
     run(
         "doc",
         cargo()

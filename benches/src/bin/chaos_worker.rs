@@ -1,0 +1,118 @@
+//! The chaos worker of `cargo xtask chaos` (SPEC §5 "Reliability").
+//!
+//! ```text
+//! chaos_worker setup  --url URL                 create the drill's tables and rows
+//! chaos_worker run    --url URL --name W --seconds S
+//! chaos_worker check  --url URL --kills K       print `chaos: <ops> ops, <kills> kills, <violations> violations`
+//! chaos_worker pg-create                        create a fresh PostgreSQL database, print its URL
+//! chaos_worker pg-drop --url URL                drop that database
+//! ```
+
+#[path = "../chaos/mod.rs"]
+mod chaos;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use sea_orm::ConnectionTrait;
+
+/// The worker's user-facing output.
+#[allow(clippy::print_stdout)]
+fn say(line: &str) {
+    println!("{line}");
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+async fn main_async(args: Vec<String>) -> Result<bool, String> {
+    let command = args.first().cloned().unwrap_or_default();
+    let url = || arg(&args, "--url").ok_or("--url is required");
+    match command.as_str() {
+        "setup" => {
+            let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
+            chaos::setup(&store).await.map_err(|e| e.to_string())?;
+            Ok(true)
+        }
+        "run" => {
+            let name = arg(&args, "--name").ok_or("--name is required")?;
+            let seconds: u64 = arg(&args, "--seconds")
+                .and_then(|s| s.parse().ok())
+                .ok_or("--seconds N is required")?;
+            let deadline = Instant::now() + Duration::from_secs(seconds);
+            let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
+            let mut worker = chaos::worker::Worker::new(store, &name).map_err(|e| e.to_string())?;
+            let ops = worker.run(deadline).await;
+            say(&format!("chaos worker {name}: {ops} ops"));
+            Ok(true)
+        }
+        "check" => {
+            let kills: u64 = arg(&args, "--kills")
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
+            let (ops, violations) = chaos::check::check(&store)
+                .await
+                .map_err(|e| e.to_string())?;
+            for violation in &violations {
+                say(&format!("violation: {violation}"));
+            }
+            say(&format!(
+                "chaos: {ops} ops, {kills} kills, {} violations",
+                violations.len()
+            ));
+            Ok(violations.is_empty())
+        }
+        "pg-create" => {
+            let db = tether_storage::testing::PgTestDatabase::create("chaos")
+                .await
+                .ok_or("PostgreSQL is unreachable")?;
+            say(db.url());
+            // The database outlives this process; `pg-drop` removes it.
+            std::mem::forget(db);
+            Ok(true)
+        }
+        "pg-drop" => {
+            let url = url()?;
+            let name = url.rsplit('/').next().unwrap_or_default().to_owned();
+            if !name.starts_with("tether_chaos_") {
+                return Err(format!("refusing to drop `{name}`: not a chaos database"));
+            }
+            let server = tether_storage::testing::pg_server_url();
+            let admin = sea_orm::Database::connect(server)
+                .await
+                .map_err(|e| e.to_string())?;
+            admin
+                .execute_unprepared(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(true)
+        }
+        other => Err(format!("unknown command `{other}`")),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            say(&format!("chaos worker: cannot start a runtime: {e}"));
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main_async(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            say(&format!("chaos worker: {message}"));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! The chaos drill (SPEC §5 "Reliability"): worker processes share one SQLite file or one
+//! PostgreSQL database; `cargo xtask chaos` starts them, SIGKILLs them at random, restarts them,
+//! and finally runs the invariant checker.
+//!
+//! Tables of the drill (created by `--setup`, next to Tether's own):
+//! - `chaos_fence(key, epoch, writer)`: the fencing target; a write is accepted only when its
+//!   lease epoch is not older than the fence's, checked and advanced in the same SQL
+//!   transaction as the log insert;
+//! - `chaos_log(id, key, epoch, writer, seq)`: every accepted write;
+//! - `chaos_rejects(key, epoch, writer)`: writes the fence refused;
+//! - `chaos_sessions(session_key, writer, kind, status)`: sessions the workers created, and how
+//!   their deletion or context reset ended;
+//! - `chaos_explained(session_key, reason)`: why a binding key was quarantined.
+
+#[path = "check.rs"]
+pub(crate) mod check;
+#[path = "worker.rs"]
+pub(crate) mod worker;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sea_orm::{ConnectionTrait, DbBackend, Statement, Value as SqlValue};
+use tether_core::{
+    AgentId, BindingId, BindingKey, BindingStore, Error, Namespace, NamespaceConfig, RowWrite,
+    SessionKey, SystemClock,
+};
+use tether_storage::{Store, StoreOptions};
+
+/// The lease keys the workers contend for.
+pub(crate) const KEYS: usize = 4;
+
+/// The namespace of the contended lease keys.
+pub(crate) fn lease_ns() -> Namespace {
+    Namespace::new("chaos-leases").unwrap_or_else(|_| unreachable!("a valid namespace"))
+}
+
+/// The namespace of the session bindings.
+pub(crate) fn session_ns() -> Namespace {
+    Namespace::new("chaos-sessions").unwrap_or_else(|_| unreachable!("a valid namespace"))
+}
+
+/// The `i`th lease key.
+pub(crate) fn lease_key(i: usize) -> BindingKey {
+    BindingKey::conversation(
+        &BindingId::new(format!("chaos-k{i}")).unwrap_or_else(|_| unreachable!("a valid id")),
+    )
+}
+
+/// The agent of every chaos session.
+pub(crate) fn agent() -> AgentId {
+    AgentId::new("main").unwrap_or_else(|_| unreachable!("a valid agent id"))
+}
+
+/// The binding key of a chaos session.
+pub(crate) fn session_binding(session: &SessionKey) -> BindingKey {
+    BindingKey::stable(&agent(), session)
+}
+
+/// Opens the shared store (the system clock: every process runs on this machine) and
+/// registers the drill's namespaces with it.
+pub(crate) async fn open(url: &str) -> Result<Store, Error> {
+    let store = Store::open_with(
+        StoreOptions::new(url)
+            .clock(Arc::new(SystemClock))
+            .max_connections(4)
+            .busy_timeout(Duration::from_secs(10)),
+    )
+    .await?;
+    for ns in [lease_ns(), session_ns()] {
+        store.register_namespace(NamespaceConfig::new(ns)).await?;
+    }
+    Ok(store)
+}
+
+/// A statement with `?` placeholders, numbered for PostgreSQL.
+pub(crate) fn stmt(store: &Store, sql: &str, values: Vec<SqlValue>) -> Statement {
+    let backend = store.connection().get_database_backend();
+    let sql = if backend == DbBackend::Postgres {
+        let mut out = String::with_capacity(sql.len() + 8);
+        let mut n = 0;
+        for c in sql.chars() {
+            if c == '?' {
+                n += 1;
+                out.push_str(&format!("${n}"));
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    } else {
+        sql.to_owned()
+    };
+    Statement::from_sql_and_values(backend, sql, values)
+}
+
+fn db_error(e: sea_orm::DbErr) -> Error {
+    Error::other(format!("chaos SQL failed: {e}"))
+}
+
+/// Creates the drill's tables, registers the namespaces, and writes the lease keys' rows and
+/// fences (idempotent).
+pub(crate) async fn setup(store: &Store) -> Result<(), Error> {
+    let db = store.connection();
+    let id = if db.get_database_backend() == DbBackend::Postgres {
+        "BIGSERIAL PRIMARY KEY"
+    } else {
+        "INTEGER PRIMARY KEY AUTOINCREMENT"
+    };
+    for sql in [
+        "CREATE TABLE IF NOT EXISTS chaos_fence (key TEXT PRIMARY KEY, epoch BIGINT NOT NULL, writer TEXT NOT NULL)".to_owned(),
+        format!("CREATE TABLE IF NOT EXISTS chaos_log (id {id}, key TEXT NOT NULL, epoch BIGINT NOT NULL, writer TEXT NOT NULL, seq BIGINT NOT NULL)"),
+        "CREATE TABLE IF NOT EXISTS chaos_rejects (key TEXT NOT NULL, epoch BIGINT NOT NULL, writer TEXT NOT NULL)".to_owned(),
+        "CREATE TABLE IF NOT EXISTS chaos_sessions (session_key TEXT PRIMARY KEY, writer TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL)".to_owned(),
+        "CREATE TABLE IF NOT EXISTS chaos_explained (session_key TEXT PRIMARY KEY, reason TEXT NOT NULL)".to_owned(),
+    ] {
+        db.execute_unprepared(&sql).await.map_err(db_error)?;
+    }
+    for i in 0..KEYS {
+        let key = lease_key(i);
+        db.execute_raw(stmt(
+            store,
+            "INSERT INTO chaos_fence (key, epoch, writer) VALUES (?, 0, '') ON CONFLICT DO NOTHING",
+            vec![key.as_str().into()],
+        ))
+        .await
+        .map_err(db_error)?;
+        let row = RowWrite {
+            value: br#"{"writer":"setup","seq":0}"#.to_vec(),
+            lease: None,
+        };
+        store
+            .register_if_absent(&lease_ns(), &key, row, None)
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,403 @@
+//! One chaos worker process: leases and fenced writes, deletions and context resets with
+//! injected transaction failures, until its deadline (or its SIGKILL).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use sea_orm::{ConnectionTrait, TransactionTrait};
+use serde_json::json;
+use tether_core::{
+    AgentHarness, BindingKey, Error, HarnessId, JsonObjectCodec, LeaseConfig, LeaseWrite,
+    MutationRun, Namespace, QuarantineEntry, QuarantineStore, ResetParams, RowTransaction,
+    RowWrite, SessionContextResetHook, SessionContextResetParams, SessionDeletionHook,
+    SessionDeletionParams, SessionId, SessionKey, SessionMutation, SystemClock,
+};
+use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
+use tether_storage::{
+    ActiveRuns, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry, Store,
+    TransactionHooks, TranscriptRole,
+};
+
+use super::{KEYS, agent, db_error, lease_key, lease_ns, session_binding, session_ns, stmt};
+
+type Record = serde_json::Map<String, serde_json::Value>;
+
+/// A small xorshift generator (no dependency; seeded per process).
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub(crate) fn seeded(salt: u64) -> Self {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Self((nanos ^ (u64::from(std::process::id()) << 32) ^ salt) | 1)
+    }
+
+    pub(crate) fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// The harness of the drill: its prepared mutation deletes the session's binding row through
+/// the host transaction (the SQL rollback restores it; nothing to undo by hand).
+#[derive(Debug)]
+struct ChaosHarness {
+    id: HarnessId,
+}
+
+struct DeleteBinding {
+    ns: Namespace,
+    key: BindingKey,
+}
+
+#[async_trait]
+impl SessionMutation for DeleteBinding {
+    async fn commit(&self, tx: &dyn RowTransaction) -> Result<(), Error> {
+        tx.delete_if(&self.ns, &self.key, &|_| true).await?;
+        Ok(())
+    }
+
+    async fn rollback(&self) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SessionDeletionHook for ChaosHarness {
+    async fn with_session_deletion(
+        &self,
+        params: SessionDeletionParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let key = session_binding(&params.session_key);
+        run(Arc::new(DeleteBinding {
+            ns: session_ns(),
+            key,
+        }))
+        .await
+    }
+}
+
+#[async_trait]
+impl SessionContextResetHook for ChaosHarness {
+    async fn with_session_context_reset(
+        &self,
+        params: SessionContextResetParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let key = session_binding(&params.session_key);
+        run(Arc::new(DeleteBinding {
+            ns: session_ns(),
+            key,
+        }))
+        .await
+    }
+}
+
+#[async_trait]
+impl AgentHarness for ChaosHarness {
+    fn id(&self) -> &HarnessId {
+        &self.id
+    }
+
+    async fn reset(&self, _params: ResetParams) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
+        Some(self)
+    }
+
+    fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
+        Some(self)
+    }
+}
+
+/// How an injected failure hits a host transaction.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Inject {
+    None,
+    BeforeCommit,
+    AfterCommit,
+}
+
+/// One worker's state.
+pub(crate) struct Worker {
+    store: Store,
+    name: String,
+    lc: Lifecycle<JsonObjectCodec>,
+    registry: Arc<HarnessRegistry>,
+    rng: Rng,
+    seq: u64,
+    sessions: u64,
+}
+
+impl Worker {
+    pub(crate) fn new(store: Store, name: &str) -> Result<Self, Error> {
+        let lc = Lifecycle::builder(
+            Arc::new(store.clone()),
+            lease_ns(),
+            JsonObjectCodec,
+            Arc::new(|current: Option<&Record>, _lease: &LeaseWrite| {
+                Some(current.cloned().unwrap_or_default())
+            }),
+        )
+        .lease_config(LeaseConfig {
+            lease_duration: Duration::from_secs(3),
+            wait_budget: Duration::from_secs(5),
+            retry_interval: Duration::from_millis(25),
+            renew_interval: Duration::from_secs(1),
+        })
+        .clock(Arc::new(SystemClock))
+        .quarantine(Arc::new(store.clone()))
+        .holder(name)
+        .build()?;
+        let registry = HarnessRegistry::new();
+        registry.register(Arc::new(ChaosHarness {
+            id: HarnessId::new("chaos")?,
+        }));
+        Ok(Self {
+            store,
+            name: name.to_owned(),
+            lc,
+            registry,
+            rng: Rng::seeded(name.len() as u64),
+            seq: 0,
+            sessions: 0,
+        })
+    }
+
+    /// Loops until `deadline`; returns the number of operations attempted.
+    pub(crate) async fn run(&mut self, deadline: Instant) -> u64 {
+        let mut ops = 0;
+        while Instant::now() < deadline {
+            let result = match self.rng.below(10) {
+                0..=5 => self.fenced_write().await,
+                6 => self.session_op(false, Inject::None).await,
+                7 => self.session_op(false, Inject::BeforeCommit).await,
+                8 => {
+                    let inject = self.pick_inject();
+                    self.session_op(true, inject).await
+                }
+                _ => {
+                    let rewind = self.rng.below(2) == 0;
+                    self.session_op(rewind, Inject::AfterCommit).await
+                }
+            };
+            if let Err(error) = result {
+                tracing::debug!(worker = %self.name, error = %error, "chaos operation failed");
+            }
+            ops += 1;
+        }
+        ops
+    }
+
+    fn pick_inject(&mut self) -> Inject {
+        if self.rng.below(2) == 0 {
+            Inject::None
+        } else {
+            Inject::BeforeCommit
+        }
+    }
+
+    /// Acquires a lease on a random key and writes through it to the fenced log.
+    async fn fenced_write(&mut self) -> Result<(), Error> {
+        let key = lease_key(self.rng.below(KEYS as u64) as usize);
+        self.seq += 1;
+        let (seq, name, store, lc) = (self.seq, self.name.clone(), &self.store, &self.lc);
+        let key_ref = &key;
+        lc.with_lease(key_ref, LeaseOptions::default(), |guard| async move {
+            let epoch = guard.epoch().get();
+            // Hold the lease a little so that contention and kills overlap.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            fence_and_log(store, key_ref, epoch, &name, seq).await?;
+            lc.transact(key_ref, TransactOptions::default(), |current, _| {
+                let mut next = current.cloned().unwrap_or_default();
+                next.insert("writer".into(), json!(name));
+                next.insert("seq".into(), json!(seq));
+                Ok(Applied::write(next, ()))
+            })
+            .await
+        })
+        .await
+    }
+
+    /// Creates a session with a binding and a short transcript, then deletes it or rewinds
+    /// it (moving it to generation `s-2`), with the given injected failure.
+    async fn session_op(&mut self, rewind: bool, inject: Inject) -> Result<(), Error> {
+        self.sessions += 1;
+        let session = SessionKey::new(format!("agent:main:chaos-{}-{}", self.name, self.sessions))?;
+        let kind = if rewind { "rewind" } else { "delete" };
+        let db = self.store.connection();
+        db.execute_raw(stmt(
+            &self.store,
+            "INSERT INTO chaos_sessions (session_key, writer, kind, status) VALUES (?, ?, ?, 'creating')",
+            vec![session.as_str().into(), self.name.clone().into(), kind.into()],
+        ))
+        .await
+        .map_err(db_error)?;
+        let row = RowWrite {
+            value: br#"{"thread":"native"}"#.to_vec(),
+            lease: None,
+        };
+        tether_core::BindingStore::register_if_absent(
+            &self.store,
+            &session_ns(),
+            &session_binding(&session),
+            row,
+            None,
+        )
+        .await?;
+        self.store
+            .create_session(NewHostSession {
+                session_key: session.clone(),
+                agent_id: agent(),
+                session_id: SessionId::new("s-1")?,
+                agent_harness_id: None,
+            })
+            .await?;
+        let mut anchors = Vec::new();
+        for (role, text) in [
+            (TranscriptRole::User, "u1"),
+            (TranscriptRole::Assistant, "a1"),
+            (TranscriptRole::User, "u2"),
+        ] {
+            let entry = NewTranscriptEntry {
+                role,
+                content: text.into(),
+                idempotency_key: None,
+            };
+            anchors.push(self.store.append_transcript(&session, entry).await?.anchor);
+        }
+        self.status(&session, "created").await?;
+        let hooks = match inject {
+            Inject::None => TransactionHooks::new(),
+            Inject::BeforeCommit => TransactionHooks::new().after_mutations(|_| {
+                Box::pin(async { Err(Error::other("chaos: injected failure before COMMIT")) })
+            }),
+            Inject::AfterCommit => TransactionHooks::new()
+                .after_commit(|| Err(Error::other("chaos: injected failure after COMMIT"))),
+        };
+        let hosts = HostSessions::new(
+            self.store.clone(),
+            self.registry.clone(),
+            Arc::new(ActiveRuns::new()),
+        )
+        .with_hooks(hooks);
+        let result = if rewind {
+            hosts
+                .rewind(&session, anchors[2].clone(), SessionId::new("s-2")?)
+                .await
+                .map(|_| ())
+        } else {
+            hosts
+                .delete_sessions(std::slice::from_ref(&session))
+                .await
+                .map(|_| ())
+        };
+        match (result, inject) {
+            (Ok(()), _) => {
+                self.status(&session, if rewind { "rewound" } else { "deleted" })
+                    .await
+            }
+            (Err(_), Inject::BeforeCommit) => self.status(&session, "kept").await,
+            (Err(error), Inject::AfterCommit) => {
+                // The outcome is unknown to this process: explain, then quarantine.
+                db.execute_raw(stmt(
+                    &self.store,
+                    "INSERT INTO chaos_explained (session_key, reason) VALUES (?, ?)",
+                    vec![session.as_str().into(), error.to_string().into()],
+                ))
+                .await
+                .map_err(db_error)?;
+                self.store
+                    .quarantine(QuarantineEntry {
+                        namespace: session_ns(),
+                        key: session_binding(&session),
+                        reason: format!("host transaction outcome unknown: {error}"),
+                        custody: Some(self.name.clone()),
+                        quarantined_at: tether_core::Clock::now(&SystemClock),
+                    })
+                    .await?;
+                self.status(&session, "unknown").await
+            }
+            (Err(error), Inject::None) => {
+                self.status(&session, "failed").await?;
+                Err(error)
+            }
+        }
+    }
+
+    async fn status(&self, session: &SessionKey, status: &str) -> Result<(), Error> {
+        self.store
+            .connection()
+            .execute_raw(stmt(
+                &self.store,
+                "UPDATE chaos_sessions SET status = ? WHERE session_key = ?",
+                vec![status.into(), session.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+}
+
+/// The fenced write: in one SQL transaction, advance the key's fence to `epoch` only if the
+/// fence is not newer, and log the write only if it was accepted.
+async fn fence_and_log(
+    store: &Store,
+    key: &BindingKey,
+    epoch: u64,
+    writer: &str,
+    seq: u64,
+) -> Result<(), Error> {
+    let epoch = i64::try_from(epoch).map_err(|_| Error::other("epoch overflow"))?;
+    let seq = i64::try_from(seq).map_err(|_| Error::other("seq overflow"))?;
+    let tx = store.connection().begin().await.map_err(db_error)?;
+    let fenced = tx
+        .execute_raw(stmt(
+            store,
+            "UPDATE chaos_fence SET epoch = ?, writer = ? WHERE key = ? AND epoch <= ?",
+            vec![
+                epoch.into(),
+                writer.into(),
+                key.as_str().into(),
+                epoch.into(),
+            ],
+        ))
+        .await
+        .map_err(db_error)?;
+    if fenced.rows_affected() == 1 {
+        tx.execute_raw(stmt(
+            store,
+            "INSERT INTO chaos_log (key, epoch, writer, seq) VALUES (?, ?, ?, ?)",
+            vec![key.as_str().into(), epoch.into(), writer.into(), seq.into()],
+        ))
+        .await
+        .map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(())
+    } else {
+        tx.rollback().await.map_err(db_error)?;
+        store
+            .connection()
+            .execute_raw(stmt(
+                store,
+                "INSERT INTO chaos_rejects (key, epoch, writer) VALUES (?, ?, ?)",
+                vec![key.as_str().into(), epoch.into(), writer.into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        Err(Error::other("chaos: the fence refused a stale epoch"))
+    }
+}

@@ -1,0 +1,225 @@
+//! `cargo xtask chaos --backend sqlite|postgres --processes N --seconds S`: N chaos-worker
+//! processes (binary `chaos_worker` of `tether-benches`) share one SQLite file or one fresh
+//! PostgreSQL database; a killer SIGKILLs a random worker at random intervals and restarts it;
+//! then the invariant checker prints `chaos: <ops> ops, <kills> kills, <violations> violations`
+//! and the task fails on any violation.
+
+use std::env;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::{cargo, run, say};
+
+struct Options {
+    backend: String,
+    processes: usize,
+    seconds: u64,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let backend = value("--backend").unwrap_or_else(|| "sqlite".into());
+    if backend != "sqlite" && backend != "postgres" {
+        return Err(format!(
+            "--backend must be sqlite or postgres, not `{backend}`"
+        ));
+    }
+    let number = |name: &str, default: u64| -> Result<u64, String> {
+        value(name).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| format!("{name} needs a number, got `{v}`"))
+        })
+    };
+    Ok(Options {
+        backend,
+        processes: usize::try_from(number("--processes", 3)?.max(1)).unwrap_or(3),
+        seconds: number("--seconds", 20)?.max(2),
+    })
+}
+
+/// A tiny xorshift generator seeded from the clock (no dependency).
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Self {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(7, |d| d.as_nanos() as u64);
+        Self(nanos | 1)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x % n.max(1)
+    }
+}
+
+fn worker_binary() -> PathBuf {
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    PathBuf::from(target).join("debug").join("chaos_worker")
+}
+
+fn output(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("chaos_worker: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok(text)
+    } else {
+        Err(format!(
+            "chaos_worker failed ({}): {}",
+            out.status,
+            text.trim()
+        ))
+    }
+}
+
+fn spawn(bin: &PathBuf, url: &str, name: &str, seconds: u64) -> Result<Child, String> {
+    Command::new(bin)
+        .args(["run", "--url", url, "--name", name, "--seconds"])
+        .arg(seconds.to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start chaos worker {name}: {e}"))
+}
+
+/// `cargo xtask chaos`: the checker's summary is the last line; the exit code is non-zero on
+/// any violation or failure.
+pub(crate) fn main(args: &[String]) -> ExitCode {
+    match chaos(args) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(message) => {
+            say(&format!("xtask chaos: FAILED: {message}"));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the drill; `Ok(false)` when the checker found violations.
+pub(crate) fn chaos(args: &[String]) -> Result<bool, String> {
+    let options = parse(args)?;
+    run(
+        "build chaos_worker",
+        cargo().args(["build", "-p", "tether-benches", "--bin", "chaos_worker"]),
+    )?;
+    let bin = worker_binary();
+    let mut scratch = None;
+    let url = if options.backend == "sqlite" {
+        let dir = env::temp_dir().join(format!(
+            "tether-chaos-{}-{}",
+            std::process::id(),
+            Rng::new().below(1 << 40)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let url = format!("sqlite://{}/chaos.db?mode=rwc", dir.display());
+        scratch = Some(dir);
+        url
+    } else {
+        let printed = output(Command::new(&bin).arg("pg-create"))?;
+        printed
+            .lines()
+            .last()
+            .map(str::trim)
+            .filter(|l| l.starts_with("postgres"))
+            .ok_or_else(|| format!("pg-create printed no URL: {printed}"))?
+            .to_owned()
+    };
+    say(&format!(
+        "==> chaos: {} workers on {} for {} s",
+        options.processes, options.backend, options.seconds
+    ));
+    let result = drill(&bin, &url, &options);
+    if options.backend == "postgres"
+        && let Err(e) = output(Command::new(&bin).args(["pg-drop", "--url", &url]))
+    {
+        say(&format!("    could not drop the chaos database: {e}"));
+    }
+    if let Some(dir) = scratch {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    result
+}
+
+/// Runs the workers and the killer, then the checker: `Ok(false)` when it found violations.
+fn drill(bin: &PathBuf, url: &str, options: &Options) -> Result<bool, String> {
+    output(Command::new(bin).args(["setup", "--url", url]))?;
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(options.seconds);
+    let mut rng = Rng::new();
+    let mut workers = Vec::with_capacity(options.processes);
+    for i in 0..options.processes {
+        workers.push(spawn(bin, url, &format!("w{i}"), options.seconds)?);
+    }
+    let mut kills = 0u64;
+    let mut restarts = 0u64;
+    loop {
+        let pause = Duration::from_millis(500 + rng.below(2000));
+        if Instant::now() + pause + Duration::from_secs(1) >= deadline {
+            break;
+        }
+        sleep(pause);
+        let index = usize::try_from(rng.below(workers.len() as u64)).unwrap_or(0);
+        let victim = &mut workers[index];
+        if victim.try_wait().map_err(|e| e.to_string())?.is_none() {
+            // `Child::kill` sends SIGKILL on Unix.
+            victim.kill().map_err(|e| format!("kill: {e}"))?;
+            let _ = victim.wait();
+            kills += 1;
+        }
+        restarts += 1;
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs()
+            .max(1);
+        workers[index] = spawn(bin, url, &format!("w{index}r{restarts}"), left)?;
+    }
+    for mut worker in workers {
+        let _ = worker.wait();
+    }
+    let out = Command::new(bin)
+        .args(["check", "--url", url, "--kills"])
+        .arg(kills.to_string())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("chaos_worker check: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines() {
+        say(line);
+    }
+    if !text
+        .lines()
+        .last()
+        .is_some_and(|l| l.starts_with("chaos: "))
+    {
+        return Err(format!("the checker failed ({})", out.status));
+    }
+    Ok(out.status.success())
+}
+
+/// The `ci` step: 3 workers for 20 s on SQLite, then on PostgreSQL; fails on any violation.
+pub(crate) fn ci() -> Result<(), String> {
+    for backend in ["sqlite", "postgres"] {
+        let args: Vec<String> = ["--backend", backend, "--processes", "3", "--seconds", "20"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        if !chaos(&args)? {
+            return Err(format!("chaos on {backend} found violations"));
+        }
+    }
+    Ok(())
+}
