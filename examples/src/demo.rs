@@ -43,6 +43,8 @@ pub struct DemoSummary {
     pub reset: Option<String>,
     /// Session deleted.
     pub deleted: Option<String>,
+    /// Settled tool turns finalized (succeeded, fell back).
+    pub finalizations: (usize, usize),
     /// Session left with a stuck lease.
     pub stuck: Option<String>,
     /// Quarantined key.
@@ -66,12 +68,17 @@ pub async fn populate(store: Store, step: &(dyn Fn(&str) + Sync)) -> Result<Demo
         summary.sessions += 1;
         for (turn, text) in TURNS.iter().enumerate() {
             let text = if *agent == "ops" && turn == 1 {
-                "run deploy --dry-run fail-fast"
+                "run deploy --dry-run fail-fast --garbled-output"
             } else {
                 text
             };
             let report = harness.run_turn(&key, turn as u64 + 1, text).await?;
             summary.turns += 1;
+            match report.finalization {
+                Some(crate::Finalization::Succeeded) => summary.finalizations.0 += 1,
+                Some(_) => summary.finalizations.1 += 1,
+                None => {}
+            }
             step(&format!(
                 "{key}: turn {} on {} (lease epoch {})",
                 turn + 1,

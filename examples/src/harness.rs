@@ -42,9 +42,31 @@ pub struct TurnReport {
     pub lease_epoch: u64,
     /// The tool the turn ran, with its terminal outcome.
     pub tool: Option<ToolRun>,
+    /// For a turn that ran a tool: how its settled-turn finalization ended.
+    pub finalization: Option<Finalization>,
     /// The assistant's reply.
     pub reply: String,
 }
+
+/// How a settled turn's finalization ended (recorded in the transcript as a `system` entry
+/// starting with [`FINALIZATION_PREFIX`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finalization {
+    /// The capability-free replay produced a valid final answer.
+    Succeeded,
+    /// The replay's result was refused; the host fallback answer was used.
+    FellBack {
+        /// Why the result was refused.
+        reason: String,
+    },
+}
+
+/// Prefix of the transcript entries recording finalization outcomes.
+pub const FINALIZATION_PREFIX: &str = "finalization:";
+
+/// The host's fallback answer when finalization fails.
+pub const FALLBACK_TEXT: &str =
+    "The work finished, but I could not write a final answer; see the tool results above.";
 
 /// The example harness over a [`SimulatedRuntime`] and a SQL [`Store`].
 #[derive(Debug, Clone)]
@@ -172,6 +194,8 @@ impl ExampleHarness {
                 let reply = self.runtime.send(&thread_id, text).ok_or_else(|| {
                     Error::other(format!("native thread {thread_id} vanished mid-turn"))
                 })?;
+                let mut answer = reply.text.clone();
+                let mut finalization = None;
                 if let Some(tool) = &reply.tool {
                     let report = format!(
                         "tool {} {}: {}",
@@ -181,26 +205,55 @@ impl ExampleHarness {
                     );
                     self.mirror(key, turn, "tool", TranscriptRole::Tool, &report)
                         .await?;
+                    let (text, outcome) = self.finalize(&thread_id);
+                    let record = match &outcome {
+                        Finalization::Succeeded => format!("{FINALIZATION_PREFIX} succeeded"),
+                        Finalization::FellBack { reason } => {
+                            format!("{FINALIZATION_PREFIX} fell back to the host answer ({reason})")
+                        }
+                    };
+                    self.mirror(key, turn, "finalization", TranscriptRole::System, &record)
+                        .await?;
+                    answer = text;
+                    finalization = Some(outcome);
                 }
-                self.mirror(
-                    key,
-                    turn,
-                    "assistant",
-                    TranscriptRole::Assistant,
-                    &reply.text,
-                )
-                .await?;
+                self.mirror(key, turn, "assistant", TranscriptRole::Assistant, &answer)
+                    .await?;
                 Ok(TurnReport {
                     thread_id,
                     started_thread,
                     lease_epoch: lease.epoch().get(),
                     tool: reply.tool,
-                    reply: reply.text,
+                    finalization,
+                    reply: answer,
                 })
             })
             .await;
         self.runs.finish(key);
         result
+    }
+
+    /// Finalizes a settled tool turn: the runtime's capability-free replay result goes through
+    /// `tether-finalizer`'s narrow-result validator; a refused result falls back to the host
+    /// answer.
+    fn finalize(&self, thread_id: &str) -> (String, Finalization) {
+        let Some(raw) = self.runtime.finalize(thread_id) else {
+            return (
+                FALLBACK_TEXT.to_owned(),
+                Finalization::FellBack {
+                    reason: format!("native thread {thread_id} is gone"),
+                },
+            );
+        };
+        match tether_finalizer::validate_settled_turn_finalization_result(&raw) {
+            Ok(result) => (result.visible_text(), Finalization::Succeeded),
+            Err(err) => (
+                FALLBACK_TEXT.to_owned(),
+                Finalization::FellBack {
+                    reason: err.to_string(),
+                },
+            ),
+        }
     }
 
     async fn mirror(

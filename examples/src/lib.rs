@@ -3,8 +3,9 @@
 //! A complete example harness built on `tether-harness-sdk` over a simulated native runtime
 //! ([`SimulatedRuntime`]): it binds native threads to host sessions through the SDK's reference
 //! thread-binding backend, holds the binding's lease while a turn runs, mirrors the transcript
-//! into the host store, reports tool terminal outcomes, and supports deletion and context reset
-//! through the host's transactional path. [`demo::populate`] is what `tether demo` runs.
+//! into the host store, reports tool terminal outcomes, finalizes settled tool turns through
+//! `tether-finalizer`'s narrow-result validator (with a host fallback), and supports deletion
+//! and context reset through the host's transactional path. [`demo::populate`] is what `tether demo` runs.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -19,7 +20,9 @@
 //! harness.start_session(&key, &AgentId::new("main")?, &SessionId::new("g1")?).await?;
 //! let turn = harness.run_turn(&key, 1, "run cargo test").await?;
 //! assert!(turn.started_thread);
-//! assert_eq!(store.active_path(&key).await?.len(), 3); // user, tool, assistant
+//! assert_eq!(turn.finalization, Some(tether_example_harness::Finalization::Succeeded));
+//! // user, tool result, finalization record, final answer
+//! assert_eq!(store.active_path(&key).await?.len(), 4);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
@@ -28,5 +31,5 @@ pub mod demo;
 pub mod harness;
 pub mod runtime;
 
-pub use harness::{ExampleHarness, TurnReport};
+pub use harness::{ExampleHarness, Finalization, TurnReport};
 pub use runtime::{NativeReply, SimulatedRuntime, ToolOutcome, ToolRun};

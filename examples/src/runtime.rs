@@ -91,6 +91,27 @@ impl SimulatedRuntime {
         self.lock().threads.get(id).map(Vec::len)
     }
 
+    /// The settled-turn finalization replay: the thread answers once more from its history,
+    /// with no tool available, as the narrow result JSON (`{"assistant": {...}}`). A thread
+    /// whose last message asked for `garbled` output returns a result with a forbidden field.
+    pub fn finalize(&self, id: &str) -> Option<serde_json::Value> {
+        let state = self.lock();
+        let history = state.threads.get(id)?;
+        let last = history.last().cloned().unwrap_or_default();
+        let text = format!("Done: {} (after {} messages).", last, history.len());
+        let mut result = serde_json::json!({
+            "assistant": {
+                "role": "assistant",
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "stop"
+            }
+        });
+        if last.contains("garbled") {
+            result["tools"] = serde_json::json!([{"name": "shell"}]);
+        }
+        Some(result)
+    }
+
     /// Sends a user message to a thread; `None` when the thread does not exist. A message
     /// starting with `run ` runs the `shell` tool (it fails when the command contains `fail`).
     pub fn send(&self, id: &str, text: &str) -> Option<NativeReply> {

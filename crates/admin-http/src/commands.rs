@@ -140,9 +140,11 @@ pub async fn demo(database_url: &str) -> Result<(), CommandError> {
         ))
     })?;
     say(&format!(
-        "demo: {} sessions, {} turns; context reset: {}; deleted: {}; stuck lease: {}; quarantined: {}",
+        "demo: {} sessions, {} turns, finalizations {} succeeded / {} fell back; context reset: {}; deleted: {}; stuck lease: {}; quarantined: {}",
         summary.sessions,
         summary.turns,
+        summary.finalizations.0,
+        summary.finalizations.1,
         summary.reset.as_deref().unwrap_or("-"),
         summary.deleted.as_deref().unwrap_or("-"),
         summary.stuck.as_deref().unwrap_or("-"),

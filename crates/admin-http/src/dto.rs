@@ -309,6 +309,9 @@ pub struct SessionDetail {
     pub transcript_tail: Vec<TranscriptEntryBody>,
     /// The last tool results on the active path, oldest first, sanitized.
     pub tool_outcomes: Vec<TranscriptEntryBody>,
+    /// Finalization records of its settled turns (`system` transcript entries starting with
+    /// `finalization:`), oldest first.
+    pub finalizations: Vec<TranscriptEntryBody>,
     /// The newest lease events of its binding rows, newest first.
     pub lease_events: Vec<LeaseEventBody>,
     /// The upstream (external harness) link, if any.

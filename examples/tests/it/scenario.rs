@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use tether_core::{AgentId, Namespace, SessionId, SessionKey};
+use tether_example_harness::Finalization;
 use tether_example_harness::demo::{self, SESSIONS, STEPS};
-use tether_example_harness::harness::NAMESPACE;
+use tether_example_harness::harness::{FALLBACK_TEXT, NAMESPACE};
 use tether_example_harness::{ExampleHarness, SimulatedRuntime, ToolOutcome};
 use tether_storage::{SessionFilter, Store, StoreAdmin as _, TranscriptRole, session_binding_keys};
 
@@ -45,13 +46,29 @@ async fn turns_hold_the_lease_reuse_the_thread_and_mirror_the_transcript() {
             TranscriptRole::Assistant,
             TranscriptRole::User,
             TranscriptRole::Tool,
+            TranscriptRole::System,
             TranscriptRole::Assistant
         ]
     );
     assert!(path[3].content.contains("failed"));
+    assert_eq!(path[4].content, "finalization: succeeded");
+    assert!(path[5].content.starts_with("Done: run make fail"));
     // Replaying a turn does not duplicate its transcript entries.
     harness.run_turn(&key, 2, "run make fail").await.unwrap();
-    assert_eq!(store.active_path(&key).await.unwrap().len(), 5);
+    assert_eq!(store.active_path(&key).await.unwrap().len(), 6);
+    // A refused finalization result falls back to the host answer, and says why.
+    let garbled = harness.run_turn(&key, 3, "run ls --garbled").await.unwrap();
+    assert!(matches!(
+        garbled.finalization,
+        Some(Finalization::FellBack { .. })
+    ));
+    assert_eq!(garbled.reply, FALLBACK_TEXT);
+    let path = store.active_path(&key).await.unwrap();
+    assert!(
+        path[path.len() - 2]
+            .content
+            .contains("unsupported result field: tools")
+    );
     // The lease was released after the turn; the binding row stays.
     let rows = store.session_bindings(&entry).await.unwrap();
     assert_eq!(rows.len(), 1);
@@ -116,6 +133,7 @@ async fn the_demo_populates_every_admin_view() {
     .unwrap();
     assert_eq!(steps.load(Ordering::SeqCst), STEPS);
     assert_eq!(summary.sessions, SESSIONS.len());
+    assert_eq!(summary.finalizations, (3, 2), "ops tool turns fall back");
     let page = store
         .list_sessions(&SessionFilter {
             limit: 50,

@@ -26,6 +26,7 @@ pub struct Health {
     get,
     path = "/healthz",
     tag = "health",
+    security(()),
     responses(
         (status = 200, description = "The service is up and its database answers", body = Health),
         (status = 503, description = "The database does not answer (code `unavailable`)", body = ErrorBody),

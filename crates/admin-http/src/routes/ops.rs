@@ -18,6 +18,7 @@ use crate::state::{AppState, Counters};
     get,
     path = "/readyz",
     tag = "health",
+    security(()),
     responses(
         (status = 200, description = "Ready to serve", body = Ready),
         ReadyErrors,
@@ -119,6 +120,28 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
                 )
             })
             .collect::<Vec<_>>(),
+    );
+    let (mut succeeded, mut fell_back) = (0, 0);
+    for hit in store
+        .search_transcripts("finalization", None, 100_000)
+        .await?
+    {
+        if crate::routes::sessions::is_finalization_record(hit.role, &hit.content) {
+            if hit.content.contains("succeeded") {
+                succeeded += 1;
+            } else {
+                fell_back += 1;
+            }
+        }
+    }
+    metric(
+        "tether_finalizations_total",
+        "counter",
+        "Settled-turn finalization records in stored transcripts, by outcome.",
+        &[
+            ("{outcome=\"succeeded\"}".to_owned(), succeeded),
+            ("{outcome=\"fell_back\"}".to_owned(), fell_back),
+        ],
     );
     let c = state.counters();
     metric(

@@ -24,6 +24,15 @@ use crate::state::{AppState, Counters};
 /// How many transcript entries a session detail shows.
 pub const TRANSCRIPT_TAIL: usize = 20;
 
+/// The prefix of the `system` transcript entries that record a settled turn's finalization
+/// outcome (the convention the example harness follows).
+pub const FINALIZATION_PREFIX: &str = "finalization:";
+
+/// Whether a transcript entry is a finalization record.
+pub fn is_finalization_record(role: tether_storage::TranscriptRole, content: &str) -> bool {
+    role == tether_storage::TranscriptRole::System && content.starts_with(FINALIZATION_PREFIX)
+}
+
 /// How many lease events a session detail shows.
 pub const DETAIL_EVENTS: usize = 20;
 
@@ -157,6 +166,11 @@ pub async fn session_detail(
         tool_outcomes: tools[tools_start..]
             .iter()
             .map(|e| TranscriptEntryBody::from(*e))
+            .collect(),
+        finalizations: path
+            .iter()
+            .filter(|e| is_finalization_record(e.role, &e.content))
+            .map(TranscriptEntryBody::from)
             .collect(),
         lease_events: lease_events.iter().map(LeaseEventBody::from).collect(),
         upstream: store

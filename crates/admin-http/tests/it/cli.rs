@@ -75,6 +75,12 @@ async fn demo_populates_a_database_the_api_then_reads() {
             .unwrap()
             .contains("failed")
     );
+    assert!(
+        nightly["finalizations"][0]["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("finalization: fell back")
+    );
     assert_eq!(
         call(&state, "GET", "/v1/quarantine", None, None)
             .await
@@ -86,6 +92,14 @@ async fn demo_populates_a_database_the_api_then_reads() {
     );
     let metrics = call(&state, "GET", "/metrics", None, None).await.text;
     assert!(metrics.contains("tether_sessions 4"), "{metrics}");
+    assert!(
+        metrics.contains("tether_finalizations_total{outcome=\"fell_back\"} 1"),
+        "carol's record went with her session: {metrics}"
+    );
+    assert!(
+        metrics.contains("tether_finalizations_total{outcome=\"succeeded\"} 3"),
+        "{metrics}"
+    );
     let page = call(&state, "GET", "/", None, None).await.text;
     assert!(page.contains("example-worker-2 (crashed)"));
 }
