@@ -2,5 +2,6 @@
 
 mod api;
 mod cli;
+mod robustness;
 mod serve;
 mod support;
