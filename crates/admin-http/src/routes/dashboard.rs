@@ -80,6 +80,27 @@ fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>], empty: &str) 
     out.push_str("</tbody></table>");
 }
 
+/// Percent-encodes a path segment.
+pub fn encode_segment(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~:".contains(&b) {
+                char::from(b).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+fn link(href: &str, text: &str) -> String {
+    format!(
+        "<a href=\"{}\"><code>{}</code></a>",
+        escape(href),
+        escape(text)
+    )
+}
+
 fn code(text: &str) -> String {
     format!("<code>{}</code>", escape(text))
 }
@@ -122,7 +143,14 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
             let lease = b.lease.as_ref();
             vec![
                 code(&b.namespace),
-                code(&b.key),
+                link(
+                    &format!(
+                        "/v1/namespaces/{}/bindings/{}",
+                        encode_segment(&b.namespace),
+                        encode_segment(&b.key)
+                    ),
+                    &b.key,
+                ),
                 escape(lease.and_then(|l| l.holder.as_deref()).unwrap_or("—")),
                 lease.map_or_else(String::new, |l| l.epoch.to_string()),
                 lease.map_or_else(String::new, |l| escape(&ago(now, l.acquired_at_ms))),
@@ -159,7 +187,10 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
         .map(SessionSummary::from)
         .map(|s| {
             vec![
-                code(&s.session_key),
+                link(
+                    &format!("/v1/sessions/{}", encode_segment(&s.session_key)),
+                    &s.session_key,
+                ),
                 escape(&s.agent_id),
                 code(&s.session_id),
                 s.previous_session_id
@@ -252,5 +283,6 @@ mod tests {
             "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
         );
         assert_eq!(ago(Timestamp::from_millis(10_000), 5_000), "5s ago");
+        assert_eq!(encode_segment("agent:a b/c"), "agent:a%20b%2Fc");
     }
 }

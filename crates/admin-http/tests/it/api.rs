@@ -192,14 +192,41 @@ async fn tokens_and_scopes_are_enforced() {
     for path in [
         "/",
         "/metrics",
+        "/v1/sessions?limit=1",
+        "/v1/sessions/agent:main:alpha",
+        "/v1/sessions/agent:main:alpha/transcript/search?q=deploy",
+        "/v1/transcripts/search?q=deploy",
         "/v1/leases",
+        "/v1/lease-events",
         "/v1/quarantine",
+        "/v1/quarantine/codex-bindings/session:main:x",
         "/v1/namespaces",
+        "/v1/namespaces/codex-bindings/bindings/session:main:x",
     ] {
         call(&state, "GET", path, None, None)
             .await
             .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        call(&state, "GET", path, Some("wrong"), None)
+            .await
+            .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        let read = call(&state, "GET", path, Some(READ), None).await;
+        assert_ne!(
+            read.status,
+            StatusCode::UNAUTHORIZED,
+            "{path}: {}",
+            read.text
+        );
+        assert_ne!(read.status, StatusCode::FORBIDDEN, "{path}: {}", read.text);
     }
+    // Probes stay open for orchestrators.
+    assert_eq!(
+        call(&state, "GET", "/healthz", None, None).await.status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        call(&state, "GET", "/readyz", None, None).await.status,
+        StatusCode::OK
+    );
 
     // Without any token the loopback service is open for reads only.
     let open = open(&f);
