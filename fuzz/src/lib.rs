@@ -6,3 +6,6 @@ pub mod harness;
 
 #[path = "../checks/finalizer.rs"]
 pub mod finalizer;
+
+#[path = "../checks/admin.rs"]
+pub mod admin;

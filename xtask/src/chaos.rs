@@ -223,3 +223,74 @@ pub(crate) fn ci() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// `cargo xtask api-fuzz [--examples N]`: runs schemathesis (when installed) against a
+/// `tether serve` on a scratch SQLite database seeded by `tether demo`, with every check
+/// (no server error, responses conform to the OpenAPI document). Not part of `ci`.
+pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
+    let tool = ["schemathesis", "st"].into_iter().find(|bin| {
+        Command::new(bin)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    let Some(tool) = tool else {
+        say("api-fuzz: schemathesis is not installed (`pip install schemathesis`); nothing run");
+        return Ok(());
+    };
+    let examples = args
+        .iter()
+        .position(|a| a == "--examples")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| "50".into());
+    run(
+        "build tether",
+        cargo().args(["build", "-p", "tether-admin-http", "--bin", "tether"]),
+    )?;
+    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let tether = PathBuf::from(target).join("debug").join("tether");
+    let dir = env::temp_dir().join(format!("tether-api-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let url = format!("sqlite://{}/api.db?mode=rwc", dir.display());
+    let port = 20_000 + Rng::new().below(20_000);
+    let bind = format!("127.0.0.1:{port}");
+    let token = "api-fuzz-admin-token";
+    let demo = Command::new(&tether)
+        .args(["demo", "--database-url", &url])
+        .stdout(Stdio::null())
+        .status()
+        .map_err(|e| format!("tether demo: {e}"))?;
+    if !demo.success() {
+        return Err(format!("tether demo failed ({demo})"));
+    }
+    let mut server = Command::new(&tether)
+        .args(["serve", "--database-url", &url, "--bind", &bind])
+        .env("TETHER_ADMIN_TOKEN", token)
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("tether serve: {e}"))?;
+    sleep(Duration::from_secs(2));
+    let status = Command::new(tool)
+        .args([
+            "run",
+            &format!("http://{bind}/api-docs/openapi.json"),
+            "--checks",
+            "all",
+            "--header",
+            &format!("Authorization: Bearer {token}"),
+            "--hypothesis-max-examples",
+            &examples,
+        ])
+        .status();
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    match status {
+        Ok(s) if s.success() => Ok(()),
+        Ok(s) => Err(format!("schemathesis found problems ({s})")),
+        Err(e) => Err(format!("cannot run {tool}: {e}")),
+    }
+}

@@ -24,6 +24,7 @@ fn main() -> ExitCode {
     let result = match task {
         "ci" => ci(),
         "chaos" => return chaos::main(&args[1..]),
+        "api-fuzz" => chaos::api_fuzz(&args[1..]).map(|()| Summary::default()),
         "arch-check" => arch::check().map(|()| Summary::default()),
         "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
         "bench-report" => bench_report::bench_report(&args[1..]).map(|()| Summary::default()),

@@ -3,6 +3,10 @@
 //! error, and changes nothing. The request-body twin of the fuzz targets is here too: a
 //! bounded, seeded stream of mutated bodies (no proptest dependency in this package).
 
+#[allow(unreachable_pub, dead_code)]
+#[path = "../../../../fuzz/checks/admin.rs"]
+mod admin_checks;
+
 use tether_core::{BindingStore as _, QuarantineStore as _, SessionKey};
 use tether_storage::session_binding_keys;
 
@@ -220,6 +224,7 @@ async fn fuzz_twin_admin_request_bodies() {
             }
             _ => body = format!(r#"{{"reason":{}}}"#, next() % 1000).into_bytes(),
         }
+        admin_checks::check_admin_request_bodies(&body);
         let body = String::from_utf8_lossy(&body).into_owned();
         // Read-only callers are always refused; the admin may be refused or succeed.
         let path = if i % 2 == 0 { &release } else { &expire };
