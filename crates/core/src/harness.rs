@@ -88,6 +88,18 @@ pub trait RowTransaction: Send + Sync {
     ) -> Result<bool, Error>;
 }
 
+/// How the host's transaction ended for a prepared mutation. A closed set: a transaction
+/// commits, fails before COMMIT, or ends with an unknown outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SettlementOutcome {
+    /// The transaction committed: the mutation stands.
+    Committed,
+    /// The transaction failed before COMMIT and the rollback list ran.
+    RolledBack,
+    /// Nobody knows whether COMMIT happened: the owner must block the key (SPEC decision 3.6).
+    Unknown,
+}
+
 /// A prepared harness mutation inside a host deletion or context reset.
 ///
 /// The host pushes the mutation onto its rollback list **before** calling `commit`, so
@@ -101,6 +113,20 @@ pub trait SessionMutation: Send + Sync {
 
     /// Undoes the mutation after a failed transaction. Never overwrites a successor.
     async fn rollback(&self) -> Result<(), Error>;
+
+    /// Tells the mutation how the host transaction ended: `Committed` after COMMIT,
+    /// `RolledBack` after the rollback list ran, `Unknown` when the COMMIT itself failed and its
+    /// outcome cannot be known (then nothing is rolled back and the owner blocks the key).
+    ///
+    /// Owners without post-transaction work keep the default, which does nothing.
+    async fn settle_outcome(
+        &self,
+        outcome: SettlementOutcome,
+        error: Option<Error>,
+    ) -> Result<(), Error> {
+        let _ = (outcome, error);
+        Ok(())
+    }
 }
 
 /// The host's continuation inside a harness hook: it receives the harness's prepared mutation

@@ -60,7 +60,7 @@ pub use harness::{
     AgentHarness, AssertCurrent, BoxFuture, InitializationHandle, MutationRun, ResetParams,
     ResetReason, RowTransaction, SessionContextResetHook, SessionContextResetParams,
     SessionDeletionHook, SessionDeletionParams, SessionMutation, SettledTurnFinalizer,
-    always_current,
+    SettlementOutcome, always_current,
 };
 pub use host::{
     AppendOutcome, HostSessionEntry, HostSessionRead, HostSessionStore, QuarantineEntry,

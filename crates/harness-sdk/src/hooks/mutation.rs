@@ -84,6 +84,14 @@ impl SessionMutation for HookMutation {
         self.committed.store(false, Ordering::SeqCst);
         Ok(())
     }
+
+    async fn settle_outcome(
+        &self,
+        outcome: DeletionOutcome,
+        error: Option<Error>,
+    ) -> Result<(), Error> {
+        DeletionSettlement::settle(self, outcome, error).await
+    }
 }
 
 #[async_trait]

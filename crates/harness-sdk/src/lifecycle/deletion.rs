@@ -70,17 +70,9 @@ impl<R> fmt::Debug for DeletionOptions<R> {
     }
 }
 
-/// How the host's transaction ended for a prepared deletion.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum DeletionOutcome {
-    /// The transaction committed: the deletion stands.
-    Committed,
-    /// The transaction rolled back before COMMIT: the row is restored.
-    RolledBack,
-    /// Nobody knows whether COMMIT happened: the key is blocked and quarantined.
-    Unknown,
-}
+/// How the host's transaction ended for a prepared deletion (the core
+/// [`SettlementOutcome`](tether_core::SettlementOutcome)).
+pub use tether_core::SettlementOutcome as DeletionOutcome;
 
 /// A prepared deletion the host can settle after its transaction (reference §2.10).
 #[async_trait]
@@ -360,6 +352,14 @@ impl SessionMutation for DeletionMutation {
             Target::Leased { owner, .. } => self.rollback_leased(owner).await,
         }
     }
+
+    async fn settle_outcome(
+        &self,
+        outcome: DeletionOutcome,
+        error: Option<Error>,
+    ) -> Result<(), Error> {
+        DeletionSettlement::settle(self, outcome, error).await
+    }
 }
 
 #[async_trait]
@@ -465,6 +465,14 @@ impl SessionMutation for WrappedDeletion {
     async fn rollback(&self) -> Result<(), Error> {
         self.inner.rollback().await
     }
+
+    async fn settle_outcome(
+        &self,
+        outcome: DeletionOutcome,
+        error: Option<Error>,
+    ) -> Result<(), Error> {
+        DeletionSettlement::settle(self, outcome, error).await
+    }
 }
 
 #[async_trait]
@@ -522,6 +530,14 @@ impl SessionMutation for CommitFinalizer {
 
     async fn rollback(&self) -> Result<(), Error> {
         Ok(())
+    }
+
+    async fn settle_outcome(
+        &self,
+        outcome: DeletionOutcome,
+        error: Option<Error>,
+    ) -> Result<(), Error> {
+        DeletionSettlement::settle(self, outcome, error).await
     }
 }
 

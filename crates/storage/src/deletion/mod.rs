@@ -31,9 +31,10 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use sea_orm::DatabaseTransaction;
 use tether_core::{
-    AgentHarness, AssertCurrent, BoxFuture, Error, HostSessionEntry, InitializationHandle,
-    MutationRun, ResetParams, ResetReason, RowTransaction, SessionContextResetParams,
-    SessionDeletionParams, SessionId, SessionKey, SessionMutation, TranscriptAnchor,
+    AgentHarness, AssertCurrent, BindingKey, BoxFuture, Error, HostSessionEntry,
+    InitializationHandle, MutationRun, ResetParams, ResetReason, RowTransaction,
+    SessionContextResetParams, SessionDeletionParams, SessionId, SessionKey, SessionMutation,
+    SettlementOutcome, TranscriptAnchor,
 };
 
 pub use self::registry::HarnessRegistry;
@@ -198,6 +199,15 @@ impl SessionMutation for GuardedMutation {
     async fn rollback(&self) -> Result<(), Error> {
         (self.assert_current)()?;
         self.inner.rollback().await
+    }
+
+    /// Settlement reports what already happened; it needs no authority.
+    async fn settle_outcome(
+        &self,
+        outcome: SettlementOutcome,
+        error: Option<Error>,
+    ) -> Result<(), Error> {
+        self.inner.settle_outcome(outcome, error).await
     }
 }
 
@@ -554,38 +564,78 @@ impl HostSessions {
     async fn host_transaction(&self, ctx: &OpContext) -> Result<(), Error> {
         let tx = self.store.begin_write().await?;
         let mut pushed: Vec<Arc<dyn SessionMutation>> = Vec::new();
-        let attempt = match self.commit_edge(ctx, &tx, &mut pushed).await {
-            Ok(()) => tx.commit().await.map_err(db_error),
-            Err(err) => {
-                if let Err(rollback) = tx.rollback().await {
-                    tracing::warn!(error = %rollback, "host transaction rollback failed");
-                }
-                Err(err)
+        if let Err(original) = self.commit_edge(ctx, &tx, &mut pushed).await {
+            // Failed before COMMIT: the SQL rollback restores the rows deleted through the
+            // transaction; the harnesses undo what they hold elsewhere, newest first.
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "host transaction rollback failed");
             }
-        };
-        match attempt {
-            Ok(()) => {
-                // Committed: from here on nothing is undone.
-                if let Some(after) = &self.hooks.after_commit {
-                    after()?;
+            return Err(Self::roll_back(&pushed, original).await);
+        }
+        if let Err(err) = tx.commit().await {
+            // The COMMIT itself failed: whether it happened cannot be known, so nothing is
+            // rolled back (that could resurrect committed deletions); every owner blocks its key.
+            // The error names the first target's physical binding key; the message names all.
+            let Some(first) = ctx.targets.first() else {
+                return Err(db_error(err));
+            };
+            let keys: Vec<&str> = ctx.targets.iter().map(|t| t.session_key.as_str()).collect();
+            let error = Error::OutcomeUnknown {
+                key: BindingKey::physical(&first.agent_id, &first.session_id),
+                message: format!(
+                    "the host transaction's COMMIT for {} failed and its outcome is unknown: {err}; the affected keys are quarantined until an operator checks them",
+                    keys.join(", ")
+                ),
+                cause: Some(Arc::new(db_error(err))),
+            };
+            for mutation in &pushed {
+                if let Err(settle) = mutation
+                    .settle_outcome(SettlementOutcome::Unknown, Some(error.clone()))
+                    .await
+                {
+                    tracing::warn!(error = %settle, "settling an unknown deletion outcome failed");
                 }
-                Ok(())
             }
-            Err(original) => {
-                let mut failures = Vec::new();
-                for mutation in pushed.iter().rev() {
-                    if let Err(err) = mutation.rollback().await {
+            return Err(error);
+        }
+        // Committed: from here on nothing is undone.
+        for mutation in &pushed {
+            if let Err(err) = mutation
+                .settle_outcome(SettlementOutcome::Committed, None)
+                .await
+            {
+                tracing::warn!(error = %err, "session mutation committed, but its post-commit settlement failed");
+            }
+        }
+        if let Some(after) = &self.hooks.after_commit {
+            after()?;
+        }
+        Ok(())
+    }
+
+    /// Runs the rollback list newest first, settling each rolled-back mutation, and aggregates
+    /// failures with the original error.
+    async fn roll_back(pushed: &[Arc<dyn SessionMutation>], original: Error) -> Error {
+        let mut failures = Vec::new();
+        for mutation in pushed.iter().rev() {
+            match mutation.rollback().await {
+                Ok(()) => {
+                    if let Err(err) = mutation
+                        .settle_outcome(SettlementOutcome::RolledBack, None)
+                        .await
+                    {
                         failures.push(err);
                     }
                 }
-                if failures.is_empty() {
-                    Err(original)
-                } else {
-                    Err(Error::RollbackFailed {
-                        original: Arc::new(original),
-                        failures,
-                    })
-                }
+                Err(err) => failures.push(err),
+            }
+        }
+        if failures.is_empty() {
+            original
+        } else {
+            Error::RollbackFailed {
+                original: Arc::new(original),
+                failures,
             }
         }
     }

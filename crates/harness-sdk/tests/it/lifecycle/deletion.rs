@@ -311,3 +311,40 @@ async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transactio
     .unwrap();
     assert!(f.row(k).await.is_none());
 }
+
+/// The host settles through the core `SessionMutation::settle_outcome` (it never sees the SDK
+/// types): an unknown COMMIT outcome reported that way blocks the key exactly like
+/// `DeletionSettlement::settle`, so later lease operations are refused with the unknown outcome.
+#[tokio::test]
+async fn deletion_settled_unknown_through_the_core_trait_blocks_the_key() {
+    let f = &Fixture::new().await;
+    let k = &key("run");
+    f.put(k, json!({"value": "run"}), None).await;
+    let result =
+        f.lc.with_deletion(k, options(), |_, m| async move {
+            let tx = f.mem().begin();
+            m.commit(&tx).await?;
+            let host: &dyn SessionMutation = &m;
+            host.settle_outcome(
+                tether_core::SettlementOutcome::Unknown,
+                Some(Error::OutcomeUnknown {
+                    key: k.clone(),
+                    message: "COMMIT outcome unknown".into(),
+                    cause: None,
+                }),
+            )
+            .await?;
+            assert!(m.is_unresolved());
+            Ok(())
+        })
+        .await;
+    assert!(
+        result.is_err(),
+        "the blocked owner reports the unknown outcome"
+    );
+    let again =
+        f.lc.transact(k, TransactOptions::default(), |_, _| Ok(Applied::keep(())))
+            .await;
+    let err = again.unwrap_err();
+    assert!(err.is_outcome_unknown(), "{err:?}");
+}

@@ -9,7 +9,7 @@ use tether_core::{
     AgentHarness, AgentId, AssertCurrent, BindingKey, BindingStore, BoxFuture, Error, HarnessId,
     MutationRun, Namespace, NamespaceConfig, ResetParams, RowTransaction, RowWrite,
     SessionContextResetHook, SessionContextResetParams, SessionDeletionHook, SessionDeletionParams,
-    SessionKey, SessionMutation,
+    SessionKey, SessionMutation, SettlementOutcome,
 };
 use tether_storage::Store;
 
@@ -152,6 +152,23 @@ impl SessionMutation for RecordingMutation {
         if self.fail_rollback.load(Ordering::SeqCst) {
             return Err(Error::other(format!("rollback of {} failed", self.id)));
         }
+        Ok(())
+    }
+
+    async fn settle_outcome(
+        &self,
+        outcome: SettlementOutcome,
+        _error: Option<Error>,
+    ) -> Result<(), Error> {
+        let outcome = match outcome {
+            SettlementOutcome::Committed => "committed",
+            SettlementOutcome::RolledBack => "rolled-back",
+            SettlementOutcome::Unknown => "unknown",
+        };
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("settle:{outcome}:{}", self.id));
         Ok(())
     }
 }

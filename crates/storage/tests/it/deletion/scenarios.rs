@@ -767,3 +767,73 @@ async fn deletion_rolling_back_an_initialization_follows_its_handle() {
     assert!(f.entry(&key).await.is_some());
     assert!(f.binding(&key).await.is_some());
 }
+
+/// Every pushed mutation learns how the host transaction ended: committed after COMMIT, rolled
+/// back after the rollback list ran, and unknown — with no rollback — when COMMIT itself fails
+/// (here a deferred foreign-key violation that SQLite reports only at COMMIT).
+#[tokio::test]
+async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_commit() {
+    // Committed.
+    let f = Fixture::new().await;
+    f.harness("codex", true, false);
+    let (key, _) = f.session("settle-committed").await;
+    f.hosts()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    let log = entries(&f.log);
+    let commit = log.iter().position(|e| e == "commit:codex").unwrap();
+    let settle = log
+        .iter()
+        .position(|e| e == "settle:committed:codex")
+        .unwrap();
+    assert!(commit < settle, "{log:?}");
+
+    // Rolled back before COMMIT.
+    f.log.lock().unwrap().clear();
+    let (key, _) = f.session("settle-rolled-back").await;
+    let hooks = TransactionHooks::new().after_mutations(|_tx| {
+        Box::pin(async { Err(Error::other("injected failure before COMMIT")) })
+    });
+    f.hosts()
+        .with_hooks(hooks)
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    let settles: Vec<_> = entries(&f.log)
+        .into_iter()
+        .filter(|e| e.starts_with("rollback:") || e.starts_with("settle:"))
+        .collect();
+    assert_eq!(settles, ["rollback:codex", "settle:rolled-back:codex"]);
+
+    // COMMIT fails: outcome unknown, nothing rolled back.
+    f.log.lock().unwrap().clear();
+    f.sql(
+        "CREATE TABLE commit_guard (k TEXT REFERENCES host_sessions (session_key) DEFERRABLE INITIALLY DEFERRED)",
+    )
+    .await;
+    let (key, _) = f.session("settle-unknown").await;
+    let hooks = TransactionHooks::new().after_mutations(|tx| {
+        Box::pin(async move {
+            tx.execute_unprepared("INSERT INTO commit_guard (k) VALUES ('no-such-session')")
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::other(e.to_string()))
+        })
+    });
+    let err = f
+        .hosts()
+        .with_hooks(hooks)
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert!(err.is_outcome_unknown(), "{err:?}");
+    assert!(err.to_string().contains("outcome is unknown"), "{err}");
+    let log = entries(&f.log);
+    assert!(log.contains(&"commit:codex".to_owned()), "{log:?}");
+    assert!(log.contains(&"settle:unknown:codex".to_owned()), "{log:?}");
+    assert!(
+        !log.iter().any(|e| e.starts_with("rollback:")),
+        "no rollback after an unknown COMMIT: {log:?}"
+    );
+}
