@@ -341,6 +341,7 @@ impl From<&NamespaceSummary> for NamespaceBody {
 
 /// An operator's reason for an action.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ReasonBody {
     /// Why (recorded in the service log; required, not blank).
     pub reason: String,
@@ -348,6 +349,7 @@ pub struct ReasonBody {
 
 /// A force-expiry request.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
 pub struct ExpireLeaseBody {
     /// Why (recorded in the service log; required, not blank).
     pub reason: String,

@@ -2,7 +2,7 @@
 //! force-expiry action.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
 use tether_core::{BindingKey, LeaseEpoch, Namespace, QuarantineStore as _};
 use tether_storage::ForceExpireOutcome;
@@ -14,7 +14,7 @@ use crate::dto::{
     NamespaceBody, QuarantineBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
-use crate::params::{ApiJson, decode_cursor, encode_cursor, page_size, parse_id, reason};
+use crate::params::{ApiJson, ApiQuery, decode_cursor, encode_cursor, page_size, parse_id, reason};
 use crate::state::{AppState, Counters};
 
 /// Lease history shown with a binding.
@@ -73,7 +73,7 @@ pub struct LeaseQuery {
 pub async fn list_leases(
     _: ReadAccess,
     State(state): State<AppState>,
-    Query(q): Query<LeaseQuery>,
+    ApiQuery(q): ApiQuery<LeaseQuery>,
 ) -> Result<Json<BindingPageBody>, ApiError> {
     let limit = page_size(q.limit)?;
     let ns = q
@@ -170,7 +170,7 @@ pub struct EventQuery {
 pub async fn list_lease_events(
     _: ReadAccess,
     State(state): State<AppState>,
-    Query(q): Query<EventQuery>,
+    ApiQuery(q): ApiQuery<EventQuery>,
 ) -> Result<Json<Vec<LeaseEventBody>>, ApiError> {
     let limit = page_size(q.limit)?;
     let events = state.store()?.recent_lease_events(None, limit).await?;

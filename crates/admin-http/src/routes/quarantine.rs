@@ -1,14 +1,14 @@
 //! `/v1/quarantine`: quarantined keys, their detail and their release.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use tether_core::QuarantineStore as _;
 use tether_storage::StoreAdmin as _;
 
 use crate::auth::{AdminAccess, ReadAccess};
 use crate::dto::{ActionResult, BindingBody, QuarantineBody, QuarantineDetail, ReasonBody};
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
-use crate::params::{ApiJson, page_size, reason};
+use crate::params::{ApiJson, ApiQuery, page_size, reason};
 use crate::routes::bindings::{EventQuery, parse_ns_key};
 use crate::state::{AppState, Counters};
 
@@ -26,7 +26,7 @@ use crate::state::{AppState, Counters};
 pub async fn list_quarantine(
     _: ReadAccess,
     State(state): State<AppState>,
-    Query(q): Query<EventQuery>,
+    ApiQuery(q): ApiQuery<EventQuery>,
 ) -> Result<Json<Vec<QuarantineBody>>, ApiError> {
     let limit = page_size(q.limit)?;
     let keys = state.store()?.quarantined_keys(limit).await?;

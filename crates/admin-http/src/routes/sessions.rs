@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
 use tether_core::{AgentId, HarnessId, HostSessionEntry, SessionKey};
 use tether_storage::{
@@ -18,7 +18,7 @@ use crate::dto::{
     SessionPageBody, SessionSummary, TranscriptEntryBody, TranscriptHitBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
-use crate::params::{decode_cursor, encode_cursor, page_size, parse_id};
+use crate::params::{ApiQuery, decode_cursor, encode_cursor, page_size, parse_id};
 use crate::state::{AppState, Counters};
 
 /// How many transcript entries a session detail shows.
@@ -68,7 +68,7 @@ pub struct SessionQuery {
 pub async fn list_sessions(
     _: ReadAccess,
     State(state): State<AppState>,
-    Query(q): Query<SessionQuery>,
+    ApiQuery(q): ApiQuery<SessionQuery>,
 ) -> Result<Json<SessionPageBody>, ApiError> {
     let limit = page_size(q.limit)?;
     let after = match &q.cursor {
@@ -313,7 +313,7 @@ pub struct SearchQuery {
 pub async fn search_all(
     _: ReadAccess,
     State(state): State<AppState>,
-    Query(q): Query<SearchQuery>,
+    ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchBody>, ApiError> {
     search(&state, None, &q).await
 }
@@ -333,7 +333,7 @@ pub async fn search_session(
     _: ReadAccess,
     State(state): State<AppState>,
     Path(session_key): Path<String>,
-    Query(q): Query<SearchQuery>,
+    ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchBody>, ApiError> {
     let entry = load_session(state.store()?, &session_key).await?;
     search(&state, Some(&entry.session_key), &q).await

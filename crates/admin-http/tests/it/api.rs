@@ -738,3 +738,29 @@ async fn every_route_and_its_typed_errors_are_in_the_openapi_document() {
     assert!(doc["components"]["schemas"]["ErrorBody"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
 }
+
+#[tokio::test]
+async fn unknown_body_fields_and_bad_query_strings_are_typed_400s() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    let release = format!("/v1/quarantine/{NS}/{}/release", seg("session:main:x"));
+    call(
+        &state,
+        "POST",
+        &release,
+        Some(ADMIN),
+        Some(r#"{"reason":"x","force":true}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    for path in [
+        "/v1/sessions?limit=abc",
+        "/v1/sessions?has_lease=maybe",
+        "/v1/leases?leased=2",
+        "/v1/transcripts/search",
+    ] {
+        call(&state, "GET", path, Some(READ), None)
+            .await
+            .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    }
+}
