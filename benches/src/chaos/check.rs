@@ -40,6 +40,33 @@ pub(crate) async fn check(store: &Store) -> Result<(u64, Vec<String>), Error> {
         violations.push(format!("two writers in lease epoch {epoch} of {key}"));
     }
 
+    // 1b. ... as the store recorded it: every lease epoch granted once, and every logged write
+    //     made by the holder the store granted that epoch to.
+    for row in rows(
+        store,
+        "SELECT key, epoch, COUNT(*) AS grants FROM lease_events WHERE namespace = 'chaos-leases' AND kind = 'acquired' GROUP BY key, epoch HAVING COUNT(*) > 1",
+    )
+    .await?
+    {
+        let (key, epoch): (String, i64) = (get(&row, "key")?, get(&row, "epoch")?);
+        violations.push(format!("lease epoch {epoch} of {key} granted more than once"));
+    }
+    for row in rows(
+        store,
+        "SELECT l.key AS key, l.epoch AS epoch, l.writer AS writer, e.holder AS holder FROM chaos_log l \
+         JOIN lease_events e ON e.namespace = 'chaos-leases' AND e.key = l.key AND e.epoch = l.epoch AND e.kind = 'acquired' \
+         WHERE e.holder IS NULL OR e.holder <> l.writer",
+    )
+    .await?
+    {
+        let (key, epoch, writer): (String, i64, String) =
+            (get(&row, "key")?, get(&row, "epoch")?, get(&row, "writer")?);
+        let holder: Option<String> = get(&row, "holder")?;
+        violations.push(format!(
+            "{writer} wrote under lease epoch {epoch} of {key}, granted to {holder:?}"
+        ));
+    }
+
     // 2. Never a write accepted with a stale epoch: per key, accepted epochs never go back.
     let mut last: Option<(String, i64)> = None;
     for row in rows(store, "SELECT key, epoch FROM chaos_log ORDER BY key, id").await? {
