@@ -110,6 +110,16 @@ impl BenchStore {
     /// The lifecycle over this store's namespace with `lease` timing; the lease policy keeps
     /// the current record (or starts an empty one).
     pub fn lifecycle(&self, lease: LeaseConfig) -> Result<Lifecycle<JsonObjectCodec>, Error> {
+        self.lifecycle_with(lease, false)
+    }
+
+    /// [`BenchStore::lifecycle`], with heartbeats batched by the shared renewal driver when
+    /// `batched` is set.
+    pub fn lifecycle_with(
+        &self,
+        lease: LeaseConfig,
+        batched: bool,
+    ) -> Result<Lifecycle<JsonObjectCodec>, Error> {
         let keep: PrepareLease<Record> =
             Arc::new(|current: Option<&Record>, _| Some(current.cloned().unwrap_or_default()));
         Lifecycle::builder(
@@ -120,6 +130,7 @@ impl BenchStore {
         )
         .lease_config(lease)
         .holder("bench")
+        .batched_heartbeats(batched)
         .build()
     }
 

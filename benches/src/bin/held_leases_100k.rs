@@ -4,7 +4,9 @@
 //!
 //! Options: `--leases N` (100000), `--lease-secs S` (3), `--periods P` (3), `--backend
 //! sqlite|postgres` (sqlite), `--connections C` (8), `--acquire-concurrency K` (16),
-//! `--acquire-budget-secs B` (600: acquisition stops there and the rest count as lost).
+//! `--acquire-budget-secs B` (600: acquisition stops there and the rest count as lost),
+//! `--per-owner-heartbeats` (one renewal transaction per lease instead of the lifecycle's
+//! batched heartbeats, for comparison).
 //!
 //! Heartbeat CPU is the process's user + system CPU time (`/proc/self/stat`, all threads,
 //! SQLite included since it runs in-process; a PostgreSQL server's own CPU is not counted)
@@ -35,6 +37,7 @@ struct Settings {
     connections: u32,
     concurrency: usize,
     budget: Duration,
+    batched: bool,
 }
 
 fn settings(args: &Args) -> Result<Settings, String> {
@@ -51,6 +54,7 @@ fn settings(args: &Args) -> Result<Settings, String> {
         connections: args.value("--connections", 8u32)?,
         concurrency: args.value("--acquire-concurrency", 16usize)?,
         budget: Duration::from_secs(args.value("--acquire-budget-secs", 600u64)?),
+        batched: !args.flag("--per-owner-heartbeats"),
     })
 }
 
@@ -71,7 +75,9 @@ async fn run(s: Settings) -> Result<(), String> {
         retry_interval: Duration::from_millis(100),
         renew_interval: s.lease / 3,
     };
-    let lifecycle = bench.lifecycle(lease).map_err(|e| e.to_string())?;
+    let lifecycle = bench
+        .lifecycle_with(lease, s.batched)
+        .map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let permits = Arc::new(Semaphore::new(s.concurrency.max(1)));
     let acquired = Arc::new(AtomicU64::new(0));
@@ -121,8 +127,9 @@ async fn run(s: Settings) -> Result<(), String> {
     note(
         NAME,
         &format!(
-            "{} backend, lease {:?}, renew every {:?}; acquired {held_at_start} of {} leases in {:.1} s ({:.0}/s); {} acquisitions failed",
+            "{} backend, {} heartbeats, lease {:?}, renew every {:?}; acquired {held_at_start} of {} leases in {:.1} s ({:.0}/s); {} acquisitions failed",
             s.backend.as_str(),
+            if s.batched { "batched" } else { "per-owner" },
             s.lease,
             s.lease / 3,
             s.leases,

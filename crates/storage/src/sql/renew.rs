@@ -1,5 +1,6 @@
 //! Batched lease renewal on the SQL store: many heartbeats in one transaction, one set-based
-//! `UPDATE … FROM (VALUES …) … RETURNING` per chunk (SPEC section 5).
+//! `UPDATE … WHERE key IN (…) AND (key, lease_token) IN (VALUES …) RETURNING key` per chunk
+//! (SPEC section 5).
 //!
 //! A renewal only moves `lease_expires_at`, `lease_renewed_at` and the revision of a row whose
 //! live lease is held by exactly the given token; value, epoch, holder and row expiry stay.
@@ -7,7 +8,8 @@
 //! every few seconds would add that many history rows each time. Acquisitions, takeovers,
 //! releases, expiries and fenced writes are recorded as before.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
+use std::fmt::Write as _;
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
 use tether_core::{Error, LeaseRenewal, Namespace, Timestamp};
@@ -46,48 +48,74 @@ impl Store {
         renewals: &[LeaseRenewal],
         now: Timestamp,
     ) -> Result<HashSet<String>, Error> {
+        // Renewals of one tick share their expiry: one statement per expiry and chunk.
+        let mut by_expiry: BTreeMap<Timestamp, Vec<&LeaseRenewal>> = BTreeMap::new();
+        for r in renewals {
+            by_expiry.entry(r.expires_at).or_default().push(r);
+        }
         let mut renewed = HashSet::with_capacity(renewals.len());
-        for chunk in renewals.chunks(CHUNK) {
-            // Placeholders are numbered in order of appearance (SQLite binds positionally).
-            let mut sql = String::with_capacity(256 + chunk.len() * 24);
-            sql.push_str(
-                "UPDATE binding_records SET lease_expires_at = v.column3, lease_renewed_at = $1, \
-                 revision = binding_records.revision + 1 FROM (VALUES ",
-            );
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 3 + 4);
-            values.push(now.as_millis().into());
-            for (i, r) in chunk.iter().enumerate() {
-                let n = 2 + i * 3;
-                if i > 0 {
-                    sql.push_str(", ");
+        for (expires_at, group) in by_expiry {
+            for chunk in group.chunks(CHUNK) {
+                let rows = tx
+                    .query_all_raw(self.renew_statement(ns, chunk, expires_at, now))
+                    .await
+                    .map_err(db_error)?;
+                for row in rows {
+                    let key: String = row.try_get("", "key").map_err(db_error)?;
+                    renewed.insert(key);
                 }
-                sql.push_str(&format!("(${n}, ${}, ${})", n + 1, n + 2));
-                values.push(r.key.as_str().into());
-                values.push(r.token.as_str().into());
-                values.push(r.expires_at.as_millis().into());
-            }
-            let n = 2 + chunk.len() * 3;
-            sql.push_str(&format!(
-                ") AS v WHERE binding_records.namespace = ${n} AND binding_records.key = v.column1 \
-                 AND binding_records.lease_token = v.column2 AND binding_records.lease_expires_at > ${} \
-                 AND (binding_records.expires_at IS NULL OR binding_records.expires_at > ${}) \
-                 RETURNING key",
-                n + 1,
-                n + 2
-            ));
-            values.push(ns.as_str().into());
-            values.push(now.as_millis().into());
-            values.push(now.as_millis().into());
-            let rows = tx
-                .query_all_raw(self.stmt(&sql, values))
-                .await
-                .map_err(db_error)?;
-            for row in rows {
-                let key: String = row.try_get("", "key").map_err(db_error)?;
-                renewed.insert(key);
             }
         }
         Ok(renewed)
+    }
+
+    /// `UPDATE … WHERE namespace = ? AND key IN (…) AND (key, lease_token) IN (VALUES …)`: the
+    /// key list lets both engines probe the primary key; the row-value list pairs each key with
+    /// its exact token. Placeholders are numbered in order of appearance (SQLite binds
+    /// positionally).
+    fn renew_statement(
+        &self,
+        ns: &Namespace,
+        chunk: &[&LeaseRenewal],
+        expires_at: Timestamp,
+        now: Timestamp,
+    ) -> sea_orm::Statement {
+        let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * 3 + 6);
+        let mut sql = String::with_capacity(256 + chunk.len() * 24);
+        sql.push_str(
+            "UPDATE binding_records SET lease_expires_at = $1, lease_renewed_at = $2, \
+             revision = revision + 1 WHERE namespace = $3 AND key IN (",
+        );
+        values.push(expires_at.as_millis().into());
+        values.push(now.as_millis().into());
+        values.push(ns.as_str().into());
+        let mut n = 4;
+        for (i, r) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let _ = write!(sql, "${n}");
+            n += 1;
+            values.push(r.key.as_str().into());
+        }
+        sql.push_str(") AND (key, lease_token) IN (VALUES ");
+        for (i, r) in chunk.iter().enumerate() {
+            if i > 0 {
+                sql.push_str(", ");
+            }
+            let _ = write!(sql, "(${n}, ${})", n + 1);
+            n += 2;
+            values.push(r.key.as_str().into());
+            values.push(r.token.as_str().into());
+        }
+        let _ = write!(
+            sql,
+            ") AND lease_expires_at > ${n} AND (expires_at IS NULL OR expires_at > ${}) RETURNING key",
+            n + 1
+        );
+        values.push(now.as_millis().into());
+        values.push(now.as_millis().into());
+        self.stmt(&sql, values)
     }
 }
 
