@@ -281,7 +281,7 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
             "all",
             "--header",
             &format!("Authorization: Bearer {token}"),
-            "--hypothesis-max-examples",
+            "--max-examples",
             &examples,
         ])
         .status();
