@@ -99,7 +99,11 @@ pub fn has_float(value: &Value) -> bool {
 pub fn check_binding_record_codecs(data: &[u8]) {
     if let Some(record) = ThreadBindingCodec.decode(data) {
         let again = ThreadBindingCodec.decode(&ThreadBindingCodec.encode(&record));
-        assert_eq!(again.as_ref(), Some(&record), "thread binding codec round trip");
+        assert_eq!(
+            again.as_ref(),
+            Some(&record),
+            "thread binding codec round trip"
+        );
     }
     if let Some(record) = JsonObjectCodec.decode(data) {
         let again = JsonObjectCodec
