@@ -118,7 +118,7 @@ impl ExampleHarness {
 
     /// The host's session operations with this harness registered.
     pub fn host_sessions(&self) -> HostSessions {
-        let registry = HarnessRegistry::new();
+        let registry = HarnessRegistry::shared();
         registry.register(self.agent_harness());
         HostSessions::new(self.store.clone(), registry, self.runs.clone())
     }

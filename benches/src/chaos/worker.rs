@@ -162,7 +162,7 @@ impl Worker {
         .quarantine(Arc::new(store.clone()))
         .holder(name)
         .build()?;
-        let registry = HarnessRegistry::new();
+        let registry = HarnessRegistry::shared();
         registry.register(Arc::new(ChaosHarness {
             id: HarnessId::new("chaos")?,
         }));

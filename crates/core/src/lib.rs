@@ -43,6 +43,7 @@ pub mod host;
 pub mod ids;
 pub mod keys;
 pub mod lease;
+pub mod registry;
 pub mod store;
 pub mod time;
 
@@ -69,6 +70,7 @@ pub use host::{
 pub use ids::{AgentId, BindingId, HarnessId, IdError, Namespace, RunId, SessionId, SessionKey};
 pub use keys::{BindingKey, BindingKeyKind};
 pub use lease::{Lease, LeaseConfig, LeaseEpoch, LeaseToken, LifecycleRevision, Revision, is_live};
+pub use registry::HarnessRegistry;
 pub use store::{
     Admission, ApplyOutcome, BindingStore, Comparison, DEFAULT_MAX_VALUE_BYTES, Intent,
     LeaseRenewal, LeaseWrite, NamespaceConfig, Observation, OverflowPolicy, RowPredicate, RowWrite,

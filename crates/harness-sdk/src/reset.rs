@@ -46,119 +46,16 @@
 //! # Ok::<(), tether_core::IdError>(())
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use futures::future::join_all;
 use tether_core::{AgentHarness, AssertCurrent, Error, HarnessId, ResetParams};
 use tracing::Instrument as _;
 
-/// Registry generations are drawn from one process-wide counter, so two registries (for
-/// example before and after a reload) never share a generation number.
-static NEXT_GENERATION: AtomicU64 = AtomicU64::new(1);
-
-fn next_generation() -> u64 {
-    NEXT_GENERATION.fetch_add(1, Ordering::Relaxed)
-}
-
-#[derive(Debug)]
-struct RegistryState {
-    generation: u64,
-    harnesses: BTreeMap<HarnessId, Arc<dyn AgentHarness>>,
-}
-
-/// The registered harnesses of one plugin registry, by id.
-///
-/// Every change (register, replace, unregister) moves [`Self::generation`] to a value never
-/// used before in this process, so an operation that captured the generation can detect that
-/// "the registry changed".
-#[derive(Debug)]
-pub struct HarnessRegistry {
-    state: RwLock<RegistryState>,
-}
-
-impl Default for HarnessRegistry {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl HarnessRegistry {
-    /// An empty registry with a fresh generation.
-    pub fn new() -> Self {
-        Self {
-            state: RwLock::new(RegistryState {
-                generation: next_generation(),
-                harnesses: BTreeMap::new(),
-            }),
-        }
-    }
-
-    fn read(&self) -> std::sync::RwLockReadGuard<'_, RegistryState> {
-        self.state.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, RegistryState> {
-        self.state.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Registers `harness` under its id, returning the registration it replaced.
-    pub fn register(&self, harness: Arc<dyn AgentHarness>) -> Option<Arc<dyn AgentHarness>> {
-        let mut state = self.write();
-        state.generation = next_generation();
-        state.harnesses.insert(harness.id().clone(), harness)
-    }
-
-    /// Removes the harness registered under `id`, returning it.
-    pub fn unregister(&self, id: &HarnessId) -> Option<Arc<dyn AgentHarness>> {
-        let mut state = self.write();
-        let removed = state.harnesses.remove(id);
-        if removed.is_some() {
-            state.generation = next_generation();
-        }
-        removed
-    }
-
-    /// The harness registered under `id`.
-    pub fn get(&self, id: &HarnessId) -> Option<Arc<dyn AgentHarness>> {
-        self.read().harnesses.get(id).cloned()
-    }
-
-    /// Whether `harness` (this exact object) is still the registration under its id.
-    pub fn is_registered(&self, harness: &Arc<dyn AgentHarness>) -> bool {
-        self.read()
-            .harnesses
-            .get(harness.id())
-            .is_some_and(|current| same_object(current, harness))
-    }
-
-    /// A snapshot of the registered harnesses, in id order.
-    pub fn harnesses(&self) -> Vec<Arc<dyn AgentHarness>> {
-        self.read().harnesses.values().cloned().collect()
-    }
-
-    /// The registered ids, in order.
-    pub fn ids(&self) -> Vec<HarnessId> {
-        self.read().harnesses.keys().cloned().collect()
-    }
-
-    /// How many harnesses are registered.
-    pub fn len(&self) -> usize {
-        self.read().harnesses.len()
-    }
-
-    /// Whether no harness is registered.
-    pub fn is_empty(&self) -> bool {
-        self.read().harnesses.is_empty()
-    }
-
-    /// The current generation; it changes on every change to the registry.
-    pub fn generation(&self) -> u64 {
-        self.read().generation
-    }
-}
+pub use tether_core::HarnessRegistry;
 
 /// The default text of the owner-changed error (`{harness_id}` is replaced).
 pub const OWNER_CHANGED_TEXT: &str = "Session deletion harness owner changed: {harness_id}";
@@ -275,10 +172,6 @@ impl HarnessOwnerAuthority {
 
 fn object_addr(harness: &Arc<dyn AgentHarness>) -> usize {
     Arc::as_ptr(harness).cast::<()>().addr()
-}
-
-fn same_object(a: &Arc<dyn AgentHarness>, b: &Arc<dyn AgentHarness>) -> bool {
-    object_addr(a) == object_addr(b)
 }
 
 /// Harness ids whose reset failure was already logged in this process. Deliberately outside

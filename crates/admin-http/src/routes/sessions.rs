@@ -238,7 +238,7 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
                 .map(|_| ())
         })
     });
-    let deleted = HostSessions::new(store.clone(), HarnessRegistry::new(), Arc::new(NoRuns))
+    let deleted = HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(NoRuns))
         .with_hooks(hooks)
         .delete_sessions(std::slice::from_ref(&entry.session_key))
         .await?;

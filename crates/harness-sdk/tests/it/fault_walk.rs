@@ -661,7 +661,7 @@ async fn host_case(w: &Walk, point: FaultPoint, kind: FaultKind, n: usize) {
     let case = w.case("host-deletion", point, kind).await;
     let c = &case.context;
     let harness_id = HarnessId::new("binding-harness").unwrap();
-    let registry = HarnessRegistry::new();
+    let registry = HarnessRegistry::shared();
     registry.register(Arc::new(BindingHarness {
         id: harness_id.clone(),
         lc: case.lc.clone(),

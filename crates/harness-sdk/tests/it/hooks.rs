@@ -500,7 +500,7 @@ mod sql {
             Self {
                 store,
                 backing,
-                registry: HarnessRegistry::new(),
+                registry: HarnessRegistry::shared(),
                 runs: Arc::new(ActiveRuns::new()),
                 clock,
             }

@@ -22,7 +22,6 @@
 //! 6. after a deletion every registered harness gets a `reset(reason: Deleted)` notification
 //!    (it owns nothing; failures are logged).
 
-mod registry;
 mod work;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,10 +36,10 @@ use tether_core::{
     SettlementOutcome, TranscriptAnchor,
 };
 
-pub use self::registry::HarnessRegistry;
 pub use self::work::{ActiveRuns, WorkTracker};
 use crate::sql::{End, SqlRowTransaction, Store, db_error};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
+pub use tether_core::HarnessRegistry;
 
 type AfterMutations =
     Arc<dyn for<'a> Fn(&'a DatabaseTransaction) -> BoxFuture<'a, Result<(), Error>> + Send + Sync>;

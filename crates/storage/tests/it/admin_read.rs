@@ -482,7 +482,7 @@ async fn delete_with_bindings(
                 .map(|_| ())
         })
     });
-    HostSessions::new(store, HarnessRegistry::new(), Arc::new(Idle))
+    HostSessions::new(store, HarnessRegistry::shared(), Arc::new(Idle))
         .with_hooks(hooks)
         .delete_sessions(std::slice::from_ref(&key))
         .await

@@ -377,7 +377,7 @@ async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
             .with_stall(std::time::Duration::from_millis(1)),
     );
     let log = Arc::new(Mutex::new(Vec::new()));
-    let registry = HarnessRegistry::new();
+    let registry = HarnessRegistry::shared();
     registry.register(Arc::new(FaultHarness {
         id: HarnessId::new("fault-harness").unwrap(),
         ns: ns.clone(),

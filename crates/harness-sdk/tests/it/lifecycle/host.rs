@@ -80,7 +80,7 @@ async fn host_deletion_end_to_end(url: &str) {
     )
     .await;
     let harness_id = HarnessId::new("binding-harness").unwrap();
-    let registry = HarnessRegistry::new();
+    let registry = HarnessRegistry::shared();
     registry.register(Arc::new(BindingHarness {
         id: harness_id.clone(),
         lc: f.lc.clone(),

@@ -432,7 +432,7 @@ pub(crate) async fn deletion_commits_bindings_with_the_session_row(store: &Store
 
     let ns = unique_ns("sql-deletion");
     let log = Log::default();
-    let registry = HarnessRegistry::new();
+    let registry = HarnessRegistry::shared();
     let harness = RecordingHarness::new("codex", &log, &ns, true, false);
     registry.register(harness.clone());
     let key = session_key("sql-deletion");

@@ -39,7 +39,7 @@ impl Fixture {
         Self {
             store,
             _dir: dir,
-            registry: HarnessRegistry::new(),
+            registry: HarnessRegistry::shared(),
             runs: Arc::new(ActiveRuns::new()),
             log: Log::default(),
             ns: unique_ns("native-bindings"),
@@ -454,7 +454,7 @@ async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present() {
         format!("Session deletion requires prepared harness ownership: {key}")
     );
     assert!(f.entry(&key).await.is_some());
-    assert!(f.registry.unregister(&h.id));
+    assert!(f.registry.unregister(&h.id).is_some());
     assert!(f.hosts().delete_without_harnesses(&key).await.unwrap());
     assert!(f.entry(&key).await.is_none());
 }
