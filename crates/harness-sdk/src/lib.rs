@@ -1,12 +1,36 @@
 //! # tether-harness-sdk
 //!
-//! What a harness author builds on: the native-session binding lifecycle (exact-token leases,
-//! heartbeats, fences, transactional deletion), and the tool and media result helpers
-//! (transcript mirroring, display metadata, delivery facts, sanitizing, spawn receipts,
-//! host-owned media, the terminal-outcome accumulator).
+//! What a harness author builds on, over the `tether-core` contracts:
+//!
+//! - [`lifecycle`]: the native-session binding lifecycle — exact-token leases with heartbeats
+//!   and monotonic fencing epochs, `transact`, `with_lease`, lease assertions, blocked keys,
+//!   mutation fences, and transactional deletion with `commit` / `rollback` and settlement
+//!   (reference `native-session-lifecycle.md` §2.1–2.10);
+//! - [`generation`]: generation authority — tri-state capture of the host generation, lineage
+//!   re-checked after every await, `resolve_binding`, `reclaim_generation` (§2.13);
+//! - [`backend`] and [`hooks`]: the reference thread-binding backend (set / patch / clear pinned
+//!   to the native thread, adopt, reset vs retire vs delete, fences, reclaim, supervision scope)
+//!   and a ready [`AgentHarness`](tether_core::AgentHarness) building block with deletion and
+//!   context-reset hooks (§2.12, §2.14);
+//! - [`initialization`]: the initialization owner (§2.15); [`reset`]: reset fan-out with
+//!   once-per-process failure logging (§2.16); [`acpx`]: the ACPX state directory (§2.17);
+//! - [`results`]: tool and media result helpers — transcript mirroring, display metadata,
+//!   delivery facts, sanitizing, spawn receipts, host-owned media, and the terminal-outcome
+//!   accumulator (reference `tool-results.md`).
 //!
 //! This crate depends on `tether-core` only; a host wires a store (for example
-//! `tether-storage`) into it.
+//! `tether-storage`'s `MemoryStore` or SQL `Store`) into it.
+//!
+//! ```
+//! use serde_json::json;
+//! use tether_harness_sdk::results::sanitize::sanitize_tool_args;
+//!
+//! let raw = json!({"command": "deploy", "api_key": "sk-live-123", "nested": {"token": "t"}});
+//! let shown = sanitize_tool_args(&raw);
+//! assert_eq!(shown["command"], "deploy");
+//! assert_ne!(shown["api_key"], "sk-live-123", "secrets never reach diagnostics");
+//! assert_eq!(raw["api_key"], "sk-live-123", "the input is not mutated");
+//! ```
 
 pub mod acpx;
 pub mod backend;
