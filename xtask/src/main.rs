@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         Ok(summary) => {
             if task == "ci" {
                 say(&format!(
-                    "xtask ci: {} passed, {} failed",
+                    "ci: {} passed, {} failed",
                     summary.passed, summary.failed
                 ));
             } else {
