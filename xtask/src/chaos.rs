@@ -12,6 +12,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::{cargo, run, say};
 
+/// How long a frozen worker stays stopped: longer than the workers' 3 s lease.
+const PAUSE: Duration = Duration::from_secs(4);
+
 struct Options {
     backend: String,
     processes: usize,
@@ -165,6 +168,7 @@ fn drill(bin: &PathBuf, url: &str, options: &Options) -> Result<bool, String> {
         workers.push(spawn(bin, url, &format!("w{i}"), options.seconds)?);
     }
     let mut kills = 0u64;
+    let mut pauses = 0u64;
     let mut restarts = 0u64;
     loop {
         let pause = Duration::from_millis(500 + rng.below(2000));
@@ -174,7 +178,23 @@ fn drill(bin: &PathBuf, url: &str, options: &Options) -> Result<bool, String> {
         sleep(pause);
         let index = usize::try_from(rng.below(workers.len() as u64)).unwrap_or(0);
         let victim = &mut workers[index];
-        if victim.try_wait().map_err(|e| e.to_string())?.is_none() {
+        let running = victim.try_wait().map_err(|e| e.to_string())?.is_none();
+        if running
+            && rng.below(4) == 0
+            && Instant::now() + PAUSE + Duration::from_secs(1) < deadline
+        {
+            // Freeze the worker past its lease (SIGSTOP, then SIGCONT): it wakes up holding a
+            // stale epoch, which the fence must refuse.
+            let pid = victim.id().to_string();
+            let stopped = Command::new("kill").args(["-STOP", &pid]).status();
+            if stopped.is_ok_and(|s| s.success()) {
+                sleep(PAUSE);
+                let _ = Command::new("kill").args(["-CONT", &pid]).status();
+                pauses += 1;
+                continue;
+            }
+        }
+        if running {
             // `Child::kill` sends SIGKILL on Unix.
             victim.kill().map_err(|e| format!("kill: {e}"))?;
             let _ = victim.wait();
@@ -187,6 +207,9 @@ fn drill(bin: &PathBuf, url: &str, options: &Options) -> Result<bool, String> {
             .max(1);
         workers[index] = spawn(bin, url, &format!("w{index}r{restarts}"), left)?;
     }
+    say(&format!(
+        "    {pauses} workers frozen past their lease and resumed"
+    ));
     for mut worker in workers {
         let _ = worker.wait();
     }

@@ -57,6 +57,10 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
             let (ops, violations) = chaos::check::check(&store)
                 .await
                 .map_err(|e| e.to_string())?;
+            let refused = chaos::check::count(&store, "chaos_rejects")
+                .await
+                .map_err(|e| e.to_string())?;
+            say(&format!("fence: {refused} writes refused as stale"));
             for violation in &violations {
                 say(&format!("violation: {violation}"));
             }

@@ -19,7 +19,8 @@ async fn rows(store: &Store, sql: &str) -> Result<Vec<QueryResult>, Error> {
         .map_err(db_error)
 }
 
-async fn count(store: &Store, table: &str) -> Result<u64, Error> {
+/// The number of rows in `table`.
+pub(crate) async fn count(store: &Store, table: &str) -> Result<u64, Error> {
     let rows = rows(store, &format!("SELECT COUNT(*) AS n FROM {table}")).await?;
     let n: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
     Ok(u64::try_from(n).unwrap_or(0))
