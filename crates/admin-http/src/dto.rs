@@ -344,6 +344,7 @@ impl From<&NamespaceSummary> for NamespaceBody {
 #[serde(deny_unknown_fields)]
 pub struct ReasonBody {
     /// Why (recorded in the service log; required, not blank).
+    #[schema(min_length = 1, pattern = "\\S")]
     pub reason: String,
 }
 
@@ -352,6 +353,7 @@ pub struct ReasonBody {
 #[serde(deny_unknown_fields)]
 pub struct ExpireLeaseBody {
     /// Why (recorded in the service log; required, not blank).
+    #[schema(min_length = 1, pattern = "\\S")]
     pub reason: String,
     /// Only expire the lease with this epoch (what the operator saw).
     pub expected_epoch: Option<u64>,

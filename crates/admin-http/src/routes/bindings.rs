@@ -56,6 +56,7 @@ pub struct LeaseQuery {
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Page size (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
 }
 
@@ -153,6 +154,7 @@ pub async fn get_binding(
 #[into_params(parameter_in = Query)]
 pub struct EventQuery {
     /// At most this many events, newest first (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
 }
 

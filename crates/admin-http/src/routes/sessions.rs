@@ -51,6 +51,7 @@ pub struct SessionQuery {
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Page size (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
 }
 
@@ -296,6 +297,7 @@ pub struct SearchQuery {
     /// Words that must all appear.
     pub q: String,
     /// At most this many hits (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
 }
 
