@@ -356,6 +356,8 @@ pub struct ExpireLeaseBody {
     #[schema(min_length = 1, pattern = "\\S")]
     pub reason: String,
     /// Only expire the lease with this epoch (what the operator saw).
+    #[serde(default, deserialize_with = "integral_u64")]
+    #[schema(minimum = 0)]
     pub expected_epoch: Option<u64>,
 }
 
@@ -377,4 +379,54 @@ pub struct Ready {
     pub status: String,
     /// Host sessions stored.
     pub sessions: u64,
+}
+
+/// Reads an optional non-negative integer, also when a client writes it as an integral number
+/// such as `3.0` (JSON Schema's `integer` allows that); fractions and negatives are refused.
+fn integral_u64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    use serde::de::Error as _;
+    match Option::<serde_json::Number>::deserialize(d)? {
+        None => Ok(None),
+        Some(n) => {
+            if let Some(v) = n.as_u64() {
+                return Ok(Some(v));
+            }
+            match n.as_f64() {
+                Some(f) if f >= 0.0 && f.fract() == 0.0 && f <= 9_007_199_254_740_992.0 =>
+                {
+                    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                    Ok(Some(f as u64))
+                }
+                _ => Err(D::Error::custom(format!(
+                    "expected a non-negative integer, found {n}"
+                ))),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ExpireLeaseBody;
+
+    #[test]
+    fn expected_epoch_accepts_integral_numbers_only() {
+        let parse = |s: &str| serde_json::from_str::<ExpireLeaseBody>(s);
+        assert_eq!(
+            parse(r#"{"reason":"r","expected_epoch":3}"#)
+                .unwrap()
+                .expected_epoch,
+            Some(3)
+        );
+        assert_eq!(
+            parse(r#"{"reason":"r","expected_epoch":3.0}"#)
+                .unwrap()
+                .expected_epoch,
+            Some(3)
+        );
+        assert_eq!(parse(r#"{"reason":"r"}"#).unwrap().expected_epoch, None);
+        assert!(parse(r#"{"reason":"r","expected_epoch":3.5}"#).is_err());
+        assert!(parse(r#"{"reason":"r","expected_epoch":-1}"#).is_err());
+        assert!(parse(r#"{"reason":"r","expected_epoch":"3"}"#).is_err());
+    }
 }

@@ -40,6 +40,9 @@ pub fn encode_cursor(parts: &[&str]) -> String {
 }
 
 /// Decodes an opaque token made by [`encode_cursor`] with `n` parts.
+///
+/// An empty token is refused like any other malformed one; callers treat an empty `cursor`
+/// query value as "first page" before calling this (see [`cursor`]).
 pub fn decode_cursor(token: &str, n: usize) -> Result<Vec<String>, ApiError> {
     let invalid = || {
         ApiError::BadRequest(
@@ -53,6 +56,11 @@ pub fn decode_cursor(token: &str, n: usize) -> Result<Vec<String>, ApiError> {
     } else {
         Err(invalid())
     }
+}
+
+/// The cursor of a request: an absent or empty `cursor` means the first page.
+pub fn cursor(raw: Option<&str>) -> Option<&str> {
+    raw.filter(|c| !c.is_empty())
 }
 
 /// Parses a typed id from a request, mapping the failure to a typed 400 naming the field.

@@ -14,7 +14,9 @@ use crate::dto::{
     NamespaceBody, QuarantineBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
-use crate::params::{ApiJson, ApiQuery, decode_cursor, encode_cursor, page_size, parse_id, reason};
+use crate::params::{
+    ApiJson, ApiQuery, cursor, decode_cursor, encode_cursor, page_size, parse_id, reason,
+};
 use crate::state::{AppState, Counters};
 
 /// Lease history shown with a binding.
@@ -80,9 +82,10 @@ pub async fn list_leases(
     let ns = q
         .namespace
         .as_deref()
+        .filter(|n| !n.is_empty())
         .map(|n| parse_id("namespace", n, Namespace::new))
         .transpose()?;
-    let after = match &q.cursor {
+    let after = match cursor(q.cursor.as_deref()) {
         Some(token) => {
             let parts = decode_cursor(token, 2)?;
             Some(parse_ns_key(&parts[0], &parts[1])?)
@@ -118,8 +121,8 @@ pub async fn list_leases(
     path = "/v1/namespaces/{namespace}/bindings/{key}",
     tag = "bindings",
     params(
-        ("namespace" = String, Path, description = "The binding namespace"),
-        ("key" = String, Path, description = "The binding key, e.g. session:<agent>:<session id>"),
+        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("key" = String, Path, description = "The binding key, e.g. session:<agent>:<session id>", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
     ),
     responses(
         (status = 200, description = "The binding row with its lease history", body = BindingDetail),
@@ -187,8 +190,8 @@ pub async fn list_lease_events(
     path = "/v1/namespaces/{namespace}/bindings/{key}/expire-lease",
     tag = "actions",
     params(
-        ("namespace" = String, Path, description = "The binding namespace"),
-        ("key" = String, Path, description = "The binding key"),
+        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("key" = String, Path, description = "The binding key", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
     ),
     request_body = ExpireLeaseBody,
     responses(

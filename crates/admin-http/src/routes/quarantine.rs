@@ -39,8 +39,8 @@ pub async fn list_quarantine(
     path = "/v1/quarantine/{namespace}/{key}",
     tag = "quarantine",
     params(
-        ("namespace" = String, Path, description = "The binding namespace"),
-        ("key" = String, Path, description = "The quarantined key"),
+        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("key" = String, Path, description = "The quarantined key", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
     ),
     responses(
         (status = 200, description = "The quarantine record", body = QuarantineDetail),
@@ -71,8 +71,8 @@ pub async fn get_quarantine(
     path = "/v1/quarantine/{namespace}/{key}/release",
     tag = "actions",
     params(
-        ("namespace" = String, Path, description = "The binding namespace"),
-        ("key" = String, Path, description = "The quarantined key"),
+        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
+        ("key" = String, Path, description = "The quarantined key", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
     ),
     request_body = ReasonBody,
     responses(

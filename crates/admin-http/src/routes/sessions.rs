@@ -18,7 +18,7 @@ use crate::dto::{
     SessionPageBody, SessionSummary, TranscriptEntryBody, TranscriptHitBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
-use crate::params::{ApiQuery, decode_cursor, encode_cursor, page_size, parse_id};
+use crate::params::{ApiQuery, cursor, decode_cursor, encode_cursor, page_size, parse_id};
 use crate::state::{AppState, Counters};
 
 /// How many transcript entries a session detail shows.
@@ -72,7 +72,7 @@ pub async fn list_sessions(
     ApiQuery(q): ApiQuery<SessionQuery>,
 ) -> Result<Json<SessionPageBody>, ApiError> {
     let limit = page_size(q.limit)?;
-    let after = match &q.cursor {
+    let after = match cursor(q.cursor.as_deref()) {
         Some(token) => {
             let parts = decode_cursor(token, 1)?;
             Some(parse_id("cursor", &parts[0], SessionKey::new)?)
@@ -83,11 +83,13 @@ pub async fn list_sessions(
         agent: q
             .agent
             .as_deref()
+            .filter(|a| !a.is_empty())
             .map(|a| parse_id("agent", a, AgentId::new))
             .transpose()?,
         harness: q
             .harness
             .as_deref()
+            .filter(|h| !h.is_empty())
             .map(|h| parse_id("harness", h, HarnessId::new))
             .transpose()?,
         has_lease: q.has_lease,
@@ -187,7 +189,7 @@ pub async fn session_detail(
     get,
     path = "/v1/sessions/{session_key}",
     tag = "sessions",
-    params(("session_key" = String, Path, description = "The logical session key")),
+    params(("session_key" = String, Path, description = "The logical session key (no control characters, not blank)", pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$", max_length = 512)),
     responses(
         (status = 200, description = "The session", body = SessionDetail),
         DetailErrors,
@@ -252,7 +254,7 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
     delete,
     path = "/v1/sessions/{session_key}",
     tag = "actions",
-    params(("session_key" = String, Path, description = "The logical session key")),
+    params(("session_key" = String, Path, description = "The logical session key (no control characters, not blank)", pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$", max_length = 512)),
     responses(
         (status = 200, description = "The session is gone", body = ActionResult),
         ActionErrors,
@@ -295,6 +297,7 @@ pub async fn delete_session_route(
 #[into_params(parameter_in = Query)]
 pub struct SearchQuery {
     /// Words that must all appear.
+    #[param(min_length = 1, pattern = "[A-Za-z0-9]")]
     pub q: String,
     /// At most this many hits (default 50, at most 200).
     #[param(minimum = 1, maximum = 200)]
@@ -325,7 +328,7 @@ pub async fn search_all(
     get,
     path = "/v1/sessions/{session_key}/transcript/search",
     tag = "transcripts",
-    params(("session_key" = String, Path, description = "The logical session key"), SearchQuery),
+    params(("session_key" = String, Path, description = "The logical session key (no control characters, not blank)", pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$", max_length = 512), SearchQuery),
     responses(
         (status = 200, description = "The hits", body = SearchBody),
         DetailErrors,
@@ -347,9 +350,9 @@ async fn search(
     q: &SearchQuery,
 ) -> Result<Json<SearchBody>, ApiError> {
     let limit = page_size(q.limit)?;
-    if q.q.trim().is_empty() {
+    if !q.q.chars().any(|c| c.is_ascii_alphanumeric()) {
         return Err(ApiError::BadRequest(
-            "`q` is required: pass the words to search for".into(),
+            "`q` is required: pass the words to search for (letters or digits)".into(),
         ));
     }
     let hits = state
