@@ -747,7 +747,7 @@ impl Store {
             let Some(token) = token else { continue };
             let ns: String = r.try_get("", "namespace").map_err(db_error)?;
             let key: String = r.try_get("", "key").map_err(db_error)?;
-            let epoch: Option<i64> = r.try_get("", "epoch").map_err(db_error)?;
+            let epoch: Option<i64> = r.try_get("", "lease_epoch").map_err(db_error)?;
             let event = PendingEvent {
                 kind: crate::LeaseEventKind::Expired,
                 epoch: epoch

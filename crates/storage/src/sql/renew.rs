@@ -238,6 +238,38 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn sweeping_an_expired_leased_row_records_its_epoch() {
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+            .await
+            .unwrap();
+        let ns = Namespace::new("sweep").unwrap();
+        store
+            .register_namespace(NamespaceConfig::new(ns.clone()))
+            .await
+            .unwrap();
+        let row = RowWrite {
+            value: b"{}".to_vec(),
+            lease: Some(LeaseWrite {
+                token: token(0),
+                expires_at: Timestamp::from_millis(500),
+                holder: None,
+            }),
+        };
+        assert!(
+            store
+                .register_if_absent(&ns, &key(0), row, Some(Duration::from_secs(1)))
+                .await
+                .unwrap()
+        );
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            crate::StoreAdmin::sweep_expired(&store, 10).await.unwrap(),
+            1
+        );
+    }
+
+    #[tokio::test]
     async fn the_default_renewal_agrees_with_the_sql_batch() {
         let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
         let store = MemoryStore::new(clock.clone());
