@@ -22,6 +22,8 @@
 //! Design decisions: custom patterns are literal token prefixes (no regular-expression engine);
 //! benign `*_key` names (`primary_key`, `cache_key`, `idempotency_key`, …) are **not** sensitive.
 
+use std::borrow::Cow;
+
 /// The mask for short or non-string secrets.
 pub const MASK: &str = "***";
 
@@ -40,19 +42,21 @@ pub struct RedactionConfig {
 
 /// Masks one secret value (see the module docs).
 pub fn mask_token(value: &str) -> String {
-    if value == MASK {
+    if value == MASK || value.chars().count() < MASK_MIN_CHARS {
         return MASK.to_owned();
     }
-    let chars: Vec<char> = value.chars().collect();
-    let edges_have_ellipsis = chars.len() >= MASK_MIN_CHARS
-        && (chars[..6].contains(&ELLIPSIS) || chars[chars.len() - 4..].contains(&ELLIPSIS));
-    if chars.len() < MASK_MIN_CHARS || edges_have_ellipsis {
+    // At least 18 characters: the byte ends of the first 6 and the start of the last 4.
+    let head_end = value.char_indices().nth(6).map_or(value.len(), |(i, _)| i);
+    let tail_start = value.char_indices().nth_back(3).map_or(0, |(i, _)| i);
+    let (head, tail) = (&value[..head_end], &value[tail_start..]);
+    if head.contains(ELLIPSIS) || tail.contains(ELLIPSIS) {
         // An ellipsis in the kept edges would make the mask unrecognisable as one.
         return MASK.to_owned();
     }
-    let mut out: String = chars[..6].iter().collect();
+    let mut out = String::with_capacity(head.len() + ELLIPSIS.len_utf8() + tail.len());
+    out.push_str(head);
     out.push(ELLIPSIS);
-    out.extend(&chars[chars.len() - 4..]);
+    out.push_str(tail);
     out
 }
 
@@ -146,34 +150,61 @@ const BENIGN_KEY_PREFIXES: &[&str] = &[
 
 const CAMEL_SUFFIXES: &[&str] = &["Token", "Secret", "Password", "Passwd", "ApiKey"];
 
+/// Longest compact key any of the key tables can match; longer keys match none of them.
+const COMPACT_MAX: usize = 32;
+
+/// The lower-cased key without `_` and `-` in a stack buffer, or `None` when it is longer
+/// than [`COMPACT_MAX`] (then it equals no table entry). `key` must be ASCII.
+fn compact_lower(key: &str) -> Option<([u8; COMPACT_MAX], usize)> {
+    let mut buf = [0u8; COMPACT_MAX];
+    let mut n = 0;
+    for &b in key.as_bytes() {
+        if b == b'_' || b == b'-' {
+            continue;
+        }
+        if n == COMPACT_MAX {
+            return None;
+        }
+        buf[n] = b.to_ascii_lowercase();
+        n += 1;
+    }
+    Some((buf, n))
+}
+
+fn compact_in(key: &str, table: &[&str]) -> bool {
+    compact_lower(key).is_some_and(|(buf, n)| table.iter().any(|t| t.as_bytes() == &buf[..n]))
+}
+
 /// Whether a JSON object key names a secret (case-insensitive, whole key).
 pub fn is_sensitive_key(key: &str) -> bool {
-    let Some(first) = key.chars().next() else {
+    let bytes = key.as_bytes();
+    let Some(&first) = bytes.first() else {
         return false;
     };
     if !first.is_ascii_alphabetic() {
         return false;
     }
-    if !key
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    if !bytes
+        .iter()
+        .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
     {
         return false;
     }
-    let compact: String = key
-        .chars()
-        .filter(|c| *c != '_' && *c != '-')
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
-    if SENSITIVE_COMPACT.contains(&compact.as_str()) {
+    if compact_in(key, SENSITIVE_COMPACT) {
         return true;
     }
-    let segments: Vec<&str> = key.split(['_', '-']).collect();
-    if segments.len() >= 2 && segments.iter().all(|s| !s.is_empty()) {
-        let last = segments[segments.len() - 1].to_ascii_lowercase();
-        if ENV_SUFFIXES.contains(&last.as_str()) {
-            let head = segments[..segments.len() - 1].join("").to_ascii_lowercase();
-            return !(last == "key" && BENIGN_KEY_PREFIXES.contains(&head.as_str()));
+    // Segments split on `_`/`-`: at least two, none empty (the first byte is alphabetic).
+    if let Some(last_sep) = key.rfind(['_', '-']) {
+        let no_empty = last_sep + 1 < key.len()
+            && !bytes
+                .windows(2)
+                .any(|w| matches!(w[0], b'_' | b'-') && matches!(w[1], b'_' | b'-'));
+        if no_empty {
+            let last = &key[last_sep + 1..];
+            if ENV_SUFFIXES.iter().any(|s| last.eq_ignore_ascii_case(s)) {
+                return !(last.eq_ignore_ascii_case("key")
+                    && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
+            }
         }
     }
     CAMEL_SUFFIXES.iter().any(|suffix| {
@@ -204,15 +235,8 @@ pub fn is_sensitive_key_in(key: &str, parent_key: Option<&str>) -> bool {
 }
 
 fn is_text_key(key: &str) -> bool {
-    if !is_sensitive_key(key) {
-        return false;
-    }
-    let compact: String = key
-        .chars()
-        .filter(|c| *c != '_' && *c != '-')
-        .map(|c| c.to_ascii_lowercase())
-        .collect();
-    !TEXT_EXEMPT_COMPACT.contains(&compact.as_str())
+    // A sensitive key is ASCII, as `compact_in` needs.
+    is_sensitive_key(key) && !compact_in(key, TEXT_EXEMPT_COMPACT)
 }
 
 const TOKEN_PREFIXES: &[&str] = &[
@@ -245,12 +269,63 @@ const TOKEN_PREFIXES: &[&str] = &[
 /// Built-in prefixes need at least this many characters after the prefix.
 const TOKEN_MIN_BODY: usize = 8;
 
-fn is_word(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+/// A word character (`A-Z a-z 0-9 _ -`); a UTF-8 continuation or lead byte never is one.
+fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
 }
 
 fn is_value_terminator(c: char) -> bool {
     c.is_whitespace() || matches!(c, '"' | '\'' | '`' | ',' | ';' | '}' | ']' | ')' | '&')
+}
+
+/// The character starting at byte `i` (a character boundary) of `s`.
+fn char_at(s: &str, i: usize) -> Option<char> {
+    s.get(i..).and_then(|rest| rest.chars().next())
+}
+
+/// The byte index of the first value terminator at or after `from`, or the end.
+fn terminator_from(s: &str, from: usize) -> usize {
+    s[from..]
+        .char_indices()
+        .find(|(_, c)| is_value_terminator(*c))
+        .map_or(s.len(), |(k, _)| from + k)
+}
+
+/// Copy-on-write output of a scan: nothing is allocated until a span is replaced.
+struct Rewrite<'a> {
+    text: &'a str,
+    out: Option<String>,
+    copied: usize,
+}
+
+impl<'a> Rewrite<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            out: None,
+            copied: 0,
+        }
+    }
+
+    /// Replaces bytes `from..to` (at or after everything replaced so far) with `with`.
+    fn replace(&mut self, from: usize, to: usize, with: &str) {
+        let out = self
+            .out
+            .get_or_insert_with(|| String::with_capacity(self.text.len()));
+        out.push_str(&self.text[self.copied..from]);
+        out.push_str(with);
+        self.copied = to;
+    }
+
+    fn finish(self) -> Cow<'a, str> {
+        match self.out {
+            None => Cow::Borrowed(self.text),
+            Some(mut out) => {
+                out.push_str(&self.text[self.copied..]);
+                Cow::Owned(out)
+            }
+        }
+    }
 }
 
 /// The outcome of the pattern layer.
@@ -269,87 +344,84 @@ pub fn redact_text(text: &str) -> String {
 
 /// Applies the free-text pattern layer.
 pub fn redact_text_with(text: &str, config: &RedactionConfig) -> TextRedaction {
-    let chars: Vec<char> = text.chars().collect();
-    let n = chars.len();
-    let mut out = String::with_capacity(text.len());
+    let (text, matched) = redact_text_cow(text, config);
+    TextRedaction {
+        text: text.into_owned(),
+        matched,
+    }
+}
+
+/// The pattern layer without copying: the text is borrowed when nothing was replaced.
+pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (Cow<'a, str>, bool) {
+    let bytes = text.as_bytes();
+    let n = bytes.len();
+    let mut rw = Rewrite::new(text);
     let mut matched = false;
     let mut i = 0;
     while i < n {
-        let c = chars[i];
-        if c == '$'
-            && chars.get(i + 1) == Some(&'{')
-            && let Some((end, replacement, hit)) = shell_reference(&chars, i)
+        let c = bytes[i];
+        if c == b'$'
+            && bytes.get(i + 1) == Some(&b'{')
+            && let Some((end, replacement, hit)) = shell_reference(text, i)
         {
             matched |= hit;
             if let Some(r) = replacement {
-                out.push_str(&r);
-            } else {
-                out.extend(&chars[i..end]);
+                rw.replace(i, end, &r);
             }
             i = end;
             continue;
         }
-        if !is_word(c) || (i > 0 && is_word(chars[i - 1])) {
-            out.push(c);
+        if !is_word_byte(c) || (i > 0 && is_word_byte(bytes[i - 1])) {
             i += 1;
             continue;
         }
         let mut j = i;
-        while j < n && is_word(chars[j]) {
+        while j < n && is_word_byte(bytes[j]) {
             j += 1;
         }
-        let word: String = chars[i..j].iter().collect();
+        let word = &text[i..j];
         // Known token prefixes.
-        if is_prefixed_token(&word, config) {
+        if is_prefixed_token(word, config) {
             matched = true;
-            out.push_str(&safe_mask(&word, false));
+            rw.replace(i, j, &safe_mask(word, false));
             i = j;
             continue;
         }
         // `Bearer <token>`.
         if word.eq_ignore_ascii_case("bearer")
-            && let Some((start, end)) = scheme_token(&chars, j)
+            && let Some((start, end)) = scheme_token(text, j)
         {
             matched = true;
-            out.push_str(&word);
-            out.extend(&chars[j..start]);
-            out.push_str(&mask_span(&chars[start..end], false));
+            rw.replace(start, end, &mask_span(&text[start..end], false));
             i = end;
             continue;
         }
         // `--api-key value`.
         if let Some(flag) = word.strip_prefix("--")
             && is_text_key(flag)
-            && let Some((start, end)) = flag_value(&chars, j)
+            && let Some((start, end)) = flag_value(text, j)
         {
             matched = true;
-            out.push_str(&word);
-            out.extend(&chars[j..start]);
-            out.push_str(&mask_span(&chars[start..end], false));
+            rw.replace(start, end, &mask_span(&text[start..end], false));
             i = end;
             continue;
         }
         // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
-        if is_text_key(&word)
-            && let Some(a) = assignment(&chars, j)
+        // (`assignment` first: it is pure and rejects most words at the next byte.)
+        if let Some(a) = assignment(text, j)
+            && is_text_key(word)
         {
             matched = true;
-            out.push_str(&word);
-            out.extend(&chars[j..a.value_start]);
-            let value = &chars[a.value_start..a.value_end];
-            let value_str: String = value.iter().collect();
-            if is_own_shell_reference(&word, &value_str) {
-                out.push_str(&value_str);
-            } else {
-                out.push_str(&mask_span(value, a.quoted));
+            let value = &text[a.value_start..a.value_end];
+            if !is_own_shell_reference(word, value) {
+                rw.replace(a.value_start, a.value_end, &mask_span(value, a.quoted));
             }
             i = a.value_end;
             continue;
         }
-        out.push_str(&word);
         i = j;
     }
-    TextRedaction { text: out, matched }
+    (rw.finish(), matched)
 }
 
 fn is_prefixed_token(word: &str, config: &RedactionConfig) -> bool {
@@ -363,12 +435,11 @@ fn is_prefixed_token(word: &str, config: &RedactionConfig) -> bool {
 }
 
 /// Masks a span unless it already is a mask.
-fn mask_span(span: &[char], quoted: bool) -> String {
-    let s: String = span.iter().collect();
-    if is_masked(&s) {
-        return s;
+fn mask_span(span: &str, quoted: bool) -> String {
+    if is_masked(span) {
+        return span.to_owned();
     }
-    safe_mask(&s, quoted)
+    safe_mask(span, quoted)
 }
 
 /// [`mask_token`], falling back to [`MASK`] when the kept edges could change how the text
@@ -382,54 +453,65 @@ fn safe_mask(value: &str, quoted: bool) -> String {
     if quoted && masked.chars().any(|c| matches!(c, '"' | '\'' | '\\')) {
         return MASK.to_owned();
     }
-    let head: String = masked.chars().take(6).collect();
-    if head.contains(['=', ':', '$']) {
+    // `masked` is six characters, the ellipsis, four characters.
+    let head_end = masked
+        .char_indices()
+        .nth(6)
+        .map_or(masked.len(), |(i, _)| i);
+    if masked[..head_end].contains(['=', ':', '$']) {
         return MASK.to_owned();
     }
-    let tail: String = masked.chars().skip(7).collect();
-    let tail_word: String = tail.chars().take_while(|c| is_word(*c)).collect();
-    if is_sensitive_key(&tail_word) || tail_word.starts_with("--") {
+    let tail = &masked[(head_end + ELLIPSIS.len_utf8()).min(masked.len())..];
+    let tail_word = &tail[..tail
+        .bytes()
+        .position(|b| !is_word_byte(b))
+        .unwrap_or(tail.len())];
+    if is_sensitive_key(tail_word) || tail_word.starts_with("--") {
         return MASK.to_owned();
     }
     masked
 }
 
-/// `${NAME}` / `${NAME:-default}` at `start`: the end index, the replacement text when the
-/// default of a sensitive name must be masked, and whether a secret default was seen (masked
-/// now or already).
-fn shell_reference(chars: &[char], start: usize) -> Option<(usize, Option<String>, bool)> {
+/// `${NAME}` / `${NAME:-default}` at byte `start`: the end index, the replacement text when
+/// the default of a sensitive name must be masked, and whether a secret default was seen
+/// (masked now or already).
+fn shell_reference(text: &str, start: usize) -> Option<(usize, Option<String>, bool)> {
+    let bytes = text.as_bytes();
     let mut k = start + 2;
     let name_start = k;
-    while k < chars.len() && (chars[k].is_ascii_alphanumeric() || chars[k] == '_') {
+    while k < bytes.len() && (bytes[k].is_ascii_alphanumeric() || bytes[k] == b'_') {
         k += 1;
     }
     if k == name_start {
         return None;
     }
-    let name: String = chars[name_start..k].iter().collect();
-    match chars.get(k) {
-        Some('}') => Some((k + 1, None, false)),
-        Some(':') if chars.get(k + 1) == Some(&'-') => {
+    let name = &text[name_start..k];
+    match bytes.get(k) {
+        Some(b'}') => Some((k + 1, None, false)),
+        Some(b':') if bytes.get(k + 1) == Some(&b'-') => {
             let default_start = k + 2;
             let mut e = default_start;
-            while e < chars.len() && chars[e] != '}' && !chars[e].is_whitespace() {
-                if chars[e] == '$' || chars[e] == '{' {
+            while let Some(c) = char_at(text, e)
+                && c != '}'
+                && !c.is_whitespace()
+            {
+                if c == '$' || c == '{' {
                     return None;
                 }
-                e += 1;
+                e += c.len_utf8();
             }
-            if chars.get(e) != Some(&'}') {
+            if bytes.get(e) != Some(&b'}') {
                 return None;
             }
-            let default: String = chars[default_start..e].iter().collect();
-            if default.is_empty() || !is_sensitive_key(&name) {
+            let default = &text[default_start..e];
+            if default.is_empty() || !is_sensitive_key(name) {
                 return Some((e + 1, None, false));
             }
-            if is_masked(&default) {
+            if is_masked(default) {
                 return Some((e + 1, None, true));
             }
-            let mut replacement: String = chars[start..default_start].iter().collect();
-            replacement.push_str(&safe_mask(&default, true));
+            let mut replacement = text[start..default_start].to_owned();
+            replacement.push_str(&safe_mask(default, true));
             replacement.push('}');
             Some((e + 1, Some(replacement), true))
         }
@@ -439,44 +521,42 @@ fn shell_reference(chars: &[char], start: usize) -> Option<(usize, Option<String
 
 /// The token after `Bearer`: one or more spaces, then either an existing mask (the whole run
 /// up to a terminator) or at least 8 token characters (`A-Z a-z 0-9 . _ ~ + / = -`).
-fn scheme_token(chars: &[char], after: usize) -> Option<(usize, usize)> {
+fn scheme_token(text: &str, after: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
     let mut k = after;
-    while k < chars.len() && chars[k] == ' ' {
+    while k < bytes.len() && bytes[k] == b' ' {
         k += 1;
     }
     if k == after {
         return None;
     }
     let start = k;
-    let mut end_any = start;
-    while end_any < chars.len() && !is_value_terminator(chars[end_any]) {
-        end_any += 1;
-    }
-    let whole: String = chars[start..end_any].iter().collect();
-    if is_masked(&whole) {
+    let end_any = terminator_from(text, start);
+    if is_masked(&text[start..end_any]) {
         return Some((start, end_any));
     }
     let mut end_token = start;
-    while end_token < chars.len()
-        && (chars[end_token].is_ascii_alphanumeric()
-            || matches!(chars[end_token], '.' | '_' | '~' | '+' | '/' | '=' | '-'))
+    while end_token < bytes.len()
+        && (bytes[end_token].is_ascii_alphanumeric()
+            || matches!(
+                bytes[end_token],
+                b'.' | b'_' | b'~' | b'+' | b'/' | b'=' | b'-'
+            ))
     {
         end_token += 1;
     }
     (end_token - start >= 8).then_some((start, end_token))
 }
 
-fn flag_value(chars: &[char], after: usize) -> Option<(usize, usize)> {
-    let sep = *chars.get(after)?;
-    if sep != ' ' && sep != '=' {
+fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let sep = *bytes.get(after)?;
+    if sep != b' ' && sep != b'=' {
         return None;
     }
     let start = after + 1;
-    let mut k = start;
-    while k < chars.len() && !is_value_terminator(chars[k]) {
-        k += 1;
-    }
-    if k == start || chars[start] == '-' {
+    let k = terminator_from(text, start);
+    if k == start || bytes[start] == b'-' {
         return None;
     }
     Some((start, k))
@@ -488,41 +568,39 @@ struct Assignment {
     quoted: bool,
 }
 
-fn assignment(chars: &[char], after: usize) -> Option<Assignment> {
+fn assignment(text: &str, after: usize) -> Option<Assignment> {
+    let bytes = text.as_bytes();
     let mut k = after;
-    if matches!(chars.get(k), Some('"' | '\'')) {
+    if matches!(bytes.get(k), Some(b'"' | b'\'')) {
         k += 1;
     }
-    while matches!(chars.get(k), Some(' ' | '\t')) {
+    while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
-    match chars.get(k) {
-        Some('=') if chars.get(k + 1) != Some(&'=') => {}
-        Some(':') if !matches!(chars.get(k + 1), Some('-' | '/' | ':')) => {}
+    match bytes.get(k) {
+        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => {}
+        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => {}
         _ => return None,
     }
     k += 1;
-    while matches!(chars.get(k), Some(' ' | '\t')) {
+    while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
     // `Authorization: Bearer <token>` / `Basic <token>`: keep the scheme.
     let scheme_end = {
         let mut e = k;
-        while e < chars.len() && chars[e].is_ascii_alphabetic() {
+        while e < bytes.len() && bytes[e].is_ascii_alphabetic() {
             e += 1;
         }
-        let scheme: String = chars[k..e].iter().collect();
+        let scheme = &text[k..e];
         (["bearer", "basic", "token"]
             .iter()
             .any(|s| scheme.eq_ignore_ascii_case(s))
-            && chars.get(e) == Some(&' '))
+            && bytes.get(e) == Some(&b' '))
         .then_some(e + 1)
     };
     if let Some(start) = scheme_end {
-        let mut e = start;
-        while e < chars.len() && !is_value_terminator(chars[e]) {
-            e += 1;
-        }
+        let e = terminator_from(text, start);
         if e > start {
             return Some(Assignment {
                 value_start: start,
@@ -531,17 +609,21 @@ fn assignment(chars: &[char], after: usize) -> Option<Assignment> {
             });
         }
     }
-    match chars.get(k) {
-        Some(&q @ ('"' | '\'')) => {
+    match char_at(text, k) {
+        Some(q @ ('"' | '\'')) => {
             let start = k + 1;
             let mut e = start;
-            while e < chars.len() && chars[e] != q {
-                if chars[e] == '\\' {
-                    e += 1;
+            while let Some(c) = char_at(text, e)
+                && c != q
+            {
+                e += c.len_utf8();
+                if c == '\\'
+                    && let Some(escaped) = char_at(text, e)
+                {
+                    e += escaped.len_utf8();
                 }
-                e += 1;
             }
-            if e >= chars.len() || e == start {
+            if e >= bytes.len() || e == start {
                 return None;
             }
             Some(Assignment {
@@ -552,10 +634,7 @@ fn assignment(chars: &[char], after: usize) -> Option<Assignment> {
         }
         Some(_) => {
             let start = k;
-            let mut e = start;
-            while e < chars.len() && !is_value_terminator(chars[e]) {
-                e += 1;
-            }
+            let e = terminator_from(text, start);
             (e > start).then_some(Assignment {
                 value_start: start,
                 value_end: e,
@@ -593,11 +672,11 @@ pub fn redact_field_value(
     config: &RedactionConfig,
 ) -> String {
     if !is_sensitive_key_in(key, parent_key) {
-        let text = redact_text_with(value, config).text;
+        let (text, _) = redact_text_cow(value, config);
         return if is_app_password_key(key) {
-            mask_app_passwords(&text)
+            mask_app_passwords(&text).into_owned()
         } else {
-            text
+            text.into_owned()
         };
     }
     if is_masked(value) || is_own_shell_reference(key, value) {
@@ -627,41 +706,45 @@ const APP_PASSWORD_KEYS: &[&str] = &[
 ];
 
 fn is_app_password_key(key: &str) -> bool {
-    APP_PASSWORD_KEYS.contains(&key.to_ascii_lowercase().as_str())
+    APP_PASSWORD_KEYS
+        .iter()
+        .any(|k| k.eq_ignore_ascii_case(key))
 }
 
+/// Four dash-separated groups of four lowercase ASCII letters.
 fn is_app_password(word: &str) -> bool {
-    let groups: Vec<&str> = word.split('-').collect();
-    groups.len() == 4
-        && groups
-            .iter()
-            .all(|g| g.len() == 4 && g.chars().all(|c| c.is_ascii_lowercase()))
+    let bytes = word.as_bytes();
+    bytes.len() == 19
+        && bytes.iter().enumerate().all(|(i, &b)| {
+            if i % 5 == 4 {
+                b == b'-'
+            } else {
+                b.is_ascii_lowercase()
+            }
+        })
 }
 
 /// Masks app-specific passwords (four dash-separated groups of four lowercase letters).
-fn mask_app_passwords(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
+fn mask_app_passwords(text: &str) -> Cow<'_, str> {
+    let bytes = text.as_bytes();
+    let mut rw = Rewrite::new(text);
     let mut i = 0;
-    while i < chars.len() {
-        if !is_word(chars[i]) || (i > 0 && is_word(chars[i - 1])) {
-            out.push(chars[i]);
+    while i < bytes.len() {
+        if !is_word_byte(bytes[i]) || (i > 0 && is_word_byte(bytes[i - 1])) {
             i += 1;
             continue;
         }
         let mut j = i;
-        while j < chars.len() && is_word(chars[j]) {
+        while j < bytes.len() && is_word_byte(bytes[j]) {
             j += 1;
         }
-        let word: String = chars[i..j].iter().collect();
-        if is_app_password(&word) {
-            out.push_str(&safe_mask(&word, false));
-        } else {
-            out.push_str(&word);
+        let word = &text[i..j];
+        if is_app_password(word) {
+            rw.replace(i, j, &safe_mask(word, false));
         }
         i = j;
     }
-    out
+    rw.finish()
 }
 
 fn is_workspace_session_path(value: &str) -> bool {
