@@ -294,3 +294,29 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_are_checked_for_size_and_cursor() {
+        let full = br#"{"sessions":[{},{}],"next_cursor":"abc"}"#;
+        assert!(check_page(full, 2, true).is_ok());
+        assert!(check_page(full, 2, false).is_err());
+        assert!(check_page(full, 3, true).is_err());
+        let last = br#"{"sessions":[{}],"next_cursor":null}"#;
+        assert!(check_page(last, 1, false).is_ok());
+        assert!(check_page(b"not json", 1, false).is_err());
+    }
+
+    #[test]
+    fn settings_refuse_zero_clients() {
+        assert!(settings(&Args::new(["--clients", "0"].map(String::from))).is_err());
+        let s = settings(&Args::default()).unwrap();
+        assert_eq!(
+            (s.sessions, s.clients, s.requests, s.limit),
+            (100_000, 32, 3_200, 100)
+        );
+    }
+}
