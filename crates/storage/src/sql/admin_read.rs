@@ -9,7 +9,7 @@
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
-    LifecycleRevision, Namespace, Revision, SessionId, SessionKey, StoredRow, Timestamp,
+    Namespace, Revision, SessionKey, StoredRow, Timestamp,
 };
 
 use super::{End, Store, db_error};
@@ -161,30 +161,8 @@ fn decode_record(r: &QueryResult) -> Result<BindingRecord, Error> {
     })
 }
 
-fn decode_entry(r: &QueryResult) -> Result<HostSessionEntry, Error> {
-    let get_s = |c: &str| r.try_get::<String>("", c).map_err(db_error);
-    let get_os = |c: &str| r.try_get::<Option<String>>("", c).map_err(db_error);
-    let get_i = |c: &str| r.try_get::<i64>("", c).map_err(db_error);
-    let revision = get_i("lifecycle_revision")?;
-    Ok(HostSessionEntry {
-        session_key: SessionKey::new(get_s("session_key")?)?,
-        agent_id: AgentId::new(get_s("agent_id")?)?,
-        session_id: SessionId::new(get_s("session_id")?)?,
-        previous_session_id: get_os("previous_session_id")?
-            .map(SessionId::new)
-            .transpose()?,
-        lifecycle_revision: LifecycleRevision::new(
-            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
-        ),
-        agent_harness_id: get_os("agent_harness_id")?
-            .map(HarnessId::new)
-            .transpose()?,
-        created_at: Timestamp::from_millis(get_i("created_at")?),
-        updated_at: Timestamp::from_millis(get_i("updated_at")?),
-    })
-}
-
-fn decode_event(r: &QueryResult) -> Result<LeaseEvent, Error> {
+/// Decodes a `lease_events` row (shared with [`StoreAdmin::lease_events`](crate::StoreAdmin)).
+pub(crate) fn decode_event(r: &QueryResult) -> Result<LeaseEvent, Error> {
     let ns: String = r.try_get("", "namespace").map_err(db_error)?;
     let key: String = r.try_get("", "key").map_err(db_error)?;
     let kind: String = r.try_get("", "kind").map_err(db_error)?;
@@ -247,7 +225,7 @@ impl Store {
                 .map_err(db_error)?;
             let exhausted = rows.len() < batch;
             for r in &rows {
-                let entry = decode_entry(r)?;
+                let entry = super::host::decode_host_entry(r)?;
                 after = Some(entry.session_key.clone());
                 if needs_rows && !self.session_matches(&entry, filter).await? {
                     continue;

@@ -681,28 +681,7 @@ impl StoreAdmin for Store {
             ))
             .await
             .map_err(db_error)?;
-        rows.iter()
-            .map(|r| {
-                let ns: String = r.try_get("", "namespace").map_err(db_error)?;
-                let key: String = r.try_get("", "key").map_err(db_error)?;
-                let kind: String = r.try_get("", "kind").map_err(db_error)?;
-                let id: i64 = r.try_get("", "id").map_err(db_error)?;
-                let epoch: Option<i64> = r.try_get("", "epoch").map_err(db_error)?;
-                Ok(LeaseEvent {
-                    seq: u64::try_from(id).unwrap_or(0),
-                    namespace: Namespace::new(ns)?,
-                    key: BindingKey::parse(&key)?,
-                    kind: kind.parse().map_err(Error::other)?,
-                    epoch: epoch
-                        .and_then(|e| u64::try_from(e).ok())
-                        .map(LeaseEpoch::new),
-                    token_prefix: r.try_get("", "token_prefix").map_err(db_error)?,
-                    other_token_prefix: r.try_get("", "other_token_prefix").map_err(db_error)?,
-                    holder: r.try_get("", "holder").map_err(db_error)?,
-                    at: Timestamp::from_millis(r.try_get("", "at").map_err(db_error)?),
-                })
-            })
-            .collect()
+        rows.iter().map(super::admin_read::decode_event).collect()
     }
 
     async fn sweep_expired(&self, limit: usize) -> Result<usize, Error> {

@@ -37,28 +37,33 @@ pub(crate) struct SessionRow {
 }
 
 fn decode_session(r: &QueryResult) -> Result<SessionRow, Error> {
+    Ok(SessionRow {
+        entry: decode_host_entry(r)?,
+        active_leaf: r.try_get("", "active_leaf").map_err(db_error)?,
+    })
+}
+
+/// Decodes the `host_sessions` columns of a row into an entry (shared with the admin reads).
+pub(crate) fn decode_host_entry(r: &QueryResult) -> Result<HostSessionEntry, Error> {
     let get_s = |c: &str| r.try_get::<String>("", c).map_err(db_error);
     let get_os = |c: &str| r.try_get::<Option<String>>("", c).map_err(db_error);
     let get_i = |c: &str| r.try_get::<i64>("", c).map_err(db_error);
     let revision = get_i("lifecycle_revision")?;
-    Ok(SessionRow {
-        entry: HostSessionEntry {
-            session_key: SessionKey::new(get_s("session_key")?)?,
-            agent_id: AgentId::new(get_s("agent_id")?)?,
-            session_id: SessionId::new(get_s("session_id")?)?,
-            previous_session_id: get_os("previous_session_id")?
-                .map(SessionId::new)
-                .transpose()?,
-            lifecycle_revision: LifecycleRevision::new(
-                u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
-            ),
-            agent_harness_id: get_os("agent_harness_id")?
-                .map(HarnessId::new)
-                .transpose()?,
-            created_at: Timestamp::from_millis(get_i("created_at")?),
-            updated_at: Timestamp::from_millis(get_i("updated_at")?),
-        },
-        active_leaf: r.try_get("", "active_leaf").map_err(db_error)?,
+    Ok(HostSessionEntry {
+        session_key: SessionKey::new(get_s("session_key")?)?,
+        agent_id: AgentId::new(get_s("agent_id")?)?,
+        session_id: SessionId::new(get_s("session_id")?)?,
+        previous_session_id: get_os("previous_session_id")?
+            .map(SessionId::new)
+            .transpose()?,
+        lifecycle_revision: LifecycleRevision::new(
+            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
+        ),
+        agent_harness_id: get_os("agent_harness_id")?
+            .map(HarnessId::new)
+            .transpose()?,
+        created_at: Timestamp::from_millis(get_i("created_at")?),
+        updated_at: Timestamp::from_millis(get_i("updated_at")?),
     })
 }
 
