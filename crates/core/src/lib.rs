@@ -73,7 +73,7 @@ pub use lease::{Lease, LeaseConfig, LeaseEpoch, LeaseToken, LifecycleRevision, R
 pub use registry::HarnessRegistry;
 pub use store::{
     Admission, ApplyOutcome, BindingStore, Comparison, DEFAULT_MAX_VALUE_BYTES, Intent,
-    LeaseRenewal, LeaseWrite, NamespaceConfig, Observation, OverflowPolicy, RowPredicate, RowWrite,
-    StoredRow, admit_all,
+    LeaseRenewal, LeaseWrite, NamespaceConfig, Observation, ObservedOutcome, OverflowPolicy,
+    RowPredicate, RowWrite, StoredRow, admit_all,
 };
 pub use time::{Clock, FakeClock, SequentialTokens, SystemClock, Timestamp, TokenSource};

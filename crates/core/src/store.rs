@@ -235,9 +235,22 @@ pub enum ApplyOutcome {
     },
 }
 
-/// A check run at write admission, inside the store's transaction, just before the write.
+/// The result of [`BindingStore::apply_observed`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedOutcome {
+    /// What happened, as [`BindingStore::compare_and_apply`] reports it.
+    pub outcome: ApplyOutcome,
+    /// After an applied set, the row exactly as written, when the store knows it: an
+    /// observation a later conditional write may start from instead of reading the row again
+    /// (it goes stale as soon as anyone else writes the row; the comparison then refuses it).
+    pub written: Option<Observation>,
+}
+
+/// A check run at write admission, just before the write.
 ///
-/// Returning an error aborts the write (nothing is written) and that error is returned.
+/// Returning an error aborts the write (nothing is written) and that error is returned. A store
+/// may run it more than once for one write (see [`BindingStore::apply_observed`]), so it must
+/// not have side effects.
 pub type Admission<'a> = &'a (dyn Fn() -> Result<(), Error> + Send + Sync);
 
 /// A predicate over a stored row, run inside the store's transaction.
@@ -275,7 +288,8 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
     /// Applies `intent` if the row still matches `comparison`.
     ///
     /// `admission` runs inside the write transaction after the comparison is checked and before
-    /// the write; an error from it aborts the write and is returned unchanged. Any other error
+    /// the write (see [`Admission`]); an error from it aborts the write and is returned
+    /// unchanged. Any other error
     /// means the outcome may be unknown: callers must not replay the write.
     async fn compare_and_apply(
         &self,
@@ -285,6 +299,34 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
         intent: Intent,
         admission: Admission<'_>,
     ) -> Result<ApplyOutcome, Error>;
+
+    /// [`BindingStore::compare_and_apply`] given the whole observation the comparison came
+    /// from, reporting the row as written when the store knows it.
+    ///
+    /// The outcome is the one `compare_and_apply(ns, key, &observed.comparison, intent,
+    /// admission)` would give. A store may plan the write from the observed row and apply it with
+    /// a single conditional statement (the observed revision guarantees the row is exactly the
+    /// observed one); to keep the outcome the same it may run `admission` speculatively before
+    /// the comparison is confirmed, and when that speculative admission fails or the row moved,
+    /// it falls back to the full compare-and-apply, which confirms the comparison before it
+    /// reports an admission error. The default delegates to `compare_and_apply` and reports no
+    /// written row.
+    async fn apply_observed(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        observed: &Observation,
+        intent: Intent,
+        admission: Admission<'_>,
+    ) -> Result<ObservedOutcome, Error> {
+        let outcome = self
+            .compare_and_apply(ns, key, &observed.comparison, intent, admission)
+            .await?;
+        Ok(ObservedOutcome {
+            outcome,
+            written: None,
+        })
+    }
 
     /// Creates the row only if no live row exists. Returns whether it was created.
     async fn register_if_absent(

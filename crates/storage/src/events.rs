@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use tether_core::{BindingKey, LeaseEpoch, Namespace, Timestamp};
 
@@ -88,6 +89,13 @@ pub struct LeaseEvent {
     pub holder: Option<String>,
     /// When it happened.
     pub at: Timestamp,
+    /// For a `renewed` event written by the SQL store: how long the renewal's conditional write
+    /// spent in the store, from its start (including any wait for the row or the database's
+    /// write lock) until the renewed lease was written; the commit is not included. `None` for
+    /// other kinds, for the in-memory store, and for batched renewals
+    /// ([`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases)), which record no
+    /// event per lease.
+    pub latency: Option<Duration>,
 }
 
 /// A lease event before the store assigned its sequence number.
@@ -118,6 +126,7 @@ impl PendingEvent {
             other_token_prefix: self.other_token_prefix,
             holder: self.holder,
             at,
+            latency: None,
         }
     }
 }

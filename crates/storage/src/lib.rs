@@ -66,8 +66,8 @@ pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use fault::FaultyStore;
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
 pub use sql::{
-    BindingRecord, ForceExpireOutcome, NamespaceSummary, ServerClock, SessionFilter, SessionPage,
-    SqlRowTransaction, Store, StoreOptions, session_binding_keys,
+    BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, ServerClock,
+    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, session_binding_keys,
 };
 pub use transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,

@@ -1,6 +1,7 @@
 //! `/readyz` (database reachable and migrated) and `/metrics` (Prometheus text).
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -38,6 +39,12 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, ApiErr
     }))
 }
 
+/// Upper bounds of the renew-latency histogram, in microseconds (0.5 ms to 5 s).
+const RENEW_LATENCY_BOUNDS: [u64; 13] = [
+    500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000,
+    2_500_000, 5_000_000,
+];
+
 /// The Prometheus text of the service's metrics.
 pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
     let store = state.store()?;
@@ -51,6 +58,31 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             .map_or(0, |(_, n)| *n)
     };
     let mut out = String::new();
+    let latency = store
+        .renew_latency_histogram(&RENEW_LATENCY_BOUNDS.map(Duration::from_micros))
+        .await?;
+    let _ = writeln!(
+        out,
+        "# HELP tether_lease_renew_latency_seconds Time each stored lease renewal spent in the \
+         store, from the start of its conditional write until the renewed lease was written \
+         (commit excluded; stored history; batched renewals are not recorded).\n\
+         # TYPE tether_lease_renew_latency_seconds histogram"
+    );
+    for (bound, n) in &latency.buckets {
+        let _ = writeln!(
+            out,
+            "tether_lease_renew_latency_seconds_bucket{{le=\"{}\"}} {n}",
+            bound.as_secs_f64()
+        );
+    }
+    let _ = writeln!(
+        out,
+        "tether_lease_renew_latency_seconds_bucket{{le=\"+Inf\"}} {count}\n\
+         tether_lease_renew_latency_seconds_sum {}\n\
+         tether_lease_renew_latency_seconds_count {count}",
+        latency.sum.as_secs_f64(),
+        count = latency.count,
+    );
     let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         for (labels, value) in samples {

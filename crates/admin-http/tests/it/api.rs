@@ -6,8 +6,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use tether_admin_http::AppState;
 use tether_admin_http::auth::Tokens;
-use tether_core::{BindingStore as _, Intent, LeaseWrite, RowWrite, admit_all};
-use tether_storage::session_binding_keys;
+use tether_core::{ApplyOutcome, BindingStore as _, Intent, LeaseWrite, RowWrite, admit_all};
+use tether_storage::{LeaseEventKind, session_binding_keys};
 
 use crate::support::{ADMIN, Fixture, NS, READ, SECRET, call, ns, seg, tokens};
 
@@ -630,10 +630,55 @@ async fn readiness_and_metrics() {
         .await
         .expect_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
 
+    let before = call(&state, "GET", "/metrics", None, None).await;
+    assert!(
+        before
+            .text
+            .contains("tether_lease_renew_latency_seconds_count 0"),
+        "{}",
+        before.text
+    );
+    // One renewal of alpha's held lease: the store times it on its `renewed` event.
+    let alpha = f.entry("agent:main:alpha").await;
+    let key = session_binding_keys(&alpha)[1].clone();
+    let seen = f.store.observe(&ns(), &key).await.unwrap();
+    let mut row = seen.row.as_ref().unwrap().to_write();
+    if let Some(lease) = row.lease.as_mut() {
+        lease.expires_at = lease.expires_at + Duration::from_secs(30);
+    }
+    let renewed = f
+        .store
+        .compare_and_apply(
+            &ns(),
+            &key,
+            &seen.comparison,
+            Intent::Set { row, ttl: None },
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(renewed, ApplyOutcome::Applied { .. }),
+        "{renewed:?}"
+    );
+    let events = f
+        .store
+        .recent_lease_events(Some((&ns(), &key)), 1)
+        .await
+        .unwrap();
+    assert_eq!(events[0].kind, LeaseEventKind::Renewed);
+    let latency = events[0].latency.expect("a renewal records its latency");
+    assert!(latency < Duration::from_secs(5), "{latency:?}");
+
     let metrics = call(&state, "GET", "/metrics", None, None).await;
     assert_eq!(metrics.status, StatusCode::OK);
     assert!(metrics.content_type.starts_with("text/plain"));
     for line in [
+        "# TYPE tether_lease_renew_latency_seconds histogram",
+        "tether_lease_renew_latency_seconds_bucket{le=\"5\"} 1",
+        "tether_lease_renew_latency_seconds_bucket{le=\"+Inf\"} 1",
+        "tether_lease_renew_latency_seconds_count 1",
+        "tether_lease_renewals_total 1",
         "tether_lease_events_total{kind=\"acquired\"} 1",
         "tether_lease_acquisitions_total 1",
         "tether_fenced_writes_total 0",

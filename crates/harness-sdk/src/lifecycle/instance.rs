@@ -465,7 +465,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         key: &BindingKey,
         caller: Option<AssertCurrent>,
         owner: Option<Arc<OwnerState>>,
-        acquire: Option<&LeaseToken>,
+        acquire: Option<&Arc<OwnerState>>,
         apply: &mut ApplyStep<'_, C::Record, T>,
     ) -> Result<(T, Option<LeaseEpoch>), Error> {
         let shared = &*self.shared;
@@ -499,8 +499,8 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 } else if lease.is_some_and(|l| l.is_live(now)) {
                     return Ok(Decision::Busy);
                 }
-                let acquiring = acquire.map(|token| LeaseWrite {
-                    token: token.clone(),
+                let acquiring = acquire.map(|acquirer| LeaseWrite {
+                    token: acquirer.token.clone(),
                     expires_at: now + shared.lease.lease_duration,
                     holder: shared.holder.clone(),
                 });
@@ -532,7 +532,13 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 })
             };
             match shared
-                .cas_update(key, &assert_owner_current, owner.as_ref(), &mut decide)
+                .cas_update(
+                    key,
+                    &assert_owner_current,
+                    owner.as_ref(),
+                    owner.as_ref().or(acquire),
+                    &mut decide,
+                )
                 .await?
             {
                 CasResult::Done { result, epoch, .. } => return Ok((result, epoch)),
@@ -659,7 +665,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 key,
                 options.assert_current.clone(),
                 None,
-                Some(&owner.token),
+                Some(owner),
                 &mut |current, _, lease| {
                     let lease = lease.ok_or_else(|| Error::other("acquisition without a lease"))?;
                     Ok(match prepare(current, lease) {
@@ -742,7 +748,9 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 fresh_expiry: None,
             })
         };
-        let outcome = shared.cas_update(key, &base, None, &mut decide).await;
+        let outcome = shared
+            .cas_update(key, &base, None, Some(owner), &mut decide)
+            .await;
         match outcome {
             Ok(_) => {
                 tracing::debug!(key = %key, token = owner.token.prefix(), "lease released");

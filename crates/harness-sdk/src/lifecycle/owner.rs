@@ -4,7 +4,9 @@
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use tether_core::{AssertCurrent, BindingKey, Error, LeaseEpoch, LeaseToken, Timestamp, is_live};
+use tether_core::{
+    AssertCurrent, BindingKey, Error, LeaseEpoch, LeaseToken, Observation, Timestamp, is_live,
+};
 use tokio::sync::watch;
 
 use super::shared::Shared;
@@ -31,6 +33,10 @@ struct OwnerInner {
     failure: Option<Error>,
     epoch: Option<LeaseEpoch>,
     expires_at: Timestamp,
+    /// The row as this owner's last write left it, if the store reported it: the starting
+    /// observation of the owner's next conditional write (possibly stale; see
+    /// [`OwnerState::take_observation`]).
+    last_written: Option<Observation>,
 }
 
 /// One `with_lease` acquisition's state, shared by the scope, the heartbeat and handles.
@@ -71,6 +77,7 @@ impl OwnerState {
                 failure: None,
                 epoch: None,
                 expires_at: Timestamp::EPOCH,
+                last_written: None,
             }),
             renewal: watch::channel(false).0,
         }
@@ -140,6 +147,24 @@ impl OwnerState {
         if epoch.is_some() {
             inner.epoch = epoch;
         }
+    }
+
+    /// Takes the row as this owner's last write left it. It saves the read before the next
+    /// conditional write, but it may be stale (a batched renewal, an operator, or a successor
+    /// wrote since): the store's comparison refuses a stale one, and a caller must confirm any
+    /// decision not to write (busy, lost lease) with a fresh read.
+    pub(crate) fn take_observation(&self) -> Option<Observation> {
+        self.lock().last_written.take()
+    }
+
+    /// Keeps `written` as the owner's last write when it carries this owner's lease.
+    pub(crate) fn remember_observation(&self, written: Observation) {
+        let ours = written
+            .row
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .is_some_and(|l| l.token == self.token);
+        self.lock().last_written = ours.then_some(written);
     }
 
     /// `failure`, or a fresh lost-lease error.

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -164,16 +165,34 @@ impl Shared {
 
     /// The compare-and-swap loop (reference §2.2): observe, decide, apply; re-decide on every
     /// conflict; a store error is returned as is and never replayed.
+    ///
+    /// `owner` is the lease owner the write runs under (its lease must stay live through
+    /// admission; an expiry found there fails it). `memo` is the owner whose last write the
+    /// loop may start from instead of reading the row, and which remembers this write: a
+    /// remembered observation may be stale, so the store's comparison confirms every write
+    /// from it and a decision not to write (busy, lost lease) is re-taken on a fresh read.
     pub(crate) async fn cas_update<T>(
         &self,
         key: &BindingKey,
         base: &(dyn Fn() -> Result<(), Error> + Send + Sync),
         owner: Option<&Arc<OwnerState>>,
+        memo: Option<&Arc<OwnerState>>,
         decide: &mut Decide<'_, T>,
     ) -> Result<CasResult<T>, Error> {
-        let mut observation = self.store.observe(&self.namespace, key).await?;
+        let remembered = memo.and_then(|m| m.take_observation());
+        let mut fresh = remembered.is_none();
+        let mut observation = match remembered {
+            Some(observation) => observation,
+            None => self.store.observe(&self.namespace, key).await?,
+        };
         loop {
-            let (intent, result, owned_expiry, fresh_expiry) = match decide(&observation)? {
+            let decision = decide(&observation)?;
+            if !fresh && matches!(decision, Decision::Busy | Decision::LeaseLost) {
+                observation = self.store.observe(&self.namespace, key).await?;
+                fresh = true;
+                continue;
+            }
+            let (intent, result, owned_expiry, fresh_expiry) = match decision {
                 Decision::Busy => return Ok(CasResult::Busy),
                 Decision::LeaseLost => return Ok(CasResult::LeaseLost),
                 Decision::Keep(result) => (Intent::Keep, result, None, None),
@@ -185,35 +204,45 @@ impl Shared {
                     fresh_expiry,
                 } => (Intent::Set { row, ttl }, result, owned_expiry, fresh_expiry),
             };
+            // Set by the latest admission run when it found the owned lease expired: the
+            // store may run admission speculatively, so the owner is failed only when the
+            // store reports that refusal.
+            let owned_expired = AtomicBool::new(false);
             let admission = || -> Result<(), Error> {
+                owned_expired.store(false, Ordering::Relaxed);
                 base()?;
                 let now = self.clock.now();
                 if owned_expiry.is_some_and(|at| !is_live(at, now)) {
                     // Row comparison cannot detect elapsed time: the owned lease expired
                     // between observation and commit admission.
-                    let error = self.lost(key);
-                    if let Some(owner) = owner {
-                        owner.fail(error.clone());
-                    }
-                    return Err(error);
+                    owned_expired.store(true, Ordering::Relaxed);
+                    return Err(self.lost(key));
                 }
                 if fresh_expiry.is_some_and(|at| !is_live(at, now)) {
                     return Err(self.lost(key));
                 }
                 Ok(())
             };
-            let outcome = self
+            let applied = match self
                 .store
-                .compare_and_apply(
-                    &self.namespace,
-                    key,
-                    &observation.comparison,
-                    intent,
-                    &admission,
-                )
-                .await?;
-            match outcome {
+                .apply_observed(&self.namespace, key, &observation, intent, &admission)
+                .await
+            {
+                Ok(applied) => applied,
+                Err(error) => {
+                    if owned_expired.load(Ordering::Relaxed)
+                        && let Some(owner) = owner
+                    {
+                        owner.fail(error.clone());
+                    }
+                    return Err(error);
+                }
+            };
+            match applied.outcome {
                 ApplyOutcome::Applied { epoch, .. } => {
+                    if let (Some(memo), Some(written)) = (memo, applied.written) {
+                        memo.remember_observation(written);
+                    }
                     return Ok(CasResult::Done {
                         result,
                         epoch,
@@ -221,13 +250,20 @@ impl Shared {
                     });
                 }
                 ApplyOutcome::Unchanged => {
+                    if let Some(memo) = memo {
+                        // The row is as observed: it stays a good starting point.
+                        memo.remember_observation(observation);
+                    }
                     return Ok(CasResult::Done {
                         result,
                         epoch: None,
                         wrote: false,
                     });
                 }
-                ApplyOutcome::Conflict { current } => observation = current,
+                ApplyOutcome::Conflict { current } => {
+                    observation = current;
+                    fresh = true;
+                }
                 other => {
                     return Err(Error::other(format!(
                         "unexpected compare-and-apply outcome for {key}: {other:?}"
@@ -301,7 +337,7 @@ impl Shared {
                 _ => Ok(Decision::LeaseLost),
             }
         };
-        self.cas_update(&owner.key, &base, Some(owner), &mut decide)
+        self.cas_update(&owner.key, &base, Some(owner), Some(owner), &mut decide)
             .await
     }
 

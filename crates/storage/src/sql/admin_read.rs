@@ -52,6 +52,18 @@ pub struct SessionPage {
     pub next: Option<SessionKey>,
 }
 
+/// The renewal latencies recorded on stored `renewed` lease events
+/// ([`LeaseEvent::latency`]), as a cumulative histogram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RenewLatencyHistogram {
+    /// For each requested upper bound, how many renewals took at most that long.
+    pub buckets: Vec<(std::time::Duration, u64)>,
+    /// How many renewals carry a latency.
+    pub count: u64,
+    /// Their total latency.
+    pub sum: std::time::Duration,
+}
+
 /// A binding row as stored, read for operators.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingRecord {
@@ -180,6 +192,11 @@ pub(crate) fn decode_event(r: &QueryResult) -> Result<LeaseEvent, Error> {
         other_token_prefix: r.try_get("", "other_token_prefix").map_err(db_error)?,
         holder: r.try_get("", "holder").map_err(db_error)?,
         at: Timestamp::from_millis(r.try_get("", "at").map_err(db_error)?),
+        latency: r
+            .try_get::<Option<i64>>("", "latency_us")
+            .map_err(db_error)?
+            .and_then(|us| u64::try_from(us).ok())
+            .map(std::time::Duration::from_micros),
     })
 }
 
@@ -419,7 +436,7 @@ impl Store {
             .inner
             .db
             .query_all_raw(self.stmt(
-                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at \
+                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
                  FROM lease_events WHERE ($1 IS NULL OR (namespace = $1 AND key = $2)) \
                  ORDER BY id DESC LIMIT $3",
                 vec![
@@ -456,6 +473,52 @@ impl Store {
             }
         }
         Ok(counts)
+    }
+
+    /// The cumulative histogram of the renewal latencies in the stored history, with one bucket
+    /// per upper bound in `bounds` (in the order given). Events without a latency (other kinds,
+    /// events written before the latency was recorded) are not counted.
+    pub async fn renew_latency_histogram(
+        &self,
+        bounds: &[std::time::Duration],
+    ) -> Result<RenewLatencyHistogram, Error> {
+        let micros = |d: &std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
+        let mut sql = String::from("SELECT COUNT(latency_us) AS n, SUM(latency_us) AS total");
+        let mut values: Vec<Value> = Vec::with_capacity(bounds.len());
+        for (i, bound) in bounds.iter().enumerate() {
+            sql.push_str(&format!(
+                ", SUM(CASE WHEN latency_us <= ${} THEN 1 ELSE 0 END) AS b{i}",
+                i + 1
+            ));
+            values.push(micros(bound).into());
+        }
+        sql.push_str(" FROM lease_events WHERE kind = 'renewed' AND latency_us IS NOT NULL");
+        let row = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(&sql, values))
+            .await
+            .map_err(db_error)?;
+        let count_of = |v: Option<i64>| v.and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
+        let Some(row) = row else {
+            return Ok(RenewLatencyHistogram {
+                buckets: bounds.iter().map(|b| (*b, 0)).collect(),
+                count: 0,
+                sum: std::time::Duration::ZERO,
+            });
+        };
+        let mut buckets = Vec::with_capacity(bounds.len());
+        for (i, bound) in bounds.iter().enumerate() {
+            let n: Option<i64> = row.try_get("", &format!("b{i}")).map_err(db_error)?;
+            buckets.push((*bound, count_of(n)));
+        }
+        let n: i64 = row.try_get("", "n").map_err(db_error)?;
+        let total: Option<i64> = row.try_get("", "total").map_err(db_error)?;
+        Ok(RenewLatencyHistogram {
+            buckets,
+            count: count_of(Some(n)),
+            sum: std::time::Duration::from_micros(count_of(total)),
+        })
     }
 
     /// Number of host sessions and of quarantined keys.

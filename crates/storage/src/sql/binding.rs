@@ -1,18 +1,19 @@
 //! The binding-record, quarantine and admin contracts on the SQL store.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
     Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
-    QuarantineEntry, QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
+    ObservedOutcome, QuarantineEntry, QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow,
+    Timestamp,
 };
 
 use super::{End, Store, db_error};
 use crate::admin::StoreAdmin;
-use crate::events::{LeaseEvent, LeaseEventQuery, PendingEvent};
+use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
 use crate::plan;
 
 const ROW_COLUMNS: &str = "value, revision, lease_token, lease_epoch, lease_expires_at, \
@@ -69,6 +70,34 @@ pub(crate) struct Physical {
     pub(crate) row: StoredRow,
     /// The largest lease epoch this row ever carried (kept after a release).
     pub(crate) epoch_floor: u64,
+}
+
+/// When a write began: the store clock's reading once the write holds its row (stored on the
+/// row and its events), and the monotonic instant its operation started at (a `renewed` event
+/// records the time since then as the renewal's latency).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WriteTime {
+    pub(crate) now: Timestamp,
+    pub(crate) started: Instant,
+}
+
+impl WriteTime {
+    /// A write that started at `started` and reads the store clock as `now`.
+    pub(crate) fn new(started: Instant, now: Timestamp) -> Self {
+        Self { now, started }
+    }
+}
+
+/// An outcome with the row as written (after an applied set).
+type Applied = (ApplyOutcome, Option<StoredRow>);
+
+/// The outcome of an applied set that wrote `row`.
+fn applied_set(row: StoredRow) -> Applied {
+    let outcome = ApplyOutcome::Applied {
+        revision: Some(row.revision),
+        epoch: row.lease.as_ref().map(|l| l.epoch),
+    };
+    (outcome, Some(row))
 }
 
 /// Revisions and epochs of one row lifetime count up from `draw << 32`.
@@ -181,11 +210,13 @@ impl Store {
         key: &BindingKey,
         now: Timestamp,
         event: Option<PendingEvent>,
+        latency: Option<Duration>,
     ) -> Result<(), Error> {
         let Some(e) = event else { return Ok(()) };
+        let latency_us = latency.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
         tx.execute_raw(self.stmt(
-            "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
             vec![
                 ns.as_str().into(),
                 key.as_str().into(),
@@ -195,6 +226,7 @@ impl Store {
                 Value::from(e.other_token_prefix),
                 Value::from(e.holder),
                 now.as_millis().into(),
+                Value::from(latency_us),
             ],
         ))
         .await
@@ -202,8 +234,9 @@ impl Store {
         Ok(())
     }
 
-    /// Writes `write` over `physical` (the locked physical row, live or expired) inside `tx`.
-    /// Returns `None` when a concurrent writer created the row first (a conflict).
+    /// Writes `write` over `physical` (the locked physical row, live or expired) inside `tx`,
+    /// returning the row as written. Returns `None` when a concurrent writer created the row
+    /// first (a conflict).
     #[allow(clippy::too_many_arguments)] // one write's full context; a struct would only rename it
     pub(crate) async fn set_tx(
         &self,
@@ -213,8 +246,9 @@ impl Store {
         physical: Option<&Physical>,
         write: RowWrite,
         ttl: Option<Duration>,
-        now: Timestamp,
-    ) -> Result<Option<(Revision, Option<LeaseEpoch>)>, Error> {
+        at: WriteTime,
+    ) -> Result<Option<StoredRow>, Error> {
+        let now = at.now;
         let ns = &config.namespace;
         plan::check_value(config, &write.value)?;
         let live = physical
@@ -300,11 +334,12 @@ impl Store {
         if affected != 1 {
             return Ok(None);
         }
-        let epoch = lease.map(|l| l.epoch);
         for event in planned.events() {
-            self.insert_event(tx, ns, key, now, Some(event)).await?;
+            let latency = (event.kind == LeaseEventKind::Renewed).then(|| at.started.elapsed());
+            self.insert_event(tx, ns, key, now, Some(event), latency)
+                .await?;
         }
-        Ok(Some((revision, epoch)))
+        Ok(Some(planned.row))
     }
 
     pub(crate) async fn delete_tx(
@@ -328,7 +363,7 @@ impl Store {
             .map_err(db_error)?
             .rows_affected();
         if affected == 1 {
-            self.insert_event(tx, ns, key, now, plan::release_event(live))
+            self.insert_event(tx, ns, key, now, plan::release_event(live), None)
                 .await?;
         }
         Ok(affected == 1)
@@ -336,6 +371,7 @@ impl Store {
 
     /// The body of `compare_and_apply` inside its transaction. `None` means a concurrent
     /// writer created the row first.
+    #[allow(clippy::too_many_arguments)] // the compare-and-apply call plus its start instant
     async fn cas_in(
         &self,
         tx: &DatabaseTransaction,
@@ -344,7 +380,8 @@ impl Store {
         comparison: &Comparison,
         intent: Intent,
         admission: Admission<'_>,
-    ) -> Result<(Option<ApplyOutcome>, End), Error> {
+        started: Instant,
+    ) -> Result<(Option<Applied>, End), Error> {
         let ns = &config.namespace;
         let now = self.now();
         let physical = self.physical(tx, ns, key).await?;
@@ -357,22 +394,29 @@ impl Store {
             if let Intent::Set { row, .. } = &intent {
                 let fenced = plan::fenced_event(live.as_ref(), row);
                 if fenced.is_some() {
-                    self.insert_event(tx, ns, key, now, fenced).await?;
+                    self.insert_event(tx, ns, key, now, fenced, None).await?;
                     end = End::Commit;
                 }
             }
             let current = Observation::new(live);
-            return Ok((Some(ApplyOutcome::Conflict { current }), end));
+            return Ok((Some((ApplyOutcome::Conflict { current }, None)), end));
         }
         admission()?;
-        let applied = |revision, epoch| Some(ApplyOutcome::Applied { revision, epoch });
         Ok(match intent {
             Intent::Set { row, ttl } => {
                 match self
-                    .set_tx(tx, config, key, physical.as_ref(), row, ttl, now)
+                    .set_tx(
+                        tx,
+                        config,
+                        key,
+                        physical.as_ref(),
+                        row,
+                        ttl,
+                        WriteTime::new(started, now),
+                    )
                     .await?
                 {
-                    Some((revision, epoch)) => (applied(Some(revision), epoch), End::Commit),
+                    Some(written) => (Some(applied_set(written)), End::Commit),
                     None => (None, End::Rollback),
                 }
             }
@@ -380,9 +424,15 @@ impl Store {
                 if let Some(row) = &live {
                     self.delete_tx(tx, ns, key, row, now).await?;
                 }
-                (applied(None, None), End::Commit)
+                let deleted = ApplyOutcome::Applied {
+                    revision: None,
+                    epoch: None,
+                };
+                (Some((deleted, None)), End::Commit)
             }
-            Intent::Keep | Intent::KeepOnDelete => (Some(ApplyOutcome::Unchanged), End::Rollback),
+            Intent::Keep | Intent::KeepOnDelete => {
+                (Some((ApplyOutcome::Unchanged, None)), End::Rollback)
+            }
             #[allow(unreachable_patterns)]
             other => {
                 return Err(Error::other(format!(
@@ -390,6 +440,114 @@ impl Store {
                 )));
             }
         })
+    }
+
+    /// `compare_and_apply` in one writer transaction: lock and read the row, compare, admit,
+    /// write, record the lease events.
+    async fn compare_and_apply_tx(
+        &self,
+        config: &NamespaceConfig,
+        key: &BindingKey,
+        comparison: &Comparison,
+        intent: Intent,
+        admission: Admission<'_>,
+        started: Instant,
+    ) -> Result<Applied, Error> {
+        if let Intent::Set { row, .. } = &intent {
+            plan::check_value(config, &row.value)?;
+        }
+        let tx = self.begin_write().await?;
+        let result = self
+            .cas_in(&tx, config, key, comparison, intent, admission, started)
+            .await;
+        match Store::finish(tx, result).await? {
+            Some(applied) => Ok(applied),
+            // A concurrent writer created the row first: nothing was written.
+            None => Ok((
+                ApplyOutcome::Conflict {
+                    current: self.fresh_observation(&config.namespace, key).await?,
+                },
+                None,
+            )),
+        }
+    }
+
+    /// The single-statement path of [`BindingStore::apply_observed`]: a set over the observed
+    /// live row that needs no new lease epoch and records no lease event — above all an owner
+    /// writing under its own lease — planned from the observed row and written by one
+    /// conditional `UPDATE … WHERE revision = <observed>` in autocommit. The revision names
+    /// exactly one row state (revisions never repeat, even across a delete and re-create), so
+    /// the write is the one the transactional path would make.
+    ///
+    /// Returns the written row, or `None` when the path does not apply, when the speculative
+    /// admission fails, or when the row moved: the caller then runs the transactional path,
+    /// which confirms the comparison, records a fence when there is one and reports the
+    /// admission error only for a row that still matches.
+    async fn write_observed(
+        &self,
+        config: &NamespaceConfig,
+        key: &BindingKey,
+        observed: &Observation,
+        intent: &Intent,
+        admission: Admission<'_>,
+    ) -> Result<Option<StoredRow>, Error> {
+        let (Intent::Set { row: write, ttl }, Some(current)) = (intent, observed.row.as_ref())
+        else {
+            return Ok(None);
+        };
+        if plan::needs_new_epoch(current.lease.as_ref(), write.lease.as_ref()) {
+            return Ok(None);
+        }
+        let now = self.now();
+        if !plan::row_is_live(current, now) {
+            return Ok(None);
+        }
+        plan::check_value(config, &write.value)?;
+        let expires_at = plan::row_expiry(config, *ttl, now);
+        let planned = plan::plan_set(
+            Some(current),
+            write.clone(),
+            expires_at,
+            now,
+            current.revision.next(),
+            None,
+        )?;
+        if planned.events().next().is_some() || admission().is_err() {
+            return Ok(None);
+        }
+        let row = planned.row;
+        let lease = row.lease.as_ref();
+        // `lease_epoch` stays: without a new epoch it already holds the lease's epoch, or the
+        // epoch floor of a row without a lease.
+        let affected = self
+            .inner
+            .db
+            .execute_raw(self.stmt(
+                "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, \
+                 lease_expires_at = $6, lease_acquired_at = $7, lease_renewed_at = $8, holder = $9, \
+                 created_at = $10, expires_at = $11 \
+                 WHERE namespace = $1 AND key = $2 AND revision = $12 \
+                 AND (expires_at IS NULL OR expires_at > $13)",
+                vec![
+                    config.namespace.as_str().into(),
+                    key.as_str().into(),
+                    row.value.clone().into(),
+                    to_i64(row.revision.get()).into(),
+                    Value::from(lease.map(|l| l.token.as_str().to_owned())),
+                    opt_ts(lease.map(|l| l.expires_at)),
+                    opt_ts(lease.map(|l| l.acquired_at)),
+                    opt_ts(lease.map(|l| l.renewed_at)),
+                    Value::from(lease.and_then(|l| l.holder.clone())),
+                    row.created_at.as_millis().into(),
+                    opt_ts(row.expires_at),
+                    to_i64(current.revision.get()).into(),
+                    now.as_millis().into(),
+                ],
+            ))
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        Ok((affected == 1).then_some(row))
     }
 
     async fn fresh_observation(
@@ -445,20 +603,47 @@ impl BindingStore for Store {
         admission: Admission<'_>,
     ) -> Result<ApplyOutcome, Error> {
         let config = self.config(ns)?;
-        if let Intent::Set { row, .. } = &intent {
-            plan::check_value(&config, &row.value)?;
+        let (outcome, _) = self
+            .compare_and_apply_tx(&config, key, comparison, intent, admission, Instant::now())
+            .await?;
+        Ok(outcome)
+    }
+
+    #[tracing::instrument(level = "debug", skip_all, fields(store = "sql", key = %key))]
+    async fn apply_observed(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        observed: &Observation,
+        intent: Intent,
+        admission: Admission<'_>,
+    ) -> Result<ObservedOutcome, Error> {
+        let started = Instant::now();
+        let config = self.config(ns)?;
+        if let Some(written) = self
+            .write_observed(&config, key, observed, &intent, admission)
+            .await?
+        {
+            let (outcome, row) = applied_set(written);
+            return Ok(ObservedOutcome {
+                outcome,
+                written: row.map(|r| Observation::new(Some(r))),
+            });
         }
-        let tx = self.begin_write().await?;
-        let result = self
-            .cas_in(&tx, &config, key, comparison, intent, admission)
-            .await;
-        match Store::finish(tx, result).await? {
-            Some(outcome) => Ok(outcome),
-            // A concurrent writer created the row first: nothing was written.
-            None => Ok(ApplyOutcome::Conflict {
-                current: self.fresh_observation(ns, key).await?,
-            }),
-        }
+        let (outcome, row) = self
+            .compare_and_apply_tx(
+                &config,
+                key,
+                &observed.comparison,
+                intent,
+                admission,
+                started,
+            )
+            .await?;
+        Ok(ObservedOutcome {
+            outcome,
+            written: row.map(|r| Observation::new(Some(r))),
+        })
     }
 
     async fn register_if_absent(
@@ -468,6 +653,7 @@ impl BindingStore for Store {
         row: RowWrite,
         ttl: Option<Duration>,
     ) -> Result<bool, Error> {
+        let started = Instant::now();
         let config = self.config(ns)?;
         plan::check_value(&config, &row.value)?;
         let tx = self.begin_write().await?;
@@ -482,7 +668,15 @@ impl BindingStore for Store {
             }
             Ok(
                 match self
-                    .set_tx(&tx, &config, key, physical.as_ref(), row, ttl, now)
+                    .set_tx(
+                        &tx,
+                        &config,
+                        key,
+                        physical.as_ref(),
+                        row,
+                        ttl,
+                        WriteTime::new(started, now),
+                    )
                     .await?
                 {
                     Some(_) => (true, End::Commit),
@@ -669,7 +863,7 @@ impl StoreAdmin for Store {
             .inner
             .db
             .query_all_raw(self.stmt(
-                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at \
+                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
                  FROM lease_events WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
                  AND id > $3 ORDER BY id LIMIT $4",
                 vec![
@@ -728,7 +922,7 @@ impl Store {
             let key: String = r.try_get("", "key").map_err(db_error)?;
             let epoch: Option<i64> = r.try_get("", "lease_epoch").map_err(db_error)?;
             let event = PendingEvent {
-                kind: crate::LeaseEventKind::Expired,
+                kind: LeaseEventKind::Expired,
                 epoch: epoch
                     .and_then(|e| u64::try_from(e).ok())
                     .map(LeaseEpoch::new),
@@ -742,6 +936,7 @@ impl Store {
                 &BindingKey::parse(&key)?,
                 now,
                 Some(event),
+                None,
             )
             .await?;
         }
@@ -760,5 +955,124 @@ impl Store {
             .await
             .map_err(db_error)?;
         rows.iter().map(decode_quarantine).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tether_core::{BindingId, FakeClock, LeaseToken, LeaseWrite, admit_all};
+
+    use super::*;
+    use crate::StoreOptions;
+
+    fn write(value: &str, token: &str, expires_at: i64) -> RowWrite {
+        RowWrite {
+            value: value.as_bytes().to_vec(),
+            lease: Some(LeaseWrite {
+                token: LeaseToken::new(token).unwrap(),
+                expires_at: Timestamp::from_millis(expires_at),
+                holder: Some("h".into()),
+            }),
+        }
+    }
+
+    fn set(row: RowWrite) -> Intent {
+        Intent::Set { row, ttl: None }
+    }
+
+    /// The single-statement path takes exactly the writes it can make alone — an owner's write
+    /// under its own lease over an unchanged row — and leaves acquisitions, lease events and
+    /// moved rows to the transactional path.
+    #[tokio::test]
+    async fn only_an_owners_plain_write_takes_the_single_statement_path() {
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(1_000)));
+        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+            .await
+            .unwrap();
+        let ns = Namespace::new("observed").unwrap();
+        let config = NamespaceConfig::new(ns.clone());
+        store.register_namespace(config.clone()).await.unwrap();
+        let key = BindingKey::conversation(&BindingId::new("b-1").unwrap());
+
+        let empty = store.observe(&ns, &key).await.unwrap();
+        let fast = |observed: Observation, intent: Intent| {
+            let (store, config, key) = (&store, &config, &key);
+            async move {
+                store
+                    .write_observed(config, key, &observed, &intent, &admit_all)
+                    .await
+                    .unwrap()
+            }
+        };
+        // An acquisition needs a new epoch: not taken.
+        assert!(
+            fast(empty.clone(), set(write("a", "tok", 60_000)))
+                .await
+                .is_none()
+        );
+        let acquired = store
+            .apply_observed(
+                &ns,
+                &key,
+                &empty,
+                set(write("a", "tok", 60_000)),
+                &admit_all,
+            )
+            .await
+            .unwrap();
+        let observed = acquired.written.expect("the written row is reported");
+
+        // The owner's write under its lease, same expiry: one statement, the exact row.
+        clock.advance(Duration::from_millis(10));
+        let written = fast(observed.clone(), set(write("b", "tok", 60_000)))
+            .await
+            .expect("taken by the single-statement path");
+        assert_eq!(
+            Some(&written),
+            store.lookup(&ns, &key).await.unwrap().as_ref()
+        );
+        assert_eq!(
+            written.revision,
+            observed.comparison.revision().unwrap().next()
+        );
+
+        // The observation is now stale: the statement matches no row.
+        assert!(
+            fast(observed.clone(), set(write("c", "tok", 60_000)))
+                .await
+                .is_none()
+        );
+        // A renewal records a lease event, a release too: both left to the transaction.
+        let current = Observation::new(Some(written));
+        assert!(
+            fast(current.clone(), set(write("c", "tok", 90_000)))
+                .await
+                .is_none()
+        );
+        let release = RowWrite {
+            value: b"c".to_vec(),
+            lease: None,
+        };
+        assert!(fast(current.clone(), set(release)).await.is_none());
+        // A refusing admission is never reported from here.
+        let refuse = || Err(Error::revoked("no"));
+        let refused = store
+            .write_observed(
+                &config,
+                &key,
+                &current,
+                &set(write("c", "tok", 60_000)),
+                &refuse,
+            )
+            .await
+            .unwrap();
+        assert!(refused.is_none());
+        assert_eq!(
+            store.observe(&ns, &key).await.unwrap(),
+            current,
+            "nothing was written by the refused or stale attempts"
+        );
     }
 }

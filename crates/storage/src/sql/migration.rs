@@ -17,7 +17,11 @@ pub(crate) struct Migrator;
 #[async_trait]
 impl MigratorTrait for Migrator {
     fn migrations() -> Vec<Box<dyn MigrationTrait>> {
-        vec![Box::new(BindingRecords), Box::new(HostSessions)]
+        vec![
+            Box::new(BindingRecords),
+            Box::new(HostSessions),
+            Box::new(LeaseEventLatency),
+        ]
     }
 }
 
@@ -236,6 +240,39 @@ impl MigrationTrait for HostSessions {
             "DROP TABLE host_sessions".into(),
         ]);
         run_all(manager, &statements).await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
+/// How long each renewal spent in the store, recorded on its `renewed` lease event (microseconds;
+/// `NULL` on other kinds and on events written before this migration).
+struct LeaseEventLatency;
+
+impl MigrationName for LeaseEventLatency {
+    fn name(&self) -> &str {
+        "m0003_lease_event_latency"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for LeaseEventLatency {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["ALTER TABLE lease_events ADD COLUMN latency_us BIGINT".into()],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["ALTER TABLE lease_events DROP COLUMN latency_us".into()],
+        )
+        .await
     }
 
     fn use_transaction(&self) -> Option<bool> {

@@ -24,8 +24,8 @@ mod renew;
 mod row_tx;
 
 pub use self::admin_read::{
-    BindingRecord, ForceExpireOutcome, NamespaceSummary, SessionFilter, SessionPage,
-    session_binding_keys,
+    BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, SessionFilter,
+    SessionPage, session_binding_keys,
 };
 pub use self::clock::ServerClock;
 pub use self::row_tx::SqlRowTransaction;

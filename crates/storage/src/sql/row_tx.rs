@@ -1,6 +1,6 @@
 //! Binding-row operations bound to an open SQL transaction (SPEC decision 3.5).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sea_orm::DatabaseTransaction;
@@ -9,6 +9,7 @@ use tether_core::{
 };
 
 use super::Store;
+use super::binding::WriteTime;
 use crate::plan;
 
 /// The [`RowTransaction`] a harness's deletion `commit` runs through: its binding rows change
@@ -83,7 +84,15 @@ impl RowTransaction for SqlRowTransaction<'_> {
         }
         Ok(self
             .store
-            .set_tx(self.tx, &config, key, physical.as_ref(), row, ttl, now)
+            .set_tx(
+                self.tx,
+                &config,
+                key,
+                physical.as_ref(),
+                row,
+                ttl,
+                WriteTime::new(Instant::now(), now),
+            )
             .await?
             .is_some())
     }

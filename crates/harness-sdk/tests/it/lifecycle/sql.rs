@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use tether_core::{
-    BindingStore, Error, FakeClock, JsonObjectCodec, LeaseConfig, LeaseEpoch, LeaseWrite,
-    Namespace, NamespaceConfig, SystemClock,
+    BindingStore, Clock as _, Error, FakeClock, JsonObjectCodec, LeaseConfig, LeaseEpoch,
+    LeaseWrite, Namespace, NamespaceConfig, SystemClock,
 };
 use tether_harness_sdk::lifecycle::{
     Applied, EpochFence, LeaseOptions, Lifecycle, TransactOptions,
@@ -247,5 +247,162 @@ async fn lifecycle_two_instances_contend_on_postgres() {
         return;
     };
     contention(db.url(), db.url()).await;
+    db.cleanup().await;
+}
+
+/// A lifecycle directly over `store` (no test wrapper, so the store's single-statement writes
+/// and reported rows are in play), on the fake clock, with a lease no heartbeat renews during
+/// the test.
+fn direct(store: &Store, ns: &Namespace, clock: &FakeClock) -> Lc {
+    Lifecycle::builder(
+        Arc::new(store.clone()),
+        ns.clone(),
+        JsonObjectCodec,
+        Arc::new(|current: Option<&Record>, _: &LeaseWrite| {
+            Some(current.cloned().unwrap_or_default())
+        }),
+    )
+    .lease_config(LeaseConfig {
+        lease_duration: Duration::from_secs(60),
+        wait_budget: Duration::from_secs(1),
+        retry_interval: Duration::from_millis(5),
+        renew_interval: Duration::from_secs(50),
+    })
+    .clock(Arc::new(clock.clone()))
+    .holder("reuse")
+    .build()
+    .unwrap()
+}
+
+/// An owner's writes start from the row its previous write left (no read in between). That
+/// remembered row goes stale when someone else writes: after a renewal it had not seen (its
+/// remembered lease expiry has passed, the stored one has not) the owner still writes, and
+/// after a takeover its write is refused, fenced and reported as a lost lease.
+async fn reused_observation_is_confirmed_by_the_store(store: Store, clock: FakeClock) {
+    let ns = Namespace::new("reuse").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let lc = direct(&store, &ns, &clock);
+    let k = &key("k");
+    let write = |n: u64| {
+        let lc = &lc;
+        async move {
+            lc.transact(k, TransactOptions::default(), move |_, _| {
+                Ok(Applied::write(record(json!({"n": n})), ()))
+            })
+            .await
+        }
+    };
+    let result = lc
+        .with_lease(k, LeaseOptions::default(), |guard| {
+            let (store, ns, clock, write) = (&store, &ns, &clock, &write);
+            async move {
+                let start = store.observe(ns, k).await?.comparison.revision().unwrap();
+                for n in 1..=3 {
+                    write(n).await?;
+                }
+                let row = store.lookup(ns, k).await?.unwrap();
+                assert_eq!(
+                    row.revision.get(),
+                    start.get() + 3,
+                    "one write per transact"
+                );
+
+                // A renewal the owner did not make (as the batched driver does), then time
+                // passes beyond the expiry the owner last wrote but not the renewed one.
+                let renewed = store
+                    .renew_leases(
+                        ns,
+                        &[tether_core::LeaseRenewal {
+                            key: k.clone(),
+                            token: guard.token().clone(),
+                            expires_at: clock.now() + Duration::from_secs(180),
+                        }],
+                        clock.now(),
+                    )
+                    .await?;
+                assert_eq!(renewed, [true]);
+                clock.advance(Duration::from_secs(90));
+                write(4).await?;
+                assert_eq!(
+                    store.lookup(ns, k).await?.unwrap().value,
+                    serde_json::to_vec(&record(json!({"n": 4}))).unwrap()
+                );
+
+                // A successor takes the row over behind the owner's back.
+                let seen = store.observe(ns, k).await?;
+                let mut takeover = seen.row.clone().unwrap().to_write();
+                takeover.lease = Some(LeaseWrite {
+                    token: tether_core::LeaseToken::new("successor-token").unwrap(),
+                    expires_at: clock.now() + Duration::from_secs(60),
+                    holder: Some("successor".into()),
+                });
+                store
+                    .compare_and_apply(
+                        ns,
+                        k,
+                        &seen.comparison,
+                        tether_core::Intent::Set {
+                            row: takeover,
+                            ttl: None,
+                        },
+                        &tether_core::admit_all,
+                    )
+                    .await?;
+                let stale = write(5).await;
+                assert!(
+                    matches!(stale, Err(Error::LostLease { .. })),
+                    "a write after the takeover is refused: {stale:?}"
+                );
+                Ok(())
+            }
+        })
+        .await;
+    assert!(matches!(result, Err(Error::LostLease { .. })), "{result:?}");
+    let row = store.lookup(&ns, k).await.unwrap().unwrap();
+    assert_eq!(
+        row.lease.unwrap().token.as_str(),
+        "successor-token",
+        "the successor keeps the row"
+    );
+    assert_eq!(
+        row.value,
+        serde_json::to_vec(&record(json!({"n": 4}))).unwrap(),
+        "the stale write changed nothing"
+    );
+    let events = tether_storage::StoreAdmin::lease_events(
+        &store,
+        &tether_storage::LeaseEventQuery::for_key(ns.clone(), k.clone(), 100),
+    )
+    .await
+    .unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.kind == tether_storage::LeaseEventKind::Fenced),
+        "the refused write is recorded as fenced: {events:?}"
+    );
+}
+
+#[tokio::test]
+async fn lifecycle_reused_observation_is_confirmed_by_the_store_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/tether.db", dir.path().display());
+    let clock = FakeClock::new(START);
+    let store = open(&url, Arc::new(clock.clone())).await;
+    reused_observation_is_confirmed_by_the_store(store, clock).await;
+}
+
+#[tokio::test]
+async fn lifecycle_reused_observation_is_confirmed_by_the_store_postgres() {
+    let Some(db) = PgTestDatabase::create("harness_reuse").await else {
+        return;
+    };
+    let clock = FakeClock::new(START);
+    let store = open(db.url(), Arc::new(clock.clone())).await;
+    reused_observation_is_confirmed_by_the_store(store.clone(), clock).await;
+    let _ = store.close().await;
     db.cleanup().await;
 }

@@ -994,3 +994,229 @@ pub(crate) async fn scenario_7_uncertain_outcome_is_not_replayed(b: &Backend) {
         r#"{"value":"original:once"}"#
     );
 }
+
+/// `apply_observed` on an owner's write under its own live lease: the outcome of
+/// `compare_and_apply`, and the reported written row is exactly what a fresh read returns (SQL
+/// stores write it with one conditional statement; the in-memory store reports none).
+pub(crate) async fn apply_observed_writes_and_reports_the_row(b: &Backend) {
+    let ns = b.namespace("observed", |c| c).await;
+    let k = key("s1");
+    let s = &b.store;
+    let expires = START + Duration::from_secs(65);
+    let seen = s.observe(&ns, &k).await.unwrap();
+    let acquired = s
+        .apply_observed(
+            &ns,
+            &k,
+            &seen,
+            set(leased("a", "owner-token", expires)),
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    let ApplyOutcome::Applied {
+        epoch: Some(epoch), ..
+    } = acquired.outcome
+    else {
+        panic!("expected an acquisition, got {acquired:?}");
+    };
+    let mut seen = s.observe(&ns, &k).await.unwrap();
+    if let Some(written) = &acquired.written {
+        assert_eq!(written, &seen, "the reported row is the stored row");
+    }
+    for (i, v) in ["b", "c", "d"].into_iter().enumerate() {
+        b.advance(Duration::from_millis(5));
+        let start = seen.clone();
+        let out = s
+            .apply_observed(
+                &ns,
+                &k,
+                &start,
+                set(leased(v, "owner-token", expires)),
+                &admit_all,
+            )
+            .await
+            .unwrap();
+        let revision = applied_revision(&out.outcome);
+        assert!(revision > start.comparison.revision().unwrap(), "write {i}");
+        let ApplyOutcome::Applied { epoch: kept, .. } = out.outcome else {
+            unreachable!()
+        };
+        assert_eq!(kept, Some(epoch), "an owner's write keeps its epoch");
+        seen = s.observe(&ns, &k).await.unwrap();
+        assert_eq!(
+            text(seen.row.as_ref().unwrap()),
+            format!(r#"{{"value":"{v}"}}"#)
+        );
+        match (&out.written, b.name) {
+            (Some(written), _) => {
+                assert_eq!(written, &seen, "the reported row is the stored row");
+                // The next write may start from the reported row instead of a read.
+                seen = written.clone();
+            }
+            (None, "memory") => {}
+            (None, other) => panic!("the {other} store reports the row it wrote"),
+        }
+    }
+    let lease = seen.row.as_ref().unwrap().lease.clone().unwrap();
+    assert_eq!((lease.epoch, lease.expires_at), (epoch, expires));
+    assert_eq!(lease.acquired_at, START, "acquisition time is kept");
+}
+
+/// A stale observation through `apply_observed`: nothing written, admission never reported,
+/// a conflict with the fresh row — and a stale lease-carrying write of another token is
+/// recorded as fenced, as `compare_and_apply` would.
+pub(crate) async fn apply_observed_refuses_a_stale_observation(b: &Backend) {
+    let ns = b.namespace("observed-stale", |c| c).await;
+    let k = key("s1");
+    let s = &b.store;
+    let expires = START + Duration::from_secs(65);
+    let empty = s.observe(&ns, &k).await.unwrap();
+    s.apply_observed(
+        &ns,
+        &k,
+        &empty,
+        set(leased("a", "owner", expires)),
+        &admit_all,
+    )
+    .await
+    .unwrap();
+    let stale = s.observe(&ns, &k).await.unwrap();
+    // A write by the owner moves the row on.
+    s.apply_observed(
+        &ns,
+        &k,
+        &stale,
+        set(leased("b", "owner", expires)),
+        &admit_all,
+    )
+    .await
+    .unwrap();
+    let current = s.observe(&ns, &k).await.unwrap();
+
+    // The same owner writing from the stale observation: a conflict, not a fence; an
+    // admission that refuses is not reported for a row that no longer matches.
+    let refuse = || Err(Error::revoked("refused at admission"));
+    let out = s
+        .apply_observed(&ns, &k, &stale, set(leased("c", "owner", expires)), &refuse)
+        .await
+        .unwrap();
+    let ApplyOutcome::Conflict { current: fresh } = out.outcome else {
+        panic!("expected a conflict, got {out:?}");
+    };
+    assert_eq!(fresh, current);
+    assert!(out.written.is_none());
+    assert_eq!(
+        s.observe(&ns, &k).await.unwrap(),
+        current,
+        "nothing written"
+    );
+
+    // With a matching observation the admission error is returned and nothing is written.
+    let err = s
+        .apply_observed(
+            &ns,
+            &k,
+            &current,
+            set(leased("c", "owner", expires)),
+            &refuse,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Revoked { .. }), "{err:?}");
+    assert_eq!(
+        s.observe(&ns, &k).await.unwrap(),
+        current,
+        "nothing written"
+    );
+
+    // A write of another token from the stale observation is fenced.
+    let out = s
+        .apply_observed(
+            &ns,
+            &k,
+            &stale,
+            set(leased("x", "intruder", expires)),
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(out.outcome, ApplyOutcome::Conflict { .. }),
+        "{out:?}"
+    );
+    let events = s
+        .lease_events(&LeaseEventQuery::for_key(ns.clone(), k.clone(), 100))
+        .await
+        .unwrap();
+    let kinds: Vec<_> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(kinds, [LeaseEventKind::Acquired, LeaseEventKind::Fenced]);
+    assert_eq!(
+        s.observe(&ns, &k).await.unwrap(),
+        current,
+        "nothing written"
+    );
+
+    // A row that expired after the observation is not written either.
+    let ns = b.namespace("observed-ttl", |c| c).await;
+    s.register_if_absent(&ns, &k, value("short"), Some(Duration::from_secs(10)))
+        .await
+        .unwrap();
+    let seen = s.observe(&ns, &k).await.unwrap();
+    b.advance(Duration::from_secs(11));
+    let out = s
+        .apply_observed(&ns, &k, &seen, set(value("late")), &admit_all)
+        .await
+        .unwrap();
+    let ApplyOutcome::Conflict { current } = out.outcome else {
+        panic!("an expired row conflicts, got {out:?}");
+    };
+    assert!(current.row.is_none());
+}
+
+/// A renewal through `apply_observed` is recorded as `renewed`; the SQL stores time it.
+pub(crate) async fn apply_observed_renewal_records_its_latency(b: &Backend) {
+    let ns = b.namespace("observed-renew", |c| c).await;
+    let k = key("s1");
+    let s = &b.store;
+    let empty = s.observe(&ns, &k).await.unwrap();
+    s.apply_observed(
+        &ns,
+        &k,
+        &empty,
+        set(leased("a", "owner", START + Duration::from_secs(65))),
+        &admit_all,
+    )
+    .await
+    .unwrap();
+    b.advance(Duration::from_secs(20));
+    let seen = s.observe(&ns, &k).await.unwrap();
+    let out = s
+        .apply_observed(
+            &ns,
+            &k,
+            &seen,
+            set(leased("a", "owner", START + Duration::from_secs(85))),
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(out.outcome, ApplyOutcome::Applied { .. }),
+        "{out:?}"
+    );
+    let events = s
+        .lease_events(&LeaseEventQuery::for_key(ns.clone(), k.clone(), 100))
+        .await
+        .unwrap();
+    let renewed = events.last().unwrap();
+    assert_eq!(renewed.kind, LeaseEventKind::Renewed);
+    assert!(events[0].latency.is_none(), "acquisitions carry no latency");
+    match b.name {
+        "memory" => assert!(renewed.latency.is_none()),
+        _ => {
+            let latency = renewed.latency.expect("the SQL store times renewals");
+            assert!(latency < Duration::from_secs(30), "{latency:?}");
+        }
+    }
+}

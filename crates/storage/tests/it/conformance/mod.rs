@@ -83,6 +83,9 @@ conformance!(
         racing_connections_exactly_one_wins,
         scenario_6_conflict_reevaluates_with_the_fresh_observation,
         scenario_7_uncertain_outcome_is_not_replayed,
+        apply_observed_writes_and_reports_the_row,
+        apply_observed_refuses_a_stale_observation,
+        apply_observed_renewal_records_its_latency,
     ],
     host: [
         host_session_create_read_rotate,
