@@ -1,5 +1,5 @@
 //! Batched heartbeats (SPEC section 5): one renewal driver per lifecycle instance renews every
-//! lease the instance holds, each renew interval, through
+//! lease the instance holds through
 //! [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) — one transaction per
 //! batch on SQL stores instead of one renewal transaction per lease.
 //!
@@ -8,18 +8,42 @@
 //! without a failure are renewed; a lease missing at renewal time, or a failed batch, makes the
 //! owner's lease lost (sticky); `join_renewal` waits for a batch in flight. The driver task
 //! starts with the first registered owner and ends when none is left.
+//!
+//! Scheduling: a lease is due one renew interval after it was last written (when its expiry is
+//! `lease_duration - renew_interval` away), like the per-owner heartbeat. The driver wakes when
+//! the earliest lease is due, takes every lease due within a small coalescing window, and
+//! renews them nearest expiry first in batches of [`BATCH`] (each with a fresh `now`), at most
+//! [`IN_FLIGHT`] batches at once. Leases acquired at different times therefore renew at
+//! different times, instead of every held lease in one transaction per tick; when the store
+//! falls behind, the leases closest to expiry go first.
+//!
+//! Each batch logs a `debug` event `lease batch renewed` (fields `leases`, `refused`,
+//! `elapsed_us`, `min_slack_ms`: how much of its first, closest lease was left when the batch
+//! started); a failed batch logs a `warn` with the same fields and `error`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, Instant};
 
-use tether_core::LeaseRenewal;
+use futures::StreamExt as _;
+use tether_core::{LeaseRenewal, Timestamp};
 use tracing::Instrument;
 
 use super::owner::{OwnerPhase, OwnerState};
 use super::shared::Shared;
 
-/// Owners per `renew_leases` call.
-const BATCH: usize = 10_000;
+/// Owners per `renew_leases` call (one transaction): a few thousand renewals take tens of
+/// milliseconds on PostgreSQL, so a batch never holds a connection long and the leases due
+/// next are not stuck behind one huge transaction.
+const BATCH: usize = 2_000;
+
+/// Batches renewing at the same time (each on its own pooled connection). Two keep the
+/// database busy while the driver waits for one commit.
+const IN_FLIGHT: usize = 2;
+
+/// Leases due within `renew_interval / COALESCE` of the earliest are renewed with it, so the
+/// driver wakes at most about `COALESCE` times per renew interval.
+const COALESCE: u32 = 8;
 
 /// The registry of owners renewed by the driver.
 #[derive(Debug, Default)]
@@ -48,6 +72,13 @@ impl Drop for Registration {
     }
 }
 
+/// What the driver does next: renew `due` (nearest expiry first), then wake at `next` (the
+/// earliest due time of the other owners, if any).
+struct Plan {
+    due: Vec<Arc<OwnerState>>,
+    next: Option<Timestamp>,
+}
+
 impl BatchRenewal {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -69,42 +100,95 @@ impl BatchRenewal {
         }
     }
 
-    /// The owners to renew now, or `None` (and the driver stops) when none is registered.
-    fn due(&self) -> Option<Vec<Arc<OwnerState>>> {
-        let mut state = self.lock();
-        if state.owners.is_empty() {
-            state.running = false;
-            return None;
+    /// The held owners whose lease expires at or before `horizon`, nearest expiry first, and
+    /// the earliest expiry of the others; `None` (and the driver stops) when no owner is
+    /// registered.
+    fn plan(&self, horizon: Timestamp) -> Option<(Vec<Arc<OwnerState>>, Option<Timestamp>)> {
+        let mut due: Vec<(Timestamp, Arc<OwnerState>)> = Vec::new();
+        let mut next: Option<Timestamp> = None;
+        {
+            let mut state = self.lock();
+            if state.owners.is_empty() {
+                state.running = false;
+                return None;
+            }
+            for owner in state.owners.values() {
+                if owner.phase() != OwnerPhase::Held || owner.failure().is_some() {
+                    continue;
+                }
+                let expires_at = owner.expires_at();
+                if expires_at <= horizon {
+                    due.push((expires_at, owner.clone()));
+                } else if next.is_none_or(|n| expires_at < n) {
+                    next = Some(expires_at);
+                }
+            }
         }
-        Some(
-            state
-                .owners
-                .values()
-                .filter(|o| o.phase() == OwnerPhase::Held && o.failure().is_none())
-                .cloned()
-                .collect(),
-        )
+        due.sort_unstable_by_key(|(expires_at, _)| *expires_at);
+        Some((due.into_iter().map(|(_, owner)| owner).collect(), next))
     }
 }
 
-/// The driver: every renew interval, renew every registered owner in batches.
+/// The driver: renew what is due, sleep until the next lease is due (at most one renew
+/// interval, so owners registered meanwhile are never late), repeat.
 async fn drive(shared: Weak<Shared>) {
+    // The first owner registered just now: nothing is due before one renew interval.
+    let mut wait = match shared.upgrade() {
+        Some(s) => s.lease.renew_interval,
+        None => return,
+    };
     loop {
-        let tick = match shared.upgrade() {
-            Some(s) => s.timer.sleep(s.lease.renew_interval),
-            None => return,
-        };
-        tick.await;
+        if !wait.is_zero() {
+            let tick = match shared.upgrade() {
+                Some(s) => s.timer.sleep(wait),
+                None => return,
+            };
+            tick.await;
+        }
         let Some(s) = shared.upgrade() else { return };
-        let Some(batch) = &s.batch else { return };
-        let Some(owners) = batch.due() else { return };
-        for chunk in owners.chunks(BATCH) {
-            s.renew_batch(chunk).await;
+        let Some(plan) = s.plan_renewals() else {
+            return;
+        };
+        let renewed = !plan.due.is_empty();
+        let chunks: Vec<Vec<Arc<OwnerState>>> = plan.due.chunks(BATCH).map(<[_]>::to_vec).collect();
+        futures::stream::iter(chunks)
+            .for_each_concurrent(IN_FLIGHT, |chunk| {
+                let s = s.clone();
+                async move { s.renew_batch(&chunk).await }
+            })
+            .await;
+        let interval = s.lease.renew_interval;
+        let now = s.clock.now();
+        wait = match plan.next {
+            // Due now or already late: go again at once when this pass made progress.
+            Some(next) if next <= now && renewed => Duration::ZERO,
+            Some(next) => next
+                .saturating_since(now)
+                .clamp(interval / COALESCE, interval),
+            None => interval,
+        };
+        if wait.is_zero() {
+            tokio::task::yield_now().await;
         }
     }
 }
 
 impl Shared {
+    /// The renewal plan at the current time: the owners due now (within the coalescing
+    /// window), and when the next one is due.
+    fn plan_renewals(&self) -> Option<Plan> {
+        let batch = self.batch.as_ref()?;
+        let interval = self.lease.renew_interval;
+        // A lease is due when less than `lease_duration - renew_interval` of it is left.
+        let ahead = self.lease.lease_duration.saturating_sub(interval);
+        let now = self.clock.now();
+        let (due, next_expiry) = batch.plan(now + ahead + interval / COALESCE)?;
+        Some(Plan {
+            due,
+            next: next_expiry.map(|at| at - ahead),
+        })
+    }
+
     /// One batched renewal of `owners` (reference §2.5, batched). Never fails: failures are
     /// recorded on the owners.
     pub(crate) async fn renew_batch(&self, owners: &[Arc<OwnerState>]) {
@@ -131,6 +215,9 @@ impl Shared {
                 Err(error) => owner.fail_if_held(error),
             }
         }
+        // How much of the closest lease was left when the batch started (diagnostics; the
+        // driver's batches come nearest expiry first).
+        let nearest = eligible.first().map(|o| o.expires_at());
         let renewals: Vec<LeaseRenewal> = eligible
             .iter()
             .map(|o| LeaseRenewal {
@@ -139,19 +226,31 @@ impl Shared {
                 expires_at,
             })
             .collect();
+        let started = Instant::now();
         let outcome = self
             .store
             .renew_leases(&self.namespace, &renewals, now)
             .await;
+        let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let min_slack_ms = nearest.map_or(0, |at| at.as_millis() - now.as_millis());
         match outcome {
             Ok(renewed) if renewed.len() == eligible.len() => {
+                let mut refused = 0usize;
                 for (owner, ok) in eligible.iter().zip(renewed) {
                     if ok {
                         owner.record_lease(expires_at, None);
                     } else {
+                        refused += 1;
                         owner.fail_if_held(self.lost(&owner.key));
                     }
                 }
+                tracing::debug!(
+                    leases = eligible.len(),
+                    refused,
+                    elapsed_us,
+                    min_slack_ms,
+                    "lease batch renewed"
+                );
             }
             Ok(renewed) => {
                 let error = tether_core::Error::other(format!(
@@ -164,7 +263,13 @@ impl Shared {
                 }
             }
             Err(error) => {
-                tracing::warn!(error = %error, leases = eligible.len(), "batched lease renewal failed");
+                tracing::warn!(
+                    error = %error,
+                    leases = eligible.len(),
+                    elapsed_us,
+                    min_slack_ms,
+                    "batched lease renewal failed"
+                );
                 for owner in &eligible {
                     owner.fail_if_held(self.texts.lost_lease(&owner.key, Some(error.clone())));
                 }
@@ -182,12 +287,14 @@ mod tests {
     use std::time::Duration;
 
     use tether_core::{
-        BindingId, BindingKey, BindingStore, Error, JsonObjectCodec, LeaseConfig, Namespace,
-        NamespaceConfig,
+        BindingId, BindingKey, BindingStore, Clock, Error, FakeClock, JsonObjectCodec, LeaseConfig,
+        LeaseToken, Namespace, NamespaceConfig, Timestamp,
     };
     use tether_storage::{MemoryStore, Store};
+    use tokio::sync::watch;
 
-    use crate::lifecycle::{LeaseOptions, Lifecycle, PrepareLease};
+    use super::{BatchRenewal, OwnerState};
+    use crate::lifecycle::{LeaseOptions, Lifecycle, ManualTimer, PrepareLease};
 
     type Record = serde_json::Map<String, serde_json::Value>;
 
@@ -291,5 +398,112 @@ mod tests {
             "the batch reports the loss: {lost:?}"
         );
         survivor.await.unwrap().expect("the other lease survived");
+    }
+
+    #[test]
+    fn the_plan_takes_due_owners_nearest_expiry_first() {
+        let batch = BatchRenewal::default();
+        let owner = |i: usize, expires_at: i64| {
+            let owner = Arc::new(OwnerState::new(
+                key(i),
+                LeaseToken::new(format!("t-{i}")).unwrap(),
+                None,
+            ));
+            owner.record_lease(Timestamp::from_millis(expires_at), None);
+            owner
+        };
+        let failed = owner(4, 100);
+        failed.fail(Error::other("lost"));
+        {
+            let mut state = batch.lock();
+            for (id, o) in [
+                owner(0, 700),
+                owner(1, 300),
+                owner(2, 500),
+                owner(3, 900),
+                failed,
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                state.owners.insert(id as u64, o);
+            }
+        }
+        let (due, next) = batch.plan(Timestamp::from_millis(700)).unwrap();
+        let keys: Vec<BindingKey> = due.iter().map(|o| o.key.clone()).collect();
+        assert_eq!(
+            keys,
+            vec![key(1), key(2), key(0)],
+            "failed owners are skipped"
+        );
+        assert_eq!(next, Some(Timestamp::from_millis(900)));
+        batch.lock().owners.clear();
+        assert!(batch.plan(Timestamp::from_millis(700)).is_none());
+        assert!(!batch.lock().running, "an empty registry stops the driver");
+    }
+
+    /// Two owners acquired 150 ms apart are each renewed one renew interval after their own
+    /// last write (not both at one shared tick), and both survive three lease periods.
+    #[tokio::test]
+    async fn each_lease_renews_one_interval_after_its_last_write() {
+        let clock = FakeClock::new(Timestamp::from_millis(0));
+        let timer = Arc::new(ManualTimer::new(clock.clone()));
+        let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
+        let ns = Namespace::new("batch").unwrap();
+        store
+            .register_namespace(NamespaceConfig::new(ns.clone()))
+            .await
+            .unwrap();
+        let keep: PrepareLease<Record> =
+            Arc::new(|current: Option<&Record>, _| Some(current.cloned().unwrap_or_default()));
+        let lc = Lifecycle::builder(store.clone(), ns.clone(), JsonObjectCodec, keep)
+            .lease_config(lease())
+            .clock(Arc::new(clock.clone()))
+            .timer(timer.clone())
+            .batched_heartbeats(true)
+            .build()
+            .unwrap();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let hold = |i: usize| {
+            let (lc, mut stop) = (lc.clone(), stop_rx.clone());
+            tokio::spawn(async move {
+                lc.with_lease(&key(i), LeaseOptions::default(), |_| async move {
+                    let _ = stop.wait_for(|stopped| *stopped).await;
+                    Ok(())
+                })
+                .await
+            })
+        };
+        let expiry = |i: usize| {
+            let (store, ns) = (store.clone(), ns.clone());
+            async move {
+                let row = store.lookup(&ns, &key(i)).await.unwrap().unwrap();
+                row.lease.unwrap().expires_at.as_millis()
+            }
+        };
+        let a = hold(0);
+        timer.settle().await;
+        timer.advance(Duration::from_millis(150)).await;
+        let b = hold(1);
+        timer.settle().await;
+        assert_eq!((expiry(0).await, expiry(1).await), (900, 1_050));
+        timer.advance(Duration::from_millis(150)).await;
+        assert_eq!(
+            (expiry(0).await, expiry(1).await),
+            (1_200, 1_050),
+            "at 300 ms only the first lease is due"
+        );
+        timer.advance(Duration::from_millis(150)).await;
+        assert_eq!((expiry(0).await, expiry(1).await), (1_200, 1_350));
+        timer.advance(Duration::from_millis(2_700)).await;
+        let now = clock.now().as_millis();
+        assert!(
+            expiry(0).await > now && expiry(1).await > now,
+            "both still held"
+        );
+        stop_tx.send(true).unwrap();
+        timer.settle().await;
+        a.await.unwrap().expect("the first lease survived");
+        b.await.unwrap().expect("the second lease survived");
     }
 }

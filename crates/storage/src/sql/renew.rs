@@ -1,6 +1,17 @@
-//! Batched lease renewal on the SQL store: many heartbeats in one transaction, one set-based
-//! `UPDATE … WHERE key IN (…) AND (key, lease_token) IN (VALUES …) RETURNING key` per chunk
-//! (SPEC section 5).
+//! Batched lease renewal on the SQL store: many heartbeats in one transaction (SPEC
+//! section 5).
+//!
+//! PostgreSQL renews a whole batch with one statement whatever its size: `UPDATE … FROM
+//! unnest(keys, tokens, expiries) WITH ORDINALITY … RETURNING` the renewed positions,
+//! aggregated into one array. The three lists travel as three text parameters split on the
+//! server (`string_to_array`), not as thousands of placeholders or per-element values: one
+//! statement text (prepared once per connection), three allocations on the client instead of
+//! several per lease, one result row instead of one per lease. The join probes the primary
+//! key (an index nested loop). One statement is one transaction (autocommit).
+//!
+//! SQLite keeps `UPDATE … WHERE namespace = ? AND key IN (…) AND (key, lease_token) IN
+//! (VALUES …) RETURNING key, lease_token` per 1,000 leases inside one `BEGIN IMMEDIATE`
+//! transaction; a renewal is answered `true` when its exact (key, token) pair came back.
 //!
 //! A renewal only moves `lease_expires_at`, `lease_renewed_at` and the revision of a row whose
 //! live lease is held by exactly the given token; value, epoch, holder and row expiry stay.
@@ -8,16 +19,35 @@
 //! every few seconds would add that many history rows each time. Acquisitions, takeovers,
 //! releases, expiries and fenced writes are recorded as before.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Value};
 use tether_core::{Error, LeaseRenewal, Namespace, Timestamp};
 
 use super::{End, Store, db_error};
 
-/// Renewals per statement: 3 bound values each, far below SQLite's and PostgreSQL's limits.
+/// SQLite renewals per statement: 3 bound values each, far below SQLite's limit.
 const CHUNK: usize = 1000;
+
+/// Separates the keys (and the tokens) of a PostgreSQL batch in one text parameter. Keys and
+/// tokens never contain control characters (both are validated on construction); a batch
+/// with one anyway is refused rather than split wrongly.
+const SEPARATOR: char = '\n';
+
+/// The PostgreSQL renewal: `$1` now (renewal time and liveness bound), `$2` namespace, `$3`
+/// keys, `$4` tokens (both [`SEPARATOR`]-separated), `$5` new expiries (comma-separated
+/// milliseconds), position `i` of each list belonging together. Answers one row: the
+/// 1-based positions renewed (`NULL` when none). The `key` column is `COLLATE "C"`, which
+/// wins over the default collation of the split text, so the join probes the primary key.
+const PG_RENEW: &str = "WITH renewed AS (UPDATE binding_records AS b \
+     SET lease_expires_at = v.expires_at, lease_renewed_at = $1, revision = b.revision + 1 \
+     FROM unnest(string_to_array($3, E'\\n'), string_to_array($4, E'\\n'), \
+     string_to_array($5, ',')::bigint[]) WITH ORDINALITY AS v(key, token, expires_at, i) \
+     WHERE b.namespace = $2 AND b.key = v.key AND b.lease_token = v.token \
+     AND b.lease_expires_at > $1 AND (b.expires_at IS NULL OR b.expires_at > $1) \
+     RETURNING v.i) \
+     SELECT array_agg(i) AS positions FROM renewed";
 
 impl Store {
     /// [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) in one writer
@@ -32,13 +62,92 @@ impl Store {
         if renewals.is_empty() {
             return Ok(Vec::new());
         }
+        if self.backend() == DbBackend::Postgres {
+            return self.renew_postgres(ns, renewals, now).await;
+        }
         let tx = self.begin_write().await?;
         let result = self.renew_in(&tx, ns, renewals, now).await;
         let renewed = Store::finish(tx, result.map(|r| (r, End::Commit))).await?;
         Ok(renewals
             .iter()
-            .map(|r| renewed.contains(r.key.as_str()))
+            .map(|r| renewed.contains(&(r.key.as_str().to_owned(), r.token.as_str().to_owned())))
             .collect())
+    }
+
+    /// One `UPDATE … FROM unnest(…)` statement. A `(key, token)` pair given twice is renewed
+    /// once, to the later of its expiries (what SQLite's statements in expiry order leave),
+    /// and both answers are that renewal's.
+    async fn renew_postgres(
+        &self,
+        ns: &Namespace,
+        renewals: &[LeaseRenewal],
+        now: Timestamp,
+    ) -> Result<Vec<bool>, Error> {
+        // Distinct (key, token) pairs in first-seen order, each with its latest expiry; `slot`
+        // maps every renewal to its pair.
+        let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(renewals.len());
+        let mut pairs: Vec<(&LeaseRenewal, i64)> = Vec::with_capacity(renewals.len());
+        let mut slot = Vec::with_capacity(renewals.len());
+        for r in renewals {
+            let (key, token) = (r.key.as_str(), r.token.as_str());
+            if key.contains(SEPARATOR) || token.contains(SEPARATOR) {
+                return Err(Error::other(format!(
+                    "cannot renew the lease of {key}: a control character in its key or token"
+                )));
+            }
+            let at = r.expires_at.as_millis();
+            let next = pairs.len();
+            let i = *index.entry((key, token)).or_insert(next);
+            if i == next {
+                pairs.push((r, at));
+            } else {
+                pairs[i].1 = pairs[i].1.max(at);
+            }
+            slot.push(i);
+        }
+        drop(index);
+        let text_len: usize = pairs
+            .iter()
+            .map(|(r, _)| r.key.as_str().len() + r.token.as_str().len() + 2)
+            .sum();
+        let mut keys = String::with_capacity(text_len);
+        let mut tokens = String::with_capacity(text_len);
+        let mut expiries = String::with_capacity(pairs.len() * 15);
+        for (n, (r, at)) in pairs.iter().enumerate() {
+            if n > 0 {
+                keys.push(SEPARATOR);
+                tokens.push(SEPARATOR);
+                expiries.push(',');
+            }
+            keys.push_str(r.key.as_str());
+            tokens.push_str(r.token.as_str());
+            let _ = write!(expiries, "{at}");
+        }
+        let values: Vec<Value> = vec![
+            now.as_millis().into(),
+            ns.as_str().into(),
+            keys.into(),
+            tokens.into(),
+            expiries.into(),
+        ];
+        let row = self
+            .connection()
+            .query_one_raw(self.stmt(PG_RENEW, values))
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| Error::other("the lease renewal returned no row"))?;
+        let positions: Option<Vec<i64>> = row.try_get("", "positions").map_err(db_error)?;
+        let mut renewed = vec![false; pairs.len()];
+        for position in positions.unwrap_or_default() {
+            let i = usize::try_from(position - 1)
+                .ok()
+                .filter(|i| *i < renewed.len())
+                .ok_or_else(|| {
+                    Error::other(format!("the lease renewal returned position {position}"))
+                })?;
+            renewed[i] = true;
+        }
+        Ok(slot.into_iter().map(|i| renewed[i]).collect())
     }
 
     async fn renew_in(
@@ -47,7 +156,7 @@ impl Store {
         ns: &Namespace,
         renewals: &[LeaseRenewal],
         now: Timestamp,
-    ) -> Result<HashSet<String>, Error> {
+    ) -> Result<HashSet<(String, String)>, Error> {
         // Renewals of one tick share their expiry: one statement per expiry and chunk.
         let mut by_expiry: BTreeMap<Timestamp, Vec<&LeaseRenewal>> = BTreeMap::new();
         for r in renewals {
@@ -62,7 +171,8 @@ impl Store {
                     .map_err(db_error)?;
                 for row in rows {
                     let key: String = row.try_get("", "key").map_err(db_error)?;
-                    renewed.insert(key);
+                    let token: String = row.try_get("", "lease_token").map_err(db_error)?;
+                    renewed.insert((key, token));
                 }
             }
         }
@@ -110,7 +220,7 @@ impl Store {
         }
         let _ = write!(
             sql,
-            ") AND lease_expires_at > ${n} AND (expires_at IS NULL OR expires_at > ${}) RETURNING key",
+            ") AND lease_expires_at > ${n} AND (expires_at IS NULL OR expires_at > ${}) RETURNING key, lease_token",
             n + 1
         );
         values.push(now.as_millis().into());
@@ -233,6 +343,58 @@ mod tests {
         seed(&store, &ns, n).await;
         clock.advance(Duration::from_secs(5));
         check(&store, &ns, n).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+
+    /// A lease given twice in one batch is renewed to the later expiry (both answers `true`);
+    /// the same key under a foreign token is refused. SQL stores only.
+    async fn check_repeats(store: &Store, ns: &Namespace) {
+        let now = Timestamp::from_millis(5_000);
+        let renewal = |token: LeaseToken, at: i64| LeaseRenewal {
+            key: key(0),
+            token,
+            expires_at: Timestamp::from_millis(at),
+        };
+        let renewals = [
+            renewal(token(0), 30_000),
+            renewal(token(7), 40_000),
+            renewal(token(0), 20_000),
+        ];
+        let renewed = store.renew_leases(ns, &renewals, now).await.unwrap();
+        assert_eq!(renewed, vec![true, false, true]);
+        let row = store.lookup(ns, &key(0)).await.unwrap().unwrap();
+        let lease = row.lease.unwrap();
+        assert_eq!(lease.expires_at, Timestamp::from_millis(30_000));
+        assert_eq!(lease.token, token(0));
+    }
+
+    #[tokio::test]
+    async fn sqlite_batch_renews_a_repeated_lease_to_its_later_expiry() {
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+            .await
+            .unwrap();
+        let ns = Namespace::new("renew").unwrap();
+        seed(&store, &ns, 2).await;
+        clock.advance(Duration::from_secs(5));
+        check_repeats(&store, &ns).await;
+    }
+
+    #[cfg(feature = "test-support")]
+    #[tokio::test]
+    async fn postgres_batch_renews_a_repeated_lease_to_its_later_expiry() {
+        let Some(db) = crate::testing::PgTestDatabase::create("renew_repeat").await else {
+            return;
+        };
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = Store::open_with(StoreOptions::new(db.url()).clock(clock.clone()))
+            .await
+            .unwrap();
+        let ns = Namespace::new("renew").unwrap();
+        seed(&store, &ns, 2).await;
+        clock.advance(Duration::from_secs(5));
+        check_repeats(&store, &ns).await;
         store.close().await.unwrap();
         db.cleanup().await;
     }
