@@ -3,7 +3,9 @@
 //! always sanitized before they get here.
 
 use serde::{Deserialize, Serialize};
-use tether_core::{BindingKeyKind, HostSessionEntry, QuarantineEntry, Timestamp};
+use tether_core::{
+    BindingKeyKind, HarnessId, HostSessionEntry, QuarantineEntry, SessionId, Timestamp,
+};
 use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntry, TranscriptHit};
 use utoipa::ToSchema;
 
@@ -39,6 +41,22 @@ impl From<&HostSessionEntry> for SessionSummary {
             previous_session_id: e.previous_session_id.as_ref().map(ToString::to_string),
             lifecycle_revision: e.lifecycle_revision.get(),
             agent_harness_id: e.agent_harness_id.as_ref().map(ToString::to_string),
+            created_at_ms: e.created_at.as_millis(),
+            updated_at_ms: e.updated_at.as_millis(),
+        }
+    }
+}
+
+impl From<HostSessionEntry> for SessionSummary {
+    /// The same summary as from a reference, moving the strings instead of copying them.
+    fn from(e: HostSessionEntry) -> Self {
+        Self {
+            session_key: e.session_key.into_string(),
+            agent_id: e.agent_id.into_string(),
+            session_id: e.session_id.into_string(),
+            previous_session_id: e.previous_session_id.map(SessionId::into_string),
+            lifecycle_revision: e.lifecycle_revision.get(),
+            agent_harness_id: e.agent_harness_id.map(HarnessId::into_string),
             created_at_ms: e.created_at.as_millis(),
             updated_at_ms: e.updated_at.as_millis(),
         }

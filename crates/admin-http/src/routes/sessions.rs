@@ -99,7 +99,11 @@ pub async fn list_sessions(
     };
     let page = state.store()?.list_sessions(&filter).await?;
     Ok(Json(SessionPageBody {
-        sessions: page.sessions.iter().map(SessionSummary::from).collect(),
+        sessions: page
+            .sessions
+            .into_iter()
+            .map(SessionSummary::from)
+            .collect(),
         next_cursor: page.next.map(|k| encode_cursor(&[k.as_str()])),
     }))
 }

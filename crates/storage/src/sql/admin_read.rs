@@ -9,7 +9,7 @@
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
-    Namespace, Revision, SessionKey, StoredRow, Timestamp,
+    LifecycleRevision, Namespace, Revision, SessionId, SessionKey, StoredRow, Timestamp,
 };
 
 use super::{End, Store, db_error};
@@ -212,6 +212,109 @@ pub fn session_binding_keys(entry: &HostSessionEntry) -> [BindingKey; 2] {
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
      lifecycle_revision, agent_harness_id, created_at, updated_at";
 
+/// The SQL and values of one batch of [`Store::list_sessions`].
+///
+/// - Only the conditions of the filters that are set, so that a cursor is an index range rather
+///   than a scan from the first key (`$1 IS NULL OR session_key > $1` cannot use the index).
+/// - The batch size is a literal: the bundled SQLite (3.51) re-prepares a statement on every
+///   execution when its `LIMIT` is a bound parameter, since the value may change the plan.
+/// - The batch comes back as **one row** holding a JSON array of `[session_key, agent_id,
+///   session_id, previous_session_id, lifecycle_revision, agent_harness_id, created_at,
+///   updated_at]` arrays in session-key order, decoded by [`decode_session_batch`]. Reading one
+///   row per session cost more than the rest of the request: the SQLite driver copies every
+///   column value, sends every row to the async side through a channel, and each column is then
+///   looked up by name and decoded on its own.
+fn list_sessions_query(
+    backend: DbBackend,
+    filter: &SessionFilter,
+    after: Option<&SessionKey>,
+    batch: usize,
+) -> (String, Vec<Value>) {
+    let mut conditions = Vec::new();
+    let mut values = Vec::new();
+    let mut condition = |column: &str, op: &str, value: &str| {
+        values.push(Value::from(value.to_owned()));
+        conditions.push(format!("{column} {op} ${}", values.len()));
+    };
+    if let Some(key) = after {
+        condition("session_key", ">", key.as_str());
+    }
+    if let Some(agent) = &filter.agent {
+        condition("agent_id", "=", agent.as_str());
+    }
+    if let Some(harness) = &filter.harness {
+        condition("agent_harness_id", "=", harness.as_str());
+    }
+    let filter = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    };
+    // SQLite aggregates the rows in the order the ordered subquery yields them (an `ORDER BY`
+    // inside the aggregate would sort them again through a temporary b-tree);
+    // `decode_session_batch` checks the order all the same.
+    let page = match backend {
+        DbBackend::Postgres => {
+            format!("json_agg(json_build_array({SESSION_COLUMNS}) ORDER BY session_key)::text")
+        }
+        _ => format!("json_group_array(json_array({SESSION_COLUMNS}))"),
+    };
+    let sql = format!(
+        "SELECT {page} AS page FROM (SELECT {SESSION_COLUMNS} FROM host_sessions{filter} \
+         ORDER BY session_key LIMIT {batch}) AS batch"
+    );
+    (sql, values)
+}
+
+/// One host session as [`list_sessions_query`] encodes it, in [`SESSION_COLUMNS`] order.
+type SessionTuple = (
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<String>,
+    i64,
+    i64,
+);
+
+/// Decodes the JSON page of [`list_sessions_query`] (`None`: PostgreSQL's aggregate of no rows),
+/// in session-key order: keys compare as bytes on both backends (SQLite's `BINARY` collation,
+/// PostgreSQL's `COLLATE "C"` key columns), as Rust strings do.
+fn decode_session_batch(page: Option<&str>) -> Result<Vec<HostSessionEntry>, Error> {
+    let Some(page) = page else {
+        return Ok(Vec::new());
+    };
+    let tuples: Vec<SessionTuple> =
+        serde_json::from_str(page).map_err(|e| corrupt("host session", e))?;
+    tuples
+        .into_iter()
+        .map(
+            |(key, agent, session, previous, revision, harness, created, updated)| {
+                Ok(HostSessionEntry {
+                    session_key: SessionKey::new(key)?,
+                    agent_id: AgentId::new(agent)?,
+                    session_id: SessionId::new(session)?,
+                    previous_session_id: previous.map(SessionId::new).transpose()?,
+                    lifecycle_revision: LifecycleRevision::new(
+                        u64::try_from(revision)
+                            .map_err(|_| corrupt("lifecycle revision", revision))?,
+                    ),
+                    agent_harness_id: harness.map(HarnessId::new).transpose()?,
+                    created_at: Timestamp::from_millis(created),
+                    updated_at: Timestamp::from_millis(updated),
+                })
+            },
+        )
+        .collect::<Result<Vec<_>, Error>>()
+        .map(|mut entries| {
+            if !entries.is_sorted_by(|a, b| a.session_key < b.session_key) {
+                entries.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+            }
+            entries
+        })
+}
+
 impl Store {
     /// Host sessions in session-key order, filtered and paged by `filter` (keyset cursor).
     pub async fn list_sessions(&self, filter: &SessionFilter) -> Result<SessionPage, Error> {
@@ -221,28 +324,22 @@ impl Store {
         let batch = limit.clamp(16, 500) + 1;
         let needs_rows = filter.has_lease.is_some() || filter.quarantined.is_some();
         'scan: loop {
-            let sql = format!(
-                "SELECT {SESSION_COLUMNS} FROM host_sessions \
-                 WHERE ($1 IS NULL OR session_key > $1) AND ($2 IS NULL OR agent_id = $2) \
-                 AND ($3 IS NULL OR agent_harness_id = $3) ORDER BY session_key LIMIT $4"
-            );
-            let rows = self
+            let (sql, values) =
+                list_sessions_query(self.inner.backend, filter, after.as_ref(), batch);
+            let row = self
                 .inner
                 .db
-                .query_all_raw(self.stmt(
-                    &sql,
-                    vec![
-                        Value::from(after.as_ref().map(|k| k.as_str().to_owned())),
-                        Value::from(filter.agent.as_ref().map(|a| a.as_str().to_owned())),
-                        Value::from(filter.harness.as_ref().map(|h| h.as_str().to_owned())),
-                        to_i64(batch as u64).into(),
-                    ],
-                ))
+                .query_one_raw(self.stmt(&sql, values))
                 .await
                 .map_err(db_error)?;
-            let exhausted = rows.len() < batch;
-            for r in &rows {
-                let entry = super::host::decode_host_entry(r)?;
+            let page: Option<String> = row
+                .map(|r| r.try_get("", "page"))
+                .transpose()
+                .map_err(db_error)?
+                .flatten();
+            let entries = decode_session_batch(page.as_deref())?;
+            let exhausted = entries.len() < batch;
+            for entry in entries {
                 after = Some(entry.session_key.clone());
                 if needs_rows && !self.session_matches(&entry, filter).await? {
                     continue;
@@ -705,5 +802,63 @@ impl Store {
             }
         }
         Ok(removed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_batches_decode_in_key_order_with_escapes_and_nulls() {
+        let page =
+            r#"[["b\"q","main","g2","g1",3,null,10,20],["a","main","g1",null,1,"codex",5,6]]"#;
+        let entries = decode_session_batch(Some(page)).unwrap();
+        let keys: Vec<_> = entries.iter().map(|e| e.session_key.as_str()).collect();
+        assert_eq!(keys, ["a", "b\"q"]);
+        assert_eq!(
+            entries[1].previous_session_id,
+            Some(SessionId::new("g1").unwrap())
+        );
+        assert_eq!(entries[1].lifecycle_revision, LifecycleRevision::new(3));
+        assert_eq!(
+            entries[0].agent_harness_id,
+            Some(HarnessId::new("codex").unwrap())
+        );
+        assert_eq!(entries[0].updated_at, Timestamp::from_millis(6));
+        assert!(decode_session_batch(None).unwrap().is_empty());
+        assert!(decode_session_batch(Some("[]")).unwrap().is_empty());
+    }
+
+    #[test]
+    fn corrupt_session_batches_are_refused() {
+        for page in [
+            r#"[["a","main","g1",null,-1,null,0,0]]"#,
+            r#"[["  ","main","g1",null,1,null,0,0]]"#,
+            r#"[["a","main","g1",null,"1",null,0,0]]"#,
+            "not json",
+        ] {
+            assert!(decode_session_batch(Some(page)).is_err(), "{page}");
+        }
+    }
+
+    #[test]
+    fn batch_queries_bind_only_the_filters_that_are_set() {
+        let (sql, values) =
+            list_sessions_query(DbBackend::Sqlite, &SessionFilter::default(), None, 101);
+        assert!(values.is_empty());
+        assert!(!sql.contains("WHERE") && sql.contains("LIMIT 101"), "{sql}");
+        let filter = SessionFilter {
+            harness: Some(HarnessId::new("codex").unwrap()),
+            ..SessionFilter::default()
+        };
+        let after = SessionKey::new("s1").unwrap();
+        let (sql, values) = list_sessions_query(DbBackend::Postgres, &filter, Some(&after), 17);
+        assert_eq!(values.len(), 2);
+        assert!(
+            sql.contains("WHERE session_key > $1 AND agent_harness_id = $2")
+                && sql.contains("json_agg"),
+            "{sql}"
+        );
     }
 }
