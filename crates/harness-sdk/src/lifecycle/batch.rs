@@ -239,6 +239,10 @@ impl Shared {
                 for (owner, ok) in eligible.iter().zip(renewed) {
                     if ok {
                         owner.record_lease(expires_at, None);
+                        // The renewal moved the row's revision on: the row the owner's last
+                        // write left is stale now (never patched: only the store knows the
+                        // new row).
+                        owner.forget_observation();
                     } else {
                         refused += 1;
                         owner.fail_if_held(self.lost(&owner.key));

@@ -167,6 +167,11 @@ impl OwnerState {
         self.lock().last_written = ours.then_some(written);
     }
 
+    /// Drops the remembered observation (the row changed behind this owner's back).
+    pub(crate) fn forget_observation(&self) {
+        self.lock().last_written = None;
+    }
+
     /// `failure`, or a fresh lost-lease error.
     pub(crate) fn failure_or_lost(&self, shared: &Shared) -> Error {
         self.failure()
