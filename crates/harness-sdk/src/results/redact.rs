@@ -42,28 +42,94 @@ pub struct RedactionConfig {
 
 /// Masks one secret value (see the module docs).
 pub fn mask_token(value: &str) -> String {
-    if value == MASK || value.chars().count() < MASK_MIN_CHARS {
-        return MASK.to_owned();
+    let mut out = String::new();
+    push_mask(&mut out, value, mask_edges(value));
+    out
+}
+
+/// The byte ends of the kept edges of the mask of `value`: the end of the first 6 characters
+/// and the start of the last 4; `None` when the mask is [`MASK`].
+fn mask_edges(value: &str) -> Option<(usize, usize)> {
+    // Fewer bytes than `MASK_MIN_CHARS` means fewer characters too.
+    if value.len() < MASK_MIN_CHARS {
+        return None;
+    }
+    if value.is_ascii() {
+        // One byte per character, and no ellipsis anywhere.
+        return Some((6, value.len() - 4));
+    }
+    if value.chars().count() < MASK_MIN_CHARS {
+        return None;
     }
     // At least 18 characters: the byte ends of the first 6 and the start of the last 4.
     let head_end = value.char_indices().nth(6).map_or(value.len(), |(i, _)| i);
     let tail_start = value.char_indices().nth_back(3).map_or(0, |(i, _)| i);
-    let (head, tail) = (&value[..head_end], &value[tail_start..]);
-    if head.contains(ELLIPSIS) || tail.contains(ELLIPSIS) {
+    if has_ellipsis(&value[..head_end]) || has_ellipsis(&value[tail_start..]) {
         // An ellipsis in the kept edges would make the mask unrecognisable as one.
-        return MASK.to_owned();
+        return None;
     }
-    let mut out = String::with_capacity(head.len() + ELLIPSIS.len_utf8() + tail.len());
-    out.push_str(head);
-    out.push(ELLIPSIS);
-    out.push_str(tail);
-    out
+    Some((head_end, tail_start))
+}
+
+/// Whether `s` contains [`ELLIPSIS`] (looked for by its UTF-8 lead byte first).
+fn has_ellipsis(s: &str) -> bool {
+    s.as_bytes().contains(&0xE2) && s.contains(ELLIPSIS)
+}
+
+/// Appends the mask of `value` with the given edges ([`MASK`] for `None`).
+fn push_mask(out: &mut String, value: &str, edges: Option<(usize, usize)>) {
+    match edges {
+        None => out.push_str(MASK),
+        Some((head_end, tail_start)) => {
+            out.reserve(head_end + ELLIPSIS.len_utf8() + (value.len() - tail_start));
+            out.push_str(&value[..head_end]);
+            out.push(ELLIPSIS);
+            out.push_str(&value[tail_start..]);
+        }
+    }
+}
+
+/// Replaces `value` with its [`mask_token`] in place (a mask is never longer than a value of
+/// at least 18 characters, so the buffer is reused).
+pub(crate) fn mask_in_place(value: &mut String) {
+    match mask_edges(value) {
+        None => {
+            value.clear();
+            value.push_str(MASK);
+        }
+        Some((head_end, tail_start)) if value.is_ascii() => {
+            let tail: [u8; 4] = [
+                value.as_bytes()[tail_start],
+                value.as_bytes()[tail_start + 1],
+                value.as_bytes()[tail_start + 2],
+                value.as_bytes()[tail_start + 3],
+            ];
+            value.truncate(head_end);
+            value.push(ELLIPSIS);
+            value.extend(tail.map(char::from));
+        }
+        Some((head_end, tail_start)) => {
+            // The tail is four characters: at most 16 bytes.
+            let mut tail = [0u8; 16];
+            let tail_len = value.len() - tail_start;
+            tail[..tail_len].copy_from_slice(&value.as_bytes()[tail_start..]);
+            value.truncate(head_end);
+            value.push(ELLIPSIS);
+            // `tail_start` is a character boundary, so the copied bytes are valid UTF-8.
+            value.push_str(std::str::from_utf8(&tail[..tail_len]).unwrap_or_default());
+        }
+    }
 }
 
 /// Whether `value` is already a mask produced by [`mask_token`] (`"***"` or `xxxxxx…yyyy`).
 pub fn is_masked(value: &str) -> bool {
     if value == MASK {
         return true;
+    }
+    // Eleven characters, one of them the three-byte ellipsis: 13 to 43 bytes, with the
+    // ellipsis lead byte somewhere.
+    if !(13..=43).contains(&value.len()) || !value.as_bytes().contains(&0xE2) {
+        return false;
     }
     let mut n = 0usize;
     let mut ellipsis_at = None;
@@ -79,6 +145,7 @@ pub fn is_masked(value: &str) -> bool {
     n == 11 && ellipsis_at == Some(6)
 }
 
+/// The sensitive keys in compact form (lower-cased, without `_` and `-`).
 const SENSITIVE_COMPACT: &[&str] = &[
     "apikey",
     "apitoken",
@@ -148,10 +215,74 @@ const BENIGN_KEY_PREFIXES: &[&str] = &[
     "index",
 ];
 
+/// Camel-case suffixes of sensitive keys (`is_sensitive_key` matches them by last byte).
 const CAMEL_SUFFIXES: &[&str] = &["Token", "Secret", "Password", "Passwd", "ApiKey"];
 
 /// Longest compact key any of the key tables can match; longer keys match none of them.
 const COMPACT_MAX: usize = 32;
+
+/// [`KEY_ENDS`]: the byte (either case) starts an entry of [`SENSITIVE_COMPACT`].
+const KEY_END_COMPACT_FIRST: u8 = 1;
+/// [`KEY_ENDS`]: the byte (either case) ends an entry of [`SENSITIVE_COMPACT`].
+const KEY_END_COMPACT_LAST: u8 = 1 << 1;
+/// [`KEY_ENDS`]: the byte (either case) ends one of [`ENV_SUFFIXES`] or [`CAMEL_SUFFIXES`].
+const KEY_END_SUFFIX: u8 = 1 << 2;
+/// [`KEY_ENDS`]: `_` or `-` (the last letter of the compact form is elsewhere).
+const KEY_END_SEPARATOR: u8 = 1 << 3;
+
+/// What each byte can be at either end of a sensitive key (see the `KEY_END_*` bits), derived
+/// from the key tables.
+static KEY_ENDS: [u8; 256] = {
+    const fn mark(table: &mut [u8; 256], byte: u8, bit: u8) {
+        table[byte.to_ascii_lowercase() as usize] |= bit;
+        table[byte.to_ascii_uppercase() as usize] |= bit;
+    }
+    let mut table = [0u8; 256];
+    let mut i = 0;
+    while i < SENSITIVE_COMPACT.len() {
+        let entry = SENSITIVE_COMPACT[i].as_bytes();
+        mark(&mut table, entry[0], KEY_END_COMPACT_FIRST);
+        mark(&mut table, entry[entry.len() - 1], KEY_END_COMPACT_LAST);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < ENV_SUFFIXES.len() {
+        let suffix = ENV_SUFFIXES[i].as_bytes();
+        mark(&mut table, suffix[suffix.len() - 1], KEY_END_SUFFIX);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < CAMEL_SUFFIXES.len() {
+        let suffix = CAMEL_SUFFIXES[i].as_bytes();
+        mark(&mut table, suffix[suffix.len() - 1], KEY_END_SUFFIX);
+        i += 1;
+    }
+    table[b'_' as usize] |= KEY_END_SEPARATOR;
+    table[b'-' as usize] |= KEY_END_SEPARATOR;
+    table
+};
+
+/// [`KEY_CLASS`] of an ASCII letter or digit.
+const KEY_ALNUM: u8 = 1;
+/// [`KEY_CLASS`] of `_` and `-`.
+const KEY_SEPARATOR: u8 = 2;
+
+/// The class of each byte in a key: [`KEY_ALNUM`], [`KEY_SEPARATOR`], or 0 for a byte that
+/// no sensitive key contains.
+static KEY_CLASS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            table[b] = KEY_ALNUM;
+        } else if c == b'_' || c == b'-' {
+            table[b] = KEY_SEPARATOR;
+        }
+        b += 1;
+    }
+    table
+};
 
 /// The lower-cased key without `_` and `-` in a stack buffer, or `None` when it is longer
 /// than [`COMPACT_MAX`] (then it equals no table entry). `key` must be ASCII.
@@ -175,6 +306,70 @@ fn compact_in(key: &str, table: &[&str]) -> bool {
     compact_lower(key).is_some_and(|(buf, n)| table.iter().any(|t| t.as_bytes() == &buf[..n]))
 }
 
+/// Whether the compact form (lower-cased, without `_`/`-`) of `key` equals `target`.
+fn compact_eq(key: &[u8], target: &[u8]) -> bool {
+    let mut t = 0;
+    for &b in key {
+        if b == b'_' || b == b'-' {
+            continue;
+        }
+        if target.get(t) != Some(&b.to_ascii_lowercase()) {
+            return false;
+        }
+        t += 1;
+    }
+    t == target.len()
+}
+
+/// FNV-1a over the bytes of a compact key (the hash of [`SENSITIVE_SLOTS`]).
+const fn compact_hash_step(hash: u64, byte: u8) -> u64 {
+    (hash ^ byte as u64).wrapping_mul(0x0100_0000_01b3)
+}
+
+/// The FNV-1a offset basis.
+const COMPACT_HASH_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Number of slots of [`SENSITIVE_SLOTS`] (a power of two, about three times the entries).
+const SENSITIVE_SLOT_COUNT: usize = 128;
+
+/// An open-addressing hash table of [`SENSITIVE_COMPACT`]: each slot holds an entry index plus
+/// one, or 0 when empty; collisions go to the next slot.
+static SENSITIVE_SLOTS: [u8; SENSITIVE_SLOT_COUNT] = {
+    let mut slots = [0u8; SENSITIVE_SLOT_COUNT];
+    let mut i = 0;
+    while i < SENSITIVE_COMPACT.len() {
+        let entry = SENSITIVE_COMPACT[i].as_bytes();
+        let mut hash = COMPACT_HASH_START;
+        let mut k = 0;
+        while k < entry.len() {
+            hash = compact_hash_step(hash, entry[k]);
+            k += 1;
+        }
+        let mut slot = hash as usize % SENSITIVE_SLOT_COUNT;
+        while slots[slot] != 0 {
+            slot = (slot + 1) % SENSITIVE_SLOT_COUNT;
+        }
+        slots[slot] = (i + 1) as u8;
+        i += 1;
+    }
+    slots
+};
+
+/// Whether the compact form of `key`, whose hash is `hash`, is in [`SENSITIVE_COMPACT`].
+fn is_sensitive_compact(key: &[u8], hash: u64) -> bool {
+    let mut slot = hash as usize % SENSITIVE_SLOT_COUNT;
+    loop {
+        let entry = SENSITIVE_SLOTS[slot];
+        if entry == 0 {
+            return false;
+        }
+        if compact_eq(key, SENSITIVE_COMPACT[usize::from(entry - 1)].as_bytes()) {
+            return true;
+        }
+        slot = (slot + 1) % SENSITIVE_SLOT_COUNT;
+    }
+}
+
 /// Whether a JSON object key names a secret (case-insensitive, whole key).
 pub fn is_sensitive_key(key: &str) -> bool {
     let bytes = key.as_bytes();
@@ -184,30 +379,61 @@ pub fn is_sensitive_key(key: &str) -> bool {
     if !first.is_ascii_alphabetic() {
         return false;
     }
-    if !bytes
-        .iter()
-        .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    // Quick rejection by the first and last bytes (most keys): the compact list can only
+    // match a key whose first and last letters start and end one of its entries, the suffix
+    // rules only a key ending like one of their suffixes.
+    let last = bytes[bytes.len() - 1];
+    if !(KEY_ENDS[usize::from(last)] & KEY_END_SUFFIX != 0
+        || (KEY_ENDS[usize::from(first)] & KEY_END_COMPACT_FIRST != 0
+            && KEY_ENDS[usize::from(last)] & (KEY_END_COMPACT_LAST | KEY_END_SEPARATOR) != 0))
     {
         return false;
     }
-    if compact_in(key, SENSITIVE_COMPACT) {
+    // One pass: the characters (letters, digits, `_`, `-`), the separators and the hash of
+    // the compact form.
+    let mut valid = true;
+    let mut separators = false;
+    let mut hash = COMPACT_HASH_START;
+    for &b in bytes {
+        let class = KEY_CLASS[usize::from(b)];
+        valid &= class != 0;
+        if class == KEY_SEPARATOR {
+            separators = true;
+        } else {
+            // `| 0x20` lower-cases a letter and keeps a digit (other bytes make the key
+            // invalid anyway).
+            hash = compact_hash_step(hash, b | 0x20);
+        }
+    }
+    if !valid {
+        return false;
+    }
+    if is_sensitive_compact(bytes, hash) {
         return true;
     }
     // Segments split on `_`/`-`: at least two, none empty (the first byte is alphabetic).
-    if let Some(last_sep) = key.rfind(['_', '-']) {
-        let no_empty = last_sep + 1 < key.len()
-            && !bytes
-                .windows(2)
-                .any(|w| matches!(w[0], b'_' | b'-') && matches!(w[1], b'_' | b'-'));
-        if no_empty {
-            let last = &key[last_sep + 1..];
-            if ENV_SUFFIXES.iter().any(|s| last.eq_ignore_ascii_case(s)) {
-                return !(last.eq_ignore_ascii_case("key")
-                    && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
-            }
+    if separators
+        && let Some(last_sep) = bytes.iter().rposition(|&b| b == b'_' || b == b'-')
+        && last_sep + 1 < key.len()
+        && !bytes
+            .windows(2)
+            .any(|w| matches!(w[0], b'_' | b'-') && matches!(w[1], b'_' | b'-'))
+    {
+        let last = &key[last_sep + 1..];
+        if ENV_SUFFIXES.iter().any(|s| last.eq_ignore_ascii_case(s)) {
+            return !(last.eq_ignore_ascii_case("key")
+                && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
         }
     }
-    CAMEL_SUFFIXES.iter().any(|suffix| {
+    // `CAMEL_SUFFIXES` by last byte.
+    let suffixes: &[&str] = match bytes[bytes.len() - 1] {
+        b'n' => &["Token"],
+        b't' => &["Secret"],
+        b'd' => &["Password", "Passwd"],
+        b'y' => &["ApiKey"],
+        _ => return false,
+    };
+    suffixes.iter().any(|suffix| {
         key.len() > suffix.len()
             && key.ends_with(suffix)
             && key[..key.len() - suffix.len()]
@@ -223,20 +449,35 @@ pub fn is_sensitive_key_in(key: &str, parent_key: Option<&str>) -> bool {
     if is_sensitive_key(key) {
         return true;
     }
-    key.eq_ignore_ascii_case("id")
-        && parent_key.is_some_and(|p| {
-            let compact: String = p
+    key.eq_ignore_ascii_case("id") && parent_key.is_some_and(is_share_parent)
+}
+
+/// Whether a parent key, lower-cased with everything but ASCII letters and digits removed,
+/// contains `publicshare` or is `share`.
+fn is_share_parent(parent: &str) -> bool {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    for b in parent.bytes().filter(u8::is_ascii_alphanumeric) {
+        if n == buf.len() {
+            let compact: String = parent
                 .chars()
                 .filter(|c| c.is_ascii_alphanumeric())
                 .map(|c| c.to_ascii_lowercase())
                 .collect();
-            compact.contains("publicshare") || compact == "share"
-        })
+            return compact.contains("publicshare") || compact == "share";
+        }
+        buf[n] = b.to_ascii_lowercase();
+        n += 1;
+    }
+    let compact = &buf[..n];
+    compact == b"share" || compact.windows(11).any(|w| w == b"publicshare")
 }
 
 fn is_text_key(key: &str) -> bool {
-    // A sensitive key is ASCII, as `compact_in` needs.
-    is_sensitive_key(key) && !compact_in(key, TEXT_EXEMPT_COMPACT)
+    is_sensitive_key(key)
+        && !TEXT_EXEMPT_COMPACT
+            .iter()
+            .any(|t| compact_eq(key.as_bytes(), t.as_bytes()))
 }
 
 const TOKEN_PREFIXES: &[&str] = &[
@@ -269,14 +510,38 @@ const TOKEN_PREFIXES: &[&str] = &[
 /// Built-in prefixes need at least this many characters after the prefix.
 const TOKEN_MIN_BODY: usize = 8;
 
+/// Which bytes are word characters (`A-Z a-z 0-9 _ -`), indexed by byte.
+static WORD_BYTES: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+        b += 1;
+    }
+    table
+};
+
 /// A word character (`A-Z a-z 0-9 _ -`); a UTF-8 continuation or lead byte never is one.
+#[inline]
 fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'_' || b == b'-'
+    WORD_BYTES[usize::from(b)]
 }
 
-fn is_value_terminator(c: char) -> bool {
+const fn is_value_terminator(c: char) -> bool {
     c.is_whitespace() || matches!(c, '"' | '\'' | '`' | ',' | ';' | '}' | ']' | ')' | '&')
 }
+
+/// [`is_value_terminator`] for every ASCII byte.
+static ASCII_TERMINATORS: [bool; 128] = {
+    let mut table = [false; 128];
+    let mut b = 0;
+    while b < 128 {
+        table[b] = is_value_terminator(b as u8 as char);
+        b += 1;
+    }
+    table
+};
 
 /// The character starting at byte `i` (a character boundary) of `s`.
 fn char_at(s: &str, i: usize) -> Option<char> {
@@ -285,10 +550,25 @@ fn char_at(s: &str, i: usize) -> Option<char> {
 
 /// The byte index of the first value terminator at or after `from`, or the end.
 fn terminator_from(s: &str, from: usize) -> usize {
-    s[from..]
-        .char_indices()
-        .find(|(_, c)| is_value_terminator(*c))
-        .map_or(s.len(), |(k, _)| from + k)
+    let bytes = s.as_bytes();
+    let mut k = from;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b < 0x80 {
+            if ASCII_TERMINATORS[usize::from(b)] {
+                return k;
+            }
+            k += 1;
+        } else {
+            // `k` is a character boundary: ASCII bytes and whole characters are stepped over.
+            match char_at(s, k) {
+                Some(c) if is_value_terminator(c) => return k,
+                Some(c) => k += c.len_utf8(),
+                None => return bytes.len(),
+            }
+        }
+    }
+    bytes.len()
 }
 
 /// Copy-on-write output of a scan: nothing is allocated until a span is replaced.
@@ -315,6 +595,25 @@ impl<'a> Rewrite<'a> {
         out.push_str(&self.text[self.copied..from]);
         out.push_str(with);
         self.copied = to;
+    }
+
+    /// Replaces bytes `from..to` with whatever `write` appends.
+    fn replace_with(&mut self, from: usize, to: usize, write: impl FnOnce(&mut String)) {
+        let out = self
+            .out
+            .get_or_insert_with(|| String::with_capacity(self.text.len()));
+        out.push_str(&self.text[self.copied..from]);
+        write(out);
+        self.copied = to;
+    }
+
+    /// Masks bytes `from..to` with [`mask_span`] (an existing mask is left where it is).
+    fn mask_span(&mut self, from: usize, to: usize, quoted: bool) {
+        let span = &self.text[from..to];
+        if !is_masked(span) {
+            let edges = safe_mask_edges(span, quoted);
+            self.replace_with(from, to, |out| push_mask(out, span, edges));
+        }
     }
 
     fn finish(self) -> Cow<'a, str> {
@@ -352,69 +651,126 @@ pub fn redact_text_with(text: &str, config: &RedactionConfig) -> TextRedaction {
 }
 
 /// The pattern layer without copying: the text is borrowed when nothing was replaced.
+///
+/// The checks run in a fixed order at every word start (token prefix, `Bearer`, `--flag`,
+/// assignment); each is gated on a cheap necessary condition (word length and first byte, the
+/// byte after the word) so that ordinary words cost a table lookup per byte.
 pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (Cow<'a, str>, bool) {
     let bytes = text.as_bytes();
     let n = bytes.len();
+    let custom_prefixes = config.token_prefixes.iter().any(|p| !p.is_empty());
+    let families = if custom_prefixes {
+        FAMILY_ALL
+    } else {
+        pattern_families(bytes)
+    };
+    if families == 0 {
+        return (Cow::Borrowed(text), false);
+    }
+    let shell = families & FAMILY_SHELL != 0;
+    let tokens = families & FAMILY_TOKEN != 0;
+    let bearer = families & FAMILY_BEARER != 0;
+    let flags = families & FAMILY_FLAG != 0;
+    let assignments = families & FAMILY_ASSIGNMENT != 0;
+    // Without token prefixes and assignments, a match can only start at `$`, or at a word
+    // that starts with `-` or `b`/`B`: jump from one such byte to the next.
+    let jump = !(tokens || assignments);
     let mut rw = Rewrite::new(text);
     let mut matched = false;
     let mut i = 0;
     while i < n {
-        let c = bytes[i];
-        if c == b'$'
-            && bytes.get(i + 1) == Some(&b'{')
-            && let Some((end, replacement, hit)) = shell_reference(text, i)
-        {
-            matched |= hit;
-            if let Some(r) = replacement {
-                rw.replace(i, end, &r);
+        if jump {
+            match bytes[i..].iter().position(|&b| {
+                (flags && b == b'-') || (bearer && (b | 0x20) == b'b') || (shell && b == b'$')
+            }) {
+                Some(k) => i += k,
+                None => break,
             }
-            i = end;
+            if i > 0 && is_word_byte(bytes[i]) && is_word_byte(bytes[i - 1]) {
+                // Inside a word: not a word start.
+                i += 1;
+                continue;
+            }
+        }
+        let c = bytes[i];
+        if !is_word_byte(c) {
+            if shell
+                && c == b'$'
+                && bytes.get(i + 1) == Some(&b'{')
+                && let Some((end, replacement, hit)) = shell_reference(text, i)
+            {
+                matched |= hit;
+                if let Some(r) = replacement {
+                    rw.replace(i, end, &r);
+                }
+                i = end;
+            } else {
+                i += 1;
+            }
             continue;
         }
-        if !is_word_byte(c) || (i > 0 && is_word_byte(bytes[i - 1])) {
-            i += 1;
-            continue;
-        }
-        let mut j = i;
+        // `i` starts a word: it follows a non-word byte or the end of a match, and every match
+        // ends at a non-word byte, after `}` or at the end of the text.
+        let mut j = i + 1;
         while j < n && is_word_byte(bytes[j]) {
             j += 1;
         }
+        let len = j - i;
+        // Every check below needs its family and one of these; most words fail them all.
+        let next = bytes.get(j).copied();
+        let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
+        let bearer_check = bearer && len == 6;
+        let flag_check = flags && c == b'-';
+        let assignment_check =
+            assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
+        if !(token_check || bearer_check || flag_check || assignment_check) {
+            i = j;
+            continue;
+        }
+        // Word bytes are ASCII, so `i` and `j` are character boundaries.
         let word = &text[i..j];
         // Known token prefixes.
-        if is_prefixed_token(word, config) {
+        if token_check
+            && (is_builtin_token(word) || (custom_prefixes && is_custom_token(word, config)))
+        {
             matched = true;
-            rw.replace(i, j, &safe_mask(word, false));
+            let edges = safe_mask_edges(word, false);
+            rw.replace_with(i, j, |out| push_mask(out, word, edges));
             i = j;
             continue;
         }
         // `Bearer <token>`.
-        if word.eq_ignore_ascii_case("bearer")
+        if bearer_check
+            && word.eq_ignore_ascii_case("bearer")
             && let Some((start, end)) = scheme_token(text, j)
         {
             matched = true;
-            rw.replace(start, end, &mask_span(&text[start..end], false));
+            rw.mask_span(start, end, false);
             i = end;
             continue;
         }
         // `--api-key value`.
-        if let Some(flag) = word.strip_prefix("--")
+        if flag_check
+            && let Some(flag) = word.strip_prefix("--")
             && is_text_key(flag)
             && let Some((start, end)) = flag_value(text, j)
         {
             matched = true;
-            rw.replace(start, end, &mask_span(&text[start..end], false));
+            rw.mask_span(start, end, false);
             i = end;
             continue;
         }
         // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
-        // (`assignment` first: it is pure and rejects most words at the next byte.)
-        if let Some(a) = assignment(text, j)
+        // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
+        // quote, a blank, `=` or `:` right after the word.)
+        if assignment_check
+            && let Some(a) = assignment(text, j)
             && is_text_key(word)
         {
             matched = true;
             let value = &text[a.value_start..a.value_end];
             if !is_own_shell_reference(word, value) {
-                rw.replace(a.value_start, a.value_end, &mask_span(value, a.quoted));
+                rw.mask_span(a.value_start, a.value_end, a.quoted);
             }
             i = a.value_end;
             continue;
@@ -424,52 +780,138 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
     (rw.finish(), matched)
 }
 
-fn is_prefixed_token(word: &str, config: &RedactionConfig) -> bool {
-    TOKEN_PREFIXES
-        .iter()
-        .any(|p| word.starts_with(p) && word.len() >= p.len() + TOKEN_MIN_BODY)
-        || config
-            .token_prefixes
-            .iter()
-            .any(|p| !p.is_empty() && word.starts_with(p.as_str()) && word.len() > p.len())
+/// Pattern families of the text layer, as bits of [`pattern_families`].
+const FAMILY_SHELL: u8 = 1;
+/// `KEY=value`, `"key": "value"`: needs `=` or `:`.
+const FAMILY_ASSIGNMENT: u8 = 1 << 1;
+/// `--flag value`: needs `--`.
+const FAMILY_FLAG: u8 = 1 << 2;
+/// A built-in token prefix with `-` (`sk-`, `glpat-`, `xoxb-`, …): needs one of the letters
+/// that precede the first `-` of such a prefix, then `-`.
+const FAMILY_TOKEN_DASH: u8 = 1 << 3;
+/// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
+const FAMILY_TOKEN_UNDERSCORE: u8 = 1 << 4;
+/// `AKIA`, `ASIA`, `AIza`: needs `AK`, `AS` or `AI`.
+const FAMILY_TOKEN_UPPER: u8 = 1 << 5;
+/// `Bearer <token>`: needs `be` in any case.
+const FAMILY_BEARER: u8 = 1 << 6;
+/// Any built-in token prefix.
+const FAMILY_TOKEN: u8 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
+/// Every family (used with caller prefixes, which the families do not cover).
+const FAMILY_ALL: u8 = u8::MAX;
+/// The families a single byte starts on its own, whatever follows it.
+const FAMILY_SINGLE: u8 = FAMILY_SHELL | FAMILY_ASSIGNMENT;
+
+/// For each byte, the families it can be the first byte of a pair for.
+static PAIR_FIRST: [u8; 256] = {
+    let mut table = [0u8; 256];
+    table[b'$' as usize] |= FAMILY_SHELL;
+    table[b'=' as usize] |= FAMILY_ASSIGNMENT;
+    table[b':' as usize] |= FAMILY_ASSIGNMENT;
+    table[b'-' as usize] |= FAMILY_FLAG;
+    let dash_letters = b"ktbpars";
+    let mut k = 0;
+    while k < dash_letters.len() {
+        table[dash_letters[k] as usize] |= FAMILY_TOKEN_DASH;
+        k += 1;
+    }
+    let underscore_letters = b"kpousrbtmdf";
+    let mut k = 0;
+    while k < underscore_letters.len() {
+        table[underscore_letters[k] as usize] |= FAMILY_TOKEN_UNDERSCORE;
+        k += 1;
+    }
+    table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'b' as usize] |= FAMILY_BEARER;
+    table[b'B' as usize] |= FAMILY_BEARER;
+    table
+};
+
+/// For each byte, the families it can complete as the second byte of a pair (every byte
+/// completes the single-byte families).
+static PAIR_SECOND: [u8; 256] = {
+    let mut table = [FAMILY_SINGLE; 256];
+    table[b'-' as usize] |= FAMILY_FLAG | FAMILY_TOKEN_DASH;
+    table[b'_' as usize] |= FAMILY_TOKEN_UNDERSCORE;
+    table[b'K' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'S' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'e' as usize] |= FAMILY_BEARER;
+    table[b'E' as usize] |= FAMILY_BEARER;
+    table
+};
+
+/// The built-in pattern families that can match somewhere in `bytes`: a family whose bit is
+/// clear cannot match anywhere, because the text lacks a byte pair every match of that family
+/// contains (see the `FAMILY_*` constants). Most ordinary text yields no family at all and is
+/// never scanned word by word.
+fn pattern_families(bytes: &[u8]) -> u8 {
+    let mut families = 0u8;
+    let mut first = 0u8;
+    for &b in bytes {
+        families |= first & PAIR_SECOND[usize::from(b)];
+        first = PAIR_FIRST[usize::from(b)];
+    }
+    // The last byte pairs with nothing: only the single-byte families.
+    families | (first & FAMILY_SINGLE)
 }
 
-/// Masks a span unless it already is a mask.
-fn mask_span(span: &str, quoted: bool) -> String {
-    if is_masked(span) {
-        return span.to_owned();
+/// Shortest word a built-in prefix can match: the shortest prefix plus [`TOKEN_MIN_BODY`].
+const BUILTIN_TOKEN_MIN_LEN: usize = 3 + TOKEN_MIN_BODY;
+
+/// Whether `word` starts with a built-in token prefix and has a long enough body.
+fn is_builtin_token(word: &str) -> bool {
+    let bytes = word.as_bytes();
+    if bytes.len() < BUILTIN_TOKEN_MIN_LEN
+        || !matches!(
+            bytes[0],
+            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h'
+        )
+    {
+        return false;
     }
-    safe_mask(span, quoted)
+    TOKEN_PREFIXES.iter().any(|p| {
+        p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + TOKEN_MIN_BODY
+    })
+}
+
+/// Whether `word` starts with a caller prefix and has at least one more character.
+fn is_custom_token(word: &str, config: &RedactionConfig) -> bool {
+    config
+        .token_prefixes
+        .iter()
+        .any(|p| !p.is_empty() && word.starts_with(p.as_str()) && word.len() > p.len())
 }
 
 /// [`mask_token`], falling back to [`MASK`] when the kept edges could change how the text
 /// scans next time (quotes or backslashes inside a quoted value, an assignment or shell
 /// reference in the head, or a tail that reads as a sensitive key).
 fn safe_mask(value: &str, quoted: bool) -> String {
-    let masked = mask_token(value);
-    if masked == MASK {
-        return masked;
+    let mut out = String::new();
+    push_mask(&mut out, value, safe_mask_edges(value, quoted));
+    out
+}
+
+/// The mask edges of [`safe_mask`] (`None`: the mask is [`MASK`]).
+fn safe_mask_edges(value: &str, quoted: bool) -> Option<(usize, usize)> {
+    let (head_end, tail_start) = mask_edges(value)?;
+    // The mask is the head (six characters), the ellipsis and the tail (four characters).
+    let (head, tail) = (&value[..head_end], &value[tail_start..]);
+    const QUOTES: [char; 3] = ['"', '\'', '\\'];
+    if quoted && (head.contains(QUOTES) || tail.contains(QUOTES)) {
+        return None;
     }
-    if quoted && masked.chars().any(|c| matches!(c, '"' | '\'' | '\\')) {
-        return MASK.to_owned();
+    if head.contains(['=', ':', '$']) {
+        return None;
     }
-    // `masked` is six characters, the ellipsis, four characters.
-    let head_end = masked
-        .char_indices()
-        .nth(6)
-        .map_or(masked.len(), |(i, _)| i);
-    if masked[..head_end].contains(['=', ':', '$']) {
-        return MASK.to_owned();
-    }
-    let tail = &masked[(head_end + ELLIPSIS.len_utf8()).min(masked.len())..];
     let tail_word = &tail[..tail
         .bytes()
         .position(|b| !is_word_byte(b))
         .unwrap_or(tail.len())];
     if is_sensitive_key(tail_word) || tail_word.starts_with("--") {
-        return MASK.to_owned();
+        return None;
     }
-    masked
+    Some((head_end, tail_start))
 }
 
 /// `${NAME}` / `${NAME:-default}` at byte `start`: the end index, the replacement text when
@@ -612,15 +1054,14 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
     match char_at(text, k) {
         Some(q @ ('"' | '\'')) => {
             let start = k + 1;
+            // Byte steps: the bytes of a multi-byte character are never a quote or a
+            // backslash, so skipping only the first byte of an escaped character is enough.
+            let q = q as u8;
             let mut e = start;
-            while let Some(c) = char_at(text, e)
-                && c != q
-            {
-                e += c.len_utf8();
-                if c == '\\'
-                    && let Some(escaped) = char_at(text, e)
-                {
-                    e += escaped.len_utf8();
+            while e < bytes.len() && bytes[e] != q {
+                e += 1;
+                if bytes[e - 1] == b'\\' && e < bytes.len() {
+                    e += 1;
                 }
             }
             if e >= bytes.len() || e == start {
@@ -647,6 +1088,9 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
 
 /// Whether `value` is a shell reference to `key` itself (`$KEY`, `${KEY}`, `${KEY:-}`).
 pub fn is_own_shell_reference(key: &str, value: &str) -> bool {
+    if !value.trim_start().starts_with('$') {
+        return false;
+    }
     let v = value.trim();
     let inner = if let Some(rest) = v.strip_prefix("${").and_then(|r| r.strip_suffix('}')) {
         rest.strip_suffix(":-").unwrap_or(rest)
@@ -671,24 +1115,65 @@ pub fn redact_field_value(
     value: &str,
     config: &RedactionConfig,
 ) -> String {
-    if !is_sensitive_key_in(key, parent_key) {
-        let (text, _) = redact_text_cow(value, config);
-        return if is_app_password_key(key) {
-            mask_app_passwords(&text).into_owned()
-        } else {
-            text.into_owned()
-        };
-    }
-    if is_masked(value) || is_own_shell_reference(key, value) {
-        return value.to_owned();
-    }
-    if key.eq_ignore_ascii_case("session") && is_workspace_session_path(value) {
-        return value.to_owned();
-    }
-    mask_token(value)
+    redact_field_value_cow(key, parent_key, value, config).into_owned()
 }
 
-/// Keys whose text may quote an app-specific password (`abcd-efgh-ijkl-mnop`).
+/// [`redact_field_value`] without copying: the value is borrowed when it is kept as it is.
+pub(crate) fn redact_field_value_cow<'a>(
+    key: &str,
+    parent_key: Option<&str>,
+    value: &'a str,
+    config: &RedactionConfig,
+) -> Cow<'a, str> {
+    if !is_sensitive_key_in(key, parent_key) {
+        return redact_plain_field(key, value, config);
+    }
+    if keeps_sensitive_value(key, value) {
+        return Cow::Borrowed(value);
+    }
+    Cow::Owned(mask_token(value))
+}
+
+/// [`redact_field_value`] on an owned string, in place (a masked secret reuses its buffer).
+pub(crate) fn redact_field_value_in_place(
+    key: &str,
+    parent_key: Option<&str>,
+    value: &mut String,
+    config: &RedactionConfig,
+) {
+    if !is_sensitive_key_in(key, parent_key) {
+        if let Cow::Owned(redacted) = redact_plain_field(key, value, config) {
+            *value = redacted;
+        }
+    } else if !keeps_sensitive_value(key, value) {
+        mask_in_place(value);
+    }
+}
+
+/// The pattern layer for a value under a key that is not sensitive (plus app passwords under
+/// message-like keys).
+fn redact_plain_field<'a>(key: &str, value: &'a str, config: &RedactionConfig) -> Cow<'a, str> {
+    let (text, _) = redact_text_cow(value, config);
+    if !is_app_password_key(key) {
+        return text;
+    }
+    match mask_app_passwords(&text) {
+        Cow::Owned(masked) => Cow::Owned(masked),
+        Cow::Borrowed(_) => text,
+    }
+}
+
+/// Whether a value under the sensitive `key` is kept: already a mask, a shell reference to the
+/// key itself, or a `$WORKSPACE_DIR/….jsonl` session path.
+fn keeps_sensitive_value(key: &str, value: &str) -> bool {
+    is_masked(value)
+        || is_own_shell_reference(key, value)
+        || (key.eq_ignore_ascii_case("session") && is_workspace_session_path(value))
+}
+
+/// Keys whose text may quote an app-specific password (`abcd-efgh-ijkl-mnop`);
+/// `is_app_password_key` matches exactly these (case-insensitively).
+#[cfg(test)]
 const APP_PASSWORD_KEYS: &[&str] = &[
     "apple",
     "icloud",
@@ -706,9 +1191,18 @@ const APP_PASSWORD_KEYS: &[&str] = &[
 ];
 
 fn is_app_password_key(key: &str) -> bool {
-    APP_PASSWORD_KEYS
-        .iter()
-        .any(|k| k.eq_ignore_ascii_case(key))
+    // `APP_PASSWORD_KEYS` by length.
+    let candidates: &[&str] = match key.len() {
+        4 => &["text"],
+        5 => &["apple", "error"],
+        6 => &["icloud", "detail", "reason"],
+        7 => &["content", "message", "details"],
+        12 => &["errormessage"],
+        19 => &["appspecificpassword"],
+        21 => &["app-specific-password", "app_specific_password"],
+        _ => return false,
+    };
+    candidates.iter().any(|k| k.eq_ignore_ascii_case(key))
 }
 
 /// Four dash-separated groups of four lowercase ASCII letters.
@@ -727,6 +1221,10 @@ fn is_app_password(word: &str) -> bool {
 /// Masks app-specific passwords (four dash-separated groups of four lowercase letters).
 fn mask_app_passwords(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
+    if bytes.len() < 19 {
+        // An app password is 19 bytes long.
+        return Cow::Borrowed(text);
+    }
     let mut rw = Rewrite::new(text);
     let mut i = 0;
     while i < bytes.len() {
@@ -740,7 +1238,8 @@ fn mask_app_passwords(text: &str) -> Cow<'_, str> {
         }
         let word = &text[i..j];
         if is_app_password(word) {
-            rw.replace(i, j, &safe_mask(word, false));
+            let edges = safe_mask_edges(word, false);
+            rw.replace_with(i, j, |out| push_mask(out, word, edges));
         }
         i = j;
     }
@@ -822,6 +1321,85 @@ mod tests {
         assert_eq!(redact_field_value("text", None, &out, &cfg), out);
         let kept = redact_field_value("path", None, "abcd-efgh-ijkl-mnop", &cfg);
         assert_eq!(kept, "abcd-efgh-ijkl-mnop");
+    }
+
+    #[test]
+    fn key_tables_match_their_reference_lists() {
+        for entry in SENSITIVE_COMPACT {
+            assert!(is_sensitive_key(entry), "{entry}");
+            assert!(is_sensitive_key(&entry.to_ascii_uppercase()), "{entry}");
+            let hash = entry.bytes().fold(COMPACT_HASH_START, compact_hash_step);
+            assert!(is_sensitive_compact(entry.as_bytes(), hash), "{entry}");
+        }
+        for suffix in CAMEL_SUFFIXES {
+            assert!(is_sensitive_key(&format!("my{suffix}")), "{suffix}");
+        }
+        for suffix in ENV_SUFFIXES {
+            assert!(is_sensitive_key(&format!("MY_{suffix}")), "{suffix}");
+        }
+        for key in APP_PASSWORD_KEYS {
+            assert!(is_app_password_key(key), "{key}");
+            assert!(is_app_password_key(&key.to_ascii_uppercase()), "{key}");
+        }
+        for key in [
+            "texts",
+            "apples",
+            "messages",
+            "app-specific-passwords",
+            "name",
+        ] {
+            assert!(!is_app_password_key(key), "{key}");
+        }
+    }
+
+    #[test]
+    fn pattern_families_cover_every_pattern() {
+        for prefix in TOKEN_PREFIXES {
+            let word = format!("x {prefix}abcdefgh y");
+            assert_ne!(
+                pattern_families(word.as_bytes()) & FAMILY_TOKEN,
+                0,
+                "{prefix}"
+            );
+            assert_ne!(redact_text(&word), word, "{prefix}");
+        }
+        for (text, family) in [
+            ("${A:-b}", FAMILY_SHELL),
+            ("a=b", FAMILY_ASSIGNMENT),
+            ("a: b", FAMILY_ASSIGNMENT),
+            ("x --flag", FAMILY_FLAG),
+            ("BEARER abc", FAMILY_BEARER),
+        ] {
+            assert_ne!(pattern_families(text.as_bytes()) & family, 0, "{text}");
+        }
+        for text in [
+            "",
+            "plain words only",
+            "/home/dev/projects/tether",
+            "item-7",
+        ] {
+            assert_eq!(pattern_families(text.as_bytes()), 0, "{text}");
+        }
+    }
+
+    #[test]
+    fn masking_in_place_equals_mask_token() {
+        for value in [
+            "",
+            "ab",
+            "***",
+            "hunter2",
+            "sk-1234567890abcdefXYZ",
+            "ééééééééééééééééééééé",
+            "日本語のパスワードは長い秘密の文字列です",
+            "abc…defghijklmnopqrstu",
+            "abcdefghijklmnopq…rst",
+            "🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑",
+        ] {
+            let mut owned = value.to_owned();
+            mask_in_place(&mut owned);
+            assert_eq!(owned, mask_token(value), "{value}");
+        }
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! `sanitize_tool_args` and `sanitize_tool_result` (reference part D).
 //!
-//! Both return new values and never mutate their input. Traversal uses an explicit stack, so
-//! nesting of any depth is handled without overflowing the call stack.
+//! Both return new values and never mutate their input. The input is deep-copied (see
+//! [`deep_clone`](super::deep_clone)) and the copy's scalars are redacted in place, so a string that no pattern
+//! touches is copied once and never scanned into a new buffer. Traversal uses an explicit stack,
+//! so nesting of any depth is handled without overflowing the call stack.
 //!
 //! Repeated references: a `serde_json::Value` is a tree — every node has exactly one owner,
 //! so no node can be reached twice and `"[Circular]"` can never be produced for it. Inputs that
@@ -9,12 +11,15 @@
 //! [`sanitize_shared_tool_args`](super::shared::sanitize_shared_tool_args) /
 //! [`redact_shared_structured`](super::shared::redact_shared_structured).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::redact::{
-    MASK, RedactionConfig, is_sensitive_key_in, redact_field_value, redact_text_with,
+    MASK, RedactionConfig, is_sensitive_key_in, redact_field_value_cow,
+    redact_field_value_in_place, redact_text_cow, redact_text_with,
 };
-use super::tree::{Visit, drop_deep, map_tree};
+use super::tree::{drop_deep, map_scalars};
 
 /// Text blocks of a tool result are cut to this many UTF-16 code units.
 pub const TOOL_RESULT_MAX_CHARS: usize = 8000;
@@ -40,22 +45,68 @@ pub(crate) fn redact_scalar(
     config: &RedactionConfig,
 ) -> Option<Value> {
     match value {
-        Value::String(s) => Some(Value::String(match key {
-            Some(k) => redact_field_value(k, parent_key, s, config),
-            None => redact_text_with(s, config).text,
-        })),
-        Value::Number(_) | Value::Bool(_) => {
-            let masked = mode == ScalarMode::Result
-                && key.is_some_and(|k| is_sensitive_key_in(k, parent_key));
-            Some(if masked {
-                Value::String(MASK.to_owned())
-            } else {
-                value.clone()
-            })
-        }
+        Value::String(s) => Some(Value::String(
+            redact_string(s, key, parent_key, config).into_owned(),
+        )),
+        Value::Number(_) | Value::Bool(_) => Some(if masks_scalar(key, parent_key, mode) {
+            Value::String(MASK.to_owned())
+        } else {
+            value.clone()
+        }),
         Value::Null => Some(Value::Null),
         Value::Array(_) | Value::Object(_) => None,
     }
+}
+
+/// Free-text redaction at the root or inside an array, key-aware redaction under a key.
+fn redact_string<'a>(
+    s: &'a str,
+    key: Option<&str>,
+    parent_key: Option<&str>,
+    config: &RedactionConfig,
+) -> Cow<'a, str> {
+    match key {
+        Some(k) => redact_field_value_cow(k, parent_key, s, config),
+        None => redact_text_cow(s, config).0,
+    }
+}
+
+/// Whether a number or boolean at this place becomes [`MASK`].
+fn masks_scalar(key: Option<&str>, parent_key: Option<&str>, mode: ScalarMode) -> bool {
+    mode == ScalarMode::Result && key.is_some_and(|k| is_sensitive_key_in(k, parent_key))
+}
+
+/// [`redact_scalar`] on a scalar of a copy, in place (a kept string is not copied again).
+fn redact_scalar_in_place(
+    value: &mut Value,
+    key: Option<&str>,
+    parent_key: Option<&str>,
+    mode: ScalarMode,
+    config: &RedactionConfig,
+) {
+    match value {
+        Value::String(s) => match key {
+            Some(k) => redact_field_value_in_place(k, parent_key, s, config),
+            None => {
+                if let (Cow::Owned(redacted), _) = redact_text_cow(s, config) {
+                    *s = redacted;
+                }
+            }
+        },
+        Value::Number(_) | Value::Bool(_) => {
+            if masks_scalar(key, parent_key, mode) {
+                *value = Value::String(MASK.to_owned());
+            }
+        }
+        Value::Null | Value::Array(_) | Value::Object(_) => {}
+    }
+}
+
+/// A redacted copy of a whole tree.
+fn redact_tree(value: &Value, mode: ScalarMode, config: &RedactionConfig) -> Value {
+    map_scalars(value, |key, parent_key, node| {
+        redact_scalar_in_place(node, key, parent_key, mode, config);
+    })
 }
 
 /// Sanitizes tool arguments for diagnostics, event payloads and UI tool cards.
@@ -69,16 +120,7 @@ pub fn sanitize_tool_args(args: &Value) -> Value {
 
 /// [`sanitize_tool_args`] with a caller [`RedactionConfig`].
 pub fn sanitize_tool_args_with(args: &Value, config: &RedactionConfig) -> Value {
-    map_tree(args, &mut |ctx, node| match redact_scalar(
-        node,
-        ctx.key,
-        ctx.parent_key,
-        ScalarMode::Args,
-        config,
-    ) {
-        Some(v) => Visit::Replace(v),
-        None => Visit::Descend,
-    })
+    redact_tree(args, ScalarMode::Args, config)
 }
 
 /// Deep key-aware redaction of a model-visible structure: strings under sensitive keys are
@@ -90,16 +132,7 @@ pub fn redact_structured(value: &Value) -> Value {
 
 /// [`redact_structured`] with a caller [`RedactionConfig`].
 pub fn redact_structured_with(value: &Value, config: &RedactionConfig) -> Value {
-    map_tree(value, &mut |ctx, node| match redact_scalar(
-        node,
-        ctx.key,
-        ctx.parent_key,
-        ScalarMode::Result,
-        config,
-    ) {
-        Some(v) => Visit::Replace(v),
-        None => Visit::Descend,
-    })
+    redact_tree(value, ScalarMode::Result, config)
 }
 
 /// Sanitizes a tool result for model-visible and UI presentation.

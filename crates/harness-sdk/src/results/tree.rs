@@ -69,159 +69,175 @@ pub(crate) fn deep_equal(a: &Value, b: &Value) -> bool {
     true
 }
 
-/// A deep copy of a value of any nesting depth, without recursion (`Value::clone` recurses
+/// Values nested at most this deep are copied with `Value::clone`, whose recursion is then
+/// bounded (the limit equals `serde_json`'s own parser recursion limit); deeper values are
+/// copied iteratively.
+const CLONE_RECURSION_LIMIT: usize = 128;
+
+/// Whether no array or object in `value` is nested more than `limit` levels deep (a scalar
+/// has depth 0, `[1]` depth 1). Recurses at most `limit` levels.
+fn depth_at_most(value: &Value, limit: usize) -> bool {
+    fn within(child: &Value, limit: usize) -> bool {
+        !matches!(child, Value::Array(_) | Value::Object(_)) || depth_at_most(child, limit - 1)
+    }
+    match value {
+        Value::Array(items) => limit > 0 && items.iter().all(|v| within(v, limit)),
+        Value::Object(map) => limit > 0 && map.values().all(|v| within(v, limit)),
+        _ => true,
+    }
+}
+
+/// A deep copy of a value of any nesting depth. Values of ordinary depth are copied with
+/// `Value::clone` (bounded recursion); deeper ones without recursion (`Value::clone` recurses
 /// once per level).
 pub fn deep_clone(value: &Value) -> Value {
-    map_tree(value, &mut |_, _| Visit::Descend)
+    if depth_at_most(value, CLONE_RECURSION_LIMIT) {
+        value.clone()
+    } else {
+        clone_iteratively(value)
+    }
 }
 
-/// Where a node sits while a tree is mapped.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct NodeCtx<'a> {
-    /// The object key this node is stored under (`None` at the root or inside an array).
-    pub(crate) key: Option<&'a str>,
-    /// The key of the object that holds this node's parent object, when the parent is an object.
-    pub(crate) parent_key: Option<&'a str>,
-    /// Nesting depth (root = 0).
-    pub(crate) depth: usize,
-}
-
-/// What [`map_tree`] does with one node.
-#[derive(Debug)]
-pub(crate) enum Visit {
-    /// Put this value in the output and do not look inside the node.
-    Replace(Value),
-    /// Copy scalars as they are; walk into arrays and objects.
-    Descend,
-}
-
-enum Frame<'a> {
+enum CloneFrame<'a> {
     Array {
         iter: std::slice::Iter<'a, Value>,
         out: Vec<Value>,
-        key: Option<&'a str>,
-        depth: usize,
     },
     Object {
         iter: serde_json::map::Iter<'a>,
         out: serde_json::Map<String, Value>,
         pending: Option<String>,
-        key: Option<&'a str>,
-        depth: usize,
     },
 }
 
-/// Maps a tree iteratively: `f` decides for every node whether to replace it or descend.
-pub(crate) fn map_tree<'a, F>(root: &'a Value, f: &mut F) -> Value
-where
-    F: FnMut(&NodeCtx<'a>, &'a Value) -> Visit,
-{
-    let root_ctx = NodeCtx {
-        key: None,
-        parent_key: None,
-        depth: 0,
-    };
-    let mut stack: Vec<Frame<'a>> = Vec::new();
-    let mut finished: Option<Value> = enter(root, root_ctx, f, &mut stack);
+/// A deep copy with an explicit stack instead of recursion.
+fn clone_iteratively(root: &Value) -> Value {
+    fn enter<'a>(node: &'a Value, stack: &mut Vec<CloneFrame<'a>>) -> Option<Value> {
+        match node {
+            Value::Array(items) => {
+                stack.push(CloneFrame::Array {
+                    iter: items.iter(),
+                    out: Vec::with_capacity(items.len()),
+                });
+                None
+            }
+            Value::Object(map) => {
+                stack.push(CloneFrame::Object {
+                    iter: map.iter(),
+                    out: serde_json::Map::new(),
+                    pending: None,
+                });
+                None
+            }
+            scalar => Some(scalar.clone()),
+        }
+    }
+    let mut stack: Vec<CloneFrame<'_>> = Vec::new();
+    let mut finished = enter(root, &mut stack);
     loop {
         if let Some(done) = finished.take() {
             match stack.last_mut() {
                 None => return done,
-                Some(Frame::Array { out, .. }) => out.push(done),
-                Some(Frame::Object { out, pending, .. }) => {
+                Some(CloneFrame::Array { out, .. }) => out.push(done),
+                Some(CloneFrame::Object { out, pending, .. }) => {
                     if let Some(k) = pending.take() {
                         out.insert(k, done);
                     }
                 }
             }
         }
-        let top = match stack.last_mut() {
-            Some(top) => top,
-            None => unreachable_root(),
-        };
-        let next = match top {
-            Frame::Array {
-                iter, key, depth, ..
-            } => iter.next().map(|child| {
-                (
-                    child,
-                    NodeCtx {
-                        key: None,
-                        parent_key: *key,
-                        depth: *depth + 1,
-                    },
-                )
-            }),
-            Frame::Object {
-                iter,
-                pending,
-                key,
-                depth,
-                ..
-            } => iter.next().map(|(k, child)| {
+        let next = match stack.last_mut() {
+            None => return Value::Null,
+            Some(CloneFrame::Array { iter, .. }) => iter.next(),
+            Some(CloneFrame::Object { iter, pending, .. }) => iter.next().map(|(k, child)| {
                 *pending = Some(k.clone());
-                (
-                    child,
-                    NodeCtx {
-                        key: Some(k.as_str()),
-                        parent_key: *key,
-                        depth: *depth + 1,
-                    },
-                )
+                child
             }),
         };
-        match next {
-            Some((child, ctx)) => finished = enter(child, ctx, f, &mut stack),
-            None => {
-                finished = Some(match stack.pop() {
-                    Some(Frame::Array { out, .. }) => Value::Array(out),
-                    Some(Frame::Object { out, .. }) => Value::Object(out),
-                    None => Value::Null,
-                });
-            }
-        }
+        finished = match next {
+            Some(child) => enter(child, &mut stack),
+            None => Some(match stack.pop() {
+                Some(CloneFrame::Array { out, .. }) => Value::Array(out),
+                Some(CloneFrame::Object { out, .. }) => Value::Object(out),
+                None => Value::Null,
+            }),
+        };
     }
 }
 
-fn unreachable_root() -> ! {
-    // `finished` is always `Some` when the stack is empty (the root was just entered or closed),
-    // so the loop returns before reaching here.
-    unreachable!("map_tree: empty stack without a finished root")
+/// A deep copy of `value` (any depth) with `f(key, parent_key, scalar)` applied to every
+/// scalar of the copy (see [`for_each_scalar_mut`] for `key` and `parent_key`).
+pub(crate) fn map_scalars<F>(value: &Value, mut f: F) -> Value
+where
+    F: FnMut(Option<&str>, Option<&str>, &mut Value),
+{
+    if depth_at_most(value, CLONE_RECURSION_LIMIT) {
+        let mut out = value.clone();
+        walk_bounded(&mut out, None, None, &mut f);
+        out
+    } else {
+        let mut out = clone_iteratively(value);
+        for_each_scalar_mut(&mut out, f);
+        out
+    }
 }
 
-fn enter<'a, F>(
-    node: &'a Value,
-    ctx: NodeCtx<'a>,
-    f: &mut F,
-    stack: &mut Vec<Frame<'a>>,
-) -> Option<Value>
+/// [`for_each_scalar_mut`] by recursion, for a value whose depth is known to be bounded.
+fn walk_bounded<F>(node: &mut Value, key: Option<&str>, parent_key: Option<&str>, f: &mut F)
 where
-    F: FnMut(&NodeCtx<'a>, &'a Value) -> Visit,
+    F: FnMut(Option<&str>, Option<&str>, &mut Value),
 {
-    match f(&ctx, node) {
-        Visit::Replace(v) => Some(v),
-        Visit::Descend => match node {
-            Value::Array(items) => {
-                stack.push(Frame::Array {
-                    iter: items.iter(),
-                    out: Vec::with_capacity(items.len()),
-                    key: ctx.key,
-                    depth: ctx.depth,
-                });
-                None
+    match node {
+        Value::Array(items) => {
+            for child in items {
+                walk_bounded(child, None, key, f);
             }
-            Value::Object(map) => {
-                stack.push(Frame::Object {
-                    iter: map.iter(),
-                    out: serde_json::Map::new(),
-                    pending: None,
-                    key: ctx.key,
-                    depth: ctx.depth,
-                });
-                None
+        }
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                walk_bounded(child, Some(k), key, f);
             }
-            scalar => Some(scalar.clone()),
-        },
+        }
+        scalar => f(key, parent_key, scalar),
+    }
+}
+
+enum WalkFrame<'a> {
+    Array(std::slice::IterMut<'a, Value>, Option<&'a str>),
+    Object(serde_json::map::IterMut<'a>, Option<&'a str>),
+}
+
+/// Calls `f(key, parent_key, scalar)` for every scalar (string, number, boolean, null) of a
+/// tree of any depth, without recursion. `key` is the object key the scalar is stored under
+/// (`None` at the root or inside an array); `parent_key` is the key of the array or object
+/// that holds it.
+pub(crate) fn for_each_scalar_mut<'a, F>(root: &'a mut Value, mut f: F)
+where
+    F: FnMut(Option<&'a str>, Option<&'a str>, &'a mut Value),
+{
+    let mut stack: Vec<WalkFrame<'a>> = Vec::new();
+    let mut visit = |node: &'a mut Value,
+                     key: Option<&'a str>,
+                     parent_key: Option<&'a str>,
+                     stack: &mut Vec<WalkFrame<'a>>| match node {
+        Value::Array(items) => stack.push(WalkFrame::Array(items.iter_mut(), key)),
+        Value::Object(map) => stack.push(WalkFrame::Object(map.iter_mut(), key)),
+        scalar => f(key, parent_key, scalar),
+    };
+    visit(root, None, None, &mut stack);
+    while let Some(top) = stack.last_mut() {
+        let next = match top {
+            WalkFrame::Array(iter, key) => iter.next().map(|child| (child, None, *key)),
+            WalkFrame::Object(iter, key) => iter
+                .next()
+                .map(|(k, child)| (child, Some(k.as_str()), *key)),
+        };
+        match next {
+            Some((child, key, parent_key)) => visit(child, key, parent_key, &mut stack),
+            None => {
+                stack.pop();
+            }
+        }
     }
 }
 
@@ -258,19 +274,55 @@ mod tests {
     }
 
     #[test]
-    fn map_tree_reports_keys_and_parents() {
-        let v = json!({"outer": {"inner": "s"}});
+    fn scalar_walk_reports_keys_and_parents() {
+        let mut v = json!({"outer": {"inner": "s", "list": [1]}, "top": true});
         let mut seen = Vec::new();
-        let out = map_tree(&v, &mut |ctx, node| {
-            if node.is_string() {
-                seen.push((
-                    ctx.key.map(str::to_owned),
-                    ctx.parent_key.map(str::to_owned),
-                ));
-            }
-            Visit::Descend
+        for_each_scalar_mut(&mut v, |key, parent_key, node| {
+            seen.push((
+                key.map(str::to_owned),
+                parent_key.map(str::to_owned),
+                node.clone(),
+            ));
         });
-        assert_eq!(out, v);
-        assert_eq!(seen, vec![(Some("inner".into()), Some("outer".into()))]);
+        assert_eq!(
+            seen,
+            vec![
+                (Some("inner".into()), Some("outer".into()), json!("s")),
+                (None, Some("list".into()), json!(1)),
+                (Some("top".into()), None, json!(true)),
+            ]
+        );
+    }
+
+    #[test]
+    fn depth_limit_picks_the_clone_strategy() {
+        assert!(depth_at_most(&json!(1), 0));
+        assert!(depth_at_most(&json!([]), 1));
+        assert!(!depth_at_most(&json!([]), 0));
+        assert!(depth_at_most(&nest(128), CLONE_RECURSION_LIMIT));
+        assert!(!depth_at_most(&nest(129), CLONE_RECURSION_LIMIT));
+        let v = nest(200);
+        assert_eq!(deep_clone(&v), v);
+    }
+
+    #[test]
+    fn both_walks_agree() {
+        let shallow = json!({"a": [{"b": "s", "c": [1, null]}, "t"], "d": {"e": false}});
+        let deep = Value::Array(vec![nest(150), shallow.clone()]);
+        for v in [shallow, deep] {
+            let mut seen = Vec::new();
+            let out = map_scalars(&v, |key, parent_key, node| {
+                seen.push((key.map(str::to_owned), parent_key.map(str::to_owned)));
+                *node = json!(seen.len());
+            });
+            let mut expected = Vec::new();
+            let mut copy = clone_iteratively(&v);
+            for_each_scalar_mut(&mut copy, |key, parent_key, node| {
+                expected.push((key.map(str::to_owned), parent_key.map(str::to_owned)));
+                *node = json!(expected.len());
+            });
+            assert_eq!(seen, expected);
+            assert_eq!(out, copy);
+        }
     }
 }
