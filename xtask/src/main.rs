@@ -57,7 +57,8 @@ fn main() -> ExitCode {
 fn usage() {
     say("usage: cargo xtask <task>\n\n\
          tasks:\n  \
-         ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check\n  \
+         ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check,\n              \
+                     each storage backend built alone\n  \
          arch-check  fail when a crate depends on what its architecture invariant forbids\n  \
          openapi     write crates/admin-http/openapi.json; `--check` compares instead\n  \
          ui-check    screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)\n  \
@@ -123,6 +124,25 @@ fn ci() -> Result<Summary, String> {
     say("==> architecture check");
     arch::check()?;
     say("    architecture check: ok");
+    // The workspace build unifies features; a user depends on one backend. Each storage
+    // backend must build on its own (this once caught PostgreSQL-only driver features used
+    // from code compiled for SQLite too).
+    run(
+        "tether-storage alone (sqlite)",
+        cargo().args(["check", "-p", "tether-storage", "--locked"]),
+    )?;
+    run(
+        "tether-storage alone (postgres)",
+        cargo().args([
+            "check",
+            "-p",
+            "tether-storage",
+            "--no-default-features",
+            "--features",
+            "postgres",
+            "--locked",
+        ]),
+    )?;
     Ok(summary)
 }
 

@@ -38,7 +38,8 @@ const SEPARATOR: char = '\n';
 /// The PostgreSQL renewal: `$1` now (renewal time and liveness bound), `$2` namespace, `$3`
 /// keys, `$4` tokens (both [`SEPARATOR`]-separated), `$5` new expiries (comma-separated
 /// milliseconds), position `i` of each list belonging together. Answers one row: the
-/// 1-based positions renewed (`NULL` when none). The `key` column is `COLLATE "C"`, which
+/// 1-based positions renewed, comma-separated (`NULL` when none; text rather than an array, so
+/// that decoding needs no array support in the driver build). The `key` column is `COLLATE "C"`, which
 /// wins over the default collation of the split text, so the join probes the primary key.
 const PG_RENEW: &str = "WITH renewed AS (UPDATE binding_records AS b \
      SET lease_expires_at = v.expires_at, lease_renewed_at = $1, revision = b.revision + 1 \
@@ -47,7 +48,7 @@ const PG_RENEW: &str = "WITH renewed AS (UPDATE binding_records AS b \
      WHERE b.namespace = $2 AND b.key = v.key AND b.lease_token = v.token \
      AND b.lease_expires_at > $1 AND (b.expires_at IS NULL OR b.expires_at > $1) \
      RETURNING v.i) \
-     SELECT array_agg(i) AS positions FROM renewed";
+     SELECT string_agg(i::text, ',') AS positions FROM renewed";
 
 impl Store {
     /// [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) in one writer
@@ -136,14 +137,19 @@ impl Store {
             .await
             .map_err(db_error)?
             .ok_or_else(|| Error::other("the lease renewal returned no row"))?;
-        let positions: Option<Vec<i64>> = row.try_get("", "positions").map_err(db_error)?;
+        let positions: Option<String> = row.try_get("", "positions").map_err(db_error)?;
         let mut renewed = vec![false; pairs.len()];
-        for position in positions.unwrap_or_default() {
-            let i = usize::try_from(position - 1)
+        for position in positions.as_deref().unwrap_or("").split(',') {
+            if position.is_empty() {
+                continue;
+            }
+            let i = position
+                .parse::<usize>()
                 .ok()
+                .and_then(|p| p.checked_sub(1))
                 .filter(|i| *i < renewed.len())
                 .ok_or_else(|| {
-                    Error::other(format!("the lease renewal returned position {position}"))
+                    Error::other(format!("the lease renewal returned position {position:?}"))
                 })?;
             renewed[i] = true;
         }
