@@ -67,8 +67,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, Intent, Namespace,
-    NamespaceConfig, Observation, QuarantineEntry, QuarantineStore, RowPredicate, RowTransaction,
-    RowWrite, StoreErrorKind, StoredRow,
+    NamespaceConfig, Observation, ObservedOutcome, QuarantineEntry, QuarantineStore, RowPredicate,
+    RowTransaction, RowWrite, StoreErrorKind, StoredRow,
 };
 
 use crate::deletion::TransactionHooks;
@@ -568,6 +568,75 @@ impl<S: BindingStore + ?Sized> FaultInjectingStore<S> {
             None => Ok(result),
         }
     }
+    /// A conditional write (`compare_and_apply` or `apply_observed`, run by `write`) with its
+    /// fault points: [`FaultPoint::CompareBefore`] (and the release or renewal point of that
+    /// kind of write) before it reaches the store, [`FaultPoint::CompareAfter`] after it
+    /// applied.
+    async fn faulted_write<F, Fut>(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        intent: Intent,
+        write: F,
+    ) -> Result<ObservedOutcome, Error>
+    where
+        F: FnOnce(Intent) -> Fut + Send,
+        Fut: std::future::Future<Output = Result<ObservedOutcome, Error>> + Send,
+    {
+        let kind = self.classify(ns, key, &intent);
+        let call = {
+            let mut state = self.state();
+            state.cas_seq += 1;
+            *state.stats.cas.entry(kind).or_insert(0) += 1;
+            CasCall {
+                namespace: ns.clone(),
+                key: key.clone(),
+                kind,
+                seq: state.cas_seq,
+            }
+        };
+        let lease_point = match kind {
+            CasKind::Release => Some(FaultPoint::Release),
+            CasKind::Renew => Some(FaultPoint::Renewal),
+            _ => None,
+        };
+        let mut before = self.check(FaultPoint::CompareBefore, key, Some(&call));
+        let mut after = None;
+        if before.is_none()
+            && let Some(point) = lease_point
+            && let Some(fault) = self.check(point, key, Some(&call))
+        {
+            if point.applied_with(fault) {
+                after = Some(fault);
+            } else {
+                before = Some(fault);
+            }
+        }
+        if let Some(kind) = before {
+            return Err(fail(kind, self.stall, false).await);
+        }
+        let written = matches!(intent, Intent::Set { .. });
+        let observed = write(intent).await?;
+        match &observed.outcome {
+            ApplyOutcome::Applied { .. } => {
+                count_write(&self.state, true);
+                // The next classification must see the row as it is now.
+                let row = if written {
+                    self.inner.lookup(ns, key).await.ok().flatten()
+                } else {
+                    None
+                };
+                self.remember(ns, key, row);
+            }
+            ApplyOutcome::Conflict { current } => self.remember(ns, key, current.row.clone()),
+            _ => {}
+        }
+        let after = after.or_else(|| self.check(FaultPoint::CompareAfter, key, Some(&call)));
+        match after {
+            Some(kind) => Err(fail(kind, self.stall, true).await),
+            None => Ok(observed),
+        }
+    }
 }
 
 #[async_trait]
@@ -604,62 +673,33 @@ impl<S: BindingStore + ?Sized + 'static> BindingStore for FaultInjectingStore<S>
         intent: Intent,
         admission: Admission<'_>,
     ) -> Result<ApplyOutcome, Error> {
-        let kind = self.classify(ns, key, &intent);
-        let call = {
-            let mut state = self.state();
-            state.cas_seq += 1;
-            *state.stats.cas.entry(kind).or_insert(0) += 1;
-            CasCall {
-                namespace: ns.clone(),
-                key: key.clone(),
-                kind,
-                seq: state.cas_seq,
-            }
-        };
-        let lease_point = match kind {
-            CasKind::Release => Some(FaultPoint::Release),
-            CasKind::Renew => Some(FaultPoint::Renewal),
-            _ => None,
-        };
-        let mut before = self.check(FaultPoint::CompareBefore, key, Some(&call));
-        let mut after = None;
-        if before.is_none()
-            && let Some(point) = lease_point
-            && let Some(fault) = self.check(point, key, Some(&call))
-        {
-            if point.applied_with(fault) {
-                after = Some(fault);
-            } else {
-                before = Some(fault);
-            }
-        }
-        if let Some(kind) = before {
-            return Err(fail(kind, self.stall, false).await);
-        }
-        let written = matches!(intent, Intent::Set { .. });
-        let outcome = self
-            .inner
-            .compare_and_apply(ns, key, comparison, intent, admission)
-            .await?;
-        match &outcome {
-            ApplyOutcome::Applied { .. } => {
-                count_write(&self.state, true);
-                // The next classification must see the row as it is now.
-                let row = if written {
-                    self.inner.lookup(ns, key).await.ok().flatten()
-                } else {
-                    None
-                };
-                self.remember(ns, key, row);
-            }
-            ApplyOutcome::Conflict { current } => self.remember(ns, key, current.row.clone()),
-            _ => {}
-        }
-        let after = after.or_else(|| self.check(FaultPoint::CompareAfter, key, Some(&call)));
-        match after {
-            Some(kind) => Err(fail(kind, self.stall, true).await),
-            None => Ok(outcome),
-        }
+        let inner = &self.inner;
+        self.faulted_write(ns, key, intent, |intent| async move {
+            let outcome = inner
+                .compare_and_apply(ns, key, comparison, intent, admission)
+                .await?;
+            Ok(ObservedOutcome {
+                outcome,
+                written: None,
+            })
+        })
+        .await
+        .map(|observed| observed.outcome)
+    }
+
+    async fn apply_observed(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        observed: &Observation,
+        intent: Intent,
+        admission: Admission<'_>,
+    ) -> Result<ObservedOutcome, Error> {
+        let inner = &self.inner;
+        self.faulted_write(ns, key, intent, |intent| {
+            inner.apply_observed(ns, key, observed, intent, admission)
+        })
+        .await
     }
 
     async fn register_if_absent(
