@@ -580,11 +580,13 @@ impl Store {
         bounds: &[std::time::Duration],
     ) -> Result<RenewLatencyHistogram, Error> {
         let micros = |d: &std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-        let mut sql = String::from("SELECT COUNT(latency_us) AS n, SUM(latency_us) AS total");
+        // PostgreSQL sums a BIGINT as NUMERIC: every aggregate is cast back to BIGINT.
+        let mut sql =
+            String::from("SELECT COUNT(latency_us) AS n, CAST(SUM(latency_us) AS BIGINT) AS total");
         let mut values: Vec<Value> = Vec::with_capacity(bounds.len());
         for (i, bound) in bounds.iter().enumerate() {
             sql.push_str(&format!(
-                ", SUM(CASE WHEN latency_us <= ${} THEN 1 ELSE 0 END) AS b{i}",
+                ", CAST(SUM(CASE WHEN latency_us <= ${} THEN 1 ELSE 0 END) AS BIGINT) AS b{i}",
                 i + 1
             ));
             values.push(micros(bound).into());

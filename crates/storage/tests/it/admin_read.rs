@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_core::{
-    AgentId, ApplyOutcome, BindingKey, BindingStore, Error, FakeClock, HarnessId, Intent,
-    LeaseToken, LeaseWrite, Namespace, NamespaceConfig, QuarantineEntry, QuarantineStore, RowWrite,
-    SessionId, SessionKey, Timestamp, admit_all,
+    AgentId, ApplyOutcome, BindingId, BindingKey, BindingStore, Error, FakeClock, HarnessId,
+    Intent, LeaseToken, LeaseWrite, Namespace, NamespaceConfig, QuarantineEntry, QuarantineStore,
+    RowWrite, SessionId, SessionKey, Timestamp, admit_all,
 };
 use tether_storage::{
     ForceExpireOutcome, HarnessRegistry, HostSessions, LeaseEventKind, NewHostSession,
@@ -486,4 +486,53 @@ async fn delete_with_bindings(
         .with_hooks(hooks)
         .delete_sessions(std::slice::from_ref(&key))
         .await
+}
+
+#[tokio::test]
+async fn renew_latencies_form_a_cumulative_histogram() {
+    let (store, clock) = store().await;
+    renew_latencies_form_a_cumulative_histogram_body(store, clock).await;
+}
+
+#[tokio::test]
+async fn renew_latencies_form_a_cumulative_histogram_on_postgres() {
+    on_postgres(
+        "admin_read_latency",
+        renew_latencies_form_a_cumulative_histogram_body,
+    )
+    .await;
+}
+
+/// Two renewals of one lease: the histogram counts exactly the `renewed` events' latencies
+/// (acquisitions carry none), cumulatively per bound, with their exact sum.
+async fn renew_latencies_form_a_cumulative_histogram_body(store: Store, _clock: Arc<FakeClock>) {
+    let ns = Namespace::new("latency").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let bounds = [Duration::ZERO, Duration::from_secs(3600)];
+    let empty = store.renew_latency_histogram(&bounds).await.unwrap();
+    assert_eq!((empty.count, empty.sum), (0, Duration::ZERO));
+    assert_eq!(empty.buckets, [(bounds[0], 0), (bounds[1], 0)]);
+
+    let key = BindingKey::conversation(&BindingId::new("b-latency").unwrap());
+    for lease_secs in [60, 90, 120] {
+        bind(&store, &ns, &key, Some(lease_secs)).await;
+    }
+    let events = store
+        .recent_lease_events(Some((&ns, &key)), 10)
+        .await
+        .unwrap();
+    let latencies: Vec<Duration> = events
+        .iter()
+        .filter(|e| e.kind == LeaseEventKind::Renewed)
+        .map(|e| e.latency.expect("a renewal carries its latency"))
+        .collect();
+    assert_eq!(latencies.len(), 2, "{events:?}");
+    let histogram = store.renew_latency_histogram(&bounds).await.unwrap();
+    assert_eq!(histogram.count, 2);
+    assert_eq!(histogram.sum, latencies.iter().sum::<Duration>());
+    let zero = latencies.iter().filter(|l| l.is_zero()).count() as u64;
+    assert_eq!(histogram.buckets, [(bounds[0], zero), (bounds[1], 2)]);
 }
