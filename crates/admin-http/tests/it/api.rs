@@ -809,3 +809,103 @@ async fn unknown_body_fields_and_bad_query_strings_are_typed_400s() {
             .expect_error(StatusCode::BAD_REQUEST, "bad_request");
     }
 }
+
+/// The read routes, `/readyz` and `/metrics` on a PostgreSQL-backed store (the SQL differs per
+/// backend: JSON page aggregation, histogram casts, search). Skipped when no server answers,
+/// unless `TETHER_REQUIRE_PG=1`.
+#[tokio::test]
+async fn read_routes_and_metrics_on_postgres() {
+    let Some(db) = tether_storage::testing::PgTestDatabase::create("admin_routes").await else {
+        return;
+    };
+    let f = Fixture::on(db.url()).await;
+    // A renewal, so the latency histogram has a sample to sum.
+    let alpha = f.entry("agent:main:alpha").await;
+    let key = session_binding_keys(&alpha)[1].clone();
+    let seen = f.store.observe(&ns(), &key).await.unwrap();
+    let mut row = seen.row.as_ref().unwrap().to_write();
+    if let Some(lease) = row.lease.as_mut() {
+        lease.expires_at = lease.expires_at + Duration::from_secs(30);
+    }
+    f.store
+        .compare_and_apply(
+            &ns(),
+            &key,
+            &seen.comparison,
+            Intent::Set { row, ttl: None },
+            &admit_all,
+        )
+        .await
+        .unwrap();
+    let state = open(&f);
+
+    let page = call(&state, "GET", "/v1/sessions?limit=2", None, None).await;
+    assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+    let keys: Vec<String> = page.json()["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_key"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(keys, ["agent:main:alpha", "agent:main:beta"]);
+    let next = page.json()["next_cursor"].as_str().unwrap().to_owned();
+    let rest = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions?limit=2&cursor={next}"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(rest.status, StatusCode::OK, "{}", rest.text);
+    assert_eq!(rest.json()["sessions"][0]["session_key"], "agent:ops:gamma");
+
+    let detail = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:main:alpha")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(detail.status, StatusCode::OK, "{}", detail.text);
+    assert!(!detail.text.contains(SECRET), "sanitized");
+    let hits = call(&state, "GET", "/v1/transcripts/search?q=deploy", None, None).await;
+    assert_eq!(hits.status, StatusCode::OK, "{}", hits.text);
+    assert!(!hits.text.contains(SECRET), "sanitized");
+
+    for path in [
+        "/v1/namespaces".to_owned(),
+        "/v1/leases".to_owned(),
+        "/v1/leases?leased=true".to_owned(),
+        "/v1/lease-events".to_owned(),
+        "/v1/quarantine".to_owned(),
+        format!("/v1/namespaces/{NS}/bindings/{}", seg(key.as_str())),
+        format!(
+            "/v1/sessions/{}/transcript/search?q=deploy",
+            seg("agent:main:alpha")
+        ),
+        "/".to_owned(),
+    ] {
+        let reply = call(&state, "GET", &path, None, None).await;
+        assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text);
+        assert!(!reply.text.contains(SECRET), "{path} is sanitized");
+    }
+    let ready = call(&state, "GET", "/readyz", None, None).await;
+    assert_eq!(ready.status, StatusCode::OK, "{}", ready.text);
+    let metrics = call(&state, "GET", "/metrics", None, None).await;
+    assert_eq!(metrics.status, StatusCode::OK, "{}", metrics.text);
+    for line in [
+        "tether_lease_renew_latency_seconds_count 1",
+        "tether_lease_renewals_total 1",
+        "tether_sessions 3",
+    ] {
+        assert!(
+            metrics.text.contains(line),
+            "missing `{line}` in\n{}",
+            metrics.text
+        );
+    }
+    f.store.close().await.unwrap();
+    db.cleanup().await;
+}

@@ -41,8 +41,13 @@ pub(crate) fn ns() -> Namespace {
 
 impl Fixture {
     pub(crate) async fn new() -> Self {
+        Self::on("sqlite::memory:").await
+    }
+
+    /// The seeded store on the database at `url`.
+    pub(crate) async fn on(url: &str) -> Self {
         let clock = Arc::new(FakeClock::new(T0));
-        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+        let store = Store::open_with(StoreOptions::new(url).clock(clock.clone()))
             .await
             .unwrap();
         store
