@@ -192,6 +192,9 @@ pub struct LeaseEventBody {
     pub holder: Option<String>,
     /// When (Unix ms).
     pub at_ms: i64,
+    /// For a `renewed` event: how long the renewal's write spent in the store, in
+    /// microseconds (commit excluded); absent for other kinds and batched renewals.
+    pub latency_us: Option<u64>,
 }
 
 impl From<&LeaseEvent> for LeaseEventBody {
@@ -206,6 +209,9 @@ impl From<&LeaseEvent> for LeaseEventBody {
             other_token_prefix: e.other_token_prefix.clone(),
             holder: e.holder.as_deref().map(sanitize_text),
             at_ms: e.at.as_millis(),
+            latency_us: e
+                .latency
+                .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
         }
     }
 }

@@ -669,6 +669,14 @@ async fn readiness_and_metrics() {
     assert_eq!(events[0].kind, LeaseEventKind::Renewed);
     let latency = events[0].latency.expect("a renewal records its latency");
     assert!(latency < Duration::from_secs(5), "{latency:?}");
+    let history = call(&state, "GET", "/v1/lease-events?limit=1", None, None).await;
+    assert_eq!(history.status, StatusCode::OK, "{}", history.text);
+    let newest = &history.json()[0];
+    assert_eq!(newest["kind"], "renewed", "{newest}");
+    assert_eq!(
+        newest["latency_us"].as_u64(),
+        Some(u64::try_from(latency.as_micros()).unwrap())
+    );
 
     let metrics = call(&state, "GET", "/metrics", None, None).await;
     assert_eq!(metrics.status, StatusCode::OK);
