@@ -1,5 +1,7 @@
 //! The tiny command line of the scale harnesses: `--name value` options and `--flag`s.
 
+use std::future::Future;
+use std::process::ExitCode;
 use std::str::FromStr;
 
 /// Parsed arguments.
@@ -39,6 +41,30 @@ impl Args {
                 raw.parse()
                     .map_err(|_| format!("{name}: cannot parse `{raw}`"))
             }
+        }
+    }
+}
+
+/// Runs a scale harness's `work` (or reports why it could not start) on a two-worker tokio
+/// runtime: success exits 0; an error is printed as `<name>: <message>` on stderr and exits 1.
+#[allow(clippy::print_stderr)]
+pub fn run_harness<F>(name: &str, work: Result<F, String>) -> ExitCode
+where
+    F: Future<Output = Result<(), String>>,
+{
+    let result = work.and_then(|work| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a runtime: {e}"))?
+            .block_on(work)
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("{name}: {message}");
+            ExitCode::FAILURE
         }
     }
 }

@@ -6,12 +6,11 @@
 //! range; the latency is from the `with_lease` call until its callback runs (the release is not
 //! timed). Options: `--small N` (1000), `--large N` (1000000), `--samples K` (500), `--backend
 //! sqlite|postgres` (sqlite).
-#![allow(clippy::print_stderr)]
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tether_benches::cli::Args;
+use tether_benches::cli::{Args, run_harness};
 use tether_benches::raw::{bench_key, seed_bulk};
 use tether_benches::report::{ResultLine, emit, note};
 use tether_benches::stats::{Latencies, millis};
@@ -108,17 +107,5 @@ async fn run(args: &Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args = Args::from_env();
-    let result = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())
-        .and_then(|rt| rt.block_on(run(&args)));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("{NAME}: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    run_harness(NAME, Ok(run(&args)))
 }

@@ -12,7 +12,6 @@
 //!
 //! Options: `--sessions N` (100000), `--clients C` (32), `--requests R` (3200, that is 32 × 100),
 //! `--limit L` (100), `--connections P` (8, the store's pool size), `--budget-secs B` (300).
-#![allow(clippy::print_stderr)]
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
 use tether_admin_http::auth::Tokens;
 use tether_admin_http::database::Database;
 use tether_admin_http::{AppState, app};
-use tether_benches::cli::Args;
+use tether_benches::cli::{Args, run_harness};
 use tether_benches::report::{ResultLine, emit, note};
 use tether_benches::stats::{Latencies, millis};
 use tether_benches::stores::BenchStore;
@@ -277,22 +276,7 @@ async fn run(s: Settings) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = Args::from_env();
-    let result = settings(&args).and_then(|s| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?
-            .block_on(run(s))
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("{NAME}: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    run_harness(NAME, settings(&Args::from_env()).map(run))
 }
 
 #[cfg(test)]

@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
-use tether_benches::cli::Args;
+use tether_benches::cli::{Args, run_harness};
 use tether_benches::raw::bench_key;
 use tether_benches::report::{ResultLine, emit, note};
 use tether_benches::stats::{Latencies, millis, process_cpu_time};
@@ -459,21 +459,7 @@ fn main() -> ExitCode {
         eprintln!("{HELP}");
         return ExitCode::SUCCESS;
     }
-    let result = settings(&args).and_then(|s| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .map_err(|e| e.to_string())?
-            .block_on(run(s))
-    });
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("{NAME}: {message}");
-            ExitCode::FAILURE
-        }
-    }
+    run_harness(NAME, settings(&args).map(run))
 }
 
 #[cfg(test)]

@@ -246,6 +246,28 @@ pub struct ObservedOutcome {
     pub written: Option<Observation>,
 }
 
+impl ObservedOutcome {
+    /// `outcome` without a reported row.
+    pub fn unreported(outcome: ApplyOutcome) -> Self {
+        Self {
+            outcome,
+            written: None,
+        }
+    }
+
+    /// An applied set that wrote exactly `row`: its revision and lease epoch, and the row as
+    /// the next observation.
+    pub fn applied_set(row: StoredRow) -> Self {
+        Self {
+            outcome: ApplyOutcome::Applied {
+                revision: Some(row.revision),
+                epoch: row.lease.as_ref().map(|l| l.epoch),
+            },
+            written: Some(Observation::new(Some(row))),
+        }
+    }
+}
+
 /// A check run at write admission, just before the write.
 ///
 /// Returning an error aborts the write (nothing is written) and that error is returned. A store
@@ -322,10 +344,7 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
         let outcome = self
             .compare_and_apply(ns, key, &observed.comparison, intent, admission)
             .await?;
-        Ok(ObservedOutcome {
-            outcome,
-            written: None,
-        })
+        Ok(ObservedOutcome::unreported(outcome))
     }
 
     /// Creates the row only if no live row exists. Returns whether it was created.

@@ -678,10 +678,7 @@ impl<S: BindingStore + ?Sized + 'static> BindingStore for FaultInjectingStore<S>
             let outcome = inner
                 .compare_and_apply(ns, key, comparison, intent, admission)
                 .await?;
-            Ok(ObservedOutcome {
-                outcome,
-                written: None,
-            })
+            Ok(ObservedOutcome::unreported(outcome))
         })
         .await
         .map(|observed| observed.outcome)

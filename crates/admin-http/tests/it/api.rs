@@ -6,7 +6,7 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use tether_admin_http::AppState;
 use tether_admin_http::auth::Tokens;
-use tether_core::{ApplyOutcome, BindingStore as _, Intent, LeaseWrite, RowWrite, admit_all};
+use tether_core::{BindingStore as _, Intent, LeaseWrite, RowWrite, admit_all};
 use tether_storage::{LeaseEventKind, session_binding_keys};
 
 use crate::support::{ADMIN, Fixture, NS, READ, SECRET, call, ns, seg, tokens};
@@ -639,28 +639,7 @@ async fn readiness_and_metrics() {
         before.text
     );
     // One renewal of alpha's held lease: the store times it on its `renewed` event.
-    let alpha = f.entry("agent:main:alpha").await;
-    let key = session_binding_keys(&alpha)[1].clone();
-    let seen = f.store.observe(&ns(), &key).await.unwrap();
-    let mut row = seen.row.as_ref().unwrap().to_write();
-    if let Some(lease) = row.lease.as_mut() {
-        lease.expires_at = lease.expires_at + Duration::from_secs(30);
-    }
-    let renewed = f
-        .store
-        .compare_and_apply(
-            &ns(),
-            &key,
-            &seen.comparison,
-            Intent::Set { row, ttl: None },
-            &admit_all,
-        )
-        .await
-        .unwrap();
-    assert!(
-        matches!(renewed, ApplyOutcome::Applied { .. }),
-        "{renewed:?}"
-    );
+    let key = f.renew_alpha().await;
     let events = f
         .store
         .recent_lease_events(Some((&ns(), &key)), 1)
@@ -828,23 +807,7 @@ async fn read_routes_and_metrics_on_postgres() {
     };
     let f = Fixture::on(db.url()).await;
     // A renewal, so the latency histogram has a sample to sum.
-    let alpha = f.entry("agent:main:alpha").await;
-    let key = session_binding_keys(&alpha)[1].clone();
-    let seen = f.store.observe(&ns(), &key).await.unwrap();
-    let mut row = seen.row.as_ref().unwrap().to_write();
-    if let Some(lease) = row.lease.as_mut() {
-        lease.expires_at = lease.expires_at + Duration::from_secs(30);
-    }
-    f.store
-        .compare_and_apply(
-            &ns(),
-            &key,
-            &seen.comparison,
-            Intent::Set { row, ttl: None },
-            &admit_all,
-        )
-        .await
-        .unwrap();
+    let key = f.renew_alpha().await;
     let state = open(&f);
 
     let page = call(&state, "GET", "/v1/sessions?limit=2", None, None).await;

@@ -150,6 +150,34 @@ impl Fixture {
         );
     }
 
+    /// Renews alpha's held stable-key lease by 30 s through the store (one `renewed` event);
+    /// returns that key.
+    pub(crate) async fn renew_alpha(&self) -> BindingKey {
+        let alpha = self.entry("agent:main:alpha").await;
+        let key = session_binding_keys(&alpha)[1].clone();
+        let seen = self.store.observe(&ns(), &key).await.unwrap();
+        let mut row = seen.row.as_ref().unwrap().to_write();
+        if let Some(lease) = row.lease.as_mut() {
+            lease.expires_at = lease.expires_at + Duration::from_secs(30);
+        }
+        let renewed = self
+            .store
+            .compare_and_apply(
+                &ns(),
+                &key,
+                &seen.comparison,
+                Intent::Set { row, ttl: None },
+                &admit_all,
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(renewed, ApplyOutcome::Applied { .. }),
+            "{renewed:?}"
+        );
+        key
+    }
+
     pub(crate) fn state(&self, tokens: Tokens) -> AppState {
         AppState::from_database(Database::from_store(self.store.clone()), tokens)
     }

@@ -298,7 +298,7 @@ mod tests {
     use tokio::sync::watch;
 
     use super::{BatchRenewal, OwnerState};
-    use crate::lifecycle::{LeaseOptions, Lifecycle, ManualTimer, PrepareLease};
+    use crate::lifecycle::{LeaseOptions, Lifecycle, LifecycleBuilder, ManualTimer, PrepareLease};
 
     type Record = serde_json::Map<String, serde_json::Value>;
 
@@ -315,19 +315,25 @@ mod tests {
         }
     }
 
-    async fn lifecycle(store: Arc<dyn BindingStore>) -> Lifecycle<JsonObjectCodec> {
-        let ns = Namespace::new("batch").unwrap();
+    fn ns() -> Namespace {
+        Namespace::new("batch").unwrap()
+    }
+
+    /// A batched-heartbeat lifecycle over `store` (namespace registered), to finish building.
+    async fn builder(store: Arc<dyn BindingStore>) -> LifecycleBuilder<JsonObjectCodec> {
         store
-            .register_namespace(NamespaceConfig::new(ns.clone()))
+            .register_namespace(NamespaceConfig::new(ns()))
             .await
             .unwrap();
         let keep: PrepareLease<Record> =
             Arc::new(|current: Option<&Record>, _| Some(current.cloned().unwrap_or_default()));
-        Lifecycle::builder(store, ns, JsonObjectCodec, keep)
+        Lifecycle::builder(store, ns(), JsonObjectCodec, keep)
             .lease_config(lease())
             .batched_heartbeats(true)
-            .build()
-            .unwrap()
+    }
+
+    async fn lifecycle(store: Arc<dyn BindingStore>) -> Lifecycle<JsonObjectCodec> {
+        builder(store).await.build().unwrap()
     }
 
     /// Holds `n` leases for three lease periods; every one must survive.
@@ -453,18 +459,11 @@ mod tests {
         let clock = FakeClock::new(Timestamp::from_millis(0));
         let timer = Arc::new(ManualTimer::new(clock.clone()));
         let store: Arc<dyn BindingStore> = Arc::new(MemoryStore::new(Arc::new(clock.clone())));
-        let ns = Namespace::new("batch").unwrap();
-        store
-            .register_namespace(NamespaceConfig::new(ns.clone()))
+        let ns = ns();
+        let lc = builder(store.clone())
             .await
-            .unwrap();
-        let keep: PrepareLease<Record> =
-            Arc::new(|current: Option<&Record>, _| Some(current.cloned().unwrap_or_default()));
-        let lc = Lifecycle::builder(store.clone(), ns.clone(), JsonObjectCodec, keep)
-            .lease_config(lease())
             .clock(Arc::new(clock.clone()))
             .timer(timer.clone())
-            .batched_heartbeats(true)
             .build()
             .unwrap();
         let (stop_tx, stop_rx) = watch::channel(false);

@@ -9,22 +9,13 @@
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
-    LifecycleRevision, Namespace, Revision, SessionId, SessionKey, StoredRow, Timestamp,
+    Namespace, Revision, SessionKey, StoredRow, Timestamp,
 };
 
-use super::{End, Store, db_error};
+use super::host::{HostEntryColumns, host_entry_from_columns};
+use super::{End, Store, corrupt, db_error, micros, to_i64};
 use crate::events::{LeaseEvent, LeaseEventKind};
 use crate::plan;
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
-    Error::other(format!(
-        "stored {what} is corrupted ({detail}); back up the database and repair the row"
-    ))
-}
 
 /// Which host sessions to list, and from where.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -209,6 +200,7 @@ pub fn session_binding_keys(entry: &HostSessionEntry) -> [BindingKey; 2] {
     ]
 }
 
+/// The columns of a host session entry, in [`HostEntryColumns`] order.
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
      lifecycle_revision, agent_harness_id, created_at, updated_at";
 
@@ -266,18 +258,6 @@ fn list_sessions_query(
     (sql, values)
 }
 
-/// One host session as [`list_sessions_query`] encodes it, in [`SESSION_COLUMNS`] order.
-type SessionTuple = (
-    String,
-    String,
-    String,
-    Option<String>,
-    i64,
-    Option<String>,
-    i64,
-    i64,
-);
-
 /// Decodes the JSON page of [`list_sessions_query`] (`None`: PostgreSQL's aggregate of no rows),
 /// in session-key order: keys compare as bytes on both backends (SQLite's `BINARY` collation,
 /// PostgreSQL's `COLLATE "C"` key columns), as Rust strings do.
@@ -285,27 +265,11 @@ fn decode_session_batch(page: Option<&str>) -> Result<Vec<HostSessionEntry>, Err
     let Some(page) = page else {
         return Ok(Vec::new());
     };
-    let tuples: Vec<SessionTuple> =
+    let tuples: Vec<HostEntryColumns> =
         serde_json::from_str(page).map_err(|e| corrupt("host session", e))?;
     tuples
         .into_iter()
-        .map(
-            |(key, agent, session, previous, revision, harness, created, updated)| {
-                Ok(HostSessionEntry {
-                    session_key: SessionKey::new(key)?,
-                    agent_id: AgentId::new(agent)?,
-                    session_id: SessionId::new(session)?,
-                    previous_session_id: previous.map(SessionId::new).transpose()?,
-                    lifecycle_revision: LifecycleRevision::new(
-                        u64::try_from(revision)
-                            .map_err(|_| corrupt("lifecycle revision", revision))?,
-                    ),
-                    agent_harness_id: harness.map(HarnessId::new).transpose()?,
-                    created_at: Timestamp::from_millis(created),
-                    updated_at: Timestamp::from_millis(updated),
-                })
-            },
-        )
+        .map(host_entry_from_columns)
         .collect::<Result<Vec<_>, Error>>()
         .map(|mut entries| {
             if !entries.is_sorted_by(|a, b| a.session_key < b.session_key) {
@@ -579,8 +543,8 @@ impl Store {
         &self,
         bounds: &[std::time::Duration],
     ) -> Result<RenewLatencyHistogram, Error> {
-        let micros = |d: &std::time::Duration| i64::try_from(d.as_micros()).unwrap_or(i64::MAX);
-        // PostgreSQL sums a BIGINT as NUMERIC: every aggregate is cast back to BIGINT.
+        // PostgreSQL sums a BIGINT as NUMERIC: every aggregate is cast back to BIGINT. An
+        // aggregate without GROUP BY answers exactly one row (sums are NULL over no rows).
         let mut sql =
             String::from("SELECT COUNT(latency_us) AS n, CAST(SUM(latency_us) AS BIGINT) AS total");
         let mut values: Vec<Value> = Vec::with_capacity(bounds.len());
@@ -589,7 +553,7 @@ impl Store {
                 ", CAST(SUM(CASE WHEN latency_us <= ${} THEN 1 ELSE 0 END) AS BIGINT) AS b{i}",
                 i + 1
             ));
-            values.push(micros(bound).into());
+            values.push(micros(*bound).into());
         }
         sql.push_str(" FROM lease_events WHERE kind = 'renewed' AND latency_us IS NOT NULL");
         let row = self
@@ -597,26 +561,21 @@ impl Store {
             .db
             .query_one_raw(self.stmt(&sql, values))
             .await
-            .map_err(db_error)?;
-        let count_of = |v: Option<i64>| v.and_then(|n| u64::try_from(n).ok()).unwrap_or(0);
-        let Some(row) = row else {
-            return Ok(RenewLatencyHistogram {
-                buckets: bounds.iter().map(|b| (*b, 0)).collect(),
-                count: 0,
-                sum: std::time::Duration::ZERO,
-            });
+            .map_err(db_error)?
+            .ok_or_else(|| Error::other("the renew-latency aggregate returned no row"))?;
+        let count = |column: &str| -> Result<u64, Error> {
+            let n: Option<i64> = row.try_get("", column).map_err(db_error)?;
+            Ok(n.and_then(|n| u64::try_from(n).ok()).unwrap_or(0))
         };
-        let mut buckets = Vec::with_capacity(bounds.len());
-        for (i, bound) in bounds.iter().enumerate() {
-            let n: Option<i64> = row.try_get("", &format!("b{i}")).map_err(db_error)?;
-            buckets.push((*bound, count_of(n)));
-        }
-        let n: i64 = row.try_get("", "n").map_err(db_error)?;
-        let total: Option<i64> = row.try_get("", "total").map_err(db_error)?;
+        let buckets = bounds
+            .iter()
+            .enumerate()
+            .map(|(i, bound)| Ok((*bound, count(&format!("b{i}"))?)))
+            .collect::<Result<Vec<_>, Error>>()?;
         Ok(RenewLatencyHistogram {
             buckets,
-            count: count_of(Some(n)),
-            sum: std::time::Duration::from_micros(count_of(total)),
+            count: count("n")?,
+            sum: std::time::Duration::from_micros(count("total")?),
         })
     }
 
@@ -809,6 +768,8 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
+    use tether_core::{LifecycleRevision, SessionId};
+
     use super::*;
 
     #[test]

@@ -11,7 +11,7 @@ use tether_core::{
     Timestamp,
 };
 
-use super::{End, Store, db_error};
+use super::{End, Store, db_error, micros, to_i64};
 use crate::admin::StoreAdmin;
 use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
 use crate::plan;
@@ -21,10 +21,6 @@ const ROW_COLUMNS: &str = "value, revision, lease_token, lease_epoch, lease_expi
 
 fn opt_ts(v: Option<Timestamp>) -> Value {
     Value::from(v.map(Timestamp::as_millis))
-}
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
 }
 
 fn decode_row(key: &BindingKey, row: &QueryResult) -> Result<StoredRow, Error> {
@@ -86,18 +82,6 @@ impl WriteTime {
     pub(crate) fn new(started: Instant, now: Timestamp) -> Self {
         Self { now, started }
     }
-}
-
-/// An outcome with the row as written (after an applied set).
-type Applied = (ApplyOutcome, Option<StoredRow>);
-
-/// The outcome of an applied set that wrote `row`.
-fn applied_set(row: StoredRow) -> Applied {
-    let outcome = ApplyOutcome::Applied {
-        revision: Some(row.revision),
-        epoch: row.lease.as_ref().map(|l| l.epoch),
-    };
-    (outcome, Some(row))
 }
 
 /// Revisions and epochs of one row lifetime count up from `draw << 32`.
@@ -213,7 +197,7 @@ impl Store {
         latency: Option<Duration>,
     ) -> Result<(), Error> {
         let Some(e) = event else { return Ok(()) };
-        let latency_us = latency.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX));
+        let latency_us = latency.map(micros);
         tx.execute_raw(self.stmt(
             "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
@@ -381,7 +365,7 @@ impl Store {
         intent: Intent,
         admission: Admission<'_>,
         started: Instant,
-    ) -> Result<(Option<Applied>, End), Error> {
+    ) -> Result<(Option<ObservedOutcome>, End), Error> {
         let ns = &config.namespace;
         let now = self.now();
         let physical = self.physical(tx, ns, key).await?;
@@ -399,7 +383,8 @@ impl Store {
                 }
             }
             let current = Observation::new(live);
-            return Ok((Some((ApplyOutcome::Conflict { current }, None)), end));
+            let conflict = ObservedOutcome::unreported(ApplyOutcome::Conflict { current });
+            return Ok((Some(conflict), end));
         }
         admission()?;
         Ok(match intent {
@@ -416,7 +401,7 @@ impl Store {
                     )
                     .await?
                 {
-                    Some(written) => (Some(applied_set(written)), End::Commit),
+                    Some(written) => (Some(ObservedOutcome::applied_set(written)), End::Commit),
                     None => (None, End::Rollback),
                 }
             }
@@ -428,11 +413,12 @@ impl Store {
                     revision: None,
                     epoch: None,
                 };
-                (Some((deleted, None)), End::Commit)
+                (Some(ObservedOutcome::unreported(deleted)), End::Commit)
             }
-            Intent::Keep | Intent::KeepOnDelete => {
-                (Some((ApplyOutcome::Unchanged, None)), End::Rollback)
-            }
+            Intent::Keep | Intent::KeepOnDelete => (
+                Some(ObservedOutcome::unreported(ApplyOutcome::Unchanged)),
+                End::Rollback,
+            ),
             #[allow(unreachable_patterns)]
             other => {
                 return Err(Error::other(format!(
@@ -452,7 +438,7 @@ impl Store {
         intent: Intent,
         admission: Admission<'_>,
         started: Instant,
-    ) -> Result<Applied, Error> {
+    ) -> Result<ObservedOutcome, Error> {
         if let Intent::Set { row, .. } = &intent {
             plan::check_value(config, &row.value)?;
         }
@@ -463,12 +449,9 @@ impl Store {
         match Store::finish(tx, result).await? {
             Some(applied) => Ok(applied),
             // A concurrent writer created the row first: nothing was written.
-            None => Ok((
-                ApplyOutcome::Conflict {
-                    current: self.fresh_observation(&config.namespace, key).await?,
-                },
-                None,
-            )),
+            None => Ok(ObservedOutcome::unreported(ApplyOutcome::Conflict {
+                current: self.fresh_observation(&config.namespace, key).await?,
+            })),
         }
     }
 
@@ -603,10 +586,9 @@ impl BindingStore for Store {
         admission: Admission<'_>,
     ) -> Result<ApplyOutcome, Error> {
         let config = self.config(ns)?;
-        let (outcome, _) = self
-            .compare_and_apply_tx(&config, key, comparison, intent, admission, Instant::now())
-            .await?;
-        Ok(outcome)
+        self.compare_and_apply_tx(&config, key, comparison, intent, admission, Instant::now())
+            .await
+            .map(|applied| applied.outcome)
     }
 
     #[tracing::instrument(level = "debug", skip_all, fields(store = "sql", key = %key))]
@@ -624,26 +606,17 @@ impl BindingStore for Store {
             .write_observed(&config, key, observed, &intent, admission)
             .await?
         {
-            let (outcome, row) = applied_set(written);
-            return Ok(ObservedOutcome {
-                outcome,
-                written: row.map(|r| Observation::new(Some(r))),
-            });
+            return Ok(ObservedOutcome::applied_set(written));
         }
-        let (outcome, row) = self
-            .compare_and_apply_tx(
-                &config,
-                key,
-                &observed.comparison,
-                intent,
-                admission,
-                started,
-            )
-            .await?;
-        Ok(ObservedOutcome {
-            outcome,
-            written: row.map(|r| Observation::new(Some(r))),
-        })
+        self.compare_and_apply_tx(
+            &config,
+            key,
+            &observed.comparison,
+            intent,
+            admission,
+            started,
+        )
+        .await
     }
 
     async fn register_if_absent(

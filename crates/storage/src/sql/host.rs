@@ -10,7 +10,7 @@ use tether_core::{
 };
 
 use super::migration::PG_SEARCH_VECTOR;
-use super::{End, Store, db_error};
+use super::{End, Store, corrupt, db_error, to_i64};
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
     TranscriptRole,
@@ -18,16 +18,6 @@ use crate::transcript::{
 
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
      lifecycle_revision, agent_harness_id, active_leaf, created_at, updated_at";
-
-fn to_i64(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
-    Error::other(format!(
-        "stored {what} is corrupted ({detail}); back up the database and repair the row"
-    ))
-}
 
 /// A host session row with its active transcript leaf.
 #[derive(Debug, Clone)]
@@ -48,22 +38,47 @@ pub(crate) fn decode_host_entry(r: &QueryResult) -> Result<HostSessionEntry, Err
     let get_s = |c: &str| r.try_get::<String>("", c).map_err(db_error);
     let get_os = |c: &str| r.try_get::<Option<String>>("", c).map_err(db_error);
     let get_i = |c: &str| r.try_get::<i64>("", c).map_err(db_error);
-    let revision = get_i("lifecycle_revision")?;
+    host_entry_from_columns((
+        get_s("session_key")?,
+        get_s("agent_id")?,
+        get_s("session_id")?,
+        get_os("previous_session_id")?,
+        get_i("lifecycle_revision")?,
+        get_os("agent_harness_id")?,
+        get_i("created_at")?,
+        get_i("updated_at")?,
+    ))
+}
+
+/// The stored columns of a host session entry: `session_key`, `agent_id`, `session_id`,
+/// `previous_session_id`, `lifecycle_revision`, `agent_harness_id`, `created_at`, `updated_at`.
+pub(crate) type HostEntryColumns = (
+    String,
+    String,
+    String,
+    Option<String>,
+    i64,
+    Option<String>,
+    i64,
+    i64,
+);
+
+/// Validates stored host session columns into an entry: one rule for every reader (a row, or
+/// the admin list's JSON page).
+pub(crate) fn host_entry_from_columns(
+    (key, agent, session, previous, revision, harness, created, updated): HostEntryColumns,
+) -> Result<HostSessionEntry, Error> {
     Ok(HostSessionEntry {
-        session_key: SessionKey::new(get_s("session_key")?)?,
-        agent_id: AgentId::new(get_s("agent_id")?)?,
-        session_id: SessionId::new(get_s("session_id")?)?,
-        previous_session_id: get_os("previous_session_id")?
-            .map(SessionId::new)
-            .transpose()?,
+        session_key: SessionKey::new(key)?,
+        agent_id: AgentId::new(agent)?,
+        session_id: SessionId::new(session)?,
+        previous_session_id: previous.map(SessionId::new).transpose()?,
         lifecycle_revision: LifecycleRevision::new(
             u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
         ),
-        agent_harness_id: get_os("agent_harness_id")?
-            .map(HarnessId::new)
-            .transpose()?,
-        created_at: Timestamp::from_millis(get_i("created_at")?),
-        updated_at: Timestamp::from_millis(get_i("updated_at")?),
+        agent_harness_id: harness.map(HarnessId::new).transpose()?,
+        created_at: Timestamp::from_millis(created),
+        updated_at: Timestamp::from_millis(updated),
     })
 }
 

@@ -187,6 +187,23 @@ fn configuration(message: impl Into<String>) -> Error {
     })
 }
 
+/// A count or limit as a SQL `BIGINT` (saturating: no stored count comes near it).
+pub(crate) fn to_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A duration as whole microseconds in a SQL `BIGINT` (saturating), as `latency_us` stores it.
+pub(crate) fn micros(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}
+
+/// The error of a stored value that does not decode: what it is, and what to do.
+pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
+    Error::other(format!(
+        "stored {what} is corrupted ({detail}); back up the database and repair the row"
+    ))
+}
+
 /// Maps a database error to the core error, keeping what the backend said.
 pub(crate) fn db_error(err: DbErr) -> Error {
     match err {

@@ -320,17 +320,24 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn sql_batch_renews_exactly_the_live_leases_of_the_given_tokens() {
+    /// A store on `url` whose clock starts at 0, with [`seed`]'s `n` rows in namespace
+    /// `renew`; the clock then reads 5 s.
+    async fn seeded(url: &str, n: usize) -> (Store, Namespace) {
         let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
-        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
+        let store = Store::open_with(StoreOptions::new(url).clock(clock.clone()))
             .await
             .unwrap();
         let ns = Namespace::new("renew").unwrap();
-        // More rows than one chunk.
-        let n = CHUNK + 5;
         seed(&store, &ns, n).await;
         clock.advance(Duration::from_secs(5));
+        (store, ns)
+    }
+
+    #[tokio::test]
+    async fn sql_batch_renews_exactly_the_live_leases_of_the_given_tokens() {
+        // More rows than one chunk.
+        let n = CHUNK + 5;
+        let (store, ns) = seeded("sqlite::memory:", n).await;
         check(&store, &ns, n).await;
     }
 
@@ -340,14 +347,8 @@ mod tests {
         let Some(db) = crate::testing::PgTestDatabase::create("renew").await else {
             return;
         };
-        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
-        let store = Store::open_with(StoreOptions::new(db.url()).clock(clock.clone()))
-            .await
-            .unwrap();
-        let ns = Namespace::new("renew").unwrap();
         let n = CHUNK + 5;
-        seed(&store, &ns, n).await;
-        clock.advance(Duration::from_secs(5));
+        let (store, ns) = seeded(db.url(), n).await;
         check(&store, &ns, n).await;
         store.close().await.unwrap();
         db.cleanup().await;
@@ -377,13 +378,7 @@ mod tests {
 
     #[tokio::test]
     async fn sqlite_batch_renews_a_repeated_lease_to_its_later_expiry() {
-        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
-        let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
-            .await
-            .unwrap();
-        let ns = Namespace::new("renew").unwrap();
-        seed(&store, &ns, 2).await;
-        clock.advance(Duration::from_secs(5));
+        let (store, ns) = seeded("sqlite::memory:", 2).await;
         check_repeats(&store, &ns).await;
     }
 
@@ -393,13 +388,7 @@ mod tests {
         let Some(db) = crate::testing::PgTestDatabase::create("renew_repeat").await else {
             return;
         };
-        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
-        let store = Store::open_with(StoreOptions::new(db.url()).clock(clock.clone()))
-            .await
-            .unwrap();
-        let ns = Namespace::new("renew").unwrap();
-        seed(&store, &ns, 2).await;
-        clock.advance(Duration::from_secs(5));
+        let (store, ns) = seeded(db.url(), 2).await;
         check_repeats(&store, &ns).await;
         store.close().await.unwrap();
         db.cleanup().await;
