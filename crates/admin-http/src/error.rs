@@ -115,7 +115,7 @@ impl From<tether_core::Error> for ApiError {
             Error::Store {
                 kind: StoreErrorKind::Unavailable { .. },
             } => Self::Unavailable(err.to_string()),
-            Error::InvalidId(_) => Self::BadRequest(err.to_string()),
+            Error::InvalidId(_) | Error::InvalidText(_) => Self::BadRequest(err.to_string()),
             Error::MutationBlocked { message } => Self::LeaseHeld(format!(
                 "{message}: run `tether leases expire` (or POST …/expire-lease) for that binding, then retry"
             )),

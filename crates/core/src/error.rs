@@ -51,6 +51,14 @@ pub enum StoreErrorKind {
         /// What the backend said.
         message: String,
     },
+    /// The database cannot be used as it is — a read-only file, a corrupt file, a file that is
+    /// not a database, a server in read-only mode. Nothing was written; retrying does not help
+    /// until an operator fixes the database.
+    #[error("database unusable: {message}")]
+    Unusable {
+        /// What the backend said, and what to check.
+        message: String,
+    },
     /// The configuration (URL, options) is unusable.
     #[error("invalid store configuration: {message}")]
     Configuration {
@@ -67,6 +75,14 @@ pub enum StoreErrorKind {
         /// Newest migration known to this binary.
         supported: String,
     },
+    /// The COMMIT carrying the write failed, or its answer was lost: the write may or may not
+    /// have been applied. Never replay it blindly; an owner blocks (quarantines) the key. The
+    /// keyed store writes report this as [`Error::OutcomeUnknown`] for their key.
+    #[error("the outcome of the write is unknown (its COMMIT failed): {message}")]
+    CommitFailed {
+        /// What the backend said.
+        message: String,
+    },
     /// Any other backend failure.
     #[error("store backend error: {message}")]
     Backend {
@@ -82,6 +98,11 @@ pub enum Error {
     /// An identifier or key was refused.
     #[error(transparent)]
     InvalidId(#[from] IdError),
+
+    /// A text value (label, reason, transcript content, idempotency key) was refused before
+    /// anything was written (the rules are in [`text`](crate::text)).
+    #[error(transparent)]
+    InvalidText(#[from] crate::text::TextError),
 
     /// The owner's lease was replaced, expired, or could not be renewed.
     #[error("{message}")]
@@ -233,9 +254,17 @@ impl Error {
         matches!(self, Self::LostLease { .. })
     }
 
-    /// Whether the write's outcome is unknown (the key must be quarantined).
+    /// Whether the write's outcome is unknown (the key must be quarantined): an
+    /// [`Error::OutcomeUnknown`], or a store write whose COMMIT failed
+    /// ([`StoreErrorKind::CommitFailed`]).
     pub fn is_outcome_unknown(&self) -> bool {
-        matches!(self, Self::OutcomeUnknown { .. })
+        matches!(
+            self,
+            Self::OutcomeUnknown { .. }
+                | Self::Store {
+                    kind: StoreErrorKind::CommitFailed { .. }
+                }
+        )
     }
 }
 

@@ -1,11 +1,14 @@
 //! Validated identifier newtypes.
 //!
-//! Every id is a non-blank string: leading and trailing whitespace is trimmed
-//! and an empty result is rejected with [`IdError::Blank`]. Ids are also bounded
-//! in length ([`MAX_ID_LEN`]) and may not contain control characters, so they can
-//! be logged, stored and shown without escaping surprises.
+//! Every id follows the id rule of [`text`](crate::text): 1–[`MAX_ID_LEN`] bytes, no control
+//! character, no invisible formatting character (zero-width, bidi control, BOM) and no
+//! leading or trailing whitespace. A value that breaks it is refused with an [`IdError`] —
+//! never trimmed or cleaned silently — so ids can be logged, stored and shown without
+//! escaping surprises, and two ids that look the same are the same.
 
 use std::fmt;
+
+use crate::text::{self, TextError};
 
 /// Longest accepted identifier, in bytes.
 pub const MAX_ID_LEN: usize = 512;
@@ -34,6 +37,22 @@ pub enum IdError {
         /// Which id kind was being built.
         kind: &'static str,
     },
+    /// The value contains an invisible formatting character (zero-width, bidi control, BOM).
+    #[error(
+        "{kind} contains the invisible formatting character U+{code_point:04X}, which would make different ids look alike"
+    )]
+    InvisibleCharacter {
+        /// Which id kind was being built.
+        kind: &'static str,
+        /// The character.
+        code_point: u32,
+    },
+    /// The value has leading or trailing whitespace (ids are never trimmed silently).
+    #[error("{kind} has leading or trailing whitespace; pass it trimmed")]
+    SurroundingWhitespace {
+        /// Which id kind was being built.
+        kind: &'static str,
+    },
     /// The value does not follow the id kind's format.
     #[error("{kind} is malformed: {reason}")]
     Malformed {
@@ -44,21 +63,28 @@ pub enum IdError {
     },
 }
 
+impl From<TextError> for IdError {
+    fn from(err: TextError) -> Self {
+        match err {
+            TextError::Blank { field } => Self::Blank { kind: field },
+            TextError::TooLong { field, len, .. } => Self::TooLong { kind: field, len },
+            TextError::Nul { field } | TextError::ControlCharacter { field, .. } => {
+                Self::ControlCharacter { kind: field }
+            }
+            TextError::Invisible { field, code_point } => Self::InvisibleCharacter {
+                kind: field,
+                code_point,
+            },
+            TextError::SurroundingWhitespace { field } => {
+                Self::SurroundingWhitespace { kind: field }
+            }
+        }
+    }
+}
+
 pub(crate) fn validate(kind: &'static str, raw: &str) -> Result<String, IdError> {
-    let trimmed = raw.trim();
-    if trimmed.is_empty() {
-        return Err(IdError::Blank { kind });
-    }
-    if trimmed.len() > MAX_ID_LEN {
-        return Err(IdError::TooLong {
-            kind,
-            len: trimmed.len(),
-        });
-    }
-    if trimmed.chars().any(char::is_control) {
-        return Err(IdError::ControlCharacter { kind });
-    }
-    Ok(trimmed.to_owned())
+    text::check_token_like(kind, raw, MAX_ID_LEN)?;
+    Ok(raw.to_owned())
 }
 
 macro_rules! string_id {
@@ -68,7 +94,7 @@ macro_rules! string_id {
         pub struct $name(String);
 
         impl $name {
-            /// Validates and builds the id (trimmed; blank, over-long or control characters refused).
+            /// Validates and builds the id (the id rule of [`text`](crate::text); nothing is trimmed).
             pub fn new(raw: impl AsRef<str>) -> Result<Self, IdError> {
                 validate($kind, raw.as_ref()).map(Self)
             }
@@ -231,8 +257,28 @@ mod tests {
     }
 
     #[test]
-    fn ids_are_trimmed() {
-        assert_eq!(SessionKey::new("  a:b  ").unwrap().as_str(), "a:b");
+    fn ids_are_never_trimmed_silently() {
+        assert_eq!(
+            SessionKey::new("  a:b  "),
+            Err(IdError::SurroundingWhitespace {
+                kind: "session key"
+            })
+        );
+        assert_eq!(SessionKey::new("a: b").unwrap().as_str(), "a: b");
+    }
+
+    #[test]
+    fn invisible_characters_are_refused() {
+        for c in ['\u{200B}', '\u{202E}', '\u{FEFF}'] {
+            assert!(matches!(
+                SessionKey::new(format!("agent:main:{c}x")),
+                Err(IdError::InvisibleCharacter { code_point, .. }) if code_point == u32::from(c)
+            ));
+        }
+        assert!(matches!(
+            SessionId::new("s\0"),
+            Err(IdError::ControlCharacter { .. })
+        ));
     }
 
     #[test]

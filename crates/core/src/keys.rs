@@ -150,10 +150,10 @@ mod tests {
         assert!(is_stable_shape(a.as_str(), "main"), "{a}");
         assert!(!a.as_str().contains("peer@example.com"));
         assert!(!a.as_str().contains(raw));
-        assert_eq!(
-            a,
-            BindingKey::stable(&AgentId::new(" main ").unwrap(), &key)
-        );
+        // The agent id is lower-cased in the key; surrounding whitespace is refused when the
+        // id is built (never trimmed silently), so no two spellings name one row unnoticed.
+        assert_eq!(a, BindingKey::stable(&AgentId::new("MAIN").unwrap(), &key));
+        assert!(AgentId::new(" main ").is_err());
         let b = BindingKey::stable(&other, &key);
         assert_ne!(a, b);
         assert_eq!(a.kind(), BindingKeyKind::Stable);

@@ -45,6 +45,7 @@ pub mod keys;
 pub mod lease;
 pub mod registry;
 pub mod store;
+pub mod text;
 pub mod time;
 
 pub use attempt::{
@@ -76,4 +77,5 @@ pub use store::{
     LeaseRenewal, LeaseWrite, NamespaceConfig, Observation, ObservedOutcome, OverflowPolicy,
     RowPredicate, RowWrite, StoredRow, admit_all,
 };
+pub use text::TextError;
 pub use time::{Clock, FakeClock, SequentialTokens, SystemClock, Timestamp, TokenSource};

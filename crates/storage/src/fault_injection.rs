@@ -16,6 +16,7 @@
 //! | [`CompareBefore`](FaultPoint::CompareBefore) | not applied | not applied |
 //! | [`CompareAfter`](FaultPoint::CompareAfter) | applied | applied |
 //! | [`RegisterIfAbsent`](FaultPoint::RegisterIfAbsent), [`DeleteIf`](FaultPoint::DeleteIf), [`Release`](FaultPoint::Release), [`Renewal`](FaultPoint::Renewal) | not applied | applied |
+//! | [`Commit`](FaultPoint::Commit) | not applied, reported unknown | applied, reported unknown |
 //! | [`CommitEdge`](FaultPoint::CommitEdge) | transaction rolled back | transaction rolled back |
 //! | [`AfterCommit`](FaultPoint::AfterCommit) | committed | committed |
 //!
@@ -24,6 +25,12 @@
 //! anything happened ([`FaultKind::Fail`] at a point that did not apply), and with
 //! [`StoreErrorKind::Backend`] — outcome unknown to the caller — otherwise
 //! ([`proves_nothing_written`]).
+//!
+//! [`Commit`](FaultPoint::Commit) is the COMMIT of a keyed write's own transaction failing:
+//! whether it fails before the write was saved ([`FaultKind::Fail`], [`FaultKind::Timeout`]) or
+//! after ([`FaultKind::Unknown`]), the caller is told the same thing — the outcome is unknown
+//! ([`Error::OutcomeUnknown`] for the key, from [`StoreErrorKind::CommitFailed`]) — exactly as
+//! the SQL store reports a failed COMMIT.
 //!
 //! `Release` and `Renewal` are the compare-and-apply calls a lifecycle makes to release and renew
 //! a lease; the wrapper recognizes them from the last row it saw for the key ([`CasKind`]), and a
@@ -87,6 +94,10 @@ pub enum FaultPoint {
     RegisterIfAbsent,
     /// `delete_if` (store or row transaction).
     DeleteIf,
+    /// The COMMIT of a keyed write's own transaction (`compare_and_apply`, `apply_observed`,
+    /// `register_if_absent`, `delete_if`): reported as an unknown outcome, applied or not by
+    /// kind.
+    Commit,
     /// The host transaction's commit edge, after every harness commit and before COMMIT.
     CommitEdge,
     /// Right after the host transaction's COMMIT.
@@ -99,12 +110,13 @@ pub enum FaultPoint {
 
 impl FaultPoint {
     /// Every point, in walk order.
-    pub const ALL: [FaultPoint; 9] = [
+    pub const ALL: [FaultPoint; 10] = [
         Self::Observe,
         Self::CompareBefore,
         Self::CompareAfter,
         Self::RegisterIfAbsent,
         Self::DeleteIf,
+        Self::Commit,
         Self::CommitEdge,
         Self::AfterCommit,
         Self::Release,
@@ -117,9 +129,11 @@ impl FaultPoint {
         match self {
             Self::Observe | Self::CompareBefore | Self::CommitEdge => false,
             Self::CompareAfter | Self::AfterCommit => true,
-            Self::RegisterIfAbsent | Self::DeleteIf | Self::Release | Self::Renewal => {
-                kind == FaultKind::Unknown
-            }
+            Self::RegisterIfAbsent
+            | Self::DeleteIf
+            | Self::Release
+            | Self::Renewal
+            | Self::Commit => kind == FaultKind::Unknown,
         }
     }
 }
@@ -132,6 +146,7 @@ impl fmt::Display for FaultPoint {
             Self::CompareAfter => "compare-after",
             Self::RegisterIfAbsent => "register-if-absent",
             Self::DeleteIf => "delete-if",
+            Self::Commit => "commit",
             Self::CommitEdge => "commit-edge",
             Self::AfterCommit => "after-commit",
             Self::Release => "release",
@@ -312,6 +327,8 @@ struct State {
     armed: Vec<(Fault, u64)>,
     stats: FaultStats,
     cas_seq: u64,
+    /// Quarantine writes still to refuse.
+    quarantine_failures: u64,
     /// The last row seen per key (from observe, lookup, conflicts and applied writes).
     seen: HashMap<(Namespace, BindingKey), Option<StoredRow>>,
 }
@@ -365,7 +382,15 @@ impl<S: ?Sized> FaultInjectingStore<S> {
 
     /// Removes every armed fault.
     pub fn disarm(&self) {
-        self.state().armed.clear();
+        let mut state = self.state();
+        state.armed.clear();
+        state.quarantine_failures = 0;
+    }
+
+    /// Refuses the next `n` quarantine writes ([`StoreErrorKind::Unavailable`]), as a failing
+    /// store would.
+    pub fn fail_quarantine_writes(&self, n: u64) {
+        self.state().quarantine_failures = n;
     }
 
     /// The counters so far.
@@ -548,24 +573,54 @@ fn count_write(state: &Mutex<State>, applied: bool) {
 }
 
 impl<S: BindingStore + ?Sized> FaultInjectingStore<S> {
-    /// Runs a write-like call with a single point: before or after the wrapped call by kind.
+    /// Runs a keyed write-like call with its own point and the [`FaultPoint::Commit`] point:
+    /// before or after the wrapped call by kind.
     async fn single<T>(
         &self,
         point: FaultPoint,
-        fault: Option<FaultKind>,
+        key: &BindingKey,
         call: impl std::future::Future<Output = Result<T, Error>>,
         applied: impl Fn(&T) -> bool,
     ) -> Result<T, Error> {
-        if let Some(kind) = fault
+        let fault = self
+            .check(point, key, None)
+            .map(|kind| (point, kind))
+            .or_else(|| {
+                self.check(FaultPoint::Commit, key, None)
+                    .map(|kind| (FaultPoint::Commit, kind))
+            });
+        if let Some((point, kind)) = fault
             && !point.applied_with(kind)
         {
-            return Err(fail(kind, self.stall, false).await);
+            return Err(self.fail_at(point, kind, key, false).await);
         }
         let result = call.await?;
         count_write(&self.state, applied(&result));
         match fault {
-            Some(kind) => Err(fail(kind, self.stall, true).await),
+            Some((point, kind)) => Err(self.fail_at(point, kind, key, true).await),
             None => Ok(result),
+        }
+    }
+
+    /// The error of a fault of `kind` at `point` for `key`.
+    async fn fail_at(
+        &self,
+        point: FaultPoint,
+        kind: FaultKind,
+        key: &BindingKey,
+        applied: bool,
+    ) -> Error {
+        let error = fail(kind, self.stall, applied).await;
+        if point == FaultPoint::Commit {
+            crate::sql::for_key(
+                key,
+                crate::sql::commit_failed(&format_args!(
+                    "injected fault at COMMIT ({kind:?}, {})",
+                    if applied { "saved" } else { "not saved" }
+                )),
+            )
+        } else {
+            error
         }
     }
     /// A conditional write (`compare_and_apply` or `apply_observed`, run by `write`) with its
@@ -600,20 +655,24 @@ impl<S: BindingStore + ?Sized> FaultInjectingStore<S> {
             CasKind::Renew => Some(FaultPoint::Renewal),
             _ => None,
         };
-        let mut before = self.check(FaultPoint::CompareBefore, key, Some(&call));
+        let mut before = self
+            .check(FaultPoint::CompareBefore, key, Some(&call))
+            .map(|kind| (FaultPoint::CompareBefore, kind));
         let mut after = None;
-        if before.is_none()
-            && let Some(point) = lease_point
-            && let Some(fault) = self.check(point, key, Some(&call))
-        {
-            if point.applied_with(fault) {
-                after = Some(fault);
-            } else {
-                before = Some(fault);
+        for point in lease_point.into_iter().chain([FaultPoint::Commit]) {
+            if before.is_some() || after.is_some() {
+                break;
+            }
+            if let Some(fault) = self.check(point, key, Some(&call)) {
+                if point.applied_with(fault) {
+                    after = Some((point, fault));
+                } else {
+                    before = Some((point, fault));
+                }
             }
         }
-        if let Some(kind) = before {
-            return Err(fail(kind, self.stall, false).await);
+        if let Some((point, kind)) = before {
+            return Err(self.fail_at(point, kind, key, false).await);
         }
         let written = matches!(intent, Intent::Set { .. });
         let observed = write(intent).await?;
@@ -631,9 +690,12 @@ impl<S: BindingStore + ?Sized> FaultInjectingStore<S> {
             ApplyOutcome::Conflict { current } => self.remember(ns, key, current.row.clone()),
             _ => {}
         }
-        let after = after.or_else(|| self.check(FaultPoint::CompareAfter, key, Some(&call)));
+        let after = after.or_else(|| {
+            self.check(FaultPoint::CompareAfter, key, Some(&call))
+                .map(|kind| (FaultPoint::CompareAfter, kind))
+        });
         match after {
-            Some(kind) => Err(fail(kind, self.stall, true).await),
+            Some((point, kind)) => Err(self.fail_at(point, kind, key, true).await),
             None => Ok(observed),
         }
     }
@@ -707,10 +769,9 @@ impl<S: BindingStore + ?Sized + 'static> BindingStore for FaultInjectingStore<S>
         ttl: Option<Duration>,
     ) -> Result<bool, Error> {
         self.state().stats.registers += 1;
-        let fault = self.check(FaultPoint::RegisterIfAbsent, key, None);
         self.single(
             FaultPoint::RegisterIfAbsent,
-            fault,
+            key,
             self.inner.register_if_absent(ns, key, row, ttl),
             |created| *created,
         )
@@ -724,10 +785,9 @@ impl<S: BindingStore + ?Sized + 'static> BindingStore for FaultInjectingStore<S>
         predicate: RowPredicate<'_>,
     ) -> Result<Option<StoredRow>, Error> {
         self.state().stats.deletes += 1;
-        let fault = self.check(FaultPoint::DeleteIf, key, None);
         self.single(
             FaultPoint::DeleteIf,
-            fault,
+            key,
             self.inner.delete_if(ns, key, predicate),
             Option::is_some,
         )
@@ -751,6 +811,15 @@ impl<S: BindingStore + ?Sized + 'static> BindingStore for FaultInjectingStore<S>
 #[async_trait]
 impl<S: QuarantineStore + ?Sized + 'static> QuarantineStore for FaultInjectingStore<S> {
     async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
+        {
+            let mut state = self.state();
+            if state.quarantine_failures > 0 {
+                state.quarantine_failures -= 1;
+                return Err(Error::store(StoreErrorKind::Unavailable {
+                    message: "injected fault: the quarantine write was refused".into(),
+                }));
+            }
+        }
         self.inner.quarantine(entry).await
     }
 

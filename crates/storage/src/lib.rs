@@ -65,6 +65,8 @@ pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, 
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 pub use fault::FaultyStore;
 pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
+#[cfg(feature = "test-support")]
+pub use sql::CommitFault;
 pub use sql::{
     BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, ServerClock,
     SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, session_binding_keys,

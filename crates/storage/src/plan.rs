@@ -10,8 +10,30 @@ use tether_core::{
 
 use crate::events::{LeaseEventKind, PendingEvent};
 
+/// Refuses a row write the stores must not take: a value larger than the namespace limit, or
+/// a lease holder label breaking the label rule of [`tether_core::text`] (checked before
+/// anything is written, the same on every backend).
+pub(crate) fn check_write(
+    config: &NamespaceConfig,
+    row: &tether_core::RowWrite,
+) -> Result<(), Error> {
+    if let Some(holder) = row.lease.as_ref().and_then(|l| l.holder.as_deref()) {
+        tether_core::text::check_label("lease holder label", holder)?;
+    }
+    check_value(config, &row.value)
+}
+
+/// Refuses a quarantine record breaking the reason rule (reason and custody).
+pub(crate) fn check_quarantine(entry: &tether_core::QuarantineEntry) -> Result<(), Error> {
+    tether_core::text::check_reason("quarantine reason", &entry.reason)?;
+    if let Some(custody) = &entry.custody {
+        tether_core::text::check_reason("quarantine custody", custody)?;
+    }
+    Ok(())
+}
+
 /// Refuses a value larger than the namespace limit.
-pub(crate) fn check_value(config: &NamespaceConfig, value: &[u8]) -> Result<(), Error> {
+fn check_value(config: &NamespaceConfig, value: &[u8]) -> Result<(), Error> {
     if value.len() > config.max_value_bytes {
         return Err(Error::store(StoreErrorKind::ValueTooLarge {
             namespace: config.namespace.to_string(),

@@ -62,6 +62,23 @@ pub struct NewTranscriptEntry {
     pub idempotency_key: Option<String>,
 }
 
+impl NewTranscriptEntry {
+    /// Checks the entry against the rules of [`tether_core::text`] before anything is written:
+    /// content without NUL within [`MAX_CONTENT_LEN`](tether_core::text::MAX_CONTENT_LEN)
+    /// bytes, an idempotency key following the id rule.
+    pub fn check(&self) -> Result<(), tether_core::TextError> {
+        tether_core::text::check_content("transcript content", &self.content)?;
+        if let Some(key) = &self.idempotency_key {
+            tether_core::text::check_token_like(
+                "idempotency key",
+                key,
+                tether_core::ids::MAX_ID_LEN,
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// A stored transcript entry (a node of the session's transcript tree).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TranscriptEntry {

@@ -211,7 +211,9 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
         self
     }
 
-    /// Sets the holder label written with every lease (for operators).
+    /// Sets the holder label written with every lease (for operators). It follows the label
+    /// rule of [`tether_core::text`] (1–256 bytes, no control or invisible formatting character,
+    /// no surrounding whitespace); [`build`](Self::build) refuses one that does not.
     #[must_use]
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = Some(holder.into());
@@ -242,6 +244,10 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
         self.lease.validate().map_err(|reason| {
             Error::other(format!("invalid lifecycle lease configuration: {reason}"))
         })?;
+        if let Some(holder) = &self.holder {
+            // Refused here, not at the first acquisition of every key.
+            tether_core::text::check_label("lease holder label", holder)?;
+        }
         let shared = Shared {
             id: NEXT_INSTANCE.fetch_add(1, Ordering::Relaxed),
             store: self.store,
@@ -531,7 +537,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                     fresh_expiry: acquiring.map(|l| l.expires_at),
                 })
             };
-            match shared
+            let outcome = shared
                 .cas_update(
                     key,
                     &assert_owner_current,
@@ -539,8 +545,22 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                     owner.as_ref().or(acquire),
                     &mut decide,
                 )
-                .await?
-            {
+                .await;
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    if error.is_outcome_unknown() {
+                        // The write (an acquisition, or a write under a lease) may stand or
+                        // not: the owner stops, and the key is quarantined.
+                        if let Some(owner) = &owner {
+                            owner.fail(error.clone());
+                        }
+                        shared.block_unknown_write(key, &error).await;
+                    }
+                    return Err(error);
+                }
+            };
+            match outcome {
                 CasResult::Done { result, epoch, .. } => return Ok((result, epoch)),
                 CasResult::LeaseLost => {
                     let error = shared.lost(key);

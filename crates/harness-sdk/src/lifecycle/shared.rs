@@ -27,6 +27,12 @@ pub type ReleaseFailureHook = Arc<dyn Fn(&BindingKey, &Error) + Send + Sync>;
 #[derive(Debug, Clone)]
 pub(crate) struct Blocked {
     pub(crate) error: Error,
+    /// The custody recorded with the quarantine.
+    pub(crate) custody: Option<String>,
+    /// Whether the durable quarantine record is written (or no quarantine store is
+    /// configured). A record that could not be written (the store was failing, which is often
+    /// why the outcome is unknown) is written again at the key's next entry point.
+    pub(crate) durable: bool,
 }
 
 /// Counts of the mutation fence (reference §2.8).
@@ -117,6 +123,20 @@ impl Shared {
     /// [`Shared::assert_settled`], plus the durable quarantine record when a quarantine store
     /// is configured (a key quarantined by another process, or before a restart).
     pub(crate) async fn assert_durably_settled(&self, key: &BindingKey) -> Result<(), Error> {
+        let pending = self
+            .unresolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .filter(|b| !b.durable)
+            .cloned();
+        if let Some(blocked) = pending
+            && let Err(err) = self
+                .record_quarantine(key, &blocked.error, blocked.custody.clone())
+                .await
+        {
+            tracing::warn!(key = %key, error = %err, "the quarantine record of a blocked key still cannot be written");
+        }
         self.assert_settled(key)?;
         if let Some(quarantine) = &self.quarantine
             && let Some(entry) = quarantine.quarantined(&self.namespace, key).await?
@@ -138,25 +158,57 @@ impl Shared {
         custody: Option<String>,
     ) -> Result<(), Error> {
         tracing::warn!(key = %key, error = %error, "binding key blocked: settlement outcome unknown");
+        let custody = custody.or_else(|| self.holder.clone());
         self.unresolved
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(key.clone())
             .or_insert(Blocked {
                 error: error.clone(),
+                custody: custody.clone(),
+                durable: self.quarantine.is_none(),
             });
-        if let Some(quarantine) = &self.quarantine {
-            quarantine
-                .quarantine(QuarantineEntry {
-                    namespace: self.namespace.clone(),
-                    key: key.clone(),
-                    reason: error.to_string(),
-                    custody: custody.or_else(|| self.holder.clone()),
-                    quarantined_at: self.clock.now(),
-                })
-                .await?;
+        self.record_quarantine(key, &error, custody).await
+    }
+
+    /// Writes the durable quarantine record of a blocked key and marks it written.
+    async fn record_quarantine(
+        &self,
+        key: &BindingKey,
+        error: &Error,
+        custody: Option<String>,
+    ) -> Result<(), Error> {
+        let Some(quarantine) = &self.quarantine else {
+            return Ok(());
+        };
+        quarantine
+            .quarantine(QuarantineEntry {
+                namespace: self.namespace.clone(),
+                key: key.clone(),
+                reason: tether_core::text::to_reason(&error.to_string()),
+                custody: custody.as_deref().map(tether_core::text::to_reason),
+                quarantined_at: self.clock.now(),
+            })
+            .await?;
+        if let Some(blocked) = self
+            .unresolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(key)
+        {
+            blocked.durable = true;
         }
         Ok(())
+    }
+
+    /// Blocks `key` after a write of this instance whose outcome is unknown (its COMMIT
+    /// failed, or the store could not tell): the row may hold that write or not, so nothing
+    /// of this process touches the key again until an operator checked it. A durable record
+    /// that cannot be written now is written at the key's next entry point.
+    pub(crate) async fn block_unknown_write(&self, key: &BindingKey, error: &Error) {
+        if let Err(err) = self.block_key(key, error.clone(), None).await {
+            tracing::warn!(key = %key, error = %err, "key blocked in this process; its quarantine record will be written when the store accepts it");
+        }
     }
 
     pub(crate) fn lost(&self, key: &BindingKey) -> Error {

@@ -337,6 +337,89 @@ async fn acquire_case(w: &Walk, point: FaultPoint, kind: FaultKind) {
     );
 }
 
+/// The COMMIT of a `transact` write under a lease, or of an acquisition, fails: the outcome is
+/// unknown whether or not the write was saved, so the owner stops, the key is blocked in the
+/// instance and quarantined durably without any call of the host, and every instance refuses
+/// it; the write is never replayed.
+async fn commit_case(w: &Walk, op: &str, kind: FaultKind) {
+    let case = w.case(op, FaultPoint::Commit, kind).await;
+    let c = &case.context;
+    let k = key("c");
+    w.put(&case, &k, "v0").await;
+    let applied = FaultPoint::Commit.applied_with(kind);
+    let ran = AtomicBool::new(false);
+    let error = if op == "commit-acquire" {
+        w.arm(acquisition(FaultPoint::Commit, kind), &k);
+        case.lc
+            .with_lease(&k, LeaseOptions::default(), |_| async {
+                ran.store(true, Ordering::SeqCst);
+                Ok(())
+            })
+            .await
+            .unwrap_err()
+    } else {
+        let lc = &case.lc;
+        let (k, ran) = (&k, &ran);
+        case.lc
+            .with_lease(k, LeaseOptions::default(), |guard| async move {
+                ran.store(true, Ordering::SeqCst);
+                w.arm(Fault::new(FaultPoint::Commit, kind), k);
+                let error = set(lc, k, "v1").await.unwrap_err();
+                assert!(
+                    guard.failure().is_some_and(|f| f.is_outcome_unknown()),
+                    "{c}: the owner stops"
+                );
+                Err::<(), _>(error)
+            })
+            .await
+            .unwrap_err()
+    };
+    assert!(error.is_outcome_unknown(), "{c}: {error:?}");
+    assert_eq!(ran.load(Ordering::SeqCst), op != "commit-acquire", "{c}");
+    let stats = w.faulty.stats();
+    assert_eq!(stats.fired.len(), 1, "{c}");
+    let wanted = if op == "commit-acquire" {
+        CasKind::Acquire
+    } else {
+        CasKind::Write
+    };
+    assert_eq!(stats.cas_of(wanted), 1, "{c}: never replayed: {stats:?}");
+    if op != "commit-acquire" {
+        let expected = if applied { "v1" } else { "v0" };
+        assert_eq!(w.value(&case, &k).await.as_deref(), Some(expected), "{c}");
+    }
+    assert!(case.lc.is_blocked(&k), "{c}: blocked in the instance");
+    w.assert_quarantined(&case, &k).await;
+}
+
+/// A quarantine record that cannot be written when the key is blocked (the store is failing,
+/// which is often why the outcome is unknown) is written at the key's next entry point.
+async fn commit_quarantine_retry_case(w: &Walk) {
+    let case = w
+        .case(
+            "commit-quarantine-retry",
+            FaultPoint::Commit,
+            FaultKind::Fail,
+        )
+        .await;
+    let c = &case.context;
+    let k = key("q");
+    w.put(&case, &k, "v0").await;
+    w.arm(Fault::new(FaultPoint::Commit, FaultKind::Fail), &k);
+    w.faulty.fail_quarantine_writes(1);
+    let error = set(&case.lc, &k, "v1").await.unwrap_err();
+    assert!(error.is_outcome_unknown(), "{c}: {error:?}");
+    assert!(
+        case.lc.is_blocked(&k),
+        "{c}: blocked in the instance at once"
+    );
+    w.assert_not_quarantined(&case, &k).await;
+    let again = set(&case.lc, &k, "v2").await.unwrap_err();
+    assert!(again.is_outcome_unknown(), "{c}: still refused: {again:?}");
+    w.assert_quarantined(&case, &k).await;
+    assert_eq!(w.value(&case, &k).await.as_deref(), Some("v0"), "{c}");
+}
+
 /// A heartbeat renewal fails: the lease is lost (sticky), `run` is never cancelled, the
 /// renewal is not replayed, and the exact token is still released at exit.
 async fn renewal_case(w: &Walk, kind: FaultKind) {
@@ -547,6 +630,9 @@ async fn walk_lifecycle(backend: Backend) {
             acquire_case(w, point, kind).await;
             cases += 2;
         }
+        commit_case(w, "commit-transact", kind).await;
+        commit_case(w, "commit-acquire", kind).await;
+        cases += 2;
         renewal_case(w, kind).await;
         release_case(w, kind).await;
         deletion_commit_case(w, kind).await;
@@ -556,7 +642,8 @@ async fn walk_lifecycle(backend: Backend) {
         }
         cases += 3;
     }
-    assert_eq!(cases, 33);
+    commit_quarantine_retry_case(w).await;
+    assert_eq!(cases, 39);
 }
 
 #[tokio::test]

@@ -37,7 +37,7 @@ use tether_core::{
 };
 
 pub use self::work::{ActiveRuns, WorkTracker};
-use crate::sql::{End, SqlRowTransaction, Store, db_error};
+use crate::sql::{End, SqlRowTransaction, Store};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
 pub use tether_core::HarnessRegistry;
 
@@ -342,7 +342,7 @@ impl HostSessions {
             .delete_session_in(&tx, &entry)
             .await
             .map(|deleted| (deleted, End::Commit));
-        Store::finish(tx, result).await
+        self.store.finish(tx, result).await
     }
 
     /// Rewinds the session to just before the user message `to`, invalidating native context
@@ -571,12 +571,12 @@ impl HostSessions {
             }
             return Err(Self::roll_back(&pushed, original).await);
         }
-        if let Err(err) = tx.commit().await {
+        if let Err(err) = self.store.commit(tx).await {
             // The COMMIT itself failed: whether it happened cannot be known, so nothing is
             // rolled back (that could resurrect committed deletions); every owner blocks its key.
             // The error names the first target's physical binding key; the message names all.
             let Some(first) = ctx.targets.first() else {
-                return Err(db_error(err));
+                return Err(err);
             };
             let keys: Vec<&str> = ctx.targets.iter().map(|t| t.session_key.as_str()).collect();
             let error = Error::OutcomeUnknown {
@@ -585,7 +585,7 @@ impl HostSessions {
                     "the host transaction's COMMIT for {} failed and its outcome is unknown: {err}; the affected keys are quarantined until an operator checks them",
                     keys.join(", ")
                 ),
-                cause: Some(Arc::new(db_error(err))),
+                cause: Some(Arc::new(err)),
             };
             for mutation in &pushed {
                 if let Err(settle) = mutation

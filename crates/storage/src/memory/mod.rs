@@ -169,7 +169,7 @@ impl MemoryStore {
         let mut state = self.state();
         let config = state.config(ns)?.clone();
         if let Intent::Set { row, .. } = &intent {
-            plan::check_value(&config, &row.value)?;
+            plan::check_write(&config, row)?;
         }
         let current = state.live(ns, key, now).cloned();
         if Comparison::for_row(current.as_ref()) != *comparison {
@@ -276,7 +276,7 @@ impl BindingStore for MemoryStore {
         let now = self.now();
         let mut state = self.state();
         let config = state.config(ns)?.clone();
-        plan::check_value(&config, &row.value)?;
+        plan::check_write(&config, &row)?;
         if state.live(ns, key, now).is_some() {
             return Ok(false);
         }
@@ -331,6 +331,7 @@ impl BindingStore for MemoryStore {
 #[async_trait]
 impl QuarantineStore for MemoryStore {
     async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
+        plan::check_quarantine(&entry)?;
         self.state()
             .quarantine
             .entry((entry.namespace.clone(), entry.key.clone()))
@@ -356,6 +357,7 @@ impl QuarantineStore for MemoryStore {
         key: &BindingKey,
         operator_reason: &str,
     ) -> Result<bool, Error> {
+        tether_core::text::check_reason("operator reason", operator_reason)?;
         let released = self
             .state()
             .quarantine

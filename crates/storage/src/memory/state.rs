@@ -95,7 +95,7 @@ impl State {
         now: Timestamp,
     ) -> Result<(Revision, Option<LeaseEpoch>), Error> {
         let config = self.config(ns)?.clone();
-        plan::check_value(&config, &write.value)?;
+        plan::check_write(&config, &write)?;
         let current = self.live(ns, key, now).cloned();
         if current.is_none()
             && let Some(max) = config.max_entries

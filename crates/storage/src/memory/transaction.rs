@@ -154,7 +154,7 @@ impl RowTransaction for MemoryTransaction {
         }
         let now = self.store.now();
         let config = self.store.state().config(ns)?.clone();
-        plan::check_value(&config, &row.value)?;
+        plan::check_write(&config, &row)?;
         let expires_at = plan::row_expiry(&config, ttl, now);
         let placeholder_epoch = row.lease.as_ref().map(|_| tether_core::LeaseEpoch::new(0));
         let view = plan::plan_set(

@@ -614,7 +614,7 @@ impl Store {
     ) -> Result<ForceExpireOutcome, Error> {
         let tx = self.begin_write().await?;
         let result = self.force_expire_in(&tx, ns, key, expected_epoch).await;
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     async fn force_expire_in(

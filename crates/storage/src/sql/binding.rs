@@ -234,7 +234,7 @@ impl Store {
     ) -> Result<Option<StoredRow>, Error> {
         let now = at.now;
         let ns = &config.namespace;
-        plan::check_value(config, &write.value)?;
+        plan::check_write(config, &write)?;
         let live = physical
             .map(|p| &p.row)
             .filter(|r| plan::row_is_live(r, now));
@@ -440,13 +440,17 @@ impl Store {
         started: Instant,
     ) -> Result<ObservedOutcome, Error> {
         if let Intent::Set { row, .. } = &intent {
-            plan::check_value(config, &row.value)?;
+            plan::check_write(config, row)?;
         }
         let tx = self.begin_write().await?;
         let result = self
             .cas_in(&tx, config, key, comparison, intent, admission, started)
             .await;
-        match Store::finish(tx, result).await? {
+        match self
+            .finish(tx, result)
+            .await
+            .map_err(|e| super::for_key(key, e))?
+        {
             Some(applied) => Ok(applied),
             // A concurrent writer created the row first: nothing was written.
             None => Ok(ObservedOutcome::unreported(ApplyOutcome::Conflict {
@@ -485,7 +489,7 @@ impl Store {
         if !plan::row_is_live(current, now) {
             return Ok(None);
         }
-        plan::check_value(config, &write.value)?;
+        plan::check_write(config, write)?;
         let expires_at = plan::row_expiry(config, *ttl, now);
         let planned = plan::plan_set(
             Some(current),
@@ -528,7 +532,7 @@ impl Store {
                 ],
             ))
             .await
-            .map_err(db_error)?
+            .map_err(|e| super::for_key(key, super::autocommit_error(e)))?
             .rows_affected();
         Ok((affected == 1).then_some(row))
     }
@@ -628,7 +632,7 @@ impl BindingStore for Store {
     ) -> Result<bool, Error> {
         let started = Instant::now();
         let config = self.config(ns)?;
-        plan::check_value(&config, &row.value)?;
+        plan::check_write(&config, &row)?;
         let tx = self.begin_write().await?;
         let result = async {
             let now = self.now();
@@ -658,7 +662,9 @@ impl BindingStore for Store {
             )
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result)
+            .await
+            .map_err(|e| super::for_key(key, e))
     }
 
     async fn delete_if(
@@ -687,7 +693,9 @@ impl BindingStore for Store {
             })
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result)
+            .await
+            .map_err(|e| super::for_key(key, e))
     }
 
     async fn scan(
@@ -771,6 +779,7 @@ fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
 #[async_trait]
 impl QuarantineStore for Store {
     async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
+        plan::check_quarantine(&entry)?;
         let tx = self.begin_write().await?;
         let result = tx
             .execute_raw(self.stmt(
@@ -787,7 +796,7 @@ impl QuarantineStore for Store {
             .await
             .map(|_| ((), End::Commit))
             .map_err(db_error);
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     async fn quarantined(
@@ -814,6 +823,7 @@ impl QuarantineStore for Store {
         key: &BindingKey,
         operator_reason: &str,
     ) -> Result<bool, Error> {
+        tether_core::text::check_reason("operator reason", operator_reason)?;
         let tx = self.begin_write().await?;
         let result = tx
             .execute_raw(self.stmt(
@@ -823,7 +833,7 @@ impl QuarantineStore for Store {
             .await
             .map(|r| (r.rows_affected(), End::Commit))
             .map_err(db_error);
-        let affected = Store::finish(tx, result).await?;
+        let affected = self.finish(tx, result).await?;
         tracing::info!(namespace = %ns, key = %key, operator_reason, released = affected > 0, "quarantine released");
         Ok(affected > 0)
     }
@@ -854,7 +864,7 @@ impl StoreAdmin for Store {
     async fn sweep_expired(&self, limit: usize) -> Result<usize, Error> {
         let tx = self.begin_write().await?;
         let result = self.sweep_in(&tx, limit).await.map(|n| (n, End::Commit));
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     async fn prune_lease_events(&self, before: Timestamp) -> Result<u64, Error> {
@@ -867,7 +877,7 @@ impl StoreAdmin for Store {
             .await
             .map(|r| (r.rows_affected(), End::Commit))
             .map_err(db_error);
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {

@@ -132,7 +132,7 @@ impl Store {
             .create_session_in(&tx, &new)
             .await
             .map(|created| (created, End::Commit));
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     async fn create_session_in(
@@ -192,7 +192,7 @@ impl Store {
             Ok((rotated, End::Commit))
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     /// Rotates `current` to `next` and sets the active leaf, guarded on the generation and
@@ -268,7 +268,7 @@ impl Store {
             .link_upstream_in(&tx, key, upstream)
             .await
             .map(|linked| (linked, End::Commit));
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     pub(crate) async fn link_upstream_in<C: ConnectionTrait>(
@@ -328,7 +328,7 @@ impl Store {
             Ok((affected == 1, End::Commit))
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     /// Appends to the session's transcript as a child of the active leaf, which then becomes
@@ -338,6 +338,7 @@ impl Store {
         key: &SessionKey,
         entry: NewTranscriptEntry,
     ) -> Result<AppendOutcome, Error> {
+        entry.check()?;
         let tx = self.begin_write().await?;
         let result = async {
             let Some(session) = self.session_row(&tx, key).await? else {
@@ -377,7 +378,7 @@ impl Store {
         }, End::Commit))
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     async fn insert_entry(
@@ -513,7 +514,7 @@ impl Store {
             Ok((CutStatus::Created, End::Commit))
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     /// Forks the session at a user message into a new session key: the new session gets a
@@ -564,7 +565,7 @@ impl Store {
             Ok((CutStatus::Created, End::Commit))
         }
         .await;
-        Store::finish(tx, result).await
+        self.finish(tx, result).await
     }
 
     /// Full-text search over transcripts (every word must match; SQLite FTS5 or PostgreSQL
@@ -575,6 +576,12 @@ impl Store {
         session: Option<&SessionKey>,
         limit: usize,
     ) -> Result<Vec<TranscriptHit>, Error> {
+        if query.contains('\0') {
+            return Err(tether_core::TextError::Nul {
+                field: "search query",
+            }
+            .into());
+        }
         let terms = search_terms(query);
         if terms.is_empty() || limit == 0 {
             return Ok(Vec::new());

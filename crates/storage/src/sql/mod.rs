@@ -19,6 +19,7 @@
 mod admin_read;
 mod binding;
 mod clock;
+mod commit;
 mod host;
 mod renew;
 mod row_tx;
@@ -28,6 +29,9 @@ pub use self::admin_read::{
     SessionPage, session_binding_keys,
 };
 pub use self::clock::ServerClock;
+#[cfg(feature = "test-support")]
+pub use self::commit::CommitFault;
+pub(crate) use self::commit::{commit_failed, for_key};
 pub use self::row_tx::SqlRowTransaction;
 mod migration;
 
@@ -151,6 +155,8 @@ struct Inner {
     clock: Arc<dyn Clock>,
     namespaces: RwLock<HashMap<Namespace, NamespaceConfig>>,
     url: String,
+    #[cfg(feature = "test-support")]
+    commit_faults: commit::CommitFaults,
 }
 
 impl fmt::Debug for Store {
@@ -204,15 +210,117 @@ pub(crate) fn corrupt(what: &str, detail: impl std::fmt::Display) -> Error {
     ))
 }
 
-/// Maps a database error to the core error, keeping what the backend said.
+/// What a database error says about the database, read from its code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Condition {
+    /// Busy, locked, out of space or memory, shutting down, unreachable: retry later.
+    Transient(&'static str),
+    /// Read-only, corrupt, not a database: an operator must fix it.
+    Unusable(&'static str),
+    /// Anything else.
+    Other,
+}
+
+fn condition(err: &DbErr) -> Condition {
+    use sea_orm::RuntimeErr;
+    let (DbErr::Exec(RuntimeErr::SqlxError(e))
+    | DbErr::Query(RuntimeErr::SqlxError(e))
+    | DbErr::Conn(RuntimeErr::SqlxError(e))) = err
+    else {
+        return Condition::Other;
+    };
+    let sea_orm::sqlx::Error::Database(db) = &**e else {
+        return Condition::Other;
+    };
+    let Some(code) = db.code() else {
+        return Condition::Other;
+    };
+    // SQLite answers its (extended) result code as a number; PostgreSQL a five-character
+    // SQLSTATE.
+    if let Ok(extended) = code.parse::<i64>() {
+        return match extended & 0xff {
+            5 | 6 => Condition::Transient("the database is busy; retry"),
+            7 => Condition::Transient("the database ran out of memory; retry"),
+            10 => Condition::Transient("a disk I/O error occurred; check the disk and retry"),
+            13 => Condition::Transient("the database or disk is full; free space and retry"),
+            8 => Condition::Unusable(
+                "the database file (or its folder) is read-only; make it writable for this user",
+            ),
+            11 | 26 => Condition::Unusable(
+                "the file is corrupt or not a Tether database; restore it from a backup",
+            ),
+            14 => Condition::Unusable("the database file cannot be opened; check the path"),
+            _ => Condition::Other,
+        };
+    }
+    match code.as_ref() {
+        c if c.starts_with("08") => {
+            Condition::Transient("the connection to the database failed; retry")
+        }
+        c if c.starts_with("53") => Condition::Transient(
+            "the database server is out of resources (disk, memory, connections); retry",
+        ),
+        "57P01" | "57P02" | "57P03" => {
+            Condition::Transient("the database server is shutting down or starting; retry")
+        }
+        "40001" | "40P01" => {
+            Condition::Transient("the transaction was cancelled by a conflict; retry")
+        }
+        "25006" => Condition::Unusable(
+            "the database server is read-only (a standby?); connect to the primary",
+        ),
+        c if c.starts_with("XX") => {
+            Condition::Unusable("the database server reports corrupted data; check the server")
+        }
+        _ => Condition::Other,
+    }
+}
+
+/// Maps a database error to the core error, keeping what the backend said: a connection
+/// failure or a transient condition (busy, full, shutting down) is
+/// [`StoreErrorKind::Unavailable`], a database that cannot be used as it is (read-only,
+/// corrupt) is [`StoreErrorKind::Unusable`], anything else [`StoreErrorKind::Backend`].
+///
+/// For statements inside a writer transaction, which is rolled back on any error, none of
+/// them saved anything. A single write statement in autocommit maps through
+/// [`autocommit_error`] instead.
 pub(crate) fn db_error(err: DbErr) -> Error {
-    match err {
-        DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => Error::store(StoreErrorKind::Unavailable {
-            message: format!("{err}; check that the database is reachable and retry"),
+    match (condition(&err), &err) {
+        (Condition::Transient(hint), _) => Error::store(StoreErrorKind::Unavailable {
+            message: format!("{err}; {hint}"),
         }),
-        other => Error::store(StoreErrorKind::Backend {
-            message: other.to_string(),
+        (Condition::Unusable(hint), _) => Error::store(StoreErrorKind::Unusable {
+            message: format!("{err}; {hint}"),
         }),
+        (Condition::Other, DbErr::Conn(_) | DbErr::ConnectionAcquire(_)) => {
+            Error::store(StoreErrorKind::Unavailable {
+                message: format!("{err}; check that the database is reachable and retry"),
+            })
+        }
+        (Condition::Other, _) => Error::store(StoreErrorKind::Backend {
+            message: err.to_string(),
+        }),
+    }
+}
+
+/// Maps the error of one write statement run in autocommit (its own transaction): an answer
+/// of the database (an error it returned) means the statement was not applied; no answer (the
+/// connection failed while it ran) leaves its outcome unknown,
+/// [`StoreErrorKind::CommitFailed`].
+pub(crate) fn autocommit_error(err: DbErr) -> Error {
+    use sea_orm::RuntimeErr;
+    let answered = match &err {
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+            matches!(&**e, sea_orm::sqlx::Error::Database(_))
+        }
+        // Refused before the statement was sent.
+        DbErr::ConnectionAcquire(_) => true,
+        _ => false,
+    };
+    if answered {
+        db_error(err)
+    } else {
+        commit::commit_failed(&err)
     }
 }
 
@@ -285,6 +393,11 @@ impl Store {
                             o.journal_mode(SqliteJournalMode::Wal)
                         }
                     });
+                    // A connection left inside a transaction (a failed COMMIT whose ROLLBACK
+                    // failed too) is closed on release, never reused.
+                    connect.map_sqlx_sqlite_pool_opts(|pool| {
+                        pool.after_release(|conn, _| commit::release_check(conn))
+                    });
                     if memory {
                         // Each connection of an in-memory SQLite database is its own database:
                         // keep exactly one, forever.
@@ -311,7 +424,11 @@ impl Store {
                     "this build has no PostgreSQL support; enable the `postgres` feature of tether-storage",
                 ));
                 #[cfg(feature = "postgres")]
-                connect.max_connections(options.max_connections);
+                connect
+                    .max_connections(options.max_connections)
+                    .map_sqlx_postgres_pool_opts(|pool| {
+                        pool.after_release(|conn, _| commit::release_check(conn))
+                    });
             }
         }
         let db = Database::connect(connect).await.map_err(|e| match e {
@@ -326,6 +443,8 @@ impl Store {
                 clock: options.clock,
                 namespaces: RwLock::new(HashMap::new()),
                 url: redact(&options.url),
+                #[cfg(feature = "test-support")]
+                commit_faults: commit::CommitFaults::default(),
             }),
         };
         store.migrate().await?;
@@ -413,33 +532,6 @@ impl Store {
                 .await
                 .map_err(db_error),
             _ => self.inner.db.begin().await.map_err(db_error),
-        }
-    }
-
-    /// Ends a writer transaction explicitly: commits on `Ok((value, End::Commit))`, rolls back
-    /// otherwise (an error is returned unchanged after the rollback). Dropping a transaction
-    /// would only queue the rollback, keeping SQLite's write lock or PostgreSQL's row locks.
-    pub(crate) async fn finish<T>(
-        tx: DatabaseTransaction,
-        result: Result<(T, End), Error>,
-    ) -> Result<T, Error> {
-        match result {
-            Ok((value, End::Commit)) => {
-                tx.commit().await.map_err(db_error)?;
-                Ok(value)
-            }
-            Ok((value, End::Rollback)) => {
-                if let Err(err) = tx.rollback().await {
-                    tracing::warn!(error = %err, "rollback of an unchanged transaction failed");
-                }
-                Ok(value)
-            }
-            Err(err) => {
-                if let Err(rollback) = tx.rollback().await {
-                    tracing::warn!(error = %rollback, "transaction rollback failed");
-                }
-                Err(err)
-            }
         }
     }
 

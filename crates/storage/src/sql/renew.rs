@@ -68,7 +68,7 @@ impl Store {
         }
         let tx = self.begin_write().await?;
         let result = self.renew_in(&tx, ns, renewals, now).await;
-        let renewed = Store::finish(tx, result.map(|r| (r, End::Commit))).await?;
+        let renewed = self.finish(tx, result.map(|r| (r, End::Commit))).await?;
         Ok(renewals
             .iter()
             .map(|r| renewed.contains(&(r.key.as_str().to_owned(), r.token.as_str().to_owned())))
@@ -135,7 +135,7 @@ impl Store {
             .connection()
             .query_one_raw(self.stmt(PG_RENEW, values))
             .await
-            .map_err(db_error)?
+            .map_err(super::autocommit_error)?
             .ok_or_else(|| Error::other("the lease renewal returned no row"))?;
         let positions: Option<String> = row.try_get("", "positions").map_err(db_error)?;
         let mut renewed = vec![false; pairs.len()];

@@ -24,7 +24,7 @@ use crate::deletion::harness::{bind, binding_key};
 use crate::support::{AnyStore, START, key, memory_backend, sqlite_backend, sqlite_store};
 
 /// The store points a single store call can hit, and the call that hits it.
-const STORE_POINTS: [FaultPoint; 7] = [
+const STORE_POINTS: [FaultPoint; 8] = [
     FaultPoint::Observe,
     FaultPoint::CompareBefore,
     FaultPoint::CompareAfter,
@@ -32,6 +32,7 @@ const STORE_POINTS: [FaultPoint; 7] = [
     FaultPoint::DeleteIf,
     FaultPoint::Release,
     FaultPoint::Renewal,
+    FaultPoint::Commit,
 ];
 
 fn leased(value: &str, token: &str, expires_ms: u64) -> RowWrite {
@@ -123,7 +124,15 @@ async fn walk_store_point(
         _ => hit(&store, ns, &k, point).await,
     };
     let error = result.expect_err(&context);
-    assert_store_error(&error, &context);
+    if point == FaultPoint::Commit {
+        // A failed COMMIT is an unknown outcome for the key, whether or not the write stands.
+        assert!(
+            matches!(&error, Error::OutcomeUnknown { key, .. } if *key == k),
+            "{context}: expected an unknown outcome for {k}, got {error:?}"
+        );
+    } else {
+        assert_store_error(&error, &context);
+    }
     let stats: FaultStats = store.stats();
     assert_eq!(stats.fired.len(), 1, "{context}: exactly one fault fired");
     let applied = point.applied_with(kind);
@@ -143,6 +152,13 @@ async fn walk_store_point(
         }
         FaultPoint::CompareAfter => {
             assert_eq!(after.unwrap().value, b"v1", "{context}: the write stands");
+        }
+        FaultPoint::Commit => {
+            let stands = after.unwrap().value == b"v1";
+            assert_eq!(
+                stands, applied,
+                "{context}: the write stands iff COMMIT happened"
+            );
         }
         FaultPoint::RegisterIfAbsent => {
             assert_eq!(after.is_some(), applied, "{context}: created iff applied");
@@ -178,7 +194,8 @@ async fn walk_store_point(
     // the caller, which quarantines the key (never replays); the store keeps the record.
     assert_eq!(
         proves_nothing_written(&error),
-        (kind == FaultKind::Fail && !applied) || point == FaultPoint::Observe,
+        (kind == FaultKind::Fail && !applied && point != FaultPoint::Commit)
+            || point == FaultPoint::Observe,
         "{context}: {error}"
     );
     if !proves_nothing_written(&error) {

@@ -1,8 +1,10 @@
 //! The integration tests of `tether-storage` (one test binary per package).
 
 mod admin_read;
+mod commit_faults;
 mod conformance;
 pub(crate) mod deletion;
+mod disk_full;
 mod fault_walk;
 mod memory_hooks;
 mod memory_transaction;

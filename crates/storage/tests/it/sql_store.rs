@@ -296,3 +296,49 @@ async fn refused_writes_release_the_sqlite_write_lock() {
         );
     }
 }
+
+/// A database that cannot be used as it is (read-only, not a database) is reported as
+/// unusable — nothing to retry — and a busy or full one as unavailable; neither as a generic
+/// backend error.
+#[tokio::test]
+async fn read_only_and_corrupt_databases_are_unusable_not_unreachable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.db");
+    let url = format!("sqlite://{}", path.display());
+    let store = Store::open(&url).await.unwrap();
+    store.close().await.unwrap();
+    let read_only = Store::open(&format!("{url}?mode=ro")).await.unwrap();
+    let ns = unique_ns("ro");
+    read_only
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let err = read_only
+        .register_if_absent(&ns, &key("k"), value("v"), None)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Store {
+                kind: StoreErrorKind::Unusable { message }
+            } if message.contains("read-only")
+        ),
+        "{err:?}"
+    );
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x5a; 8192]).unwrap();
+    let err = Store::open(&format!("sqlite://{}", garbage.display()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            Error::Store {
+                kind: StoreErrorKind::Unusable { .. }
+            }
+        ),
+        "{err:?}"
+    );
+}

@@ -1220,3 +1220,79 @@ pub(crate) async fn apply_observed_renewal_records_its_latency(b: &Backend) {
         }
     }
 }
+
+/// One text rule on every backend, checked before any write: a lease holder label with a NUL,
+/// a control or an invisible character, and quarantine reasons or custody with a NUL or over
+/// the limit, are refused with a typed error and change nothing — on SQLite as on PostgreSQL,
+/// which could not store a NUL at all.
+pub(crate) async fn text_rules_refuse_before_writing(b: &Backend) {
+    use tether_core::text::MAX_REASON_LEN;
+    use tether_core::{LeaseToken, LeaseWrite, RowWrite, TextError};
+    let ns = b.namespace("text", |c| c).await;
+    let s = &b.store;
+    let k = key("text-1");
+    for bad in ["host\0a", "host\u{202E}a", "host\na", " host", ""] {
+        let row = RowWrite {
+            value: b"{}".to_vec(),
+            lease: Some(LeaseWrite {
+                token: LeaseToken::new("t").unwrap(),
+                expires_at: START + Duration::from_secs(60),
+                holder: Some(bad.to_owned()),
+            }),
+        };
+        let seen = s.observe(&ns, &k).await.unwrap();
+        let err = s
+            .compare_and_apply(&ns, &k, &seen.comparison, set(row.clone()), &admit_all)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidText(_)),
+            "{}: holder {bad:?}: {err:?}",
+            b.name
+        );
+        let err = s.register_if_absent(&ns, &k, row, None).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidText(_)), "{}: {err:?}", b.name);
+        assert!(
+            s.lookup(&ns, &k).await.unwrap().is_none(),
+            "nothing written"
+        );
+    }
+    let entry = |reason: &str, custody: Option<&str>| QuarantineEntry {
+        namespace: ns.clone(),
+        key: k.clone(),
+        reason: reason.to_owned(),
+        custody: custody.map(str::to_owned),
+        quarantined_at: START,
+    };
+    for (reason, custody) in [
+        ("bad\0reason", None),
+        ("ok", Some("cus\0tody")),
+        ("  ", None),
+        (&*"r".repeat(MAX_REASON_LEN + 1), None),
+    ] {
+        let err = s.quarantine(entry(reason, custody)).await.unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidText(_)),
+            "{}: {reason:.20?}: {err:?}",
+            b.name
+        );
+        assert!(
+            s.quarantined(&ns, &k).await.unwrap().is_none(),
+            "nothing recorded"
+        );
+    }
+    // What the rule allows is stored and read back unchanged, on every backend.
+    let reason = "line one\nline two\twith \u{200B} and ünïcödé";
+    s.quarantine(entry(reason, Some("worker-1 (host a)")))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.quarantined(&ns, &k).await.unwrap().unwrap().reason,
+        reason
+    );
+    assert!(matches!(
+        s.release_quarantine(&ns, &k, "a\0b").await,
+        Err(Error::InvalidText(TextError::Nul { .. }))
+    ));
+    assert!(s.release_quarantine(&ns, &k, "checked").await.unwrap());
+}

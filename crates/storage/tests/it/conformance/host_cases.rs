@@ -480,3 +480,47 @@ pub(crate) async fn deletion_commits_bindings_with_the_session_row(store: &Store
         3
     );
 }
+
+/// Transcript content and idempotency keys follow one rule on both SQL backends: a NUL, an
+/// oversized entry or a malformed idempotency key is refused with a typed error before
+/// anything is written; a NUL in a search query is refused the same way.
+pub(crate) async fn transcript_text_rules_refuse_before_writing(store: &Store) {
+    use tether_core::text::MAX_CONTENT_LEN;
+    use tether_core::{Error, TextError};
+    let key = session_key("text");
+    assert!(
+        store
+            .create_session(new_session(&key, "s-1"))
+            .await
+            .unwrap()
+    );
+    for (content, idem) in [
+        ("nul \0 inside".to_owned(), None),
+        ("x".repeat(MAX_CONTENT_LEN + 1), None),
+        ("fine".to_owned(), Some("idem\0")),
+        ("fine".to_owned(), Some("idem\u{200B}")),
+        ("fine".to_owned(), Some(" idem")),
+    ] {
+        let err = store
+            .append_transcript(&key, msg(TranscriptRole::User, &content, idem))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidText(_)), "{err:?}");
+    }
+    assert!(
+        store.active_path(&key).await.unwrap().is_empty(),
+        "nothing written"
+    );
+    assert!(matches!(
+        store.search_transcripts("a\0b", None, 10).await,
+        Err(Error::InvalidText(TextError::Nul { .. }))
+    ));
+    let ok = store
+        .append_transcript(
+            &key,
+            msg(TranscriptRole::User, "tab\there\nnewline", Some("i-1")),
+        )
+        .await
+        .unwrap();
+    assert!(ok.appended);
+}

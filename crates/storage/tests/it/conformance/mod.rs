@@ -86,6 +86,7 @@ conformance!(
         apply_observed_writes_and_reports_the_row,
         apply_observed_refuses_a_stale_observation,
         apply_observed_renewal_records_its_latency,
+        text_rules_refuse_before_writing,
     ],
     host: [
         host_session_create_read_rotate,
@@ -96,5 +97,6 @@ conformance!(
         upstream_links_expected_delete,
         server_clock_tracks_database_time,
         deletion_commits_bindings_with_the_session_row,
+        transcript_text_rules_refuse_before_writing,
     ]
 );

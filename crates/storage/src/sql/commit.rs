@@ -1,0 +1,175 @@
+//! How a writer transaction ends: the one COMMIT path of the SQL store, what a failed COMMIT
+//! means, and the pool rule that keeps a connection left inside a transaction out of the pool.
+//!
+//! A COMMIT that fails (or whose answer is lost) leaves the outcome of the writes it carried
+//! unknown: SQLite may have rolled the transaction back on its own (a full disk, an I/O error)
+//! or kept it open; PostgreSQL may have committed before the connection broke. The store never
+//! replays such a write and never reports it as refused: it reports
+//! [`StoreErrorKind::CommitFailed`] (the keyed writes turn it into
+//! [`Error::OutcomeUnknown`] for their key, so the owner quarantines it), and the connection is
+//! rolled back and checked before it may serve another transaction.
+//!
+//! The check: when a pooled connection comes back, its queued rollback is flushed and a
+//! connection that still counts itself inside a transaction is closed, not reused. Without it,
+//! a connection whose failed COMMIT was followed by a failed ROLLBACK (SQLite had already
+//! ended the transaction) would run every later "transaction" as a savepoint inside a
+//! transaction that never commits: writes acknowledged and never saved, and the write lock
+//! held against every other connection.
+
+use sea_orm::DatabaseTransaction;
+use tether_core::{BindingKey, Error, StoreErrorKind};
+
+use super::{End, Store};
+
+/// What the next COMMIT of a store does instead of its normal work (feature `test-support`),
+/// for fault walks of the COMMIT itself.
+#[cfg(feature = "test-support")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommitFault {
+    /// The COMMIT is never sent (the transaction is rolled back) and reports a failure: the
+    /// caller cannot tell this from a COMMIT that happened.
+    Fail,
+    /// The COMMIT happens, then reports a failure (its answer was lost).
+    FailAfterCommit,
+}
+
+/// The commit faults armed on one store, consumed one per COMMIT.
+#[cfg(feature = "test-support")]
+#[derive(Debug, Default)]
+pub(crate) struct CommitFaults(std::sync::Mutex<std::collections::VecDeque<CommitFault>>);
+
+#[cfg(feature = "test-support")]
+impl CommitFaults {
+    fn next(&self) -> Option<CommitFault> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop_front()
+    }
+}
+
+/// The error of a COMMIT that failed: the writes it carried may or may not be applied.
+pub(crate) fn commit_failed(err: &dyn std::fmt::Display) -> Error {
+    Error::store(StoreErrorKind::CommitFailed {
+        message: format!(
+            "{err}; the writes of this transaction may or may not be saved, and are never replayed"
+        ),
+    })
+}
+
+/// A keyed write's error: a failed COMMIT becomes [`Error::OutcomeUnknown`] for `key`, so the
+/// owner of the key quarantines it. Other errors pass unchanged.
+pub(crate) fn for_key(key: &BindingKey, error: Error) -> Error {
+    match error {
+        Error::Store {
+            kind: StoreErrorKind::CommitFailed { ref message },
+        } => Error::OutcomeUnknown {
+            key: key.clone(),
+            message: format!("the outcome of the write of {key} is unknown: {message}"),
+            cause: Some(std::sync::Arc::new(error.clone())),
+        },
+        other => other,
+    }
+}
+
+impl Store {
+    /// Commits `tx`. A failure is [`StoreErrorKind::CommitFailed`]: the outcome is unknown,
+    /// and the connection goes through the pool's release check (its rollback flushed, closed
+    /// if it is still inside a transaction) before it serves anyone again.
+    pub(crate) async fn commit(&self, tx: DatabaseTransaction) -> Result<(), Error> {
+        #[cfg(feature = "test-support")]
+        match self.inner.commit_faults.next() {
+            Some(CommitFault::Fail) => {
+                if let Err(err) = tx.rollback().await {
+                    tracing::warn!(error = %err, "rollback under an injected COMMIT fault failed");
+                }
+                return Err(commit_failed(&"injected COMMIT failure"));
+            }
+            Some(CommitFault::FailAfterCommit) => {
+                tx.commit().await.map_err(|e| commit_failed(&e))?;
+                return Err(commit_failed(&"injected failure after COMMIT"));
+            }
+            None => {}
+        }
+        tx.commit().await.map_err(|err| {
+            tracing::error!(error = %err, "COMMIT failed; the outcome of its writes is unknown");
+            commit_failed(&err)
+        })
+    }
+
+    /// Ends a writer transaction explicitly: commits on `Ok((value, End::Commit))` (a failed
+    /// COMMIT is [`StoreErrorKind::CommitFailed`]), rolls back otherwise (an error is returned
+    /// unchanged after the rollback; nothing of it was saved). Dropping a transaction rolls it
+    /// back too, but only when the connection is next used.
+    pub(crate) async fn finish<T>(
+        &self,
+        tx: DatabaseTransaction,
+        result: Result<(T, End), Error>,
+    ) -> Result<T, Error> {
+        match result {
+            Ok((value, End::Commit)) => {
+                self.commit(tx).await?;
+                Ok(value)
+            }
+            Ok((value, End::Rollback)) => {
+                if let Err(err) = tx.rollback().await {
+                    tracing::warn!(error = %err, "rollback of an unchanged transaction failed");
+                }
+                Ok(value)
+            }
+            Err(err) => {
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(error = %rollback, "transaction rollback failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Arms `fault` for a coming COMMIT of this store (and of its clones): faults are consumed
+    /// one per COMMIT, in the order they were armed (feature `test-support`).
+    #[cfg(feature = "test-support")]
+    pub fn arm_commit_fault(&self, fault: CommitFault) {
+        self.inner
+            .commit_faults
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push_back(fault);
+    }
+
+    /// Disarms every commit fault not yet consumed (feature `test-support`).
+    #[cfg(feature = "test-support")]
+    pub fn disarm_commit_faults(&self) {
+        self.inner
+            .commit_faults
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+}
+
+/// The pool's release check: flushes the rollback a dropped transaction queued, then keeps
+/// the connection only when it is outside any transaction. A connection that is not (its
+/// COMMIT and its ROLLBACK both failed) is closed, and the pool opens a fresh one.
+pub(crate) fn release_check<C>(
+    conn: &mut C,
+) -> std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<bool, sea_orm::sqlx::Error>> + Send + '_>,
+>
+where
+    C: sea_orm::sqlx::Connection,
+{
+    Box::pin(async move {
+        conn.ping().await?;
+        if conn.is_in_transaction() {
+            tracing::warn!(
+                "a pooled connection is still inside a transaction after its rollback; closing it"
+            );
+            return Ok(false);
+        }
+        Ok(true)
+    })
+}
