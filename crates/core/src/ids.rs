@@ -1,6 +1,6 @@
 //! Validated identifier newtypes.
 //!
-//! Every id follows the id rule of [`text`](crate::text): 1–[`MAX_ID_LEN`] bytes, no control
+//! Every id follows the id rule of [`text`]: 1–[`MAX_ID_LEN`] bytes, no control
 //! character, no invisible formatting character (zero-width, bidi control, BOM) and no
 //! leading or trailing whitespace. A value that breaks it is refused with an [`IdError`] —
 //! never trimmed or cleaned silently — so ids can be logged, stored and shown without

@@ -3,7 +3,7 @@
 //!
 //! | kind | examples | may hold | size |
 //! |---|---|---|---|
-//! | id | agent id, session key, session id, harness id, idempotency key | printable characters; no control character, no invisible formatting character (zero-width, bidi override, BOM), no leading or trailing whitespace | 1–[`MAX_ID_LEN`](crate::MAX_ID_LEN) bytes |
+//! | id | agent id, session key, session id, harness id, idempotency key | printable characters; no control character, no invisible formatting character (zero-width, bidi override, BOM), no leading or trailing whitespace | 1–[`MAX_ID_LEN`](crate::ids::MAX_ID_LEN) bytes |
 //! | label | lease holder, quarantine custody | as an id | 1–[`MAX_LABEL_LEN`] bytes |
 //! | reason | quarantine reason, operator reason | any text but NUL; not blank | 1–[`MAX_REASON_LEN`] bytes |
 //! | content | transcript entry content | any text but NUL | up to [`MAX_CONTENT_LEN`] bytes |
