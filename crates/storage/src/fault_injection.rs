@@ -333,11 +333,18 @@ struct State {
     seen: HashMap<(Namespace, BindingKey), Option<StoredRow>>,
 }
 
+/// Test code run with the wrapped store before a compare-and-apply reaches it
+/// ([`FaultInjectingStore::before_compare`]).
+pub type BeforeCompare<S> = Arc<
+    dyn Fn(Arc<S>, CasCall) -> tether_core::BoxFuture<'static, Result<(), Error>> + Send + Sync,
+>;
+
 /// A [`BindingStore`] wrapper that injects faults at named points (module documentation).
 pub struct FaultInjectingStore<S: ?Sized> {
     inner: Arc<S>,
     state: Arc<Mutex<State>>,
     stall: Duration,
+    before_compare: Arc<Mutex<Option<BeforeCompare<S>>>>,
 }
 
 impl<S: fmt::Debug + ?Sized> fmt::Debug for FaultInjectingStore<S> {
@@ -356,7 +363,24 @@ impl<S: ?Sized> FaultInjectingStore<S> {
             inner,
             state: Arc::new(Mutex::new(State::default())),
             stall: Duration::from_millis(20),
+            before_compare: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Runs `f` with the wrapped store before every compare-and-apply reaches it (after the
+    /// wrapper's own `CompareBefore` point): a test can interleave another writer there (the
+    /// call then conflicts), pause the caller, or fail the call before anything was written.
+    pub fn before_compare(
+        &self,
+        f: impl Fn(Arc<S>, CasCall) -> tether_core::BoxFuture<'static, Result<(), Error>>
+        + Send
+        + Sync
+        + 'static,
+    ) {
+        *self
+            .before_compare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(f));
     }
 
     /// Sets how long a [`FaultKind::Timeout`] stalls before failing.
@@ -673,6 +697,14 @@ impl<S: BindingStore + ?Sized> FaultInjectingStore<S> {
         }
         if let Some((point, kind)) = before {
             return Err(self.fail_at(point, kind, key, false).await);
+        }
+        let interleave = self
+            .before_compare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(interleave) = interleave {
+            interleave(Arc::clone(&self.inner), call.clone()).await?;
         }
         let written = matches!(intent, Intent::Set { .. });
         let observed = write(intent).await?;

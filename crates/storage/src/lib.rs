@@ -4,8 +4,8 @@
 //! ([`BindingStore`](tether_core::BindingStore), [`QuarantineStore`](tether_core::QuarantineStore),
 //! [`HostSessionStore`](tether_core::HostSessionStore)) plus [`StoreAdmin`]:
 //!
-//! - [`MemoryStore`]: in memory, with an injectable clock, a fault-injection [`StoreHook`] and a
-//!   staged [`MemoryTransaction`], for fast tests and harness authors;
+//! - [`MemoryStore`]: in memory, with an injectable clock, a fault-injection hook (feature
+//!   `test-support`) and a staged [`MemoryTransaction`], for fast tests and harness authors;
 //! - [`Store`]: the SQL store over sea-orm 2, SQLite (default; WAL, `synchronous=FULL`,
 //!   `BEGIN IMMEDIATE` writers) or PostgreSQL, chosen by URL, with migrations, host sessions,
 //!   transcripts (a tree with idempotent append, rewind, branch switch, fork and full-text
@@ -15,8 +15,12 @@
 //!
 //! Every write is a compare-and-swap against an observation; a row is invisible once its
 //! `expires_at <= now`; each lease acquisition gets a lease epoch that is never reused; every
-//! lease change is recorded in a lease event history. [`FaultyStore`] wraps any store for fault
-//! tests; `testing` (feature `test-support`) creates throwaway PostgreSQL databases.
+//! lease change is recorded in a lease event history.
+//!
+//! Test tooling is behind the `test-support` feature, never in the default API:
+//! `fault_injection` (a fault-injecting wrapper around any store, with the COMMIT faults of the
+//! SQL store), the in-memory store's `StoreHook`, and `testing` (throwaway PostgreSQL
+//! databases).
 //!
 //! ```
 //! use std::sync::Arc;
@@ -51,7 +55,7 @@
 pub mod admin;
 pub mod deletion;
 pub mod events;
-pub mod fault;
+#[cfg(feature = "test-support")]
 pub mod fault_injection;
 pub mod memory;
 mod plan;
@@ -63,8 +67,9 @@ pub mod transcript;
 pub use admin::StoreAdmin;
 pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, WorkTracker};
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
-pub use fault::FaultyStore;
-pub use memory::{CasCall, HookFuture, MemoryStore, MemoryTransaction, ReadCall, StoreHook};
+#[cfg(feature = "test-support")]
+pub use memory::{CompareCall, HookFuture, ReadCall, StoreHook};
+pub use memory::{MemoryStore, MemoryTransaction};
 #[cfg(feature = "test-support")]
 pub use sql::CommitFault;
 pub use sql::{

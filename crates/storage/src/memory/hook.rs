@@ -1,4 +1,4 @@
-//! Fault injection for the in-memory store.
+//! Fault injection for the in-memory store (feature `test-support`).
 //!
 //! A [`StoreHook`] lets a test run its own async code around the store's operations:
 //!
@@ -42,7 +42,7 @@ pub type HookFuture = BoxFuture<'static, Result<(), Error>>;
 
 /// One `compare_and_apply` call, as a hook sees it.
 #[derive(Debug, Clone)]
-pub struct CasCall {
+pub struct CompareCall {
     /// A handle to the store (shared state).
     pub store: MemoryStore,
     /// The namespace written.
@@ -68,8 +68,8 @@ pub struct ReadCall {
     pub seq: u64,
 }
 
-type BeforeCompare = Arc<dyn Fn(CasCall) -> HookFuture + Send + Sync>;
-type AfterApply = Arc<dyn Fn(CasCall, ApplyOutcome) -> HookFuture + Send + Sync>;
+type BeforeCompare = Arc<dyn Fn(CompareCall) -> HookFuture + Send + Sync>;
+type AfterApply = Arc<dyn Fn(CompareCall, ApplyOutcome) -> HookFuture + Send + Sync>;
 type BeforeRead = Arc<dyn Fn(ReadCall) -> HookFuture + Send + Sync>;
 
 /// Test code run around store operations (see the module documentation).
@@ -91,7 +91,7 @@ impl StoreHook {
     #[must_use]
     pub fn before_compare(
         mut self,
-        f: impl Fn(CasCall) -> HookFuture + Send + Sync + 'static,
+        f: impl Fn(CompareCall) -> HookFuture + Send + Sync + 'static,
     ) -> Self {
         self.before_compare = Some(Arc::new(f));
         self
@@ -102,7 +102,7 @@ impl StoreHook {
     #[must_use]
     pub fn after_apply(
         mut self,
-        f: impl Fn(CasCall, ApplyOutcome) -> HookFuture + Send + Sync + 'static,
+        f: impl Fn(CompareCall, ApplyOutcome) -> HookFuture + Send + Sync + 'static,
     ) -> Self {
         self.after_apply = Some(Arc::new(f));
         self

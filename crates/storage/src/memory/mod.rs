@@ -23,6 +23,9 @@
 //! Tests can inject faults with a [`StoreHook`] and stage transactional deletions with
 //! [`MemoryStore::begin`].
 
+// The hook machinery is always compiled (the store calls it), but only a `test-support` build
+// can install a hook.
+#[cfg_attr(not(feature = "test-support"), allow(dead_code, unreachable_pub))]
 mod hook;
 mod host;
 mod state;
@@ -39,7 +42,10 @@ use tether_core::{
     StoredRow, SystemClock, Timestamp,
 };
 
-pub use self::hook::{CasCall, HookFuture, ReadCall, StoreHook};
+#[cfg(feature = "test-support")]
+pub use self::hook::{CompareCall, HookFuture, ReadCall, StoreHook};
+#[cfg(not(feature = "test-support"))]
+use self::hook::{CompareCall, ReadCall, StoreHook};
 use self::state::State;
 pub use self::transaction::MemoryTransaction;
 use crate::admin::StoreAdmin;
@@ -107,14 +113,16 @@ impl MemoryStore {
     }
 
     /// Installs a fault-injection hook (replacing any previous one) and restarts its call
-    /// counters at 1.
+    /// counters at 1 (feature `test-support`).
+    #[cfg(feature = "test-support")]
     pub fn set_hook(&self, hook: StoreHook) {
         self.inner.cas_calls.store(0, Ordering::SeqCst);
         self.inner.reads.store(0, Ordering::SeqCst);
         *self.hook_slot() = Some(hook);
     }
 
-    /// Removes the fault-injection hook.
+    /// Removes the fault-injection hook (feature `test-support`).
+    #[cfg(feature = "test-support")]
     pub fn clear_hook(&self) {
         *self.hook_slot() = None;
     }
@@ -247,7 +255,7 @@ impl BindingStore for MemoryStore {
         admission: Admission<'_>,
     ) -> Result<ApplyOutcome, Error> {
         let hook = self.hook();
-        let call = hook.as_ref().map(|_| CasCall {
+        let call = hook.as_ref().map(|_| CompareCall {
             store: self.clone(),
             namespace: ns.clone(),
             key: key.clone(),

@@ -31,7 +31,9 @@ pub use self::admin_read::{
 pub use self::clock::ServerClock;
 #[cfg(feature = "test-support")]
 pub use self::commit::CommitFault;
-pub(crate) use self::commit::{commit_failed, for_key};
+#[cfg(feature = "test-support")]
+pub(crate) use self::commit::commit_failed;
+pub(crate) use self::commit::for_key;
 pub use self::row_tx::SqlRowTransaction;
 mod migration;
 

@@ -939,12 +939,12 @@ pub(crate) async fn scenario_6_conflict_reevaluates_with_the_fresh_observation(b
         .register_if_absent(&ns, &k, value("original"), None)
         .await
         .unwrap();
-    let faulty = tether_storage::FaultyStore::new(Arc::clone(&b.store));
+    let faulty = tether_storage::fault_injection::FaultInjectingStore::new(Arc::clone(&b.store));
     let (fns, fk) = (ns.clone(), k.clone());
-    faulty.before_compare(move |inner, seq| {
+    faulty.before_compare(move |inner, call| {
         let (ns, k) = (fns.clone(), fk.clone());
         Box::pin(async move {
-            if seq == 1 {
+            if call.seq == 1 {
                 let seen = inner.observe(&ns, &k).await?;
                 inner
                     .compare_and_apply(
@@ -980,15 +980,22 @@ pub(crate) async fn scenario_7_uncertain_outcome_is_not_replayed(b: &Backend) {
         .register_if_absent(&ns, &k, value("original"), None)
         .await
         .unwrap();
-    let faulty = tether_storage::FaultyStore::new(Arc::clone(&b.store));
-    faulty.after_apply(|_, _, _| Box::pin(async { Err(Error::other("storage outcome unknown")) }));
+    use tether_storage::fault_injection::{Fault, FaultInjectingStore, FaultKind, FaultPoint};
+    let faulty = FaultInjectingStore::new(Arc::clone(&b.store));
+    faulty.arm(Fault::new(FaultPoint::CompareAfter, FaultKind::Unknown));
     let (result, calls) = transact(&faulty, &ns, &k, |cur| {
         Some(format!("{}:once", inner_value(cur)))
     })
     .await;
-    assert_eq!(result.unwrap_err().to_string(), "storage outcome unknown");
+    let error = result.unwrap_err();
+    assert!(
+        error.to_string().contains("the outcome is unknown"),
+        "{}: {error}",
+        b.name
+    );
     assert_eq!(calls, 1);
-    assert_eq!(faulty.calls(), 1);
+    assert_eq!(faulty.stats().cas_total(), 1, "the write is not replayed");
+    assert_eq!(faulty.stats().writes_applied, 1);
     assert_eq!(
         text(&b.store.lookup(&ns, &k).await.unwrap().unwrap()),
         r#"{"value":"original:once"}"#
