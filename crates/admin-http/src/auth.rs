@@ -10,8 +10,14 @@ use axum::extract::FromRequestParts;
 use axum::http::header::AUTHORIZATION;
 use axum::http::request::Parts;
 
+use crate::config::ConfigError;
 use crate::error::ApiError;
 use crate::state::AppState;
+
+/// The variable holding the admin-scope token.
+pub const ADMIN_TOKEN_VAR: &str = "TETHER_ADMIN_TOKEN";
+/// The variable holding the read-scope token.
+pub const READ_TOKEN_VAR: &str = "TETHER_READ_TOKEN";
 
 /// What a request may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -39,21 +45,29 @@ impl std::fmt::Debug for Tokens {
 }
 
 impl Tokens {
-    /// Tokens from explicit values (blank values count as unset).
-    pub fn new(read: Option<String>, admin: Option<String>) -> Self {
-        let keep = |t: Option<String>| t.filter(|t| !t.trim().is_empty());
-        Self {
-            read: keep(read),
-            admin: keep(admin),
-        }
+    /// Tokens from explicit values; `None` leaves a scope without a token. A blank value (empty
+    /// or only whitespace) is refused: it would look like a token while granting nothing, and a
+    /// guard that asked "is a token set?" would read it as set.
+    pub fn new(read: Option<String>, admin: Option<String>) -> Result<Self, ConfigError> {
+        let check = |variable: &'static str, token: Option<String>| match token {
+            Some(t) if t.trim().is_empty() => Err(ConfigError::BlankToken(variable)),
+            other => Ok(other),
+        };
+        Ok(Self {
+            read: check(READ_TOKEN_VAR, read)?,
+            admin: check(ADMIN_TOKEN_VAR, admin)?,
+        })
     }
 
-    /// Tokens from `TETHER_READ_TOKEN` and `TETHER_ADMIN_TOKEN`.
-    pub fn from_env() -> Self {
-        Self::new(
-            std::env::var("TETHER_READ_TOKEN").ok(),
-            std::env::var("TETHER_ADMIN_TOKEN").ok(),
-        )
+    /// Tokens from `TETHER_READ_TOKEN` and `TETHER_ADMIN_TOKEN`; a variable that is set but
+    /// blank, or not valid UTF-8, is a configuration error.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        let read = |variable: &'static str| match std::env::var(variable) {
+            Ok(value) => Ok(Some(value)),
+            Err(std::env::VarError::NotPresent) => Ok(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(ConfigError::BlankToken(variable)),
+        };
+        Self::new(read(READ_TOKEN_VAR)?, read(ADMIN_TOKEN_VAR)?)
     }
 
     /// Whether any token is configured.
@@ -63,13 +77,12 @@ impl Tokens {
 
     /// The scope a request gets from its `Authorization` header value (if any).
     pub fn scope_for(&self, header: Option<&str>) -> Result<Scope, ApiError> {
-        let presented =
-            match header {
-                None => None,
-                Some(value) => Some(value.strip_prefix("Bearer ").map(str::trim).ok_or_else(
-                    || ApiError::Unauthorized("expected `Authorization: Bearer <token>`".into()),
-                )?),
-            };
+        let presented = match header {
+            None => None,
+            Some(value) => Some(bearer_token(value).ok_or_else(|| {
+                ApiError::Unauthorized("expected `Authorization: Bearer <token>`".into())
+            })?),
+        };
         match presented {
             None if !self.any() => Ok(Scope::Read),
             None => Err(ApiError::Unauthorized(
@@ -94,6 +107,17 @@ impl Tokens {
             }
         }
     }
+}
+
+/// The token of an `Authorization` header value of the `Bearer` scheme. The scheme name is
+/// matched case-insensitively (RFC 7235, section 2.1) and must be followed by whitespace.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case("bearer") || !rest.starts_with([' ', '\t']) {
+        return None;
+    }
+    let token = rest.trim();
+    (!token.is_empty()).then_some(token)
 }
 
 /// Compares two strings in time that depends only on their lengths.
@@ -167,7 +191,7 @@ mod tests {
     fn scopes() {
         let open = Tokens::default();
         assert_eq!(open.scope_for(None).unwrap(), Scope::Read);
-        let tokens = Tokens::new(Some("r".into()), Some("a".into()));
+        let tokens = Tokens::new(Some("r".into()), Some("a".into())).unwrap();
         assert!(matches!(
             tokens.scope_for(None),
             Err(ApiError::Unauthorized(_))
@@ -177,5 +201,48 @@ mod tests {
         assert!(tokens.scope_for(Some("Bearer nope")).is_err());
         assert!(tokens.scope_for(Some("Basic a")).is_err());
         assert!(!format!("{tokens:?}").contains('a') || format!("{tokens:?}").contains("<set>"));
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_matched_case_insensitively() {
+        let tokens = Tokens::new(None, Some("a".into())).unwrap();
+        for header in [
+            "Bearer a",
+            "bearer a",
+            "BEARER a",
+            "bEaReR   a",
+            "Bearer\ta",
+        ] {
+            assert_eq!(
+                tokens.scope_for(Some(header)).unwrap(),
+                Scope::Admin,
+                "{header}"
+            );
+        }
+        for header in [
+            "Bearera",
+            "Bearer",
+            "Bearer  ",
+            "Bear a",
+            "Basic a",
+            "ébearer a",
+        ] {
+            assert!(tokens.scope_for(Some(header)).is_err(), "{header}");
+        }
+    }
+
+    #[test]
+    fn a_blank_token_is_a_configuration_error_never_unset() {
+        for blank in ["", " ", "\t\n"] {
+            assert_eq!(
+                Tokens::new(None, Some(blank.into())),
+                Err(ConfigError::BlankToken(ADMIN_TOKEN_VAR))
+            );
+            assert_eq!(
+                Tokens::new(Some(blank.into()), Some("a".into())),
+                Err(ConfigError::BlankToken(READ_TOKEN_VAR))
+            );
+        }
+        assert!(!Tokens::new(None, None).unwrap().any());
     }
 }

@@ -3,9 +3,11 @@
 
 use tracing_subscriber::EnvFilter;
 
+use crate::auth::Tokens;
 use crate::config::ServeConfig;
 use crate::database::open_database;
 use crate::openapi::app;
+use crate::server::ServeLimits;
 use crate::state::AppState;
 
 /// Initialises `tracing` output on stderr (`RUST_LOG`, default `info`).
@@ -24,31 +26,47 @@ pub fn fail(message: &str) -> std::process::ExitCode {
     std::process::ExitCode::FAILURE
 }
 
-/// User-facing output.
-#[allow(clippy::print_stdout)]
-fn say(line: &str) {
-    println!("{line}");
+/// User-facing output on stdout. A closed pipe (`tether openapi | head`) is not an error:
+/// the reader has what it wanted, so the rest is dropped instead of panicking as `println!`
+/// would; the process exits normally.
+pub fn say(line: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush())
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        tracing::warn!(error = %e, "cannot write to stdout");
+    }
 }
 
-/// Opens (creating and migrating) the database, then serves until Ctrl-C.
-pub async fn serve(config: ServeConfig) -> Result<(), String> {
-    let database = open_database(&config).await?;
-    let state = AppState::from_database(database, crate::auth::Tokens::from_env());
+/// Opens (creating and migrating) the database, then serves with `limits` until Ctrl-C or
+/// SIGTERM, and drains in-flight requests before returning.
+pub async fn serve(config: ServeConfig, tokens: Tokens, limits: ServeLimits) -> Result<(), String> {
+    let database = open_database(&config)
+        .await
+        .map_err(|e| format!("cannot open the database: {e}"))?;
+    let state = AppState::from_database(database, tokens);
+    // Listen for the signals before announcing the address: a supervisor that reads the address
+    // and sends SIGTERM at once must get a graceful stop, not the default action.
+    let shutdown = shutdown_signal();
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
     let addr = listener
         .local_addr()
         .map_err(|e| format!("cannot read the bound address: {e}"))?;
-    tracing::info!(%addr, database = %config.database_url, "tether admin service listening");
+    tracing::info!(
+        %addr,
+        database = %tether_storage::redact_url(&config.database_url),
+        "tether admin service listening"
+    );
     say(&format!("Tether admin dashboard: http://{addr}/"));
     say(&format!("API docs (Swagger UI): http://{addr}/docs/"));
     say(&format!(
         "OpenAPI document: http://{addr}/api-docs/openapi.json"
     ));
     say("Press Ctrl-C to stop.");
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown_signal())
+    crate::server::serve(listener, app(state), limits, shutdown)
         .await
         .map_err(|e| format!("server error: {e}"))?;
     tracing::info!("tether admin service stopped");
@@ -64,10 +82,34 @@ pub fn print_openapi() -> Result<(), String> {
     Ok(())
 }
 
-async fn shutdown_signal() {
-    if let Err(e) = tokio::signal::ctrl_c().await {
-        tracing::warn!(error = %e, "cannot listen for Ctrl-C; stop the process to shut down");
-        std::future::pending::<()>().await;
+/// A future completing on Ctrl-C (SIGINT) or, on Unix, SIGTERM (what an orchestrator sends).
+/// The SIGTERM handler is installed when this is called, not when the future is first polled.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
+    #[cfg(unix)]
+    let term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| tracing::warn!(error = %e, "cannot listen for SIGTERM"))
+        .ok();
+    async move {
+        let ctrl_c = async {
+            if let Err(e) = tokio::signal::ctrl_c().await {
+                tracing::warn!(error = %e, "cannot listen for Ctrl-C");
+                std::future::pending::<()>().await;
+            }
+        };
+        #[cfg(unix)]
+        let term = async move {
+            match term {
+                Some(mut signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let term = std::future::pending::<()>();
+        tokio::select! {
+            () = ctrl_c => tracing::info!("Ctrl-C received, shutting down"),
+            () = term => tracing::info!("SIGTERM received, shutting down"),
+        }
     }
-    tracing::info!("Ctrl-C received, shutting down");
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use tether_core::{AgentId, BindingKey, HarnessId, LeaseEpoch, Namespace, QuarantineStore as _};
-use tether_storage::{ForceExpireOutcome, SessionFilter, Store, StoreAdmin as _};
+use tether_storage::{
+    ForceExpireOutcome, SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url,
+};
 
 use crate::config::ServeConfig;
 use crate::database::open_database;
@@ -77,10 +79,9 @@ impl From<String> for CommandError {
     }
 }
 
-/// What a command prints.
-#[allow(clippy::print_stdout)]
+/// What a command prints (a closed pipe, as in `tether … | head`, ends output quietly).
 fn say(line: &str) {
-    println!("{line}");
+    crate::cli::say(line);
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Result<(), CommandError> {
@@ -100,30 +101,92 @@ fn spinner(message: &str) -> ProgressBar {
     bar
 }
 
-/// Opens (creating and migrating) the database behind a spinner.
-pub async fn open_store(database_url: &str) -> Result<Store, CommandError> {
-    let config = ServeConfig::new(database_url, crate::DEFAULT_BIND, false)
-        .map_err(|e| CommandError::failure(e.to_string()))?;
-    let bar = spinner(&format!("opening and migrating {database_url}"));
-    let result = open_database(&config).await;
-    bar.finish_and_clear();
-    let database = result.map_err(|message| CommandError {
-        message: format!("{message}; check --database-url (or TETHER_DATABASE_URL)"),
-        code: EXIT_UNAVAILABLE,
+/// Exit code: a bad configuration or usage (blank token, unsupported URL, no database there).
+pub const EXIT_USAGE: u8 = 2;
+/// Exit code: the database cannot be used as it is (read-only, corrupt, not a database):
+/// retrying does not help until an operator fixes it.
+pub const EXIT_UNUSABLE: u8 = 6;
+
+/// How a command opens its database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Open {
+    /// Create the database (SQLite file and folder) when missing, and migrate it: `migrate`,
+    /// `demo`.
+    CreateAndMigrate,
+    /// Open an existing, migrated database only: every other command (a typo in a path must
+    /// not create an empty database and report "no sessions").
+    ExistingOnly,
+}
+
+/// A failed open, classified for the exit code: a configuration the operator must change (2),
+/// a database that cannot be used as it is (6), or one that did not answer (5).
+fn open_error(err: tether_core::Error) -> CommandError {
+    {
+        use tether_core::{Error, StoreErrorKind};
+        let code = match &err {
+            Error::Store {
+                kind: StoreErrorKind::Configuration { .. },
+            } => EXIT_USAGE,
+            Error::Store {
+                kind: StoreErrorKind::Unusable { .. } | StoreErrorKind::SchemaTooNew { .. },
+            } => EXIT_UNUSABLE,
+            _ => EXIT_UNAVAILABLE,
+        };
+        let hint = match code {
+            EXIT_UNAVAILABLE => {
+                "; the database did not answer: check --database-url (or TETHER_DATABASE_URL) and that the server runs, then retry"
+            }
+            _ => "",
+        };
+        CommandError {
+            message: format!("{err}{hint}"),
+            code,
+        }
+    }
+}
+
+/// Opens the database behind a spinner: created and migrated, or existing only (see [`Open`]).
+pub async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandError> {
+    let shown = redact_url(database_url);
+    let config = ServeConfig::new(
+        database_url,
+        crate::DEFAULT_BIND,
+        &crate::auth::Tokens::default(),
+    )
+    .map_err(|e| CommandError {
+        message: e.to_string(),
+        code: EXIT_USAGE,
     })?;
-    Ok(database.store().clone())
+    match how {
+        Open::CreateAndMigrate => {
+            let bar = spinner(&format!("opening and migrating {shown}"));
+            let result = open_database(&config).await;
+            bar.finish_and_clear();
+            Ok(result.map_err(open_error)?.store().clone())
+        }
+        Open::ExistingOnly => {
+            let bar = spinner(&format!("opening {shown}"));
+            let result =
+                Store::open_with(StoreOptions::new(database_url).existing_only(true)).await;
+            bar.finish_and_clear();
+            result.map_err(open_error)
+        }
+    }
 }
 
 /// `tether migrate`: creates or upgrades the schema.
 pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
-    open_store(database_url).await?;
-    say(&format!("database {database_url} is migrated"));
+    open_store(database_url, Open::CreateAndMigrate).await?;
+    say(&format!(
+        "database {} is migrated",
+        redact_url(database_url)
+    ));
     Ok(())
 }
 
 /// `tether demo`: drives the example harness through the real APIs to populate the database.
 pub async fn demo(database_url: &str) -> Result<(), CommandError> {
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::CreateAndMigrate).await?;
     let bar = ProgressBar::new(tether_example_harness::demo::STEPS);
     if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
         bar.set_style(style);
@@ -151,7 +214,8 @@ pub async fn demo(database_url: &str) -> Result<(), CommandError> {
         summary.quarantined.as_deref().unwrap_or("-"),
     ));
     say(&format!(
-        "next: tether serve --database-url {database_url}   (then open http://{}/)",
+        "next: tether serve --database-url {}   (then open http://{}/)",
+        redact_url(database_url),
         crate::DEFAULT_BIND
     ));
     Ok(())
@@ -187,7 +251,7 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
             "--limit must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"
         )));
     }
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     let after = match &args.cursor {
         Some(c) => Some(
             tether_core::SessionKey::new(&decode_cursor(c, 1)?[0])
@@ -244,14 +308,14 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
 
 /// `tether sessions show KEY` (JSON, sanitized, like `GET /v1/sessions/{key}`).
 pub async fn sessions_show(database_url: &str, key: &str) -> Result<(), CommandError> {
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     let entry = load_session(&store, key).await?;
     json(&session_detail(&store, &entry).await?)
 }
 
 /// `tether sessions delete KEY` (the transactional deletion path; refused under a live lease).
 pub async fn sessions_delete(database_url: &str, key: &str) -> Result<(), CommandError> {
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     let entry = load_session(&store, key).await?;
     if delete_session(&store, &entry).await? {
         say(&format!(
@@ -272,7 +336,7 @@ pub async fn leases_list(
     limit: usize,
     as_json: bool,
 ) -> Result<(), CommandError> {
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     let ns = namespace
         .map(Namespace::new)
         .transpose()
@@ -319,7 +383,7 @@ pub async fn leases_expire(
     let why = crate::params::reason(reason)?;
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     match store
         .force_expire_lease(&ns, &key, epoch.map(LeaseEpoch::new))
         .await?
@@ -355,7 +419,7 @@ pub async fn leases_expire(
 
 /// `tether quarantine list`.
 pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), CommandError> {
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     let keys: Vec<QuarantineBody> = store
         .quarantined_keys(MAX_PAGE_SIZE)
         .await?
@@ -384,7 +448,7 @@ pub async fn quarantine_release(
     let why = crate::params::reason(reason)?;
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
-    let store = open_store(database_url).await?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
     if store.release_quarantine(&ns, &key, &why).await? {
         say(&format!("released {ns}/{key}"));
         Ok(())

@@ -3,6 +3,10 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use tether_storage::redact_url;
+
+use crate::auth::Tokens;
+
 /// Default bind address (loopback only).
 pub const DEFAULT_BIND: &str = "127.0.0.1:8765";
 
@@ -21,11 +25,18 @@ pub enum ConfigError {
         "refusing to bind {0} without a token: set TETHER_ADMIN_TOKEN (and optionally TETHER_READ_TOKEN) or bind to a loopback address"
     )]
     NonLoopbackWithoutToken(SocketAddr),
-    /// The database URL is not one Tether understands.
+    /// The database URL is not one Tether understands (the value kept here has its password
+    /// masked).
     #[error(
         "unsupported database URL `{0}`: use sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB"
     )]
     UnsupportedDatabaseUrl(String),
+    /// A token variable is set but blank (or not valid UTF-8): a blank token would leave the
+    /// service open while looking protected.
+    #[error(
+        "{0} is set but blank: set it to a secret token, or unset it (a non-loopback bind needs a token)"
+    )]
+    BlankToken(&'static str),
 }
 
 /// What `tether serve` runs with.
@@ -40,8 +51,9 @@ pub struct ServeConfig {
 }
 
 impl ServeConfig {
-    /// Checks and builds a configuration.
-    pub fn new(database_url: &str, bind: &str, has_token: bool) -> Result<Self, ConfigError> {
+    /// Checks and builds a configuration; a non-loopback `bind` needs a token in `tokens`.
+    pub fn new(database_url: &str, bind: &str, tokens: &Tokens) -> Result<Self, ConfigError> {
+        let has_token = tokens.any();
         let bind: SocketAddr = bind
             .parse()
             .map_err(|_| ConfigError::InvalidBind(bind.to_owned()))?;
@@ -52,7 +64,9 @@ impl ServeConfig {
             || database_url.starts_with("postgres://")
             || database_url.starts_with("postgresql://"))
         {
-            return Err(ConfigError::UnsupportedDatabaseUrl(database_url.to_owned()));
+            return Err(ConfigError::UnsupportedDatabaseUrl(redact_url(
+                database_url,
+            )));
         }
         Ok(Self {
             database_url: database_url.to_owned(),
@@ -75,21 +89,32 @@ mod tests {
 
     #[test]
     fn loopback_is_the_default_and_public_binds_need_a_token() {
-        let c = ServeConfig::new(DEFAULT_DATABASE_URL, DEFAULT_BIND, false).unwrap();
+        let none = Tokens::default();
+        let some = Tokens::new(None, Some("a".into())).unwrap();
+        let c = ServeConfig::new(DEFAULT_DATABASE_URL, DEFAULT_BIND, &none).unwrap();
         assert!(c.bind.ip().is_loopback());
         assert_eq!(c.sqlite_file().unwrap(), Path::new("tether-data/tether.db"));
         assert!(matches!(
-            ServeConfig::new(DEFAULT_DATABASE_URL, "0.0.0.0:8765", false),
+            ServeConfig::new(DEFAULT_DATABASE_URL, "0.0.0.0:8765", &none),
             Err(ConfigError::NonLoopbackWithoutToken(_))
         ));
-        assert!(ServeConfig::new(DEFAULT_DATABASE_URL, "0.0.0.0:8765", true).is_ok());
+        assert!(ServeConfig::new(DEFAULT_DATABASE_URL, "0.0.0.0:8765", &some).is_ok());
         assert!(matches!(
-            ServeConfig::new("mysql://x", DEFAULT_BIND, false),
+            ServeConfig::new("mysql://x", DEFAULT_BIND, &none),
             Err(ConfigError::UnsupportedDatabaseUrl(_))
         ));
         assert!(matches!(
-            ServeConfig::new(DEFAULT_DATABASE_URL, "nope", false),
+            ServeConfig::new(DEFAULT_DATABASE_URL, "nope", &none),
             Err(ConfigError::InvalidBind(_))
         ));
+    }
+
+    #[test]
+    fn a_refused_database_url_never_shows_its_password() {
+        let err = ServeConfig::new("mysql://u:hunter2@db/x", DEFAULT_BIND, &Tokens::default())
+            .unwrap_err()
+            .to_string();
+        assert!(!err.contains("hunter2"), "{err}");
+        assert!(err.contains("mysql://u:***@db/x"), "{err}");
     }
 }

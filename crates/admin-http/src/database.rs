@@ -33,7 +33,7 @@ impl Database {
 }
 
 /// Opens (creating and migrating) the configured database.
-pub async fn open_database(config: &ServeConfig) -> Result<Database, String> {
+pub async fn open_database(config: &ServeConfig) -> Result<Database, tether_core::Error> {
     let file = config.sqlite_file();
     if let Some(dir) = file
         .as_deref()
@@ -41,10 +41,12 @@ pub async fn open_database(config: &ServeConfig) -> Result<Database, String> {
         .filter(|d| !d.as_os_str().is_empty())
     {
         std::fs::create_dir_all(dir).map_err(|e| {
-            format!(
-                "cannot create the database folder {}: {e}; check its permissions or pass --database-url",
-                dir.display()
-            )
+            tether_core::Error::store(tether_core::StoreErrorKind::Configuration {
+                message: format!(
+                    "cannot create the database folder {}: {e}; check its permissions or pass --database-url",
+                    dir.display()
+                ),
+            })
         })?;
     }
     let backend = if config.database_url.starts_with("sqlite:") {
@@ -52,9 +54,7 @@ pub async fn open_database(config: &ServeConfig) -> Result<Database, String> {
     } else {
         "postgres"
     };
-    let store = Store::open(&config.database_url)
-        .await
-        .map_err(|e| format!("cannot open the database: {e}"))?;
+    let store = Store::open(&config.database_url).await?;
     tracing::info!(backend, "database opened and migrated");
     Ok(Database { store, backend })
 }

@@ -114,7 +114,12 @@ impl From<tether_core::Error> for ApiError {
         match &err {
             Error::Store {
                 kind: StoreErrorKind::Unavailable { .. },
-            } => Self::Unavailable(err.to_string()),
+            } => Self::Unavailable(format!("{err}; retry shortly")),
+            Error::Store {
+                kind: StoreErrorKind::Unusable { .. } | StoreErrorKind::SchemaTooNew { .. },
+            } => Self::Unavailable(format!(
+                "{err}; an operator must fix the database (retrying will not help)"
+            )),
             Error::InvalidId(_) | Error::InvalidText(_) => Self::BadRequest(err.to_string()),
             Error::MutationBlocked { message } => Self::LeaseHeld(format!(
                 "{message}: run `tether leases expire` (or POST …/expire-lease) for that binding, then retry"
@@ -129,7 +134,15 @@ impl From<tether_core::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), Json(self.body())).into_response()
+        let mut response = (self.status(), Json(self.body())).into_response();
+        if matches!(self, Self::Unauthorized(_)) {
+            // RFC 9110 section 11.6.1: a 401 names the scheme it wants.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer realm=\"tether\""),
+            );
+        }
+        response
     }
 }
 

@@ -47,9 +47,11 @@ pub mod openapi;
 pub mod params;
 pub mod routes;
 pub mod sanitize;
+pub mod server;
 pub mod state;
 
 pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};
 pub use error::ApiError;
 pub use openapi::{app, openapi};
+pub use server::{ServeLimits, serve};
 pub use state::{AppState, HealthProbe};

@@ -4,13 +4,17 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use std::time::Duration;
 use tether_admin_http::commands::{self, CommandError, ListArgs};
-use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, cli};
+
+use tether_admin_http::auth::Tokens;
+use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLimits, cli};
 
 /// Tether: native-session bindings for agent harnesses, and their admin service.
 ///
-/// Exit codes: 0 success, 1 failure, 2 bad usage, 3 not found, 4 blocked by a live lease or a
-/// concurrent change, 5 database unreachable.
+/// Exit codes: 0 success, 1 failure, 2 bad usage or configuration, 3 not found, 4 blocked by a
+/// live lease or a concurrent change, 5 database unreachable, 6 database unusable (read-only,
+/// corrupt).
 #[derive(Debug, Parser)]
 #[command(name = "tether", version, about)]
 struct Cli {
@@ -21,7 +25,12 @@ struct Cli {
 #[derive(Debug, Clone, Args)]
 struct Db {
     /// Database URL: sqlite://PATH, sqlite::memory: or postgres://USER@HOST/DB.
-    #[arg(long, env = "TETHER_DATABASE_URL", default_value = DEFAULT_DATABASE_URL)]
+    #[arg(
+        long,
+        env = "TETHER_DATABASE_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_DATABASE_URL
+    )]
     database_url: String,
 }
 
@@ -34,6 +43,14 @@ enum Command {
         /// Address to listen on. Non-loopback addresses need TETHER_ADMIN_TOKEN or TETHER_READ_TOKEN.
         #[arg(long, env = "TETHER_BIND", default_value = DEFAULT_BIND)]
         bind: String,
+        /// Most client connections served at once (lowered to the open-file limit less 128);
+        /// past it idle connections are closed first, then new ones answered 503.
+        #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 1024)]
+        max_connections: usize,
+        /// Seconds a connection may take to send its request headers (also the keep-alive idle
+        /// limit).
+        #[arg(long, env = "TETHER_HEADER_TIMEOUT", default_value_t = 15)]
+        header_timeout: u64,
     },
     /// Print the admin API's OpenAPI document (JSON) and exit.
     Openapi,
@@ -176,14 +193,26 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return cli::fail(&format!("cannot start the async runtime: {e}")),
     };
-    let has_token = std::env::var_os("TETHER_ADMIN_TOKEN").is_some()
-        || std::env::var_os("TETHER_READ_TOKEN").is_some();
     let result: Result<(), CommandError> = runtime.block_on(async move {
         match args.command {
-            Command::Serve { db, bind } => {
-                let config = ServeConfig::new(&db.database_url, &bind, has_token)
-                    .map_err(|e| CommandError::failure(e.to_string()))?;
-                cli::serve(config).await.map_err(CommandError::failure)
+            Command::Serve {
+                db,
+                bind,
+                max_connections,
+                header_timeout,
+            } => {
+                let usage = |e: tether_admin_http::ConfigError| CommandError {
+                    message: e.to_string(),
+                    code: commands::EXIT_USAGE,
+                };
+                let tokens = Tokens::from_env().map_err(usage)?;
+                let config = ServeConfig::new(&db.database_url, &bind, &tokens).map_err(usage)?;
+                let limits = ServeLimits::default()
+                    .max_connections(max_connections)
+                    .header_read_timeout(Duration::from_secs(header_timeout));
+                cli::serve(config, tokens, limits)
+                    .await
+                    .map_err(CommandError::failure)
             }
             Command::Openapi => cli::print_openapi().map_err(CommandError::failure),
             Command::Migrate { db } => commands::migrate(&db.database_url).await,

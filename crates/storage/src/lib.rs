@@ -74,7 +74,8 @@ pub use memory::{MemoryStore, MemoryTransaction};
 pub use sql::CommitFault;
 pub use sql::{
     BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, ServerClock,
-    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, session_binding_keys,
+    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, redact_url,
+    session_binding_keys,
 };
 pub use transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,

@@ -36,7 +36,7 @@ async fn demo_populates_a_database_the_api_then_reads() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("tether serve --database-url"));
 
-    let config = ServeConfig::new(&url, "127.0.0.1:0", false).unwrap();
+    let config = ServeConfig::new(&url, "127.0.0.1:0", &Default::default()).unwrap();
     let state = AppState::from_database(open_database(&config).await.unwrap(), Tokens::default());
     let sessions = call(&state, "GET", "/v1/sessions", None, None).await.json();
     assert_eq!(sessions["sessions"].as_array().unwrap().len(), 4);

@@ -2,6 +2,7 @@
 
 mod api;
 mod cli;
+mod hardening;
 mod robustness;
 mod serve;
 mod support;

@@ -69,7 +69,8 @@ async fn serve_opens_and_migrates_a_fresh_sqlite_file() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("nested/tether.db");
     let url = format!("sqlite://{}", file.display());
-    let config = tether_admin_http::ServeConfig::new(&url, "127.0.0.1:0", false).unwrap();
+    let config =
+        tether_admin_http::ServeConfig::new(&url, "127.0.0.1:0", &Default::default()).unwrap();
     let database = tether_admin_http::database::open_database(&config)
         .await
         .unwrap();

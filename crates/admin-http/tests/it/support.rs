@@ -184,7 +184,7 @@ impl Fixture {
 }
 
 pub(crate) fn tokens() -> Tokens {
-    Tokens::new(Some(READ.into()), Some(ADMIN.into()))
+    Tokens::new(Some(READ.into()), Some(ADMIN.into())).unwrap()
 }
 
 /// A response: status, content type and body text.

@@ -61,18 +61,20 @@ pub struct StoreOptions {
     max_connections: u32,
     busy_timeout: Duration,
     connect_timeout: Duration,
+    existing_only: bool,
 }
 
 impl fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StoreOptions")
-            .field("url", &redact(&self.url))
+            .field("url", &redact_url(&self.url))
             .field("clock", &self.clock)
             .field("synchronous_normal", &self.synchronous_normal)
             .field("log_statements", &self.log_statements)
             .field("max_connections", &self.max_connections)
             .field("busy_timeout", &self.busy_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("existing_only", &self.existing_only)
             .finish()
     }
 }
@@ -89,7 +91,18 @@ impl StoreOptions {
             max_connections: 8,
             busy_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
+            existing_only: false,
         }
+    }
+
+    /// Opens an existing, fully migrated database only: a missing SQLite file is not created
+    /// and pending migrations are not run; either is refused with
+    /// [`StoreErrorKind::Configuration`] saying what to do. For tools that only inspect or
+    /// act on a database (a typo in a path must not create an empty one).
+    #[must_use]
+    pub fn existing_only(mut self, yes: bool) -> Self {
+        self.existing_only = yes;
+        self
     }
 
     /// The clock deciding expiry (tests use a fake clock; several hosts on PostgreSQL should
@@ -171,22 +184,68 @@ impl fmt::Debug for Store {
 }
 
 /// The URL with any password replaced, for logs and errors.
-fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://") else {
-        return url.to_owned();
+/// `url` with every password in it masked as `***`: the one in the user-info part
+/// (`postgres://user:secret@host/db` → `postgres://user:***@host/db`) and any `password` or
+/// `sslpassword` query parameter. Use it wherever a database URL is shown or logged.
+///
+/// ```
+/// use tether_storage::redact_url;
+/// assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+/// assert_eq!(redact_url("postgres://h/db?user=u&password=pw"), "postgres://h/db?user=u&password=***");
+/// assert_eq!(redact_url("sqlite://data/tether.db"), "sqlite://data/tether.db");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((base, query)) => (base, Some(query)),
+        None => (url, None),
     };
-    let rest = &url[scheme_end + 3..];
-    match (rest.find('@'), rest.find(':')) {
-        (Some(at), Some(colon)) if colon < at => {
-            format!(
-                "{}://{}:***{}",
-                &url[..scheme_end],
-                &rest[..colon],
-                &rest[at..]
-            )
+    let mut out = match base.find("://") {
+        Some(scheme_end) => {
+            let rest = &base[scheme_end + 3..];
+            let authority = rest.find('/').map_or(rest, |slash| &rest[..slash]);
+            match authority.rfind('@') {
+                Some(at) => {
+                    let user_info = &authority[..at];
+                    let user = user_info.split_once(':').map_or(user_info, |(u, _)| u);
+                    let masked = if user_info.contains(':') {
+                        format!("{user}:***")
+                    } else {
+                        user.to_owned()
+                    };
+                    format!("{}://{masked}{}", &base[..scheme_end], &rest[at..])
+                }
+                None => base.to_owned(),
+            }
         }
-        _ => url.to_owned(),
+        None => base.to_owned(),
+    };
+    if let Some(query) = query {
+        out.push('?');
+        let pairs: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _))
+                    if name.eq_ignore_ascii_case("password")
+                        || name.eq_ignore_ascii_case("sslpassword") =>
+                {
+                    format!("{name}=***")
+                }
+                _ => pair.to_owned(),
+            })
+            .collect();
+        out.push_str(&pairs.join("&"));
     }
+    out
+}
+
+/// The file path of a `sqlite://PATH[?query]` or `sqlite:PATH` URL, if it names a file.
+fn sqlite_path(url: &str) -> Option<&str> {
+    let rest = url.trim();
+    let rest = rest
+        .strip_prefix("sqlite://")
+        .or_else(|| rest.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or(rest);
+    (!path.is_empty() && path != ":memory:").then_some(path)
 }
 
 fn configuration(message: impl Into<String>) -> Error {
@@ -353,7 +412,7 @@ fn classify(url: &str) -> Result<Kind, Error> {
     }
     Err(configuration(format!(
         "unsupported store URL `{}`; use sqlite://path/to/tether.db, sqlite::memory: or postgres://user@host/db",
-        redact(trimmed)
+        redact_url(trimmed)
     )))
 }
 
@@ -364,7 +423,7 @@ impl Store {
     }
 
     /// Opens the store with `options` and runs pending migrations.
-    #[tracing::instrument(level = "info", skip(options), fields(url = %redact(&options.url)))]
+    #[tracing::instrument(level = "info", skip(options), fields(url = %redact_url(&options.url)))]
     pub async fn open_with(options: StoreOptions) -> Result<Self, Error> {
         let kind = classify(&options.url)?;
         let mut connect = ConnectOptions::new(options.url.trim().to_owned());
@@ -383,9 +442,17 @@ impl Store {
                         SqliteSynchronous::Full
                     };
                     let busy = options.busy_timeout;
+                    let create = !options.existing_only;
+                    if let Some(path) = sqlite_path(&options.url).filter(|_| !create && !memory)
+                        && !std::path::Path::new(path).is_file()
+                    {
+                        return Err(configuration(format!(
+                            "no database file at {path}: check the path, or create the database with `tether migrate`"
+                        )));
+                    }
                     connect.map_sqlx_sqlite_opts(move |o| {
                         let o = o
-                            .create_if_missing(true)
+                            .create_if_missing(create)
                             .foreign_keys(true)
                             .busy_timeout(busy)
                             .synchronous(synchronous);
@@ -435,7 +502,7 @@ impl Store {
         }
         let db = Database::connect(connect).await.map_err(|e| match e {
             DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => db_error(e),
-            other => configuration(format!("cannot open {}: {other}", redact(&options.url))),
+            other => configuration(format!("cannot open {}: {other}", redact_url(&options.url))),
         })?;
         let backend = db.get_database_backend();
         let store = Self {
@@ -444,32 +511,82 @@ impl Store {
                 backend,
                 clock: options.clock,
                 namespaces: RwLock::new(HashMap::new()),
-                url: redact(&options.url),
+                url: redact_url(&options.url),
                 #[cfg(feature = "test-support")]
                 commit_faults: commit::CommitFaults::default(),
             }),
         };
-        store.migrate().await?;
+        store.migrate(!options.existing_only).await?;
         Ok(store)
     }
 
-    async fn migrate(&self) -> Result<(), Error> {
+    /// Checks the schema's version and, when `run` is set, applies pending migrations; without
+    /// `run` a pending migration is refused.
+    async fn migrate(&self, run: bool) -> Result<(), Error> {
         let db = &self.inner.db;
         let known: Vec<String> = Migrator::migrations()
             .iter()
             .map(|m| m.name().to_owned())
             .collect();
-        let applied = Migrator::get_migration_models(db).await.map_err(db_error)?;
+        let applied: Vec<String> = if run {
+            Migrator::get_migration_models(db)
+                .await
+                .map_err(db_error)?
+                .into_iter()
+                .map(|m| m.version)
+                .collect()
+        } else {
+            // Read the migration table without creating it (the migrator's own read would).
+            let read = sea_orm::ConnectionTrait::query_all_raw(
+                db,
+                Statement::from_string(self.inner.backend, "SELECT version FROM seaql_migrations"),
+            )
+            .await;
+            match read {
+                Ok(rows) => rows
+                    .iter()
+                    .map(|row| row.try_get::<String>("", "version"))
+                    .collect::<Result<_, _>>()
+                    .map_err(db_error)?,
+                Err(e) => {
+                    let err = db_error(e);
+                    if matches!(
+                        &err,
+                        Error::Store {
+                            kind: StoreErrorKind::Unavailable { .. }
+                                | StoreErrorKind::Unusable { .. }
+                        }
+                    ) {
+                        return Err(err);
+                    }
+                    return Err(configuration(format!(
+                        "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
+                        self.inner.url
+                    )));
+                }
+            }
+        };
         if let Some(unknown) = applied
             .iter()
-            .map(|m| m.version.clone())
-            .filter(|v| !known.contains(v))
+            .filter(|&v| !known.contains(v))
+            .cloned()
             .max()
         {
             return Err(Error::store(StoreErrorKind::SchemaTooNew {
                 found: unknown,
                 supported: migration::newest_known(),
             }));
+        }
+        if !run {
+            let pending = known.iter().filter(|k| !applied.contains(k)).count();
+            if pending > 0 {
+                return Err(configuration(format!(
+                    "the database at {} is missing {pending} of {} schema migrations (a new or older database): run `tether migrate` first",
+                    self.inner.url,
+                    known.len()
+                )));
+            }
+            return Ok(());
         }
         Migrator::up(db, None).await.map_err(db_error)
     }
@@ -583,8 +700,14 @@ mod tests {
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(redact("postgres://u:pw@h/db"), "postgres://u:***@h/db");
-        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
-        assert_eq!(redact("sqlite::memory:"), "sqlite::memory:");
+        assert_eq!(redact_url("postgres://u:pw@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("sqlite::memory:"), "sqlite::memory:");
+        assert_eq!(
+            redact_url("postgres://u:p@ss@h:5432/db?sslmode=require&Password=x"),
+            "postgres://u:***@h:5432/db?sslmode=require&Password=***"
+        );
+        assert_eq!(redact_url("postgres://u:pw@h"), "postgres://u:***@h");
+        assert_eq!(redact_url("postgres://h/db?a=1"), "postgres://h/db?a=1");
     }
 }
