@@ -110,7 +110,7 @@ impl ApiError {
 
 impl From<tether_core::Error> for ApiError {
     fn from(err: tether_core::Error) -> Self {
-        use tether_core::{Error, StoreErrorKind};
+        use tether_core::{Error, HostErrorKind, StoreErrorKind};
         match &err {
             Error::Store {
                 kind: StoreErrorKind::Unavailable { .. },
@@ -121,6 +121,10 @@ impl From<tether_core::Error> for ApiError {
                 "{err}; an operator must fix the database (retrying will not help)"
             )),
             Error::InvalidId(_) | Error::InvalidText(_) => Self::BadRequest(err.to_string()),
+            Error::Host {
+                kind: HostErrorKind::SessionNotFound { .. },
+            } => Self::NotFound(err.to_string()),
+            Error::Host { .. } => Self::Conflict(err.to_string()),
             Error::MutationBlocked { message } => Self::LeaseHeld(format!(
                 "{message}: run `tether leases expire` (or POST …/expire-lease) for that binding, then retry"
             )),
@@ -250,6 +254,24 @@ error_set!(
 mod tests {
     use super::*;
     use utoipa::IntoResponses as _;
+
+    #[test]
+    fn host_errors_are_404_and_409_never_500() {
+        use tether_core::{Error, HostErrorKind};
+        let missing = ApiError::from(Error::from(HostErrorKind::SessionNotFound {
+            key: "k".into(),
+        }));
+        assert_eq!(missing.status(), StatusCode::NOT_FOUND);
+        for kind in [
+            HostErrorKind::SessionExists { key: "k".into() },
+            HostErrorKind::SessionChanged { key: "k".into() },
+        ] {
+            assert_eq!(
+                ApiError::from(Error::from(kind)).status(),
+                StatusCode::CONFLICT
+            );
+        }
+    }
 
     #[test]
     fn every_variant_has_a_distinct_code_and_a_documented_status() {

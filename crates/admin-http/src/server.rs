@@ -258,10 +258,24 @@ fn shed_response() -> String {
     )
 }
 
+/// Answers a refused connection `503` and closes it. The request is read (and dropped) for a
+/// moment after the answer, so the close is a clean FIN rather than a reset that could destroy
+/// the answer before the client reads it.
 async fn shed(mut stream: TcpStream) {
+    use tokio::io::AsyncReadExt as _;
     let _ = tokio::time::timeout(SHED_WRITE_TIMEOUT, async {
         stream.write_all(shed_response().as_bytes()).await?;
-        stream.shutdown().await
+        stream.shutdown().await?;
+        let mut sink = [0_u8; 4096];
+        let mut budget: usize = 64 * 1024;
+        while budget > 0 {
+            let n = stream.read(&mut sink).await?;
+            if n == 0 {
+                break;
+            }
+            budget = budget.saturating_sub(n);
+        }
+        Ok::<(), io::Error>(())
     })
     .await;
 }

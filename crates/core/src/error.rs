@@ -217,6 +217,13 @@ pub enum Error {
         /// What failed.
         kind: StoreErrorKind,
     },
+    /// A host-session operation was refused for a reason a caller decides on (a missing
+    /// session is a "not found", an existing one a conflict).
+    #[error("{kind}")]
+    Host {
+        /// What was refused.
+        kind: HostErrorKind,
+    },
     /// Any other failure with a message (a backend's own error).
     #[error("{message}")]
     Other {
@@ -265,6 +272,36 @@ impl Error {
                     kind: StoreErrorKind::CommitFailed { .. }
                 }
         )
+    }
+}
+
+/// Why a host-session operation was refused ([`Error::Host`]). Nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum HostErrorKind {
+    /// The session does not exist.
+    #[error("no host session `{key}`; create the session first")]
+    SessionNotFound {
+        /// The session key asked for.
+        key: String,
+    },
+    /// A session with this key already exists.
+    #[error("host session `{key}` already exists; use a new session key")]
+    SessionExists {
+        /// The session key.
+        key: String,
+    },
+    /// The session changed (another generation, revision or leaf) while the operation ran.
+    #[error("host session `{key}` changed during the operation; reload and retry")]
+    SessionChanged {
+        /// The session key.
+        key: String,
+    },
+}
+
+impl From<HostErrorKind> for Error {
+    fn from(kind: HostErrorKind) -> Self {
+        Self::Host { kind }
     }
 }
 

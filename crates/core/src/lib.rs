@@ -54,7 +54,7 @@ pub use attempt::{
     ToolErrorSummary, ToolMeta, Usage,
 };
 pub use codec::{JsonObjectCodec, RecordCodec, decode_row};
-pub use error::{BoxError, Error, ErrorTexts, StoreErrorKind};
+pub use error::{BoxError, Error, ErrorTexts, HostErrorKind, StoreErrorKind};
 pub use finalization::{
     Cancellation, FinalizationAttempt, HarnessFinalizationData, SettledTurnFinalizationContext,
 };

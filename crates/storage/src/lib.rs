@@ -65,11 +65,16 @@ pub mod testing;
 pub mod transcript;
 
 pub use admin::StoreAdmin;
-pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks, WorkTracker};
+#[cfg(feature = "test-support")]
+pub use deletion::TransactionHooks;
+pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, HostTransaction, WorkTracker};
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 #[cfg(feature = "test-support")]
 pub use memory::{CompareCall, HookFuture, ReadCall, StoreHook};
 pub use memory::{MemoryStore, MemoryTransaction};
+/// The sea-orm crate the SQL store is built on, re-exported so a host's own SQL inside Tether's
+/// transaction ([`HostTransaction::sql`]) uses the same version.
+pub use sea_orm;
 #[cfg(feature = "test-support")]
 pub use sql::CommitFault;
 pub use sql::{

@@ -7,8 +7,8 @@ use axum::extract::{Path, State};
 use serde::Deserialize;
 use tether_core::{AgentId, HarnessId, HostSessionEntry, SessionKey};
 use tether_storage::{
-    HarnessRegistry, HostSessions, SessionFilter, Store, StoreAdmin as _, TransactionHooks,
-    WorkTracker, session_binding_keys,
+    HarnessRegistry, HostSessions, SessionFilter, Store, StoreAdmin as _, WorkTracker,
+    session_binding_keys,
 };
 use utoipa::IntoParams;
 
@@ -235,19 +235,17 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
             entry.session_key, held.namespace, held.key, held.namespace, held.key
         )));
     }
-    let (hook_store, hook_entry) = (store.clone(), entry.clone());
-    let hooks = TransactionHooks::new().after_mutations(move |tx| {
-        let (store, entry) = (hook_store.clone(), hook_entry.clone());
-        Box::pin(async move {
-            store
-                .delete_session_bindings_in(tx, &entry)
-                .await
-                .map(|_| ())
-        })
-    });
+    // No harness runs in the admin process: the session's binding rows go in the same
+    // transaction as the session row, refused (nothing changed) if one holds a live lease.
     let deleted = HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(NoRuns))
-        .with_hooks(hooks)
-        .delete_sessions(std::slice::from_ref(&entry.session_key))
+        .delete_sessions_with(std::slice::from_ref(&entry.session_key), |tx, deleted| {
+            Box::pin(async move {
+                for entry in deleted {
+                    tx.delete_unowned_bindings(entry).await?;
+                }
+                Ok(())
+            })
+        })
         .await?;
     Ok(!deleted.is_empty())
 }

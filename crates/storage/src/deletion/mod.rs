@@ -22,6 +22,7 @@
 //! 6. after a deletion every registered harness gets a `reset(reason: Deleted)` notification
 //!    (it owns nothing; failures are logged).
 
+mod host_writes;
 mod work;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +37,8 @@ use tether_core::{
     SettlementOutcome, TranscriptAnchor,
 };
 
+pub use self::host_writes::HostTransaction;
+use self::host_writes::HostWrites;
 pub use self::work::{ActiveRuns, WorkTracker};
 use crate::sql::{End, SqlRowTransaction, Store};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
@@ -45,7 +48,9 @@ type AfterMutations =
     Arc<dyn for<'a> Fn(&'a DatabaseTransaction) -> BoxFuture<'a, Result<(), Error>> + Send + Sync>;
 type AfterCommit = Arc<dyn Fn() -> Result<(), Error> + Send + Sync>;
 
-/// Fault injection into the host transaction, for tests and chaos drills.
+/// Fault injection into the host transaction, for tests and chaos drills (installed with
+/// `HostSessions::with_hooks`, feature `test-support`). A host's own writes go through
+/// [`HostSessions::delete_sessions_with`] instead.
 #[derive(Clone, Default)]
 pub struct TransactionHooks {
     after_mutations: Option<AfterMutations>,
@@ -61,6 +66,7 @@ impl std::fmt::Debug for TransactionHooks {
     }
 }
 
+#[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 impl TransactionHooks {
     /// No hooks.
     pub fn new() -> Self {
@@ -231,6 +237,7 @@ struct OpContext {
     host_ran: AtomicBool,
     host_error: Mutex<Option<Error>>,
     closed: Arc<AtomicBool>,
+    host_writes: Option<HostWrites>,
 }
 
 /// Host session operations that involve the registered harnesses: deletion and context reset
@@ -264,7 +271,8 @@ impl HostSessions {
         }
     }
 
-    /// Installs fault-injection hooks.
+    /// Installs fault-injection hooks (feature `test-support`).
+    #[cfg(feature = "test-support")]
     #[must_use]
     pub fn with_hooks(mut self, hooks: TransactionHooks) -> Self {
         self.hooks = hooks;
@@ -295,12 +303,65 @@ impl HostSessions {
         self.delete_requests(&requests).await
     }
 
+    /// Like [`delete_sessions`](Self::delete_sessions), with the host's own writes in the same
+    /// SQL transaction: `host_writes` runs once, after every harness committed its prepared
+    /// mutation and before the session rows are removed, with a [`HostTransaction`] and the
+    /// sessions being deleted. If it fails, nothing commits: the SQL transaction rolls back and
+    /// the harness mutations roll back newest first. It is not called when none of `keys`
+    /// exists.
+    ///
+    /// ```no_run
+    /// # async fn demo(hosts: tether_storage::HostSessions, key: tether_core::SessionKey) -> Result<(), tether_core::Error> {
+    /// hosts
+    ///     .delete_sessions_with(&[key], |tx, deleted| {
+    ///         Box::pin(async move {
+    ///             for entry in deleted {
+    ///                 tx.execute(
+    ///                     "DELETE FROM my_chat_threads WHERE session_key = $1",
+    ///                     vec![entry.session_key.as_str().into()],
+    ///                 )
+    ///                 .await?;
+    ///             }
+    ///             Ok(())
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(level = "info", skip(self, keys, host_writes), fields(count = keys.len()))]
+    pub async fn delete_sessions_with<F>(
+        &self,
+        keys: &[SessionKey],
+        host_writes: F,
+    ) -> Result<Vec<SessionKey>, Error>
+    where
+        F: for<'a> Fn(
+                HostTransaction<'a>,
+                &'a [HostSessionEntry],
+            ) -> BoxFuture<'a, Result<(), Error>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        let requests: Vec<DeletionRequest> =
+            keys.iter().cloned().map(DeletionRequest::new).collect();
+        self.delete(&requests, Some(Arc::new(host_writes))).await
+    }
+
     /// Like [`delete_sessions`](Self::delete_sessions), with per-session options (the
     /// initialization a deletion rolls back). For a key requested twice the first request wins.
     #[tracing::instrument(level = "info", skip(self, requests), fields(count = requests.len()))]
     pub async fn delete_requests(
         &self,
         requests: &[DeletionRequest],
+    ) -> Result<Vec<SessionKey>, Error> {
+        self.delete(requests, None).await
+    }
+
+    async fn delete(
+        &self,
+        requests: &[DeletionRequest],
+        host_writes: Option<HostWrites>,
     ) -> Result<Vec<SessionKey>, Error> {
         let mut requests: Vec<DeletionRequest> = requests.to_vec();
         requests.sort_by(|a, b| a.session_key.cmp(&b.session_key));
@@ -316,8 +377,13 @@ impl HostSessions {
         if targets.is_empty() {
             return Ok(Vec::new());
         }
-        self.run(Operation::Delete, targets.clone(), initializations)
-            .await?;
+        self.run(
+            Operation::Delete,
+            targets.clone(),
+            initializations,
+            host_writes,
+        )
+        .await?;
         for t in &targets {
             self.notify_deleted(t).await;
         }
@@ -401,6 +467,7 @@ impl HostSessions {
             Operation::ContextReset { cut, next },
             vec![session.entry],
             vec![None],
+            None,
         )
         .await?;
         Ok(CutStatus::Created)
@@ -411,6 +478,7 @@ impl HostSessions {
         op: Operation,
         targets: Vec<HostSessionEntry>,
         initializations: Initializations,
+        host_writes: Option<HostWrites>,
     ) -> Result<(), Error> {
         self.idle(&op, &targets)?;
         let (generation, harnesses) = self.registry.snapshot();
@@ -477,6 +545,7 @@ impl HostSessions {
             host_ran: AtomicBool::new(false),
             host_error: Mutex::new(None),
             closed,
+            host_writes,
         };
         let chain = self.prepare(&ctx, 0).await;
         ctx.closed.store(true, Ordering::SeqCst);
@@ -694,6 +763,9 @@ impl HostSessions {
         for (_, mutation) in prepared {
             pushed.push(Arc::clone(&mutation));
             mutation.commit(&row_tx).await?;
+        }
+        if let Some(writes) = &ctx.host_writes {
+            writes(HostTransaction::new(&self.store, tx), &ctx.targets).await?;
         }
         if let Some(after) = &self.hooks.after_mutations {
             after(tx).await?;

@@ -699,7 +699,7 @@ impl Store {
     /// shapes, every namespace), recording `released` events for leased rows. Refuses with
     /// [`Error::MutationBlocked`] — changing nothing — while any of them holds a live lease:
     /// the operator must force-expire it first, so no running harness is cut off silently.
-    pub async fn delete_session_bindings_in(
+    pub(crate) async fn delete_session_bindings_in(
         &self,
         tx: &DatabaseTransaction,
         entry: &HostSessionEntry,

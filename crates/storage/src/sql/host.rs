@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
-    AgentId, AppendOutcome, Error, HarnessId, HostSessionEntry, HostSessionRead, HostSessionStore,
-    LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
+    AgentId, AppendOutcome, Error, HarnessId, HostErrorKind, HostSessionEntry, HostSessionRead,
+    HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
 };
 
 use super::migration::PG_SEARCH_VECTOR;
@@ -342,9 +342,10 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             let Some(session) = self.session_row(&tx, key).await? else {
-                return Err(Error::other(format!(
-                    "no host session `{key}`; create the session before appending to its transcript"
-                )));
+                return Err(HostErrorKind::SessionNotFound {
+                    key: key.to_string(),
+                }
+                .into());
             };
             if let Some(idem) = &entry.idempotency_key {
                 let found = tx
@@ -507,9 +508,10 @@ impl Store {
                 .await?
                 .is_none()
             {
-                return Err(Error::other(format!(
-                    "session `{key}` changed during the cut"
-                )));
+                return Err(HostErrorKind::SessionChanged {
+                    key: key.to_string(),
+                }
+                .into());
             }
             Ok((CutStatus::Created, End::Commit))
         }
@@ -538,10 +540,10 @@ impl Store {
                 return Ok((CutStatus::NotUserMessage, End::Rollback));
             }
             if !self.create_session_in(&tx, &new).await? {
-                return Err(Error::other(format!(
-                    "session `{}` already exists; fork to a new session key",
-                    new.session_key
-                )));
+                return Err(HostErrorKind::SessionExists {
+                    key: new.session_key.to_string(),
+                }
+                .into());
             }
             let now = self.inner.clock.now();
             let mut parent = None;

@@ -239,6 +239,7 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// The file path of a `sqlite://PATH[?query]` or `sqlite:PATH` URL, if it names a file.
+#[cfg(feature = "sqlite")]
 fn sqlite_path(url: &str) -> Option<&str> {
     let rest = url.trim();
     let rest = rest

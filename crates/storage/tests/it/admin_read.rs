@@ -10,7 +10,7 @@ use tether_core::{
 };
 use tether_storage::{
     ForceExpireOutcome, HarnessRegistry, HostSessions, LeaseEventKind, NewHostSession,
-    SessionFilter, Store, StoreOptions, TransactionHooks, WorkTracker, session_binding_keys,
+    SessionFilter, Store, StoreOptions, WorkTracker, session_binding_keys,
 };
 
 const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
@@ -472,19 +472,15 @@ async fn delete_with_bindings(
     entry: tether_core::HostSessionEntry,
 ) -> Result<Vec<SessionKey>, Error> {
     let key = entry.session_key.clone();
-    let hooks_store = store.clone();
-    let hooks = TransactionHooks::new().after_mutations(move |tx| {
-        let (store, entry) = (hooks_store.clone(), entry.clone());
-        Box::pin(async move {
-            store
-                .delete_session_bindings_in(tx, &entry)
-                .await
-                .map(|_| ())
-        })
-    });
     HostSessions::new(store, HarnessRegistry::shared(), Arc::new(Idle))
-        .with_hooks(hooks)
-        .delete_sessions(std::slice::from_ref(&key))
+        .delete_sessions_with(std::slice::from_ref(&key), |tx, deleted| {
+            Box::pin(async move {
+                for entry in deleted {
+                    tx.delete_unowned_bindings(entry).await?;
+                }
+                Ok(())
+            })
+        })
         .await
 }
 

@@ -132,11 +132,18 @@ pub(crate) async fn transcript_append_is_idempotent(store: &Store) {
     assert_eq!(path[0].content, "hello");
     assert_eq!(path[1].parent, Some(first.anchor));
     let missing = session_key("missing");
+    let err = store
+        .append_transcript(&missing, msg(TranscriptRole::User, "x", None))
+        .await
+        .unwrap_err();
     assert!(
-        store
-            .append_transcript(&missing, msg(TranscriptRole::User, "x", None))
-            .await
-            .is_err()
+        matches!(
+            err,
+            tether_core::Error::Host {
+                kind: tether_core::HostErrorKind::SessionNotFound { .. }
+            }
+        ),
+        "a typed host error, not a string: {err:?}"
     );
 }
 
@@ -282,6 +289,19 @@ pub(crate) async fn fork_leaves_the_source_untouched(store: &Store) {
         store.active_path(&key).await.unwrap(),
     );
     assert_eq!(after, before, "the source is untouched");
+    let again = store
+        .fork_session(&key, &u2, new_session(&target, "f-2"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            again,
+            tether_core::Error::Host {
+                kind: tether_core::HostErrorKind::SessionExists { .. }
+            }
+        ),
+        "forking onto an existing key is a typed conflict: {again:?}"
+    );
     let forked: Vec<_> = store
         .active_path(&target)
         .await

@@ -1,0 +1,198 @@
+//! The host's own writes join the deletion's SQL transaction
+//! (`HostSessions::delete_sessions_with`), on SQLite and PostgreSQL, with a host table of its own.
+
+use std::sync::Arc;
+
+use tether_core::{AgentId, BindingStore as _, Error, SessionKey};
+use tether_storage::testing::PgTestDatabase;
+use tether_storage::{ActiveRuns, HarnessRegistry, HostSessions, Store};
+
+use super::harness::{Log, RecordingHarness, bind, binding_key, entries};
+use crate::conformance::host_cases::{new_session, session_key};
+use crate::support::{sqlite_store, unique_ns};
+
+/// The host's own table: one chat thread per session.
+async fn host_table(store: &Store) {
+    use tether_storage::sea_orm::ConnectionTrait as _;
+    store
+        .connection()
+        .execute_unprepared(
+            "CREATE TABLE IF NOT EXISTS host_chat_threads (session_key TEXT PRIMARY KEY, title TEXT NOT NULL)",
+        )
+        .await
+        .unwrap();
+}
+
+async fn host_rows(store: &Store, key: &SessionKey) -> i64 {
+    use tether_storage::sea_orm::{ConnectionTrait as _, Statement};
+    let backend = store.backend();
+    let sql = match backend {
+        tether_storage::sea_orm::DbBackend::Postgres => {
+            "SELECT COUNT(*) AS n FROM host_chat_threads WHERE session_key = $1"
+        }
+        _ => "SELECT COUNT(*) AS n FROM host_chat_threads WHERE session_key = ?",
+    };
+    let row = store
+        .connection()
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            vec![key.as_str().into()],
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    row.try_get::<i64>("", "n").unwrap()
+}
+
+async fn body(store: Store) {
+    host_table(&store).await;
+    let log = Log::default();
+    let ns = unique_ns("host-writes");
+    let registry = HarnessRegistry::shared();
+    registry.register(RecordingHarness::new("codex", &log, &ns, true, false));
+    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new()));
+    let agent = AgentId::new("main").unwrap();
+
+    // 1. The host's writes fail: nothing commits, the harness mutation rolls back.
+    let kept = session_key("host-writes-kept");
+    assert!(
+        store
+            .create_session(new_session(&kept, "s-1"))
+            .await
+            .unwrap()
+    );
+    bind(&store, &ns, &kept).await;
+    let insert = |key: &SessionKey| {
+        let key = key.as_str().to_owned();
+        let store = store.clone();
+        async move {
+            use tether_storage::sea_orm::{ConnectionTrait as _, Statement};
+            let sql = match store.backend() {
+                tether_storage::sea_orm::DbBackend::Postgres => {
+                    "INSERT INTO host_chat_threads (session_key, title) VALUES ($1, 'hello')"
+                }
+                _ => "INSERT INTO host_chat_threads (session_key, title) VALUES (?, 'hello')",
+            };
+            store
+                .connection()
+                .execute_raw(Statement::from_sql_and_values(
+                    store.backend(),
+                    sql,
+                    vec![key.into()],
+                ))
+                .await
+                .unwrap();
+        }
+    };
+    insert(&kept).await;
+    let err = hosts
+        .delete_sessions_with(std::slice::from_ref(&kept), |tx, deleted| {
+            Box::pin(async move {
+                for entry in deleted {
+                    tx.execute(
+                        "DELETE FROM host_chat_threads WHERE session_key = $1",
+                        vec![entry.session_key.as_str().into()],
+                    )
+                    .await?;
+                }
+                Err(Error::other("the host refuses after its own delete"))
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the host refuses"), "{err}");
+    assert!(
+        store.session(&kept).await.unwrap().is_some(),
+        "session kept"
+    );
+    assert_eq!(
+        host_rows(&store, &kept).await,
+        1,
+        "the host's delete rolled back"
+    );
+    assert!(
+        store
+            .observe(&ns, &binding_key(&agent, &kept))
+            .await
+            .unwrap()
+            .row
+            .is_some(),
+        "the binding is back"
+    );
+    let effects: Vec<String> = entries(&log)
+        .into_iter()
+        .filter(|e| e.starts_with("commit:") || e.starts_with("rollback:"))
+        .collect();
+    assert_eq!(effects, ["commit:codex", "rollback:codex"]);
+
+    // 2. The host's writes succeed: its row, the session row and the binding go together.
+    let gone = session_key("host-writes-gone");
+    assert!(
+        store
+            .create_session(new_session(&gone, "s-1"))
+            .await
+            .unwrap()
+    );
+    bind(&store, &ns, &gone).await;
+    insert(&gone).await;
+    let deleted = hosts
+        .delete_sessions_with(std::slice::from_ref(&gone), |tx, deleted| {
+            Box::pin(async move {
+                assert_eq!(deleted.len(), 1);
+                let n = tx
+                    .execute(
+                        "DELETE FROM host_chat_threads WHERE session_key = $1",
+                        vec![deleted[0].session_key.as_str().into()],
+                    )
+                    .await?;
+                assert_eq!(n, 1);
+                Ok(())
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![gone.clone()]);
+    assert!(store.session(&gone).await.unwrap().is_none());
+    assert_eq!(host_rows(&store, &gone).await, 0);
+    assert!(
+        store
+            .observe(&ns, &binding_key(&agent, &gone))
+            .await
+            .unwrap()
+            .row
+            .is_none(),
+        "the binding went with the session"
+    );
+
+    // 3. A failing statement is a typed store error and rolls everything back.
+    let err = hosts
+        .delete_sessions_with(std::slice::from_ref(&kept), |tx, _| {
+            Box::pin(async move {
+                tx.execute("DELETE FROM no_such_host_table", vec![]).await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Store { .. }), "{err:?}");
+    assert!(store.session(&kept).await.unwrap().is_some());
+    assert_eq!(host_rows(&store, &kept).await, 1);
+}
+
+#[tokio::test]
+async fn host_writes_join_the_deletion_transaction_on_sqlite() {
+    let (store, _dir) = sqlite_store().await;
+    body(store).await;
+}
+
+#[tokio::test]
+async fn host_writes_join_the_deletion_transaction_on_postgres() {
+    let Some(db) = PgTestDatabase::create("host_writes").await else {
+        return;
+    };
+    let store = Store::open(db.url()).await.unwrap();
+    body(store.clone()).await;
+    drop(store);
+    db.cleanup().await;
+}
