@@ -123,6 +123,17 @@ pub enum Error {
         /// Backend-supplied text.
         message: String,
     },
+    /// The key is leased by a live owner of the same lifecycle instance, but the call runs
+    /// outside that owner's scope (typically a task spawned from inside `with_lease`, which
+    /// does not inherit the scope). Waiting would only wait for the caller itself: write under
+    /// the held lease with the owner's guard (`Lifecycle::transact_under`) instead.
+    #[error("{message}")]
+    HeldOutsideScope {
+        /// The binding key.
+        key: BindingKey,
+        /// What to do instead.
+        message: String,
+    },
     /// The backend's `prepare_lease` refused the acquisition.
     #[error("{message}")]
     AcquisitionRejected {
@@ -254,6 +265,30 @@ impl Error {
         Self::Revoked {
             message: message.into(),
         }
+    }
+
+    /// Whether another owner or run is using the key right now, so the same call may succeed
+    /// later: [`Error::LeaseTimeout`] (a live lease outlasted the wait budget),
+    /// [`Error::CompetingWork`], and a [`Error::MutationBlocked`] by a live lease.
+    pub fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            Self::LeaseTimeout { .. } | Self::CompetingWork { .. } | Self::MutationBlocked { .. }
+        )
+    }
+
+    /// Whether retrying the same call later can succeed without anyone changing anything:
+    /// [`is_busy`](Self::is_busy), or a store that was unavailable before it wrote anything.
+    /// Never true for an unknown outcome (the key must be checked first), a lost lease (the
+    /// owner must start over) or bad input.
+    pub fn is_retryable(&self) -> bool {
+        self.is_busy()
+            || matches!(
+                self,
+                Self::Store {
+                    kind: StoreErrorKind::Unavailable { .. }
+                }
+            )
     }
 
     /// Whether this is a lease loss.
@@ -414,6 +449,35 @@ impl ErrorTexts {
 mod tests {
     use super::*;
     use crate::ids::{AgentId, SessionId};
+
+    #[test]
+    fn busy_and_retryable_errors_are_classified() {
+        let key = BindingKey::physical(&AgentId::new("a").unwrap(), &SessionId::new("k").unwrap());
+        let texts = ErrorTexts::default();
+        let timeout = texts.lease_timeout(&key);
+        assert!(timeout.is_busy() && timeout.is_retryable());
+        let unavailable = Error::store(StoreErrorKind::Unavailable {
+            message: "down".into(),
+        });
+        assert!(!unavailable.is_busy() && unavailable.is_retryable());
+        for never in [
+            texts.lost_lease(&key, None),
+            Error::OutcomeUnknown {
+                key: key.clone(),
+                message: "?".into(),
+                cause: None,
+            },
+            Error::store(StoreErrorKind::CommitFailed {
+                message: "?".into(),
+            }),
+            Error::HeldOutsideScope {
+                key,
+                message: "own".into(),
+            },
+        ] {
+            assert!(!never.is_retryable(), "{never:?}");
+        }
+    }
 
     #[test]
     fn texts_are_filled_and_replaceable() {

@@ -335,6 +335,7 @@ impl ThreadBindingStore {
                 identity.key(),
                 TransactOptions {
                     assert_current: options.assert_current,
+                    ..TransactOptions::default()
                 },
                 |current, owned| Ok(decide(current, owned.is_some())),
             )
@@ -683,6 +684,7 @@ impl ThreadBindingStore {
         let options = LeaseOptions {
             assert_current,
             prepare_lease: Some(prepare_lease(identity, allow_retired)),
+            ..LeaseOptions::default()
         };
         self.lifecycle
             .with_lease(identity.key(), options, run)

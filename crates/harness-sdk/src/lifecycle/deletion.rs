@@ -697,6 +697,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             let options = LeaseOptions {
                 assert_current: Some(deletion.assert_current.clone()),
                 prepare_lease: deletion.prepare_lease.clone(),
+                ..LeaseOptions::default()
             };
             let codec = self.codec.clone();
             self.with_lease(key, options, |guard| async move {

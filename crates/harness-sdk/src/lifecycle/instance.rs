@@ -72,12 +72,38 @@ impl<R, T> Applied<R, T> {
 pub struct TransactOptions {
     /// The caller's authority, checked before the update and at commit admission.
     pub assert_current: Option<AssertCurrent>,
+    /// How long this call may wait behind a live foreign lease; `None` uses the lifecycle's
+    /// [`LeaseConfig::wait_budget`](tether_core::LeaseConfig). Zero fails at once when busy.
+    pub wait_budget: Option<Duration>,
+    /// Outside every `with_lease` scope, refuse at once with [`Error::HeldOutsideScope`] when
+    /// this lifecycle instance itself holds `key` under a live lease, instead of waiting like
+    /// a peer. For work spawned from inside a scope, which would otherwise wait for its own
+    /// parent until the wait budget ran out.
+    pub fail_if_held_here: bool,
+}
+
+impl TransactOptions {
+    /// Sets [`TransactOptions::fail_if_held_here`].
+    #[must_use]
+    pub fn failing_if_held_here(mut self) -> Self {
+        self.fail_if_held_here = true;
+        self
+    }
+
+    /// This call's wait budget (see [`TransactOptions::wait_budget`]).
+    #[must_use]
+    pub fn with_wait_budget(mut self, budget: Duration) -> Self {
+        self.wait_budget = Some(budget);
+        self
+    }
 }
 
 impl fmt::Debug for TransactOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TransactOptions")
             .field("assert_current", &self.assert_current.is_some())
+            .field("wait_budget", &self.wait_budget)
+            .field("fail_if_held_here", &self.fail_if_held_here)
             .finish()
     }
 }
@@ -90,6 +116,19 @@ pub struct LeaseOptions<R> {
     /// Overrides the lifecycle's lease policy for this acquisition (for example a deletion
     /// allowed to lease a retired row).
     pub prepare_lease: Option<PrepareLease<R>>,
+    /// How long this acquisition may wait behind a live foreign lease; `None` uses the
+    /// lifecycle's [`LeaseConfig::wait_budget`](tether_core::LeaseConfig). Zero fails at once
+    /// when busy (see [`Lifecycle::try_with_lease`]).
+    pub wait_budget: Option<Duration>,
+}
+
+impl<R> LeaseOptions<R> {
+    /// This acquisition's wait budget (see [`LeaseOptions::wait_budget`]).
+    #[must_use]
+    pub fn with_wait_budget(mut self, budget: Duration) -> Self {
+        self.wait_budget = Some(budget);
+        self
+    }
 }
 
 impl<R> Default for LeaseOptions<R> {
@@ -97,6 +136,7 @@ impl<R> Default for LeaseOptions<R> {
         Self {
             assert_current: None,
             prepare_lease: None,
+            wait_budget: None,
         }
     }
 }
@@ -106,6 +146,7 @@ impl<R> Clone for LeaseOptions<R> {
         Self {
             assert_current: self.assert_current.clone(),
             prepare_lease: self.prepare_lease.clone(),
+            wait_budget: self.wait_budget,
         }
     }
 }
@@ -115,6 +156,7 @@ impl<R> fmt::Debug for LeaseOptions<R> {
         f.debug_struct("LeaseOptions")
             .field("assert_current", &self.assert_current.is_some())
             .field("prepare_lease", &self.prepare_lease.is_some())
+            .field("wait_budget", &self.wait_budget)
             .finish()
     }
 }
@@ -264,6 +306,7 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
             fence: watch::channel(FenceCounts::default()).0,
             exclusive_turn: tokio::sync::Mutex::new(()),
             batch: self.batched_heartbeats.then(BatchRenewal::default),
+            live_owners: Mutex::new(HashMap::new()),
         };
         Ok(Lifecycle {
             shared: Arc::new(shared),
@@ -431,10 +474,15 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
     ///
     /// `apply(current, owned_token)` must be pure: it re-runs on every conflict. It never
     /// writes over a live foreign lease: while another owner holds the key the call waits,
-    /// retrying every retry interval until the wait budget is spent ([`Error::LeaseTimeout`]).
-    /// Inside a `with_lease` scope for `key`, the write keeps the owner's lease and happens
-    /// only while that exact lease is live on the row; otherwise the owner's lease is lost
-    /// (sticky). A store error is returned as is and never replayed.
+    /// retrying every retry interval until the wait budget is spent ([`Error::LeaseTimeout`];
+    /// [`TransactOptions::wait_budget`] sets it per call). Inside a `with_lease` scope for
+    /// `key`, the write keeps the owner's lease and happens only while that exact lease is live
+    /// on the row; otherwise the owner's lease is lost (sticky). Outside every scope the call
+    /// waits like any peer, also behind an owner of this same instance in another task (a
+    /// task spawned inside `with_lease` does not inherit the scope: it writes with
+    /// [`Lifecycle::transact_under`], runs in [`LeaseGuard::in_scope`], or sets
+    /// [`TransactOptions::fail_if_held_here`] to be refused at once with
+    /// [`Error::HeldOutsideScope`]). A store error is returned as is and never replayed.
     pub async fn transact<T, F>(
         &self,
         key: &BindingKey,
@@ -450,12 +498,56 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         async move {
             self.shared.assert_durably_settled(key).await?;
             let owner = scope::current_owner(self.shared.id, key);
+            if owner.is_none() && options.fail_if_held_here {
+                self.shared.refuse_own_live_lease(key)?;
+            }
             let (result, _) = self
                 .transact_as(
                     key,
                     options.assert_current,
                     owner,
                     None,
+                    options.wait_budget,
+                    &mut |current, token, _| apply(current, token),
+                )
+                .await?;
+            Ok(result)
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Like [`transact`](Self::transact) under the lease `guard` holds, from any task: the
+    /// write keeps that owner's lease and happens only while its exact lease is live on the
+    /// row (a lost lease is sticky on the owner, as inside the scope). `guard` must come from
+    /// this lifecycle instance and its scope must still be open.
+    pub async fn transact_under<T, F>(
+        &self,
+        guard: &LeaseGuard,
+        options: TransactOptions,
+        mut apply: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnMut(Option<&C::Record>, Option<&LeaseToken>) -> Result<Applied<C::Record, T>, Error>
+            + Send,
+    {
+        let key = guard.key().clone();
+        let span = tracing::debug_span!("lifecycle.transact_under", key = %key, token = guard.token().prefix());
+        async move {
+            if !Arc::ptr_eq(&guard.shared, &self.shared) {
+                return Err(Error::other(format!(
+                    "the lease guard of {key} belongs to another lifecycle instance; write through the lifecycle that acquired it"
+                )));
+            }
+            self.shared.assert_durably_settled(&key).await?;
+            let (result, _) = self
+                .transact_as(
+                    &key,
+                    options.assert_current,
+                    Some(guard.owner.clone()),
+                    None,
+                    options.wait_budget,
                     &mut |current, token, _| apply(current, token),
                 )
                 .await?;
@@ -472,10 +564,11 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         caller: Option<AssertCurrent>,
         owner: Option<Arc<OwnerState>>,
         acquire: Option<&Arc<OwnerState>>,
+        wait_budget: Option<Duration>,
         apply: &mut ApplyStep<'_, C::Record, T>,
     ) -> Result<(T, Option<LeaseEpoch>), Error> {
         let shared = &*self.shared;
-        let deadline = shared.clock.now() + shared.lease.wait_budget;
+        let deadline = shared.clock.now() + wait_budget.unwrap_or(shared.lease.wait_budget);
         loop {
             let assert_owner_current = || -> Result<(), Error> {
                 if let Some(caller) = &caller {
@@ -656,10 +749,29 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             owner.set_phase(OwnerPhase::Closed);
         }
         owner.join_renewal().await;
+        self.shared.forget_live_owner(&owner);
         if !unknown {
             self.release(key, &owner).await;
         }
         result
+    }
+
+    /// [`with_lease`](Self::with_lease) without waiting: when a live foreign lease holds `key`
+    /// the call fails at once with [`Error::LeaseTimeout`] (`is_busy()`), and `run` never
+    /// starts. Any other [`LeaseOptions::wait_budget`] in `options` is replaced by zero.
+    pub async fn try_with_lease<T, F, Fut>(
+        &self,
+        key: &BindingKey,
+        options: LeaseOptions<C::Record>,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        self.with_lease(key, options.with_wait_budget(Duration::ZERO), run)
+            .await
     }
 
     /// Acquire, heartbeat and run (everything `with_lease` does before its `finally`).
@@ -686,6 +798,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 options.assert_current.clone(),
                 None,
                 Some(owner),
+                options.wait_budget,
                 &mut |current, _, lease| {
                     let lease = lease.ok_or_else(|| Error::other("acquisition without a lease"))?;
                     Ok(match prepare(current, lease) {
@@ -707,6 +820,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             )));
         };
         owner.record_lease(expires_at, Some(epoch));
+        shared.register_live_owner(owner);
         tracing::Span::current().record("epoch", epoch.get());
         tracing::debug!(key = %key, token = owner.token.prefix(), epoch = epoch.get(), "lease acquired");
 

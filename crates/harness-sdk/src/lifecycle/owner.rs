@@ -46,6 +46,8 @@ pub(crate) struct OwnerState {
     pub(crate) assert_current: Option<AssertCurrent>,
     inner: Mutex<OwnerInner>,
     renewal: watch::Sender<bool>,
+    /// Woken whenever a failure is recorded or the phase leaves `Held`.
+    changed: tokio::sync::Notify,
 }
 
 impl fmt::Debug for OwnerState {
@@ -80,6 +82,7 @@ impl OwnerState {
                 last_written: None,
             }),
             renewal: watch::channel(false).0,
+            changed: tokio::sync::Notify::new(),
         }
     }
 
@@ -93,6 +96,7 @@ impl OwnerState {
 
     pub(crate) fn set_phase(&self, phase: OwnerPhase) {
         self.lock().phase = phase;
+        self.changed.notify_waiters();
     }
 
     /// Moves `from` to `to` only when the phase is `from`. Returns whether it moved.
@@ -100,6 +104,8 @@ impl OwnerState {
         let mut inner = self.lock();
         if inner.phase == from {
             inner.phase = to;
+            drop(inner);
+            self.changed.notify_waiters();
             true
         } else {
             false
@@ -116,6 +122,8 @@ impl OwnerState {
         if inner.failure.is_none() {
             inner.failure = Some(error);
         }
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     /// Records a failure only while the phase is still `Held`.
@@ -124,12 +132,16 @@ impl OwnerState {
         if inner.phase == OwnerPhase::Held && inner.failure.is_none() {
             inner.failure = Some(error);
         }
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     pub(crate) fn block(&self, error: Error) {
         let mut inner = self.lock();
         inner.phase = OwnerPhase::Unknown;
         inner.failure = Some(error);
+        drop(inner);
+        self.changed.notify_waiters();
     }
 
     pub(crate) fn epoch(&self) -> Option<LeaseEpoch> {
@@ -256,6 +268,53 @@ impl LeaseGuard {
     /// The sticky failure, if the lease was lost.
     pub fn failure(&self) -> Option<Error> {
         self.owner.failure()
+    }
+
+    /// Runs `fut` inside this owner's scope, in whatever task polls it: writes of the same
+    /// lifecycle instance to this key inside `fut` are made under this lease, exactly as in
+    /// the `with_lease` callback. For work spawned from the callback
+    /// (`tokio::spawn(guard.in_scope(work))`), which otherwise has no scope. The lease is
+    /// still released when the callback returns; spawned work should finish first.
+    pub fn in_scope<F: std::future::Future>(
+        &self,
+        fut: F,
+    ) -> impl std::future::Future<Output = F::Output> + use<F> {
+        let (instance, key, owner) = (self.shared.id, self.owner.key.clone(), self.owner.clone());
+        super::scope::with_owner(instance, key, owner, fut)
+    }
+
+    /// Completes with the error once this lease is lost — a failed renewal, a write that found
+    /// the row taken over, a fence check that failed, an expiry passed without renewal (by the
+    /// lifecycle's clock) — or once the scope closed. Pending while the lease is held, so a
+    /// holder can `select!` its work against it:
+    ///
+    /// ```ignore
+    /// tokio::select! {
+    ///     result = work() => result,
+    ///     lost = guard.lost() => Err(lost),
+    /// }
+    /// ```
+    pub async fn lost(&self) -> Error {
+        loop {
+            let changed = self.owner.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Err(error) = self.owner.assert_held(&self.shared) {
+                return error;
+            }
+            let now = self.shared.clock.now();
+            let expires_at = self.owner.expires_at();
+            if expires_at <= now {
+                let error = self.shared.lost(&self.owner.key);
+                self.owner.fail_if_held(error.clone());
+                return self.owner.failure().unwrap_or(error);
+            }
+            let until_expiry = expires_at.saturating_since(now);
+            tokio::select! {
+                () = &mut changed => {}
+                () = self.shared.timer.sleep(until_expiry) => {}
+            }
+        }
     }
 
     /// A synchronous check of phase and lease liveness (see [`LeaseAssertion`]). Fails at once

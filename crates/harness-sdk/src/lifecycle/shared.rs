@@ -94,6 +94,8 @@ pub(crate) struct Shared {
     pub(crate) exclusive_turn: tokio::sync::Mutex<()>,
     /// The shared renewal driver, when heartbeats are batched.
     pub(crate) batch: Option<BatchRenewal>,
+    /// The owners of this instance between acquisition and release, by key.
+    pub(crate) live_owners: Mutex<HashMap<BindingKey, std::sync::Weak<OwnerState>>>,
 }
 
 impl fmt::Debug for Shared {
@@ -108,6 +110,54 @@ impl fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// Records `owner` as this instance's live owner of its key (after acquisition).
+    pub(crate) fn register_live_owner(&self, owner: &Arc<OwnerState>) {
+        self.live_owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(owner.key.clone(), Arc::downgrade(owner));
+    }
+
+    /// Forgets `owner` (before its release), unless a later owner replaced it.
+    pub(crate) fn forget_live_owner(&self, owner: &Arc<OwnerState>) {
+        let mut owners = self
+            .live_owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if owners
+            .get(&owner.key)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(owner)))
+        {
+            owners.remove(&owner.key);
+        }
+    }
+
+    /// Fails with [`Error::HeldOutsideScope`] when this instance holds `key` under a live
+    /// lease: a call outside that owner's scope would only wait for its own caller.
+    pub(crate) fn refuse_own_live_lease(&self, key: &BindingKey) -> Result<(), Error> {
+        let owner = self
+            .live_owners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .and_then(std::sync::Weak::upgrade);
+        match owner {
+            Some(owner)
+                if owner.phase() == OwnerPhase::Held
+                    && owner.failure().is_none()
+                    && owner.expires_at() > self.clock.now() =>
+            {
+                Err(Error::HeldOutsideScope {
+                    key: key.clone(),
+                    message: format!(
+                        "{key} is leased by this lifecycle's own live owner, and this call runs outside its `with_lease` scope (a spawned task does not inherit it): write with `Lifecycle::transact_under(&guard, …)`, or run inside the scope"
+                    ),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Fails with the stored error when `key` is blocked in this instance.
     pub(crate) fn assert_settled(&self, key: &BindingKey) -> Result<(), Error> {
         let unresolved = self

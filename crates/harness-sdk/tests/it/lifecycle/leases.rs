@@ -652,6 +652,7 @@ async fn lifecycle_scenario_17_cancellation_right_after_admission() {
     let options = LeaseOptions {
         assert_current: Some(flag_assertion(&current)),
         prepare_lease: None,
+        wait_budget: None,
     };
     let result =
         f.lc.with_lease(k, options, |_| async {
@@ -676,6 +677,7 @@ async fn lifecycle_scenario_18_cancellation_during_run() {
     let options = LeaseOptions {
         assert_current: Some(flag_assertion(&current)),
         prepare_lease: None,
+        wait_budget: None,
     };
     let result =
         f.lc.with_lease(k, options, |_| async {
@@ -710,6 +712,7 @@ async fn lifecycle_scenario_19_accepted_outcome_needs_no_post_effect_lineage_rea
             Ok(())
         })),
         prepare_lease: None,
+        wait_budget: None,
     };
     let reads = Counter::default();
     let result =
@@ -833,6 +836,7 @@ async fn lifecycle_scenario_22_revocation_at_commit_admission_publishes_nothing(
     let options = LeaseOptions {
         assert_current: Some(flag_assertion(&current)),
         prepare_lease: None,
+        wait_budget: None,
     };
     let runs = Counter::default();
     let result =

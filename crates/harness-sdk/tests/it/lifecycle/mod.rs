@@ -4,6 +4,7 @@
 mod deletion;
 mod host;
 mod leases;
+mod portable;
 mod properties;
 mod sql;
 mod support;

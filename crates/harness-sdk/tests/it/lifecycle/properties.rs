@@ -144,6 +144,7 @@ async fn lifecycle_prepare_lease_refusal_is_acquisition_rejected() {
                 other => Some(other.cloned().unwrap_or_default()),
             },
         )),
+        wait_budget: None,
     };
     let before = f.store.lookup(&f.ns, k).await.unwrap();
     let result =
@@ -522,6 +523,7 @@ async fn lifecycle_lease_assertion_outlives_retired_host_authority() {
             }
         })),
         prepare_lease: None,
+        wait_budget: None,
     };
     let result: Result<(), Error> =
         f.lc.with_lease(k, options, |guard| async move {
