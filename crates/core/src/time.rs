@@ -62,10 +62,42 @@ impl fmt::Debug for Timestamp {
     }
 }
 
+/// RFC 3339 in UTC with milliseconds, for example `2023-11-14T22:13:20.000Z` (years outside
+/// 0000–9999 keep their sign and digits).
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}ms", self.0)
+        let ms = self.0.rem_euclid(1000);
+        let secs = self.0.div_euclid(1000);
+        let days = secs.div_euclid(86_400);
+        let of_day = secs.rem_euclid(86_400);
+        let (year, month, day) = civil_from_days(days);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{ms:03}Z",
+            of_day / 3600,
+            of_day % 3600 / 60,
+            of_day % 60
+        )
     }
+}
+
+/// The proleptic Gregorian date of `days` since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    // `day` is 1..=31 and `month` 1..=12 by construction.
+    (
+        year,
+        u32::try_from(month).unwrap_or(1),
+        u32::try_from(day).unwrap_or(1),
+    )
 }
 
 /// A source of the current time.
@@ -165,6 +197,20 @@ impl TokenSource for SequentialTokens {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_display_as_rfc_3339_utc() {
+        let cases = [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (1_700_000_000_000, "2023-11-14T22:13:20.000Z"),
+            (951_782_400_123, "2000-02-29T00:00:00.123Z"),
+            (-1, "1969-12-31T23:59:59.999Z"),
+            (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+        ];
+        for (ms, text) in cases {
+            assert_eq!(Timestamp::from_millis(ms).to_string(), text, "{ms}");
+        }
+    }
 
     #[test]
     fn fake_clock_is_shared_and_controllable() {

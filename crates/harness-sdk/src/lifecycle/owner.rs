@@ -248,9 +248,14 @@ impl LeaseGuard {
         &self.owner.token
     }
 
-    /// The fencing epoch the store assigned to this acquisition (SPEC decision 3.2). Pass it
-    /// to native side effects so a target can reject a stale writer (see
-    /// [`EpochFence`](super::EpochFence)).
+    /// The fencing epoch the store assigned to this acquisition. Pass it to native side
+    /// effects so a target can reject a stale writer (see [`EpochFence`](super::EpochFence)).
+    ///
+    /// Numbering: every acquisition of a key gets a strictly greater epoch than any earlier
+    /// one, also across a deletion and re-creation of the row. The SQL store starts each row
+    /// lifetime at a fresh base `n << 32` (from a store-wide counter) and adds one per
+    /// acquisition, so epochs are large numbers (`12884901891` is base 3, acquisition 3);
+    /// compare them, never do arithmetic on them.
     pub fn epoch(&self) -> LeaseEpoch {
         self.owner.epoch().unwrap_or(LeaseEpoch::INITIAL)
     }
