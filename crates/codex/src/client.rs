@@ -712,3 +712,29 @@ impl CodexAppServer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_environment_values() {
+        let config = CodexConfig::new("/bin/codex", "/tmp/home")
+            .with_env("OPENAI_API_KEY", "sk-very-secret")
+            .with_responses_provider("http://127.0.0.1:1/v1", "OPENAI_API_KEY");
+        let text = format!("{config:?}");
+        assert!(text.contains("OPENAI_API_KEY"));
+        assert!(!text.contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn server_messages_are_routed_by_their_thread() {
+        assert_eq!(
+            thread_of(&json!({ "threadId": "t1", "turnId": "x" })),
+            Some("t1")
+        );
+        assert_eq!(thread_of(&json!({ "conversationId": "t2" })), Some("t2"));
+        assert_eq!(thread_of(&json!({ "thread": { "id": "t3" } })), Some("t3"));
+        assert_eq!(thread_of(&json!({ "rateLimits": {} })), None);
+    }
+}

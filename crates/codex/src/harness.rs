@@ -1178,3 +1178,52 @@ impl AgentHarness for CodexHarness {
         self.inner.hooks.session_context_reset()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_never_grant_anything() {
+        let refuse = |m: &str| approval_response(m, ApprovalDecision::Refuse);
+        assert_eq!(
+            refuse(method::COMMAND_APPROVAL),
+            json!({ "decision": "decline" })
+        );
+        assert_eq!(
+            refuse(method::FILE_CHANGE_APPROVAL),
+            json!({ "decision": "decline" })
+        );
+        assert!(refuse(method::EXEC_COMMAND_APPROVAL)["decision"]["denied"].is_object());
+        assert!(refuse(method::APPLY_PATCH_APPROVAL)["decision"]["denied"].is_object());
+        assert_eq!(
+            refuse(method::PERMISSIONS_APPROVAL),
+            json!({ "permissions": {} })
+        );
+        // Even an approving policy grants no extra permissions and answers no questions.
+        let approve = |m: &str| approval_response(m, ApprovalDecision::Approve);
+        assert_eq!(
+            approve(method::PERMISSIONS_APPROVAL),
+            json!({ "permissions": {} })
+        );
+        assert_eq!(
+            approve(method::MCP_ELICITATION),
+            json!({ "action": "decline" })
+        );
+        assert_eq!(
+            approve(method::COMMAND_APPROVAL),
+            json!({ "decision": "accept" })
+        );
+    }
+
+    #[test]
+    fn the_default_policy_refuses() {
+        let request = ApprovalRequest {
+            kind: ApprovalKind::Command,
+            method: method::COMMAND_APPROVAL.to_owned(),
+            thread_id: None,
+            params: json!({}),
+        };
+        assert_eq!(RefuseAll.decide(&request), ApprovalDecision::Refuse);
+    }
+}

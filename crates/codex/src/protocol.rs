@@ -446,3 +446,41 @@ impl ApprovalRequestParams {
             .or(self.conversation_id.as_deref())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unknown_item_kinds_are_kept_as_other() {
+        let item: ThreadItem =
+            serde_json::from_value(json!({ "type": "webSearch", "id": "w", "query": "q" }))
+                .unwrap();
+        assert!(matches!(item, ThreadItem::Other));
+        let item: ThreadItem = serde_json::from_value(json!({
+            "type": "commandExecution", "id": "c", "command": "ls", "cwd": "/w",
+            "commandActions": [], "status": "completed", "exitCode": 0
+        }))
+        .unwrap();
+        assert!(matches!(
+            item,
+            ThreadItem::CommandExecution {
+                exit_code: Some(0),
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn dynamic_tools_serialize_as_function_specs() {
+        let spec = DynamicToolSpec::function("lookup", "Looks up.", json!({ "type": "object" }));
+        assert_eq!(
+            serde_json::to_value(spec).unwrap(),
+            json!({
+                "type": "function", "name": "lookup", "description": "Looks up.",
+                "inputSchema": { "type": "object" }
+            })
+        );
+    }
+}

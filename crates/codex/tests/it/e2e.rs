@@ -31,11 +31,15 @@ async fn codex_e2e_plain_reply() {
     let key = session_key("plain");
     host.create_session(&key).await;
 
-    let outcome = host
-        .harness
-        .run_turn(TurnRequest::new(attempt(&key, "run-1", "say hello")))
-        .await
-        .unwrap();
+    // The host prepared the user turn with operational metadata; a hook-style rewrite of the
+    // metadata on the runtime side must not survive, the prepared values must.
+    let mut request = TurnRequest::new(attempt(&key, "run-1", "say hello"));
+    request.prepared_user_message = Some(json!({
+        "role": "user",
+        "content": "say hello",
+        "__openclaw": { "senderIsOwner": true, "intent": "greeting" },
+    }));
+    let outcome = host.harness.run_turn(request).await.unwrap();
 
     assert_eq!(outcome.reply(), Some("Hello from Codex."));
     assert_eq!(outcome.attempt.terminal, AttemptTerminal::Ok);
@@ -74,6 +78,9 @@ async fn codex_e2e_plain_reply() {
         transcript[1].idempotency_key.as_deref(),
         Some(expected_key.as_str())
     );
+    let user = &host.transcript.entries()[0];
+    assert_eq!(user.message["__openclaw"]["senderIsOwner"], json!(true));
+    assert_eq!(user.message["__openclaw"]["intent"], json!("greeting"));
     // The model saw the prompt.
     let requests = model.requests();
     assert_eq!(requests.len(), 1);
@@ -465,4 +472,54 @@ async fn codex_e2e_consecutive_turns_share_one_process() {
         matches!(refused, Err(CodexError::WriterHeldElsewhere { .. })),
         "got {refused:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_hung_app_server_times_out_and_restarts() {
+    let Some((mut world, _model)) = world(vec![Step::Reply("Fresh process.")]).await else {
+        return;
+    };
+    world.request_timeout = Duration::from_secs(2);
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("hang");
+    host.create_session(&key).await;
+
+    // Freeze the running app-server: it stops answering without exiting.
+    let pid = host.server.client().await.unwrap().pid().unwrap();
+    let signal = |name: &str| {
+        std::process::Command::new("kill")
+            .args([name, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+
+    let error = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "hello?")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, CodexError::Timeout { method, .. } if method == "thread/start"),
+        "got {error:?}"
+    );
+    assert!(error.is_server_lost());
+    // Nothing was bound or mirrored for the failed attempt.
+    assert_eq!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(host.transcript(&key).await.is_empty());
+
+    // The hung process was discarded; the next turn runs on a new one.
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "hello again")))
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply(), Some("Fresh process."));
+    assert_eq!(host.server.starts(), 2);
 }

@@ -41,6 +41,7 @@ pub(crate) struct World {
     pub(crate) binary: PathBuf,
     pub(crate) model_url: String,
     pub(crate) wire: Option<WireLog>,
+    pub(crate) request_timeout: Duration,
 }
 
 impl World {
@@ -50,6 +51,7 @@ impl World {
             binary,
             model_url,
             wire: None,
+            request_timeout: Duration::from_secs(30),
         }
     }
 
@@ -85,17 +87,21 @@ impl World {
         let mut config = CodexConfig::new(&self.binary, self.codex_home())
             .with_responses_provider(&self.model_url, "TETHER_TEST_MODEL_KEY")
             .with_env("TETHER_TEST_MODEL_KEY", "dummy-test-key")
-            .with_request_timeout(Duration::from_secs(30));
+            .with_request_timeout(self.request_timeout);
         if let Some(wire) = &self.wire {
             config = config.with_wire_log(wire.clone());
         }
         let server = Arc::new(CodexAppServer::new(config));
         let tools = Arc::new(TestTools::default());
+        let transcript = StoreTranscript {
+            store: store.clone(),
+            entries: Arc::new(Mutex::new(Vec::new())),
+        };
         let harness = CodexHarness::builder(
             server.clone(),
             Arc::new(store.clone()),
             Arc::new(store.clone()),
-            Arc::new(StoreTranscript(store.clone())),
+            Arc::new(transcript.clone()),
         )
         .tools(tools.clone())
         .settings(ThreadSettings::new(self.workdir()))
@@ -110,6 +116,7 @@ impl World {
             server,
             harness,
             tools,
+            transcript,
         }
     }
 }
@@ -129,6 +136,7 @@ pub(crate) struct Host {
     pub(crate) server: Arc<CodexAppServer>,
     pub(crate) harness: CodexHarness,
     pub(crate) tools: Arc<TestTools>,
+    pub(crate) transcript: StoreTranscript,
 }
 
 pub(crate) const AGENT: &str = "main";
@@ -171,9 +179,19 @@ pub(crate) fn attempt(key: &SessionKey, run: &str, prompt: &str) -> AttemptParam
     }
 }
 
-/// The host transcript over the SQL store.
+/// The host transcript over the SQL store; also keeps every mirrored entry as the harness
+/// handed it over (with its structured message).
 #[derive(Debug, Clone)]
-pub(crate) struct StoreTranscript(pub Store);
+pub(crate) struct StoreTranscript {
+    store: Store,
+    entries: Arc<Mutex<Vec<MirrorEntry>>>,
+}
+
+impl StoreTranscript {
+    pub(crate) fn entries(&self) -> Vec<MirrorEntry> {
+        self.entries.lock().unwrap().clone()
+    }
+}
 
 #[async_trait]
 impl HostTranscript for StoreTranscript {
@@ -188,7 +206,8 @@ impl HostTranscript for StoreTranscript {
             MessageRole::ToolResult => TranscriptRole::Tool,
             _ => TranscriptRole::System,
         };
-        self.0
+        self.entries.lock().unwrap().push(entry.clone());
+        self.store
             .append_transcript(
                 session,
                 NewTranscriptEntry {
