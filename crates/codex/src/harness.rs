@@ -884,6 +884,7 @@ impl Inner {
                 aggregated_output,
             } => {
                 let read_only = is_read_only_command(&command);
+                let meta = command.clone();
                 let arguments = json!({ "command": command, "cwd": cwd });
                 let reason = match (status.as_str(), exit_code) {
                     ("completed", Some(0)) => None,
@@ -896,6 +897,7 @@ impl Inner {
                     NativeItem {
                         id,
                         tool: "exec_command",
+                        meta,
                         arguments,
                         facts: MutationFacts {
                             mutating_action: !read_only,
@@ -921,6 +923,7 @@ impl Inner {
                     NativeItem {
                         id,
                         tool: "apply_patch",
+                        meta: paths.join(" "),
                         arguments,
                         facts: MutationFacts {
                             mutating_action: true,
@@ -961,6 +964,10 @@ impl Inner {
         };
         let mut observation = ToolTerminalObservation::success(item.tool, item.arguments.clone());
         observation.tool_call_id = Some(item.id.clone());
+        // The command line (or the changed paths) is the display metadata, and it is what tells
+        // two native actions apart for the accumulator: a later success of another command never
+        // resolves this one's failure; a retry of the same command does.
+        observation.meta = Some(item.meta.clone());
         observation.outcome = outcome;
         observation.native_mutation = Some(item.facts);
         observation.replay_safe = Some(item.facts.replay_safe);
@@ -992,7 +999,7 @@ impl Inner {
         });
         state.attempt.tool_metas.push(ToolMeta {
             tool_name: item.tool.to_owned(),
-            meta: None,
+            meta: Some(item.meta.clone()),
             is_error: outcome == ToolOutcome::Failure,
         });
         let text = format!(
@@ -1123,6 +1130,7 @@ impl Inner {
 struct NativeItem {
     id: String,
     tool: &'static str,
+    meta: String,
     arguments: Value,
     facts: MutationFacts,
     declined: bool,

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use tether_codex::error::CodexError;
-use tether_codex::harness::{TurnCancel, TurnRequest};
+use tether_codex::harness::{ApprovalReport, TurnCancel, TurnRequest};
+use tether_codex::host::ApprovalDecision;
 use tether_core::{AttemptTerminal, LeaseConfig, MessageRole};
 use tether_harness_sdk::results::terminal::ToolOutcome;
 use tether_storage::TranscriptRole;
@@ -444,12 +445,41 @@ async fn codex_e2e_consecutive_turns_share_one_process() {
         .run_turn(TurnRequest::new(attempt(&key, "run-1", "one")))
         .await
         .unwrap();
+    // The assistant item of the second turn (the model server names it `msg-2`) was already
+    // mirrored, as a retried mirroring would leave it: the harness's append resolves to it.
+    let repeated_key = format!("codex:{}:msg-2", first.thread_id);
+    host.store
+        .append_transcript(
+            &key,
+            tether_storage::NewTranscriptEntry {
+                role: TranscriptRole::Assistant,
+                content: "second".to_owned(),
+                idempotency_key: Some(repeated_key.clone()),
+            },
+        )
+        .await
+        .unwrap();
     let second = host
         .harness
         .run_turn(TurnRequest::new(attempt(&key, "run-2", "two")))
         .await
         .unwrap();
 
+    let mirrored: Vec<_> = second
+        .mirrored
+        .iter()
+        .map(|m| (m.role, m.appended))
+        .collect();
+    assert_eq!(
+        mirrored,
+        vec![(MessageRole::User, true), (MessageRole::Assistant, false)]
+    );
+    let transcript = host.transcript(&key).await;
+    let with_key: Vec<_> = transcript
+        .iter()
+        .filter(|e| e.idempotency_key.as_deref() == Some(repeated_key.as_str()))
+        .collect();
+    assert_eq!(with_key.len(), 1, "a repeat never writes a second entry");
     assert_eq!(second.thread_id, first.thread_id);
     assert_eq!(second.reply(), Some("second"));
     assert_eq!(
@@ -522,4 +552,120 @@ async fn codex_e2e_hung_app_server_times_out_and_restarts() {
         .unwrap();
     assert_eq!(outcome.reply(), Some("Fresh process."));
     assert_eq!(host.server.starts(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_native_command_escalation_refused_by_default_policy() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![(
+            "call-cmd",
+            "exec_command",
+            json!({
+                "cmd": "echo escalated > escalated.txt",
+                "sandbox_permissions": "require_escalated",
+                "justification": "write a file outside the sandbox"
+            }),
+        )]),
+        Step::Reply("The command was not allowed."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("approval");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "write the file")))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        outcome.approvals,
+        vec![ApprovalReport {
+            method: "item/commandExecution/requestApproval".to_owned(),
+            decision: ApprovalDecision::Refuse,
+        }]
+    );
+    assert!(
+        !std::path::Path::new(&world.workdir())
+            .join("escalated.txt")
+            .exists()
+    );
+    assert!(model.requests().len() >= 2);
+    // The declined command is reported as a native action that never started.
+    let native: Vec<_> = outcome.tools.iter().filter(|t| t.native).collect();
+    assert_eq!(native.len(), 1, "{:?}", outcome.tools);
+    assert_eq!(native[0].tool, "exec_command");
+    assert!(!native[0].execution_started);
+    assert!(!native[0].side_effect_evidence);
+    assert_eq!(native[0].outcome, ToolOutcome::Failure);
+    assert_eq!(native[0].error.as_deref(), Some("declined"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_native_commands_are_reported_as_mutations() {
+    let Some((mut world, _model)) = world(vec![
+        Step::Calls(vec![(
+            "call-fail",
+            "exec_command",
+            json!({ "cmd": "echo partial > made.txt && exit 3" }),
+        )]),
+        Step::Calls(vec![("call-list", "exec_command", json!({ "cmd": "ls" }))]),
+        Step::Reply("Wrote part of it."),
+    ])
+    .await
+    else {
+        return;
+    };
+    // Without a sandbox, so the commands run the same on every machine.
+    world.sandbox = Some("danger-full-access");
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("native");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "make the file")))
+        .await
+        .unwrap();
+
+    assert!(
+        std::path::Path::new(&world.workdir())
+            .join("made.txt")
+            .exists()
+    );
+    let native: Vec<_> = outcome.tools.iter().filter(|t| t.native).collect();
+    assert_eq!(native.len(), 2, "{:?}", outcome.tools);
+    let failed = native[0];
+    assert_eq!(failed.tool, "exec_command");
+    assert_eq!(failed.outcome, ToolOutcome::Failure);
+    assert_eq!(failed.error.as_deref(), Some("exit 3"));
+    assert!(failed.execution_started && failed.side_effect_evidence);
+    assert_eq!(
+        failed.arguments["command"]
+            .as_str()
+            .map(|c| c.contains("made.txt")),
+        Some(true)
+    );
+    assert_eq!(native[1].outcome, ToolOutcome::Success);
+    // The read-only `ls` that succeeded afterwards does not clear the failed mutation.
+    let error = outcome
+        .attempt
+        .last_tool_error
+        .expect("the failed command survives");
+    assert_eq!(error.tool_name, "exec_command");
+    assert_eq!(error.mutating_action, Some(true));
+    assert!(matches!(
+        error.terminal_diagnostic,
+        Some(tether_core::TerminalDiagnostic::Process { .. })
+    ));
+    let transcript = host.transcript(&key).await;
+    assert!(
+        transcript
+            .iter()
+            .any(|e| e.role == TranscriptRole::Tool && e.content.contains("exec_command exit 3"))
+    );
 }

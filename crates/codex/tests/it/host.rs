@@ -42,6 +42,8 @@ pub(crate) struct World {
     pub(crate) model_url: String,
     pub(crate) wire: Option<WireLog>,
     pub(crate) request_timeout: Duration,
+    /// The sandbox of new threads (default `read-only`).
+    pub(crate) sandbox: Option<&'static str>,
 }
 
 impl World {
@@ -52,6 +54,7 @@ impl World {
             model_url,
             wire: None,
             request_timeout: Duration::from_secs(30),
+            sandbox: None,
         }
     }
 
@@ -93,6 +96,10 @@ impl World {
         }
         let server = Arc::new(CodexAppServer::new(config));
         let tools = Arc::new(TestTools::default());
+        let mut settings = ThreadSettings::new(self.workdir());
+        if let Some(sandbox) = self.sandbox {
+            settings.sandbox = sandbox.to_owned();
+        }
         let transcript = StoreTranscript {
             store: store.clone(),
             entries: Arc::new(Mutex::new(Vec::new())),
@@ -104,7 +111,7 @@ impl World {
             Arc::new(transcript.clone()),
         )
         .tools(tools.clone())
-        .settings(ThreadSettings::new(self.workdir()))
+        .settings(settings)
         .holder(holder)
         .lease_config(lease)
         .process_per_turn(process_per_turn)
