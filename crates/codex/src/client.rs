@@ -612,7 +612,10 @@ async fn dispatch(shared: &Shared, message: Value) {
             match route {
                 // Bounded: a full queue holds the reader (and so the server) back.
                 Some(route) => {
-                    let _ = route.send(event).await;
+                    if let Err(closed) = route.send(event).await {
+                        // The turn ended meanwhile: answer as if nobody subscribed.
+                        unrouted(shared, closed.0).await;
+                    }
                 }
                 None => unrouted(shared, event).await,
             }

@@ -19,6 +19,7 @@ use tether_harness_sdk::backend::{
 };
 use tether_harness_sdk::generation::GenerationAuthority;
 use tether_harness_sdk::hooks::ThreadBindingHarness;
+use tether_harness_sdk::lifecycle::LeaseAssertion;
 use tether_harness_sdk::results::mirror::restore_prepared_user_turn_meta;
 use tether_harness_sdk::results::terminal::{
     FingerprintIdentity, MutationFacts, TerminalObserver, ToolFailure, ToolOutcome,
@@ -37,8 +38,8 @@ use crate::ids::{ThreadId, TurnId};
 use crate::protocol::{
     ApprovalRequestParams, DynamicToolCallParams, DynamicToolCallResponse, ItemNotification,
     ThreadItem, ThreadResponse, ThreadResumeParams, ThreadStartParams, ThreadUnsubscribeParams,
-    TokenUsageNotification, TurnInterruptParams, TurnNotification, TurnStartParams,
-    TurnStartResponse, UserInput, method,
+    TokenUsageNotification, ToolContentItem, TurnInterruptParams, TurnNotification,
+    TurnStartParams, TurnStartResponse, UserInput, method,
 };
 
 /// The binding namespace of the Codex harness.
@@ -414,9 +415,9 @@ impl CodexHarness {
             .with_lease(&identity, false, assert_current.clone(), |lease| {
                 let identity = identity.clone();
                 async move {
-                    let epoch = lease.epoch().get();
+                    let assertion = lease.capture_lease_assertion()?;
                     Ok(inner
-                        .turn_under_lease(&identity, &session_key, request, epoch)
+                        .turn_under_lease(&identity, &session_key, request, assertion)
                         .await)
                 }
             })
@@ -448,6 +449,10 @@ struct TurnState {
     mirrored: Vec<MirrorReport>,
     approvals: Vec<ApprovalReport>,
     usage: Usage,
+    /// The turn's lease, checked before every native side effect the host answers for.
+    lease: LeaseAssertion,
+    /// Set when the lease was found lost mid-turn: nothing more runs, the turn is interrupted.
+    lease_lost: Option<Error>,
 }
 
 impl Inner {
@@ -456,12 +461,12 @@ impl Inner {
         identity: &BindingIdentity,
         session_key: &SessionKey,
         request: TurnRequest,
-        lease_epoch: u64,
+        lease: LeaseAssertion,
     ) -> Result<TurnOutcome, CodexError> {
         if self.process_per_turn {
             let client = Arc::new(self.server.dedicated().await?);
             let result = self
-                .turn_on_client(&client, identity, session_key, request, lease_epoch)
+                .turn_on_client(&client, identity, session_key, request, lease.clone())
                 .await;
             // The writer is released with the process, before the lease is.
             client.stop();
@@ -470,7 +475,7 @@ impl Inner {
         }
         let client = self.server.client().await?;
         let result = self
-            .turn_on_client(&client, identity, session_key, request, lease_epoch)
+            .turn_on_client(&client, identity, session_key, request, lease.clone())
             .await;
         if let Err(CodexError::Timeout { .. }) = &result {
             // A request that never got an answer: the process is hung; replace it.
@@ -545,8 +550,10 @@ impl Inner {
         identity: &BindingIdentity,
         session_key: &SessionKey,
         request: TurnRequest,
-        lease_epoch: u64,
+        lease: LeaseAssertion,
     ) -> Result<TurnOutcome, CodexError> {
+        let lease_epoch = lease.epoch().get();
+        lease.check()?;
         let options = match &request.assert_current {
             Some(check) => WriteOptions::checked(check.clone()),
             None => WriteOptions::default(),
@@ -571,7 +578,11 @@ impl Inner {
             mirrored: Vec::new(),
             approvals: Vec::new(),
             usage: Usage::default(),
+            lease,
+            lease_lost: None,
         };
+        // The binding may have taken a while; the lease must still be ours to start the turn.
+        state.lease.check()?;
         let mut events = client.subscribe(&thread_id);
         let result = self
             .drive_turn(client, &mut events, &mut state, &request)
@@ -579,6 +590,9 @@ impl Inner {
         client.unsubscribe(&thread_id);
         self.release_thread(client, &thread_id).await;
         let turn_id = result?;
+        if let Some(lost) = state.lease_lost.take() {
+            return Err(CodexError::Lifecycle(lost));
+        }
         state.attempt.last_tool_error = state.observer.last_tool_error();
         state.attempt.usage = Some(state.usage);
         state.attempt.replay.had_potential_side_effects =
@@ -622,7 +636,18 @@ impl Inner {
             .map(|t| tokio::time::Instant::now() + t);
         let mut interrupted: Option<AttemptTerminal> = None;
         let mut interrupt_deadline: Option<tokio::time::Instant> = None;
+        // An interrupt asked for before the turn id was known, sent once it is.
+        let mut interrupt_pending = false;
         loop {
+            if state.lease_lost.is_some() && interrupted.is_none() {
+                interrupted = Some(AttemptTerminal::Aborted);
+                interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                interrupt_pending = true;
+            }
+            if interrupt_pending && let Some(turn) = turn_id.as_deref() {
+                interrupt_pending = false;
+                self.interrupt(client, &state.thread_id, turn).await?;
+            }
             let cancelled = async {
                 match cancel.as_mut() {
                     Some(rx) => {
@@ -661,7 +686,7 @@ impl Inner {
                 () = cancelled, if interrupted.is_none() => {
                     interrupted = Some(AttemptTerminal::Aborted);
                     interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
-                    self.interrupt(client, &state.thread_id, turn_id.as_deref()).await?;
+                    interrupt_pending = true;
                 }
                 () = timer => {
                     if interrupted.is_some() {
@@ -672,12 +697,8 @@ impl Inner {
                     }
                     interrupted = Some(AttemptTerminal::TimedOut);
                     interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
-                    self.interrupt(client, &state.thread_id, turn_id.as_deref()).await?;
+                    interrupt_pending = true;
                 }
-            }
-            if interrupted.is_some() && started && cancel.is_some() {
-                // Cancellation was sent; stop watching the handle.
-                cancel = None;
             }
         }
     }
@@ -706,12 +727,8 @@ impl Inner {
         &self,
         client: &CodexClient,
         thread_id: &str,
-        turn_id: Option<&str>,
+        turn_id: &str,
     ) -> Result<(), CodexError> {
-        let Some(turn_id) = turn_id else {
-            tracing::warn!("cancellation before the turn id was known; waiting for it");
-            return Ok(());
-        };
         tracing::info!(turn_id, "interrupting the codex turn");
         let _: Value = client
             .request(
@@ -1023,6 +1040,28 @@ impl Inner {
         state: &mut TurnState,
         request: ServerRequest,
     ) -> Result<(), CodexError> {
+        if let Err(lost) = state.lease.check() {
+            // A stale owner runs nothing and grants nothing.
+            tracing::warn!(method = request.method, error = %lost, "lease lost mid-turn: refusing");
+            state.lease_lost.get_or_insert(lost);
+            let answer = match request.method.as_str() {
+                method::TOOL_CALL => serde_json::to_value(DynamicToolCallResponse {
+                    content_items: vec![ToolContentItem::InputText {
+                        text: "refused: this host no longer owns the session".to_owned(),
+                    }],
+                    success: false,
+                })
+                .unwrap_or(Value::Null),
+                other => approval_response(other, ApprovalDecision::Refuse),
+            };
+            return if answer.is_null() {
+                client
+                    .reply_error(&request, -32000, "this host no longer owns the session")
+                    .await
+            } else {
+                client.reply(&request, answer).await
+            };
+        }
         match request.method.as_str() {
             method::TOOL_CALL => {
                 let params: DynamicToolCallParams = parse(&request.method, request.params.clone())?;

@@ -669,3 +669,65 @@ async fn codex_e2e_native_commands_are_reported_as_mutations() {
             .any(|e| e.role == TranscriptRole::Tool && e.content.contains("exec_command exit 3"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_lost_lease_mid_turn_runs_no_tool() {
+    let Some((world, model)) = world(vec![
+        Step::SlowCalls(
+            Duration::from_secs(4),
+            vec![("call-late", "lookup", json!({ "q": "late" }))],
+        ),
+        Step::Reply("should not matter"),
+    ])
+    .await
+    else {
+        return;
+    };
+    // Short leases renewed every second, so a revoked lease is noticed within the stall.
+    let lease = LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_interval: Duration::from_secs(1),
+        ..quick_lease()
+    };
+    let host = world.host("host-a", lease).await;
+    let key = session_key("revoked");
+    host.create_session(&key).await;
+
+    let harness = host.harness.clone();
+    let key_a = key.clone();
+    let running = tokio::spawn(async move {
+        harness
+            .run_turn(TurnRequest::new(attempt(
+                &key_a,
+                "run-1",
+                "look it up later",
+            )))
+            .await
+    });
+    model.wait_for_requests(1).await;
+    // An operator expires the lease while the model is still thinking.
+    let identity = tether_harness_sdk::backend::BindingIdentity::session(
+        tether_core::AgentId::new(crate::host::AGENT).unwrap(),
+        tether_core::SessionId::new(crate::host::SESSION_ID).unwrap(),
+        Some(key.clone()),
+    );
+    let ns = tether_core::Namespace::new(tether_codex::harness::NAMESPACE).unwrap();
+    host.store
+        .force_expire_lease(&ns, identity.key(), None)
+        .await
+        .unwrap();
+
+    let error = running.await.unwrap().unwrap_err();
+    assert!(matches!(error, CodexError::Lifecycle(_)), "got {error:?}");
+    assert!(
+        host.tools.executed().is_empty(),
+        "a host that lost the lease must not run tools"
+    );
+    assert!(
+        model
+            .requests()
+            .iter()
+            .all(|r| !mentions(r, "definition of late")),
+        "no tool result reached the model"
+    );
+}

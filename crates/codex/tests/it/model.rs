@@ -22,6 +22,8 @@ pub(crate) enum Step {
     Calls(Vec<(&'static str, &'static str, Value)>),
     /// Holds the request open for this long, then replies.
     Stall(Duration, &'static str),
+    /// Holds the request open for this long, then calls functions.
+    SlowCalls(Duration, Vec<(&'static str, &'static str, Value)>),
 }
 
 #[derive(Debug, Default)]
@@ -114,18 +116,10 @@ async fn respond(State(inner): State<Arc<Inner>>, body: axum::body::Bytes) -> Re
             tokio::time::sleep(wait).await;
             events.push(message(index, text));
         }
-        Step::Calls(calls) => {
-            for (call_id, name, arguments) in calls {
-                events.push(json!({
-                    "type": "response.output_item.done",
-                    "item": {
-                        "type": "function_call",
-                        "call_id": call_id,
-                        "name": name,
-                        "arguments": arguments.to_string(),
-                    }
-                }));
-            }
+        Step::Calls(calls) => events.extend(function_calls(calls)),
+        Step::SlowCalls(wait, calls) => {
+            tokio::time::sleep(wait).await;
+            events.extend(function_calls(calls));
         }
     }
     events.push(json!({
@@ -163,4 +157,21 @@ fn message(index: usize, text: &str) -> Value {
             "content": [{ "type": "output_text", "text": text }]
         }
     })
+}
+
+fn function_calls(calls: Vec<(&'static str, &'static str, Value)>) -> Vec<Value> {
+    calls
+        .into_iter()
+        .map(|(call_id, name, arguments)| {
+            json!({
+                "type": "response.output_item.done",
+                "item": {
+                    "type": "function_call",
+                    "call_id": call_id,
+                    "name": name,
+                    "arguments": arguments.to_string(),
+                }
+            })
+        })
+        .collect()
 }
