@@ -703,9 +703,9 @@ impl Inner {
         }
     }
 
-    /// Unloads the thread from this app-server before the lease is released. Codex allows one
-    /// writer per thread: the next lease holder (this host or another) loads it again with
-    /// `thread/resume`, so the native writer always follows the lease.
+    /// Unsubscribes this connection from the thread when the turn ends; the next turn loads it
+    /// again with `thread/resume`. This does not release Codex's writer on the thread (only the
+    /// process exit does; see [`CodexHarnessBuilder::process_per_turn`]).
     async fn release_thread(&self, client: &CodexClient, thread_id: &str) {
         if !client.is_alive() {
             return;
@@ -953,11 +953,8 @@ impl Inner {
                 )
                 .await?;
             }
-            ThreadItem::ImageGeneration {
-                status, saved_path, ..
-            } => {
-                // The runtime itself created and persisted this file: host-owned media.
-                if let (true, Some(path)) = (status == "completed", saved_path) {
+            item @ ThreadItem::ImageGeneration { .. } => {
+                if let Some(path) = runtime_owned_media(&item) {
                     state.attempt.tool_media_urls.push(path.clone());
                     state.attempt.host_owned_tool_media_urls.push(path);
                 }
@@ -1166,6 +1163,19 @@ impl Inner {
     }
 }
 
+/// A media file the runtime itself created and persisted (a completed, saved image
+/// generation): the only media the harness counts as host-owned.
+fn runtime_owned_media(item: &ThreadItem) -> Option<String> {
+    match item {
+        ThreadItem::ImageGeneration {
+            status,
+            saved_path: Some(path),
+            ..
+        } if status == "completed" && !path.trim().is_empty() => Some(path.clone()),
+        _ => None,
+    }
+}
+
 struct NativeItem {
     id: String,
     tool: &'static str,
@@ -1261,6 +1271,25 @@ mod tests {
             approve(method::COMMAND_APPROVAL),
             json!({ "decision": "accept" })
         );
+    }
+
+    #[test]
+    fn only_saved_runtime_images_are_host_owned() {
+        let image = |status: &str, saved: Option<&str>| ThreadItem::ImageGeneration {
+            id: "img".to_owned(),
+            status: status.to_owned(),
+            saved_path: saved.map(str::to_owned),
+        };
+        assert_eq!(
+            runtime_owned_media(&image("completed", Some("/w/out.png"))).as_deref(),
+            Some("/w/out.png")
+        );
+        assert_eq!(runtime_owned_media(&image("completed", None)), None);
+        assert_eq!(
+            runtime_owned_media(&image("failed", Some("/w/x.png"))),
+            None
+        );
+        assert_eq!(runtime_owned_media(&ThreadItem::Other), None);
     }
 
     #[test]
