@@ -9,10 +9,10 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tether_core::TerminalDiagnostic;
 use tether_core::{
-    AgentHarness, AgentMessage, AssertCurrent, AttemptParams, AttemptResult, AttemptTerminal,
-    BindingStore, ContentBlock, Error, HarnessId, HostSessionStore, LeaseConfig, MessageRole,
-    Namespace, ResetParams, SessionContextResetHook, SessionDeletionHook, SessionKey, ToolMeta,
-    Usage,
+    AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
+    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionStore, LeaseConfig,
+    MessageRole, Namespace, ResetParams, SessionContextResetHook, SessionDeletionHook, SessionKey,
+    ToolMeta, Usage,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
@@ -20,7 +20,9 @@ use tether_harness_sdk::backend::{
 use tether_harness_sdk::generation::GenerationAuthority;
 use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::LeaseAssertion;
-use tether_harness_sdk::results::mirror::restore_prepared_user_turn_meta;
+use tether_harness_sdk::results::mirror::{
+    OriginalInputCommit, UserTurnTranscriptRecorder, restore_prepared_user_turn_meta,
+};
 use tether_harness_sdk::results::terminal::{
     FingerprintIdentity, MutationFacts, TerminalObserver, ToolFailure, ToolOutcome,
     ToolTerminalObservation, is_read_only_command, terminal_outcome_accumulator,
@@ -210,6 +212,9 @@ pub struct TurnOutcome {
     pub mirrored: Vec<MirrorReport>,
     /// Every answered approval request.
     pub approvals: Vec<ApprovalReport>,
+    /// The "original input committed" notification: set only when the user item was freshly
+    /// appended (never for a repeat) and the message is an external user's visible input.
+    pub original_input_committed: Option<OriginalInputCommit>,
 }
 
 impl TurnOutcome {
@@ -453,6 +458,9 @@ struct TurnState {
     lease: LeaseAssertion,
     /// Set when the lease was found lost mid-turn: nothing more runs, the turn is interrupted.
     lease_lost: Option<Error>,
+    /// Decides the one-time "original input committed" notification of the user item.
+    recorder: UserTurnTranscriptRecorder,
+    original_input_committed: Option<OriginalInputCommit>,
 }
 
 impl Inner {
@@ -580,6 +588,8 @@ impl Inner {
             usage: Usage::default(),
             lease,
             lease_lost: None,
+            recorder: UserTurnTranscriptRecorder::new(),
+            original_input_committed: None,
         };
         // The binding may have taken a while; the lease must still be ours to start the turn.
         state.lease.check()?;
@@ -608,6 +618,7 @@ impl Inner {
             tools: state.tools,
             mirrored: state.mirrored,
             approvals: state.approvals,
+            original_input_committed: state.original_input_committed,
         })
     }
 
@@ -798,7 +809,7 @@ impl Inner {
         role: MessageRole,
         text: String,
         message: Value,
-    ) -> Result<(), CodexError> {
+    ) -> Result<AppendOutcome, CodexError> {
         let outcome = self
             .transcript
             .append(
@@ -816,7 +827,7 @@ impl Inner {
             role,
             appended: outcome.appended,
         });
-        Ok(())
+        Ok(outcome)
     }
 
     async fn on_item(&self, state: &mut TurnState, item: ThreadItem) -> Result<(), CodexError> {
@@ -831,8 +842,16 @@ impl Inner {
                 let message =
                     restore_prepared_user_turn_meta(&runtime, state.prepared_user_message.as_ref())
                         .into_owned();
-                self.mirror(state, &id, MessageRole::User, text.clone(), message)
+                let appended = self
+                    .mirror(state, &id, MessageRole::User, text.clone(), message.clone())
                     .await?;
+                // "Original input committed" fires only for a fresh append, at most once.
+                let effects = state
+                    .recorder
+                    .mark_runtime_persisted_from_append(&message, &appended);
+                if let Some(commit) = effects.original_input_committed {
+                    state.original_input_committed.get_or_insert(commit);
+                }
                 let mut msg = AgentMessage::text(MessageRole::User, text);
                 msg.id = Some(id);
                 state.attempt.messages_snapshot.push(msg);
@@ -1029,6 +1048,7 @@ impl Inner {
         });
         self.mirror(state, &item.id, MessageRole::ToolResult, text, message)
             .await
+            .map(|_| ())
     }
 
     async fn on_request(

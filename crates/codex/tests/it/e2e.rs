@@ -79,6 +79,11 @@ async fn codex_e2e_plain_reply() {
         transcript[1].idempotency_key.as_deref(),
         Some(expected_key.as_str())
     );
+    let committed = outcome
+        .original_input_committed
+        .as_ref()
+        .expect("a fresh user append announces the committed input");
+    assert_eq!(committed.message["content"], json!("say hello"));
     let user = &host.transcript.entries()[0];
     assert_eq!(user.message["__openclaw"]["senderIsOwner"], json!(true));
     assert_eq!(user.message["__openclaw"]["intent"], json!("greeting"));
