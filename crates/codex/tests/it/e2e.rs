@@ -736,3 +736,40 @@ async fn codex_e2e_lost_lease_mid_turn_runs_no_tool() {
         "no tool result reached the model"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
+    let Some((world, _model)) = world(vec![Step::Fail(400), Step::Reply("Better now.")]).await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("failure");
+    host.create_session(&key).await;
+
+    let failed = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first try")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(failed.attempt.terminal, AttemptTerminal::Failed { .. }),
+        "{:?}",
+        failed.attempt.terminal
+    );
+    assert!(failed.attempt.assistant_texts.is_empty());
+    assert_eq!(
+        roles(&host.transcript(&key).await),
+        vec![TranscriptRole::User],
+        "only the whole user item was mirrored"
+    );
+
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "second try")))
+        .await
+        .unwrap();
+    assert_eq!(next.thread_id, failed.thread_id);
+    assert_eq!(next.attempt.terminal, AttemptTerminal::Ok);
+    assert_eq!(next.reply(), Some("Better now."));
+}

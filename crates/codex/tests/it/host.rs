@@ -90,6 +90,9 @@ impl World {
         let mut config = CodexConfig::new(&self.binary, self.codex_home())
             .with_responses_provider(&self.model_url, "TETHER_TEST_MODEL_KEY")
             .with_env("TETHER_TEST_MODEL_KEY", "dummy-test-key")
+            // No provider retries: a scripted failure fails the turn at once.
+            .with_config("model_providers.tether.request_max_retries=0")
+            .with_config("model_providers.tether.stream_max_retries=0")
             .with_request_timeout(self.request_timeout);
         if let Some(wire) = &self.wire {
             config = config.with_wire_log(wire.clone());

@@ -22,6 +22,8 @@ pub(crate) enum Step {
     Calls(Vec<(&'static str, &'static str, Value)>),
     /// Holds the request open for this long, then replies.
     Stall(Duration, &'static str),
+    /// Answers with this HTTP error status.
+    Fail(u16),
     /// Holds the request open for this long, then calls functions.
     SlowCalls(Duration, Vec<(&'static str, &'static str, Value)>),
 }
@@ -108,6 +110,11 @@ async fn respond(State(inner): State<Arc<Inner>>, body: axum::body::Bytes) -> Re
             script.remove(0)
         }
     };
+    if let Step::Fail(status) = step {
+        inner.in_flight.fetch_sub(1, Ordering::SeqCst);
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (status, "scripted failure").into_response();
+    }
     let response_id = format!("resp-{index}");
     let mut events = vec![json!({ "type": "response.created", "response": { "id": response_id } })];
     match step {
@@ -116,6 +123,7 @@ async fn respond(State(inner): State<Arc<Inner>>, body: axum::body::Bytes) -> Re
             tokio::time::sleep(wait).await;
             events.push(message(index, text));
         }
+        Step::Fail(_) => {}
         Step::Calls(calls) => events.extend(function_calls(calls)),
         Step::SlowCalls(wait, calls) => {
             tokio::time::sleep(wait).await;
