@@ -773,3 +773,54 @@ async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
     assert_eq!(next.attempt.terminal, AttemptTerminal::Ok);
     assert_eq!(next.reply(), Some("Better now."));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_two_sessions_run_at_once_on_one_app_server() {
+    let Some((world, model)) = world(vec![
+        Step::Stall(Duration::from_millis(1500), "answer"),
+        Step::Stall(Duration::from_millis(1500), "answer"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let (alice, bob) = (session_key("alice"), session_key("bob"));
+    host.create_session(&alice).await;
+    host.create_session(&bob).await;
+
+    let run = |key: tether_core::SessionKey, prompt: &'static str| {
+        let harness = host.harness.clone();
+        tokio::spawn(async move {
+            harness
+                .run_turn(TurnRequest::new(attempt(&key, prompt, prompt)))
+                .await
+        })
+    };
+    let (a, b) = (
+        run(alice.clone(), "from-alice"),
+        run(bob.clone(), "from-bob"),
+    );
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+
+    assert_ne!(a.thread_id, b.thread_id);
+    assert_eq!(
+        host.server.starts(),
+        1,
+        "both sessions on the host's one app-server"
+    );
+    assert_eq!(
+        model.max_in_flight(),
+        2,
+        "the two turns ran at the same time"
+    );
+    // Each session got its own events: its own user item and reply, nothing of the other's.
+    for (key, prompt) in [(&alice, "from-alice"), (&bob, "from-bob")] {
+        let transcript = host.transcript(key).await;
+        assert_eq!(
+            roles(&transcript),
+            vec![TranscriptRole::User, TranscriptRole::Assistant]
+        );
+        assert_eq!(transcript[0].content, prompt);
+    }
+}
