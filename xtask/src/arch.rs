@@ -33,6 +33,10 @@ const RULES: &[(&str, &[&str])] = &[
             "tokio",
         ],
     ),
+    (
+        "tether-codex",
+        &["tether-storage", "sea-orm", "sqlx", "axum", "hyper"],
+    ),
 ];
 
 /// Runs every rule; lists all violations.

@@ -4,6 +4,7 @@
 //! - `ci`: format check, clippy with warnings denied, the whole test suite, docs with warnings
 //!   denied, and the architecture check; ends with one summary line.
 //! - `arch-check`: only the architecture check.
+//! - `codex-install`: the pinned Codex CLI into `.tether-cache/codex/` (for `tether-codex` tests).
 //! - `bench-report [--quick]`: every benchmark and scale harness, `target/bench-report.json`.
 //!
 //! This crate has no dependencies so it builds first and fast.
@@ -16,6 +17,7 @@ use std::time::Instant;
 mod arch;
 mod bench_report;
 mod chaos;
+mod codex;
 mod ui_check;
 
 fn main() -> ExitCode {
@@ -26,6 +28,7 @@ fn main() -> ExitCode {
         "chaos" => return chaos::main(&args[1..]),
         "api-fuzz" => chaos::api_fuzz(&args[1..]).map(|()| Summary::default()),
         "arch-check" => arch::check().map(|()| Summary::default()),
+        "codex-install" => codex::install().map(|()| Summary::default()),
         "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
         "bench-report" => bench_report::bench_report(&args[1..]).map(|()| Summary::default()),
         "ui-check" => ui_check::ui_check().map(|()| Summary::default()),
@@ -60,6 +63,7 @@ fn usage() {
          ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check,\n              \
                      each storage backend built alone\n  \
          arch-check  fail when a crate depends on what its architecture invariant forbids\n  \
+         codex-install  install the pinned Codex CLI with npm into .tether-cache/codex/\n  \
          openapi     write crates/admin-http/openapi.json; `--check` compares instead\n  \
          ui-check    screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)\n  \
          bench-report  run every benchmark and scale harness; write target/bench-report.json \

@@ -37,6 +37,7 @@
 //! here, not in `tether-core`.
 
 pub mod auth;
+pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;

@@ -64,6 +64,32 @@ enum Command {
         #[command(flatten)]
         db: Db,
     },
+    /// Run one turn of a host session on a real Codex app-server; print the reply and the
+    /// tool outcomes. Needs OPENAI_API_KEY (any value for a local scripted model server).
+    Chat {
+        #[command(flatten)]
+        db: Db,
+        /// The host session key (created for agent `main` when absent).
+        #[arg(long)]
+        session: String,
+        /// A Responses-API base URL, e.g. http://127.0.0.1:PORT/v1 (default: OpenAI's).
+        #[arg(long)]
+        model_provider_url: Option<String>,
+        /// The codex binary (default: .tether-cache/ from `cargo xtask codex-install`).
+        #[arg(long, env = "TETHER_CODEX_BIN")]
+        codex_bin: Option<std::path::PathBuf>,
+        /// CODEX_HOME, where Codex keeps its threads (default: tether-data/codex-home).
+        #[arg(long)]
+        codex_home: Option<std::path::PathBuf>,
+        /// The thread's working directory (default: the current directory).
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The model, when pinned.
+        #[arg(long)]
+        model: Option<String>,
+        /// The user message.
+        message: String,
+    },
     /// Host sessions: list, show, delete.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -217,6 +243,28 @@ fn main() -> ExitCode {
             Command::Openapi => cli::print_openapi().map_err(CommandError::failure),
             Command::Migrate { db } => commands::migrate(&db.database_url).await,
             Command::Demo { db } => commands::demo(&db.database_url).await,
+            Command::Chat {
+                db,
+                session,
+                model_provider_url,
+                codex_bin,
+                codex_home,
+                cwd,
+                model,
+                message,
+            } => {
+                tether_admin_http::chat::chat(tether_admin_http::chat::ChatArgs {
+                    database_url: db.database_url,
+                    session,
+                    message,
+                    model_provider_url,
+                    codex_bin,
+                    codex_home,
+                    cwd,
+                    model,
+                })
+                .await
+            }
             Command::Sessions(SessionsCommand::List {
                 db,
                 agent,

@@ -1,6 +1,7 @@
 //! The integration tests of `tether-admin-http` (one test binary per package).
 
 mod api;
+mod chat;
 mod cli;
 mod hardening;
 mod robustness;

@@ -1,0 +1,213 @@
+//! `tether chat`: one turn of a host session on a real Codex app-server, as a user would try
+//! it. The session (agent `main`) is created when absent; its Codex thread is bound on the first
+//! turn and resumed on the next ones; the transcript is mirrored into the database.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tether_codex::harness::HARNESS_ID;
+use tether_codex::host::{HostTranscript, MirrorEntry};
+use tether_codex::locate::locate_codex_binary;
+use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
+use tether_core::{
+    AgentId, AppendOutcome, AttemptParams, HarnessId, MessageRole, RunId, SessionId, SessionKey,
+    SessionTarget,
+};
+use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
+
+use crate::commands::{CommandError, open_store};
+
+/// The environment variable holding the model provider's API key (read by Codex itself).
+pub const API_KEY_ENV: &str = "OPENAI_API_KEY";
+
+/// The provider used without `--model-provider-url`.
+pub const DEFAULT_PROVIDER_URL: &str = "https://api.openai.com/v1";
+
+/// What `tether chat` needs.
+#[derive(Debug, Clone)]
+pub struct ChatArgs {
+    /// The database.
+    pub database_url: String,
+    /// The host session key.
+    pub session: String,
+    /// The user message.
+    pub message: String,
+    /// A Responses-API base URL (default: OpenAI).
+    pub model_provider_url: Option<String>,
+    /// The `codex` binary (default: `TETHER_CODEX_BIN`, else `.tether-cache/` here).
+    pub codex_bin: Option<PathBuf>,
+    /// `CODEX_HOME` (default: `tether-data/codex-home`).
+    pub codex_home: Option<PathBuf>,
+    /// The thread's working directory (default: the current directory).
+    pub cwd: Option<String>,
+    /// The model, when pinned.
+    pub model: Option<String>,
+}
+
+#[allow(clippy::print_stdout)]
+fn say(line: &str) {
+    println!("{line}");
+}
+
+/// The host transcript of the `tether` binary: the store's idempotent append.
+#[derive(Debug, Clone)]
+struct StoreTranscript(Store);
+
+#[async_trait]
+impl HostTranscript for StoreTranscript {
+    async fn append(
+        &self,
+        session: &SessionKey,
+        entry: MirrorEntry,
+    ) -> Result<AppendOutcome, tether_core::Error> {
+        let role = match entry.role {
+            MessageRole::User => TranscriptRole::User,
+            MessageRole::Assistant => TranscriptRole::Assistant,
+            MessageRole::ToolResult => TranscriptRole::Tool,
+            _ => TranscriptRole::System,
+        };
+        self.0
+            .append_transcript(
+                session,
+                NewTranscriptEntry {
+                    role,
+                    content: entry.text,
+                    idempotency_key: Some(entry.idempotency_key),
+                },
+            )
+            .await
+    }
+}
+
+fn failure(message: impl Into<String>) -> CommandError {
+    CommandError::failure(message)
+}
+
+/// Runs one turn and prints the reply and the tool outcomes.
+pub async fn chat(args: ChatArgs) -> Result<(), CommandError> {
+    if std::env::var_os(API_KEY_ENV).is_none() {
+        return Err(failure(format!(
+            "set {API_KEY_ENV} (your provider's key; any value for a local scripted model server)"
+        )));
+    }
+    let here =
+        std::env::current_dir().map_err(|e| failure(format!("no current directory: {e}")))?;
+    let binary = match args.codex_bin {
+        Some(path) => path,
+        None => locate_codex_binary(Some(&here)).ok_or_else(|| {
+            failure("no codex binary: run `cargo xtask codex-install` here, or pass --codex-bin (or TETHER_CODEX_BIN)")
+        })?,
+    };
+    let codex_home = args
+        .codex_home
+        .unwrap_or_else(|| here.join("tether-data").join("codex-home"));
+    std::fs::create_dir_all(&codex_home)
+        .map_err(|e| failure(format!("cannot create {}: {e}", codex_home.display())))?;
+    let cwd = args.cwd.unwrap_or_else(|| here.display().to_string());
+    let key = SessionKey::new(&args.session).map_err(|e| failure(format!("--session: {e}")))?;
+
+    let store = open_store(&args.database_url).await?;
+    let entry = match store
+        .session(&key)
+        .await
+        .map_err(|e| failure(e.to_string()))?
+    {
+        Some(entry) => entry,
+        None => {
+            let millis = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or_default();
+            store
+                .create_session(NewHostSession {
+                    session_key: key.clone(),
+                    agent_id: AgentId::new("main").map_err(|e| failure(e.to_string()))?,
+                    session_id: SessionId::new(format!("chat-{millis}"))
+                        .map_err(|e| failure(e.to_string()))?,
+                    agent_harness_id: Some(
+                        HarnessId::new(HARNESS_ID).map_err(|e| failure(e.to_string()))?,
+                    ),
+                })
+                .await
+                .map_err(|e| failure(e.to_string()))?;
+            store
+                .session(&key)
+                .await
+                .map_err(|e| failure(e.to_string()))?
+                .ok_or_else(|| failure("the new session vanished"))?
+        }
+    };
+
+    let provider = args
+        .model_provider_url
+        .unwrap_or_else(|| DEFAULT_PROVIDER_URL.to_owned());
+    let config =
+        CodexConfig::new(binary, codex_home).with_responses_provider(&provider, API_KEY_ENV);
+    let server = Arc::new(CodexAppServer::new(config));
+    let mut settings = ThreadSettings::new(cwd);
+    settings.model = args.model;
+    let harness = CodexHarness::builder(
+        server.clone(),
+        Arc::new(store.clone()),
+        Arc::new(store.clone()),
+        Arc::new(StoreTranscript(store.clone())),
+    )
+    .settings(settings)
+    .holder(format!("tether-chat-{}", std::process::id()))
+    .build()
+    .await
+    .map_err(|e| failure(e.to_string()))?;
+
+    let params = AttemptParams {
+        run_id: RunId::new(format!("chat-{}", std::process::id()))
+            .map_err(|e| failure(e.to_string()))?,
+        session: SessionTarget {
+            agent_id: entry.agent_id.clone(),
+            session_key: Some(key.clone()),
+            session_id: entry.session_id.clone(),
+        },
+        prompt: args.message,
+        timeout: Some(Duration::from_secs(600)),
+        source_reply_delivery_mode: None,
+    };
+    let result = harness.run_turn(TurnRequest::new(params)).await;
+    server.shutdown().await;
+    let outcome = result.map_err(|e| failure(format!("the Codex turn failed: {e}")))?;
+
+    say(&format!(
+        "thread {} ({})",
+        outcome.thread_id,
+        if outcome.started_thread {
+            "new"
+        } else {
+            "resumed"
+        }
+    ));
+    for tool in &outcome.tools {
+        say(&format!(
+            "tool {} {:?}{}{}",
+            tool.tool,
+            tool.outcome,
+            if tool.execution_started {
+                ""
+            } else {
+                " (not started)"
+            },
+            tool.error
+                .as_deref()
+                .map(|e| format!(": {e}"))
+                .unwrap_or_default()
+        ));
+    }
+    if let Some(error) = &outcome.attempt.last_tool_error {
+        say(&format!(
+            "unresolved tool error: {} {:?}",
+            error.tool_name, error.error
+        ));
+    }
+    say(&format!("terminal: {:?}", outcome.attempt.terminal));
+    say(outcome.reply().unwrap_or("(no reply)"));
+    Ok(())
+}

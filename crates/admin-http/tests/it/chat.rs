@@ -1,0 +1,130 @@
+//! `tether chat` against the real Codex app-server (pinned, `cargo xtask codex-install`) and a
+//! loopback model server that answers every Responses-API request with one assistant message.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use serde_json::json;
+use tether_codex::locate::locate_codex_binary;
+
+async fn answer(State(count): State<Arc<AtomicUsize>>) -> impl IntoResponse {
+    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
+    let events = [
+        json!({ "type": "response.created", "response": { "id": format!("r{n}") } }),
+        json!({ "type": "response.output_item.done", "item": {
+            "type": "message", "role": "assistant", "id": format!("m{n}"),
+            "content": [{ "type": "output_text", "text": format!("Scripted answer {n}.") }]
+        }}),
+        json!({ "type": "response.completed", "response": { "id": format!("r{n}"), "usage": {
+            "input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
+            "output_tokens_details": null, "total_tokens": 2
+        }}}),
+    ];
+    let body: String = events
+        .iter()
+        .map(|e| {
+            format!(
+                "event: {}\ndata: {e}\n\n",
+                e["type"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    ([(header::CONTENT_TYPE, "text/event-stream")], body)
+}
+
+#[allow(clippy::print_stderr)]
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_e2e_tether_chat_runs_a_turn_then_resumes_the_thread() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let Some(codex) = locate_codex_binary(Some(&root)) else {
+        assert_ne!(
+            std::env::var("TETHER_REQUIRE_CODEX").as_deref(),
+            Ok("1"),
+            "TETHER_REQUIRE_CODEX=1 but no codex binary (cargo xtask codex-install)"
+        );
+        eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
+        return;
+    };
+    let count = Arc::new(AtomicUsize::new(0));
+    let app = Router::new()
+        .route("/v1/responses", post(answer))
+        .with_state(count.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("chat.db").display());
+    let provider = format!("http://{addr}/v1");
+    let run = |message: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args([
+                "chat",
+                "--database-url",
+                &url,
+                "--session",
+                "agent:main:direct:me",
+            ])
+            .args(["--model-provider-url", &provider])
+            .arg("--codex-bin")
+            .arg(&codex)
+            .arg("--codex-home")
+            .arg(dir.path().join("codex-home"))
+            .arg("--cwd")
+            .arg(dir.path())
+            .arg(message)
+            .env("OPENAI_API_KEY", "dummy-test-key")
+            .env("RUST_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let first = run("hello");
+    let first_out = String::from_utf8_lossy(&first.stdout).to_string();
+    assert!(
+        first.status.success(),
+        "{first_out}{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(first_out.contains("(new)"), "{first_out}");
+    assert!(first_out.contains("Scripted answer 1."), "{first_out}");
+    let thread = first_out
+        .lines()
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .to_owned();
+
+    let second = run("again");
+    let second_out = String::from_utf8_lossy(&second.stdout).to_string();
+    assert!(second.status.success(), "{second_out}");
+    assert!(
+        second_out.contains(&format!("thread {thread} (resumed)")),
+        "{second_out}"
+    );
+    assert!(second_out.contains("Scripted answer 2."), "{second_out}");
+
+    let store = tether_storage::Store::open(&url).await.unwrap();
+    let key = tether_core::SessionKey::new("agent:main:direct:me").unwrap();
+    let transcript: Vec<String> = store
+        .active_path(&key)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.content)
+        .collect();
+    assert_eq!(
+        transcript,
+        ["hello", "Scripted answer 1.", "again", "Scripted answer 2."]
+    );
+}

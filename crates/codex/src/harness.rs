@@ -1,0 +1,1325 @@
+//! The Codex harness: host sessions bound to Codex threads through the SDK's thread-binding
+//! backend, one turn at a time under the binding's fenced lease.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tether_core::TerminalDiagnostic;
+use tether_core::{
+    AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
+    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionStore, LeaseConfig,
+    MessageRole, Namespace, ResetParams, SessionContextResetHook, SessionDeletionHook, SessionKey,
+    ToolMeta, Usage,
+};
+use tether_harness_sdk::backend::{
+    BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
+};
+use tether_harness_sdk::generation::GenerationAuthority;
+use tether_harness_sdk::hooks::ThreadBindingHarness;
+use tether_harness_sdk::lifecycle::LeaseAssertion;
+use tether_harness_sdk::results::mirror::{
+    OriginalInputCommit, UserTurnTranscriptRecorder, restore_prepared_user_turn_meta,
+};
+use tether_harness_sdk::results::terminal::{
+    FingerprintIdentity, MutationFacts, TerminalObserver, ToolFailure, ToolOutcome,
+    ToolTerminalObservation, is_read_only_command, terminal_outcome_accumulator,
+};
+use tokio::sync::{mpsc, watch};
+use tracing::Instrument as _;
+
+use crate::client::{CodexAppServer, CodexClient, ServerEvent, ServerRequest};
+use crate::error::CodexError;
+use crate::host::{
+    ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,
+    NoTools, RefuseAll, ToolCall, ToolExecutor,
+};
+use crate::ids::{ThreadId, TurnId};
+use crate::protocol::{
+    ApprovalRequestParams, DynamicToolCallParams, DynamicToolCallResponse, ItemNotification,
+    ThreadItem, ThreadResponse, ThreadResumeParams, ThreadStartParams, ThreadUnsubscribeParams,
+    TokenUsageNotification, ToolContentItem, TurnInterruptParams, TurnNotification,
+    TurnStartParams, TurnStartResponse, UserInput, method,
+};
+
+/// The binding namespace of the Codex harness.
+pub const NAMESPACE: &str = "codex-threads";
+
+/// The harness id.
+pub const HARNESS_ID: &str = "codex";
+
+/// How long an interrupted turn may take to report `turn/completed`.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
+
+/// How new Codex threads are configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadSettings {
+    /// Working directory (absolute).
+    pub cwd: String,
+    /// Model, when pinned.
+    pub model: Option<String>,
+    /// Sandbox mode: `read-only` (default), `workspace-write` or `danger-full-access`.
+    pub sandbox: String,
+    /// When Codex asks for approval: `on-request` (default; the host policy answers),
+    /// `untrusted` or `never`.
+    pub approval_policy: String,
+    /// Extra developer instructions.
+    pub developer_instructions: Option<String>,
+}
+
+impl ThreadSettings {
+    /// Defaults for `cwd`: read-only sandbox, approvals on request.
+    pub fn new(cwd: impl Into<String>) -> Self {
+        Self {
+            cwd: cwd.into(),
+            model: None,
+            sandbox: "read-only".to_owned(),
+            approval_policy: "on-request".to_owned(),
+            developer_instructions: None,
+        }
+    }
+}
+
+/// Cancels a running turn (`turn/interrupt`).
+#[derive(Debug, Clone)]
+pub struct TurnCancel {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for TurnCancel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TurnCancel {
+    /// A fresh, not cancelled handle.
+    pub fn new() -> Self {
+        Self {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    /// Requests cancellation.
+    pub fn cancel(&self) {
+        self.tx.send_replace(true);
+    }
+
+    fn subscribe(&self) -> watch::Receiver<bool> {
+        self.tx.subscribe()
+    }
+}
+
+/// One turn to run.
+#[derive(Clone)]
+pub struct TurnRequest {
+    /// The attempt (run id, session target with its key, prompt, timeout).
+    pub params: AttemptParams,
+    /// The host's prepared user message (with its operational metadata), restored onto the
+    /// mirrored user item.
+    pub prepared_user_message: Option<Value>,
+    /// Cancellation.
+    pub cancel: Option<TurnCancel>,
+    /// The host authority (checked by the lifecycle around its writes).
+    pub assert_current: Option<AssertCurrent>,
+}
+
+impl fmt::Debug for TurnRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TurnRequest")
+            .field("params", &self.params)
+            .field("prepared_user_message", &self.prepared_user_message)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TurnRequest {
+    /// A request for `params` with nothing else.
+    pub fn new(params: AttemptParams) -> Self {
+        Self {
+            params,
+            prepared_user_message: None,
+            cancel: None,
+            assert_current: None,
+        }
+    }
+}
+
+/// The terminal report of one host tool call, as the accumulator resolved it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolReport {
+    /// The call id.
+    pub call_id: String,
+    /// The tool.
+    pub tool: String,
+    /// The arguments Codex sent.
+    pub arguments: Value,
+    /// The arguments that actually executed (host-adjusted when the host recorded so).
+    pub executed_arguments: Option<serde_json::Map<String, Value>>,
+    /// Whether the implementation may have started.
+    pub execution_started: bool,
+    /// Success or failure.
+    pub outcome: ToolOutcome,
+    /// Whether the call may have had side effects.
+    pub side_effect_evidence: bool,
+    /// The error text of a failure.
+    pub error: Option<String>,
+    /// `true` for Codex's own command and file-change items (native mutations).
+    pub native: bool,
+}
+
+/// One mirrored item.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MirrorReport {
+    /// The native item id.
+    pub item_id: String,
+    /// The role it was mirrored as.
+    pub role: MessageRole,
+    /// `false` when the entry already existed (a repeat).
+    pub appended: bool,
+}
+
+/// One answered approval request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalReport {
+    /// The protocol method.
+    pub method: String,
+    /// The decision sent.
+    pub decision: ApprovalDecision,
+}
+
+/// What one turn did.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    /// The Codex thread the session is bound to.
+    pub thread_id: ThreadId,
+    /// The turn.
+    pub turn_id: TurnId,
+    /// A thread was started (and bound) for this turn.
+    pub started_thread: bool,
+    /// The bound thread was loaded with `thread/resume` (every turn after the first: the
+    /// thread is unloaded when a turn ends, so whichever host holds the lease next resumes it).
+    pub resumed_thread: bool,
+    /// The lease epoch held while the turn ran (the fencing token).
+    pub lease_epoch: u64,
+    /// The attempt result (terminal, texts, messages, tool metas, media, `last_tool_error`).
+    pub attempt: AttemptResult,
+    /// Terminal reports of every tool and native mutation, in order.
+    pub tools: Vec<ToolReport>,
+    /// Every mirrored item, in order.
+    pub mirrored: Vec<MirrorReport>,
+    /// Every answered approval request.
+    pub approvals: Vec<ApprovalReport>,
+    /// The "original input committed" notification: set only when the user item was freshly
+    /// appended (never for a repeat) and the message is an external user's visible input.
+    pub original_input_committed: Option<OriginalInputCommit>,
+}
+
+impl TurnOutcome {
+    /// The last assistant text of the turn.
+    pub fn reply(&self) -> Option<&str> {
+        self.attempt.assistant_texts.last().map(String::as_str)
+    }
+}
+
+/// Builds a [`CodexHarness`].
+#[derive(Debug)]
+pub struct CodexHarnessBuilder {
+    server: Arc<CodexAppServer>,
+    store: Arc<dyn BindingStore>,
+    host_sessions: Arc<dyn HostSessionStore>,
+    transcript: Arc<dyn HostTranscript>,
+    tools: Arc<dyn ToolExecutor>,
+    approvals: Arc<dyn ApprovalPolicy>,
+    settings: ThreadSettings,
+    holder: Option<String>,
+    lease: LeaseConfig,
+    process_per_turn: bool,
+}
+
+impl CodexHarnessBuilder {
+    /// Runs every turn on its own app-server process, stopped before the lease is released.
+    ///
+    /// Codex lets one process write a thread and releases that writer only when the process
+    /// exits (`thread/unsubscribe` does not). With the shared process (the default) a thread
+    /// stays loaded in this host's app-server, so another live host process cannot take the
+    /// session over (its `thread/resume` is refused with [`CodexError::WriterHeldElsewhere`]).
+    /// Hosts that share sessions through one database turn this on so the native writer
+    /// follows the lease.
+    #[must_use]
+    pub fn process_per_turn(mut self, enabled: bool) -> Self {
+        self.process_per_turn = enabled;
+        self
+    }
+
+    /// The host's tools (default: none).
+    #[must_use]
+    pub fn tools(mut self, tools: Arc<dyn ToolExecutor>) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// The approval policy (default: [`RefuseAll`]).
+    #[must_use]
+    pub fn approvals(mut self, approvals: Arc<dyn ApprovalPolicy>) -> Self {
+        self.approvals = approvals;
+        self
+    }
+
+    /// Thread settings (default: [`ThreadSettings::new`] in the current directory).
+    #[must_use]
+    pub fn settings(mut self, settings: ThreadSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The label of this host's leases.
+    #[must_use]
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Lease timings (default: [`LeaseConfig::default`]).
+    #[must_use]
+    pub fn lease_config(mut self, lease: LeaseConfig) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// Registers the namespace on the store and builds the harness.
+    pub async fn build(self) -> Result<CodexHarness, CodexError> {
+        let ns = Namespace::new(NAMESPACE).map_err(Error::from)?;
+        self.store
+            .register_namespace(ThreadBindingStore::namespace_config(ns.clone()))
+            .await?;
+        let mut bindings =
+            ThreadBindingStore::builder(self.store.clone(), ns).lease_config(self.lease);
+        if let Some(holder) = self.holder {
+            bindings = bindings.holder(holder);
+        }
+        let bindings = bindings.build()?;
+        let id = HarnessId::new(HARNESS_ID).map_err(Error::from)?;
+        let hooks = Arc::new(ThreadBindingHarness::new(
+            id,
+            bindings.clone(),
+            GenerationAuthority::new(self.host_sessions),
+        ));
+        Ok(CodexHarness {
+            inner: Arc::new(Inner {
+                server: self.server,
+                bindings,
+                hooks,
+                transcript: self.transcript,
+                tools: self.tools,
+                approvals: self.approvals,
+                settings: self.settings,
+                process_per_turn: self.process_per_turn,
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    server: Arc<CodexAppServer>,
+    bindings: ThreadBindingStore,
+    hooks: Arc<ThreadBindingHarness>,
+    transcript: Arc<dyn HostTranscript>,
+    tools: Arc<dyn ToolExecutor>,
+    approvals: Arc<dyn ApprovalPolicy>,
+    settings: ThreadSettings,
+    process_per_turn: bool,
+}
+
+/// The Codex app-server harness. Cloning shares it.
+#[derive(Debug, Clone)]
+pub struct CodexHarness {
+    inner: Arc<Inner>,
+}
+
+impl CodexHarness {
+    /// Starts building a harness driving `server`, keeping bindings in `store` (the host's
+    /// binding store), reading generations from `host_sessions` and mirroring into
+    /// `transcript`.
+    pub fn builder(
+        server: Arc<CodexAppServer>,
+        store: Arc<dyn BindingStore>,
+        host_sessions: Arc<dyn HostSessionStore>,
+        transcript: Arc<dyn HostTranscript>,
+    ) -> CodexHarnessBuilder {
+        CodexHarnessBuilder {
+            server,
+            store,
+            host_sessions,
+            transcript,
+            tools: Arc::new(NoTools),
+            approvals: Arc::new(RefuseAll),
+            settings: ThreadSettings::new("."),
+            holder: None,
+            lease: LeaseConfig::default(),
+            process_per_turn: false,
+        }
+    }
+
+    /// The thread-binding store (binding records live here).
+    pub fn bindings(&self) -> &ThreadBindingStore {
+        &self.inner.bindings
+    }
+
+    /// The supervised app-server.
+    pub fn server(&self) -> &Arc<CodexAppServer> {
+        &self.inner.server
+    }
+
+    /// The Codex thread bound to the session of `params`, if any.
+    pub async fn bound_thread(
+        &self,
+        params: &AttemptParams,
+    ) -> Result<Option<ThreadId>, CodexError> {
+        let identity = identity(params);
+        Ok(self
+            .inner
+            .bindings
+            .read(&identity)
+            .await?
+            .map(|b| ThreadId::new(b.thread_id)))
+    }
+
+    /// Runs one turn under the session's lease: binds a new Codex thread (or resumes the bound
+    /// one), streams the turn, mirrors completed items, runs host tools and answers approvals.
+    ///
+    /// A second host asking for the same session waits behind the lease for the lease wait
+    /// budget and then fails with [`tether_core::Error::LeaseTimeout`]: two hosts never drive
+    /// one thread. When the app-server dies mid-turn the error is
+    /// [`CodexError::ServerExited`]; only whole items were mirrored, the binding is unchanged,
+    /// and the next turn resumes the same thread on a new process.
+    pub async fn run_turn(&self, request: TurnRequest) -> Result<TurnOutcome, CodexError> {
+        let span = tracing::info_span!(
+            "codex.turn",
+            run_id = %request.params.run_id,
+            session_id = %request.params.session.session_id,
+        );
+        self.run_turn_inner(request).instrument(span).await
+    }
+
+    async fn run_turn_inner(&self, request: TurnRequest) -> Result<TurnOutcome, CodexError> {
+        let Some(session_key) = request.params.session.session_key.clone() else {
+            return Err(CodexError::BindingRefused {
+                detail: "a Codex turn needs a host session key to mirror into".to_owned(),
+            });
+        };
+        let identity = identity(&request.params);
+        let assert_current = request.assert_current.clone();
+        let inner = self.inner.clone();
+        let result = self
+            .inner
+            .bindings
+            .with_lease(&identity, false, assert_current.clone(), |lease| {
+                let identity = identity.clone();
+                async move {
+                    let assertion = lease.capture_lease_assertion()?;
+                    Ok(inner
+                        .turn_under_lease(&identity, &session_key, request, assertion)
+                        .await)
+                }
+            })
+            .await;
+        match result {
+            Ok(inner) => inner,
+            Err(error) => Err(CodexError::Lifecycle(error)),
+        }
+    }
+}
+
+fn identity(params: &AttemptParams) -> BindingIdentity {
+    BindingIdentity::session(
+        params.session.agent_id.clone(),
+        params.session.session_id.clone(),
+        params.session.session_key.clone(),
+    )
+}
+
+/// The state of one running turn.
+struct TurnState {
+    thread_id: String,
+    session_key: SessionKey,
+    prepared_user_message: Option<Value>,
+    observer: TerminalObserver,
+    facts: tether_harness_sdk::results::terminal::HostToolFacts,
+    attempt: AttemptResult,
+    tools: Vec<ToolReport>,
+    mirrored: Vec<MirrorReport>,
+    approvals: Vec<ApprovalReport>,
+    usage: Usage,
+    /// The turn's lease, checked before every native side effect the host answers for.
+    lease: LeaseAssertion,
+    /// Set when the lease was found lost mid-turn: nothing more runs, the turn is interrupted.
+    lease_lost: Option<Error>,
+    /// Decides the one-time "original input committed" notification of the user item.
+    recorder: UserTurnTranscriptRecorder,
+    original_input_committed: Option<OriginalInputCommit>,
+}
+
+impl Inner {
+    async fn turn_under_lease(
+        &self,
+        identity: &BindingIdentity,
+        session_key: &SessionKey,
+        request: TurnRequest,
+        lease: LeaseAssertion,
+    ) -> Result<TurnOutcome, CodexError> {
+        if self.process_per_turn {
+            let client = Arc::new(self.server.dedicated().await?);
+            let result = self
+                .turn_on_client(&client, identity, session_key, request, lease.clone())
+                .await;
+            // The writer is released with the process, before the lease is.
+            client.stop();
+            client.wait_exit(Duration::from_secs(10)).await;
+            return result;
+        }
+        let client = self.server.client().await?;
+        let result = self
+            .turn_on_client(&client, identity, session_key, request, lease.clone())
+            .await;
+        if let Err(CodexError::Timeout { .. }) = &result {
+            // A request that never got an answer: the process is hung; replace it.
+            self.server.discard(&client).await;
+        }
+        result
+    }
+
+    async fn bind_thread(
+        &self,
+        client: &CodexClient,
+        identity: &BindingIdentity,
+        options: WriteOptions,
+    ) -> Result<(String, bool, bool), CodexError> {
+        let settings = &self.settings;
+        if let Some(bound) = self.bindings.read(identity).await? {
+            let resumed: Result<ThreadResponse, CodexError> = client
+                .request(
+                    method::THREAD_RESUME,
+                    &ThreadResumeParams {
+                        thread_id: bound.thread_id.clone(),
+                        cwd: bound.cwd.clone(),
+                        approval_policy: settings.approval_policy.clone(),
+                        sandbox: settings.sandbox.clone(),
+                        exclude_turns: true,
+                    },
+                )
+                .await;
+            match resumed {
+                Ok(_) => {}
+                Err(CodexError::Rpc { message, .. }) if message.contains("active writer") => {
+                    return Err(CodexError::WriterHeldElsewhere {
+                        thread_id: bound.thread_id,
+                    });
+                }
+                Err(other) => return Err(other),
+            }
+            tracing::info!(thread_id = %bound.thread_id, "resumed the bound codex thread");
+            return Ok((bound.thread_id, false, true));
+        }
+        let started: ThreadResponse = client
+            .request(
+                method::THREAD_START,
+                &ThreadStartParams {
+                    cwd: settings.cwd.clone(),
+                    model: settings.model.clone(),
+                    approval_policy: settings.approval_policy.clone(),
+                    sandbox: settings.sandbox.clone(),
+                    developer_instructions: settings.developer_instructions.clone(),
+                    dynamic_tools: self.tools.tools(),
+                },
+            )
+            .await?;
+        let thread_id = started.thread.id;
+        let mut binding = ThreadBinding::new(thread_id.clone(), settings.cwd.clone());
+        binding.model = Some(started.model);
+        binding.model_provider = Some(started.model_provider);
+        if !self.bindings.set(identity, binding, options).await? {
+            return Err(CodexError::BindingRefused {
+                detail: format!(
+                    "thread {thread_id} was started but the session's generation refused the binding"
+                ),
+            });
+        }
+        tracing::info!(thread_id = %thread_id, "bound a new codex thread");
+        Ok((thread_id, true, false))
+    }
+
+    async fn turn_on_client(
+        &self,
+        client: &Arc<CodexClient>,
+        identity: &BindingIdentity,
+        session_key: &SessionKey,
+        request: TurnRequest,
+        lease: LeaseAssertion,
+    ) -> Result<TurnOutcome, CodexError> {
+        let lease_epoch = lease.epoch().get();
+        lease.check()?;
+        let options = match &request.assert_current {
+            Some(check) => WriteOptions::checked(check.clone()),
+            None => WriteOptions::default(),
+        };
+        let (thread_id, started_thread, resumed_thread) =
+            self.bind_thread(client, identity, options).await?;
+        let (observer, facts) = terminal_outcome_accumulator(
+            request.params.run_id.to_string(),
+            Arc::new(FingerprintIdentity),
+        );
+        let mut state = TurnState {
+            thread_id: thread_id.clone(),
+            session_key: session_key.clone(),
+            prepared_user_message: request.prepared_user_message.clone(),
+            observer,
+            facts,
+            attempt: AttemptResult {
+                session_id_used: Some(request.params.session.session_id.clone()),
+                ..AttemptResult::default()
+            },
+            tools: Vec::new(),
+            mirrored: Vec::new(),
+            approvals: Vec::new(),
+            usage: Usage::default(),
+            lease,
+            lease_lost: None,
+            recorder: UserTurnTranscriptRecorder::new(),
+            original_input_committed: None,
+        };
+        // The binding may have taken a while; the lease must still be ours to start the turn.
+        state.lease.check()?;
+        let mut events = client.subscribe(&thread_id);
+        let result = self
+            .drive_turn(client, &mut events, &mut state, &request)
+            .await;
+        client.unsubscribe(&thread_id);
+        self.release_thread(client, &thread_id).await;
+        let turn_id = result?;
+        if let Some(lost) = state.lease_lost.take() {
+            return Err(CodexError::Lifecycle(lost));
+        }
+        state.attempt.last_tool_error = state.observer.last_tool_error();
+        state.attempt.usage = Some(state.usage);
+        state.attempt.replay.had_potential_side_effects =
+            state.tools.iter().any(|t| t.side_effect_evidence);
+        state.attempt.replay.replay_safe = !state.attempt.replay.had_potential_side_effects;
+        Ok(TurnOutcome {
+            thread_id: ThreadId::new(thread_id),
+            turn_id: TurnId::new(turn_id),
+            started_thread,
+            resumed_thread,
+            lease_epoch,
+            attempt: state.attempt,
+            tools: state.tools,
+            mirrored: state.mirrored,
+            approvals: state.approvals,
+            original_input_committed: state.original_input_committed,
+        })
+    }
+
+    /// Starts the turn and consumes its events until `turn/completed`. Returns the turn id.
+    async fn drive_turn(
+        &self,
+        client: &Arc<CodexClient>,
+        events: &mut mpsc::Receiver<ServerEvent>,
+        state: &mut TurnState,
+        request: &TurnRequest,
+    ) -> Result<String, CodexError> {
+        let params = TurnStartParams {
+            thread_id: state.thread_id.clone(),
+            input: vec![UserInput::Text {
+                text: request.params.prompt.clone(),
+            }],
+        };
+        let start = client.request::<_, TurnStartResponse>(method::TURN_START, &params);
+        tokio::pin!(start);
+        let mut started = false;
+        let mut turn_id: Option<String> = None;
+        let mut cancel = request.cancel.as_ref().map(TurnCancel::subscribe);
+        let deadline = request
+            .params
+            .timeout
+            .map(|t| tokio::time::Instant::now() + t);
+        let mut interrupted: Option<AttemptTerminal> = None;
+        let mut interrupt_deadline: Option<tokio::time::Instant> = None;
+        // An interrupt asked for before the turn id was known, sent once it is.
+        let mut interrupt_pending = false;
+        loop {
+            if state.lease_lost.is_some() && interrupted.is_none() {
+                interrupted = Some(AttemptTerminal::Aborted);
+                interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                interrupt_pending = true;
+            }
+            if interrupt_pending && let Some(turn) = turn_id.as_deref() {
+                interrupt_pending = false;
+                self.interrupt(client, &state.thread_id, turn).await?;
+            }
+            let cancelled = async {
+                match cancel.as_mut() {
+                    Some(rx) => {
+                        if rx.wait_for(|c| *c).await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            let timer = async {
+                match interrupt_deadline.or(deadline) {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                response = &mut start, if !started => {
+                    started = true;
+                    let response = response?;
+                    turn_id.get_or_insert(response.turn.id);
+                }
+                event = events.recv() => {
+                    let Some(event) = event else {
+                        return Err(CodexError::ServerExited {
+                            status: client.exit_status().unwrap_or_else(|| "output closed".to_owned()),
+                        });
+                    };
+                    if let Some(done) = self.on_event(client, state, event, &mut turn_id).await? {
+                        if let Some(terminal) = interrupted.take() {
+                            state.attempt.terminal = terminal;
+                        }
+                        return Ok(done);
+                    }
+                }
+                () = cancelled, if interrupted.is_none() => {
+                    interrupted = Some(AttemptTerminal::Aborted);
+                    interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                    interrupt_pending = true;
+                }
+                () = timer => {
+                    if interrupted.is_some() {
+                        return Err(CodexError::Timeout {
+                            method: method::TURN_INTERRUPT.to_owned(),
+                            timeout: INTERRUPT_GRACE,
+                        });
+                    }
+                    interrupted = Some(AttemptTerminal::TimedOut);
+                    interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);
+                    interrupt_pending = true;
+                }
+            }
+        }
+    }
+
+    /// Unsubscribes this connection from the thread when the turn ends; the next turn loads it
+    /// again with `thread/resume`. This does not release Codex's writer on the thread (only the
+    /// process exit does; see [`CodexHarnessBuilder::process_per_turn`]).
+    async fn release_thread(&self, client: &CodexClient, thread_id: &str) {
+        if !client.is_alive() {
+            return;
+        }
+        let released: Result<Value, CodexError> = client
+            .request(
+                method::THREAD_UNSUBSCRIBE,
+                &ThreadUnsubscribeParams {
+                    thread_id: thread_id.to_owned(),
+                },
+            )
+            .await;
+        if let Err(error) = released {
+            tracing::warn!(thread_id, %error, "could not unload the codex thread");
+        }
+    }
+
+    async fn interrupt(
+        &self,
+        client: &CodexClient,
+        thread_id: &str,
+        turn_id: &str,
+    ) -> Result<(), CodexError> {
+        tracing::info!(turn_id, "interrupting the codex turn");
+        let _: Value = client
+            .request(
+                method::TURN_INTERRUPT,
+                &TurnInterruptParams {
+                    thread_id: thread_id.to_owned(),
+                    turn_id: turn_id.to_owned(),
+                },
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Handles one event; returns the turn id once the turn completed.
+    async fn on_event(
+        &self,
+        client: &CodexClient,
+        state: &mut TurnState,
+        event: ServerEvent,
+        turn_id: &mut Option<String>,
+    ) -> Result<Option<String>, CodexError> {
+        match event {
+            ServerEvent::Notification { method, params } => match method.as_str() {
+                method::TURN_STARTED => {
+                    let n: TurnNotification = parse(&method, params)?;
+                    turn_id.get_or_insert(n.turn.id);
+                }
+                method::ITEM_COMPLETED => {
+                    let n: ItemNotification = parse(&method, params)?;
+                    self.on_item(state, n.item).await?;
+                }
+                method::TOKEN_USAGE_UPDATED => {
+                    let n: TokenUsageNotification = parse(&method, params)?;
+                    state.usage.input_tokens += n.token_usage.last.input_tokens;
+                    state.usage.output_tokens += n.token_usage.last.output_tokens;
+                }
+                method::TURN_COMPLETED => {
+                    let n: TurnNotification = parse(&method, params)?;
+                    if turn_id.as_deref().is_some_and(|t| t != n.turn.id) {
+                        tracing::debug!(turn = %n.turn.id, "completion of another turn");
+                        return Ok(None);
+                    }
+                    state.attempt.terminal = match n.turn.status.as_str() {
+                        "completed" => AttemptTerminal::Ok,
+                        "interrupted" => AttemptTerminal::Aborted,
+                        _ => AttemptTerminal::Failed {
+                            message: n
+                                .turn
+                                .error
+                                .map(|e| e.message)
+                                .unwrap_or_else(|| format!("turn ended `{}`", n.turn.status)),
+                        },
+                    };
+                    return Ok(Some(n.turn.id));
+                }
+                _ => tracing::trace!(method, "codex notification"),
+            },
+            ServerEvent::Request(request) => self.on_request(client, state, request).await?,
+        }
+        Ok(None)
+    }
+
+    async fn mirror(
+        &self,
+        state: &mut TurnState,
+        item_id: &str,
+        role: MessageRole,
+        text: String,
+        message: Value,
+    ) -> Result<AppendOutcome, CodexError> {
+        let outcome = self
+            .transcript
+            .append(
+                &state.session_key,
+                MirrorEntry {
+                    role,
+                    text,
+                    idempotency_key: format!("codex:{}:{item_id}", state.thread_id),
+                    message,
+                },
+            )
+            .await?;
+        state.mirrored.push(MirrorReport {
+            item_id: item_id.to_owned(),
+            role,
+            appended: outcome.appended,
+        });
+        Ok(outcome)
+    }
+
+    async fn on_item(&self, state: &mut TurnState, item: ThreadItem) -> Result<(), CodexError> {
+        match item {
+            ThreadItem::UserMessage { id, content } => {
+                let text = content
+                    .iter()
+                    .filter_map(|c| c.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let runtime = json!({ "role": "user", "content": text });
+                let message =
+                    restore_prepared_user_turn_meta(&runtime, state.prepared_user_message.as_ref())
+                        .into_owned();
+                let appended = self
+                    .mirror(state, &id, MessageRole::User, text.clone(), message.clone())
+                    .await?;
+                // "Original input committed" fires only for a fresh append, at most once.
+                let effects = state
+                    .recorder
+                    .mark_runtime_persisted_from_append(&message, &appended);
+                if let Some(commit) = effects.original_input_committed {
+                    state.original_input_committed.get_or_insert(commit);
+                }
+                let mut msg = AgentMessage::text(MessageRole::User, text);
+                msg.id = Some(id);
+                state.attempt.messages_snapshot.push(msg);
+            }
+            ThreadItem::AgentMessage { id, text } => {
+                let message = json!({ "role": "assistant", "content": text });
+                self.mirror(state, &id, MessageRole::Assistant, text.clone(), message)
+                    .await?;
+                let mut msg = AgentMessage::text(MessageRole::Assistant, text.clone());
+                msg.id = Some(id);
+                msg.stop_reason = Some("stop".to_owned());
+                state.attempt.assistant_texts.push(text);
+                state.attempt.completed_assistant = Some(msg.clone());
+                state.attempt.messages_snapshot.push(msg);
+            }
+            ThreadItem::DynamicToolCall {
+                id,
+                tool,
+                arguments,
+                status,
+                success,
+                content_items,
+            } => {
+                let output = content_items
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|c| c.get("text").and_then(Value::as_str).map(str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let ok = success == Some(true) && status == "completed";
+                let text = format!(
+                    "{tool} {}: {output}",
+                    if ok { "succeeded" } else { "failed" }
+                );
+                let message = json!({
+                    "role": "toolResult", "toolCallId": id, "toolName": tool,
+                    "arguments": arguments, "isError": !ok, "content": output,
+                });
+                self.mirror(state, &id, MessageRole::ToolResult, text, message)
+                    .await?;
+                let mut call = AgentMessage::text(MessageRole::Assistant, "");
+                call.content = vec![ContentBlock::ToolCall {
+                    id: id.clone(),
+                    name: tool.clone(),
+                    arguments,
+                }];
+                call.stop_reason = Some("toolUse".to_owned());
+                state.attempt.messages_snapshot.push(call);
+                let mut result = AgentMessage::text(MessageRole::ToolResult, output);
+                result.tool_call_id = Some(id);
+                result.tool_name = Some(tool.clone());
+                result.is_error = !ok;
+                state.attempt.messages_snapshot.push(result);
+                state.attempt.tool_metas.push(ToolMeta {
+                    tool_name: tool,
+                    meta: None,
+                    is_error: !ok,
+                });
+            }
+            ThreadItem::CommandExecution {
+                id,
+                command,
+                cwd,
+                status,
+                exit_code,
+                aggregated_output,
+            } => {
+                let read_only = is_read_only_command(&command);
+                let meta = command.clone();
+                let arguments = json!({ "command": command, "cwd": cwd });
+                let reason = match (status.as_str(), exit_code) {
+                    ("completed", Some(0)) => None,
+                    (_, Some(code)) => Some(format!("exit {code}")),
+                    (other, None) => Some(other.to_owned()),
+                };
+                let output = aggregated_output.unwrap_or_default();
+                self.native_mutation(
+                    state,
+                    NativeItem {
+                        id,
+                        tool: "exec_command",
+                        meta,
+                        arguments,
+                        facts: MutationFacts {
+                            mutating_action: !read_only,
+                            replay_safe: read_only,
+                        },
+                        declined: status == "declined",
+                        failure: reason,
+                        output,
+                    },
+                )
+                .await?;
+            }
+            ThreadItem::FileChange {
+                id,
+                changes,
+                status,
+            } => {
+                let paths: Vec<&str> = changes.iter().map(|c| c.path.as_str()).collect();
+                let arguments = json!({ "paths": paths });
+                let failure = (status != "completed").then(|| status.clone());
+                self.native_mutation(
+                    state,
+                    NativeItem {
+                        id,
+                        tool: "apply_patch",
+                        meta: paths.join(" "),
+                        arguments,
+                        facts: MutationFacts {
+                            mutating_action: true,
+                            replay_safe: false,
+                        },
+                        declined: status == "declined",
+                        failure,
+                        output: paths.join("\n"),
+                    },
+                )
+                .await?;
+            }
+            item @ ThreadItem::ImageGeneration { .. } => {
+                if let Some(path) = runtime_owned_media(&item) {
+                    state.attempt.tool_media_urls.push(path.clone());
+                    state.attempt.host_owned_tool_media_urls.push(path);
+                }
+            }
+            ThreadItem::Other => {}
+        }
+        Ok(())
+    }
+
+    /// Reports one of Codex's own command or file-change items as a native mutation and
+    /// mirrors it.
+    async fn native_mutation(
+        &self,
+        state: &mut TurnState,
+        item: NativeItem,
+    ) -> Result<(), CodexError> {
+        let outcome = if item.failure.is_some() {
+            ToolOutcome::Failure
+        } else {
+            ToolOutcome::Success
+        };
+        let mut observation = ToolTerminalObservation::success(item.tool, item.arguments.clone());
+        observation.tool_call_id = Some(item.id.clone());
+        // The command line (or the changed paths) is the display metadata, and it is what tells
+        // two native actions apart for the accumulator: a later success of another command never
+        // resolves this one's failure; a retry of the same command does.
+        observation.meta = Some(item.meta.clone());
+        observation.outcome = outcome;
+        observation.native_mutation = Some(item.facts);
+        observation.replay_safe = Some(item.facts.replay_safe);
+        if item.declined {
+            observation.execution_started = Some(false);
+        }
+        observation.failure = item.failure.as_ref().map(|reason| ToolFailure {
+            execution_started: item.declined.then_some(false),
+            error: Some(reason.clone()),
+            terminal_diagnostic: (item.tool == "exec_command" && !item.declined).then(|| {
+                TerminalDiagnostic::Process {
+                    session_id: item.id.clone(),
+                    reason: reason.clone(),
+                }
+            }),
+            ..ToolFailure::default()
+        });
+        let resolution = state.observer.observe(&observation);
+        state.tools.push(ToolReport {
+            call_id: item.id.clone(),
+            tool: item.tool.to_owned(),
+            arguments: item.arguments.clone(),
+            executed_arguments: resolution.executed_arguments,
+            execution_started: resolution.execution_started,
+            outcome,
+            side_effect_evidence: resolution.side_effect_evidence,
+            error: item.failure.clone(),
+            native: true,
+        });
+        state.attempt.tool_metas.push(ToolMeta {
+            tool_name: item.tool.to_owned(),
+            meta: Some(item.meta.clone()),
+            is_error: outcome == ToolOutcome::Failure,
+        });
+        let text = format!(
+            "{} {}: {}",
+            item.tool,
+            item.failure.as_deref().unwrap_or("succeeded"),
+            item.output
+        );
+        let message = json!({
+            "role": "toolResult", "toolCallId": item.id, "toolName": item.tool,
+            "arguments": item.arguments, "isError": outcome == ToolOutcome::Failure,
+            "content": item.output,
+        });
+        self.mirror(state, &item.id, MessageRole::ToolResult, text, message)
+            .await
+            .map(|_| ())
+    }
+
+    async fn on_request(
+        &self,
+        client: &CodexClient,
+        state: &mut TurnState,
+        request: ServerRequest,
+    ) -> Result<(), CodexError> {
+        if let Err(lost) = state.lease.check() {
+            // A stale owner runs nothing and grants nothing.
+            tracing::warn!(method = request.method, error = %lost, "lease lost mid-turn: refusing");
+            state.lease_lost.get_or_insert(lost);
+            let answer = match request.method.as_str() {
+                method::TOOL_CALL => serde_json::to_value(DynamicToolCallResponse {
+                    content_items: vec![ToolContentItem::InputText {
+                        text: "refused: this host no longer owns the session".to_owned(),
+                    }],
+                    success: false,
+                })
+                .unwrap_or(Value::Null),
+                other => approval_response(other, ApprovalDecision::Refuse),
+            };
+            return if answer.is_null() {
+                client
+                    .reply_error(&request, -32000, "this host no longer owns the session")
+                    .await
+            } else {
+                client.reply(&request, answer).await
+            };
+        }
+        match request.method.as_str() {
+            method::TOOL_CALL => {
+                let params: DynamicToolCallParams = parse(&request.method, request.params.clone())?;
+                let response = self.run_tool(state, params).await;
+                let value = serde_json::to_value(&response).map_err(|e| {
+                    CodexError::protocol(format!("cannot encode a tool result: {e}"))
+                })?;
+                client.reply(&request, value).await
+            }
+            method::COMMAND_APPROVAL
+            | method::FILE_CHANGE_APPROVAL
+            | method::EXEC_COMMAND_APPROVAL
+            | method::APPLY_PATCH_APPROVAL => {
+                let params: ApprovalRequestParams = parse(&request.method, request.params.clone())?;
+                let kind = match request.method.as_str() {
+                    method::COMMAND_APPROVAL | method::EXEC_COMMAND_APPROVAL => {
+                        ApprovalKind::Command
+                    }
+                    _ => ApprovalKind::FileChange,
+                };
+                let decision = self.approvals.decide(&ApprovalRequest {
+                    kind,
+                    method: request.method.clone(),
+                    thread_id: params.thread().map(str::to_owned),
+                    params: request.params.clone(),
+                });
+                tracing::info!(method = request.method, ?decision, reason = ?params.reason, "codex approval request answered");
+                state.approvals.push(ApprovalReport {
+                    method: request.method.clone(),
+                    decision,
+                });
+                client
+                    .reply(&request, approval_response(&request.method, decision))
+                    .await
+            }
+            method::PERMISSIONS_APPROVAL | method::USER_INPUT | method::MCP_ELICITATION => {
+                // Nothing beyond the thread's sandbox is granted and a harness turn has no
+                // user to ask: always the refusing answer.
+                state.approvals.push(ApprovalReport {
+                    method: request.method.clone(),
+                    decision: ApprovalDecision::Refuse,
+                });
+                client
+                    .reply(
+                        &request,
+                        approval_response(&request.method, ApprovalDecision::Refuse),
+                    )
+                    .await
+            }
+            other => {
+                tracing::warn!(method = other, "unsupported codex server request refused");
+                client
+                    .reply_error(&request, -32601, "method not supported by this client")
+                    .await
+            }
+        }
+    }
+
+    async fn run_tool(
+        &self,
+        state: &mut TurnState,
+        params: DynamicToolCallParams,
+    ) -> DynamicToolCallResponse {
+        let call = ToolCall {
+            call_id: params.call_id.clone(),
+            tool: params.tool.clone(),
+            arguments: params.arguments.clone(),
+            facts: state.facts.clone(),
+        };
+        let run = self.tools.execute(call).await;
+        let mut observation =
+            ToolTerminalObservation::success(params.tool.clone(), params.arguments.clone());
+        observation.tool_call_id = Some(params.call_id.clone());
+        observation.outcome = run.outcome;
+        observation.failure = run.failure.clone();
+        observation.execution_started = run.failure.as_ref().and_then(|f| f.execution_started);
+        observation.result = Some(run.result.clone());
+        let resolution = state.observer.observe(&observation);
+        tracing::info!(
+            tool = params.tool,
+            call_id = params.call_id,
+            outcome = ?run.outcome,
+            execution_started = resolution.execution_started,
+            "host tool finished"
+        );
+        state.tools.push(ToolReport {
+            call_id: params.call_id,
+            tool: params.tool,
+            arguments: params.arguments,
+            executed_arguments: resolution.executed_arguments,
+            execution_started: resolution.execution_started,
+            outcome: run.outcome,
+            side_effect_evidence: resolution.side_effect_evidence,
+            error: run.failure.and_then(|f| f.error),
+            native: false,
+        });
+        state.attempt.tool_media_urls.extend(run.media_urls);
+        DynamicToolCallResponse {
+            content_items: run.content,
+            success: run.outcome == ToolOutcome::Success,
+        }
+    }
+}
+
+/// A media file the runtime itself created and persisted (a completed, saved image
+/// generation): the only media the harness counts as host-owned.
+fn runtime_owned_media(item: &ThreadItem) -> Option<String> {
+    match item {
+        ThreadItem::ImageGeneration {
+            status,
+            saved_path: Some(path),
+            ..
+        } if status == "completed" && !path.trim().is_empty() => Some(path.clone()),
+        _ => None,
+    }
+}
+
+struct NativeItem {
+    id: String,
+    tool: &'static str,
+    meta: String,
+    arguments: Value,
+    facts: MutationFacts,
+    declined: bool,
+    failure: Option<String>,
+    output: String,
+}
+
+/// The method-specific answer for an approval decision.
+pub fn approval_response(method_name: &str, decision: ApprovalDecision) -> Value {
+    let approve = decision == ApprovalDecision::Approve;
+    match method_name {
+        method::COMMAND_APPROVAL | method::FILE_CHANGE_APPROVAL => {
+            json!({ "decision": if approve { "accept" } else { "decline" } })
+        }
+        method::EXEC_COMMAND_APPROVAL | method::APPLY_PATCH_APPROVAL => {
+            if approve {
+                json!({ "decision": "approved" })
+            } else {
+                json!({ "decision": { "denied": { "rejection": "refused by the host's approval policy" } } })
+            }
+        }
+        method::PERMISSIONS_APPROVAL => json!({ "permissions": {} }),
+        method::USER_INPUT => json!({ "answers": {} }),
+        method::MCP_ELICITATION => json!({ "action": "decline" }),
+        _ => Value::Null,
+    }
+}
+
+fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, CodexError> {
+    serde_json::from_value(params)
+        .map_err(|e| CodexError::protocol(format!("unexpected `{method}` parameters: {e}")))
+}
+
+#[async_trait]
+impl AgentHarness for CodexHarness {
+    fn id(&self) -> &HarnessId {
+        self.inner.hooks.id()
+    }
+
+    /// The backend's in-place reset (the binding is cleared; the next turn binds a new
+    /// thread).
+    async fn reset(&self, params: ResetParams) -> Result<(), Error> {
+        self.inner.hooks.reset(params).await
+    }
+
+    /// The backend's deletion hook: the binding goes inside the host's transaction.
+    fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
+        self.inner.hooks.session_deletion()
+    }
+
+    /// The backend's context-reset hook.
+    fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
+        self.inner.hooks.session_context_reset()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_never_grant_anything() {
+        let refuse = |m: &str| approval_response(m, ApprovalDecision::Refuse);
+        assert_eq!(
+            refuse(method::COMMAND_APPROVAL),
+            json!({ "decision": "decline" })
+        );
+        assert_eq!(
+            refuse(method::FILE_CHANGE_APPROVAL),
+            json!({ "decision": "decline" })
+        );
+        assert!(refuse(method::EXEC_COMMAND_APPROVAL)["decision"]["denied"].is_object());
+        assert!(refuse(method::APPLY_PATCH_APPROVAL)["decision"]["denied"].is_object());
+        assert_eq!(
+            refuse(method::PERMISSIONS_APPROVAL),
+            json!({ "permissions": {} })
+        );
+        // Even an approving policy grants no extra permissions and answers no questions.
+        let approve = |m: &str| approval_response(m, ApprovalDecision::Approve);
+        assert_eq!(
+            approve(method::PERMISSIONS_APPROVAL),
+            json!({ "permissions": {} })
+        );
+        assert_eq!(
+            approve(method::MCP_ELICITATION),
+            json!({ "action": "decline" })
+        );
+        assert_eq!(
+            approve(method::COMMAND_APPROVAL),
+            json!({ "decision": "accept" })
+        );
+    }
+
+    #[test]
+    fn only_saved_runtime_images_are_host_owned() {
+        let image = |status: &str, saved: Option<&str>| ThreadItem::ImageGeneration {
+            id: "img".to_owned(),
+            status: status.to_owned(),
+            saved_path: saved.map(str::to_owned),
+        };
+        assert_eq!(
+            runtime_owned_media(&image("completed", Some("/w/out.png"))).as_deref(),
+            Some("/w/out.png")
+        );
+        assert_eq!(runtime_owned_media(&image("completed", None)), None);
+        assert_eq!(
+            runtime_owned_media(&image("failed", Some("/w/x.png"))),
+            None
+        );
+        assert_eq!(runtime_owned_media(&ThreadItem::Other), None);
+    }
+
+    #[test]
+    fn the_default_policy_refuses() {
+        let request = ApprovalRequest {
+            kind: ApprovalKind::Command,
+            method: method::COMMAND_APPROVAL.to_owned(),
+            thread_id: None,
+            params: json!({}),
+        };
+        assert_eq!(RefuseAll.decide(&request), ApprovalDecision::Refuse);
+    }
+}

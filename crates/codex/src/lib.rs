@@ -1,0 +1,58 @@
+//! # tether-codex
+//!
+//! The Codex app-server harness: Tether driving a real `codex app-server` (the Codex CLI's
+//! JSON-RPC 2.0 server over stdio).
+//!
+//! - [`client`]: one supervised app-server child per host process ([`CodexAppServer`]), the
+//!   `initialize` handshake, request/response correlation with per-request timeouts,
+//!   notifications and server requests routed per thread through bounded queues, stderr into
+//!   `tracing`, a crashed or hung child reported as a typed [`CodexError`] and restarted.
+//! - [`protocol`]: typed serde messages for the subset of the protocol the harness uses.
+//! - [`harness`]: [`CodexHarness`], an [`AgentHarness`](tether_core::AgentHarness) on the SDK's
+//!   thread-binding backend: host session → Codex thread id under the fenced lease, resume
+//!   with `thread/resume`, turns with item mirroring, host tools as dynamic tools, terminal
+//!   outcomes through the SDK's accumulator, approvals through a host policy that refuses by
+//!   default, cancellation with `turn/interrupt`.
+//! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
+//! - [`locate`]: the pinned Codex version and where its binary is found.
+//!
+//! A harness never picks the host's store: it receives the host's
+//! [`BindingStore`](tether_core::BindingStore), [`HostSessionStore`](tether_core::HostSessionStore)
+//! and [`HostTranscript`].
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
+//! # async fn demo(
+//! #     store: Arc<dyn tether_core::BindingStore>,
+//! #     sessions: Arc<dyn tether_core::HostSessionStore>,
+//! #     transcript: Arc<dyn tether_codex::HostTranscript>,
+//! #     params: tether_core::AttemptParams,
+//! # ) -> Result<(), tether_codex::CodexError> {
+//! let config = CodexConfig::new("/usr/local/bin/codex", "/var/lib/host/codex-home")
+//!     .with_responses_provider("https://api.openai.com/v1", "OPENAI_API_KEY");
+//! let server = Arc::new(CodexAppServer::new(config));
+//! let harness = CodexHarness::builder(server, store, sessions, transcript)
+//!     .settings(ThreadSettings::new("/srv/workspace"))
+//!     .holder("worker-1")
+//!     .build()
+//!     .await?;
+//! let outcome = harness.run_turn(TurnRequest::new(params)).await?;
+//! tracing::info!(thread = %outcome.thread_id, reply = ?outcome.reply(), "turn done");
+//! # Ok(())
+//! # }
+//! ```
+
+pub mod client;
+pub mod error;
+pub mod harness;
+pub mod host;
+pub mod ids;
+pub mod locate;
+pub mod protocol;
+
+pub use client::{CodexAppServer, CodexClient, CodexConfig};
+pub use error::CodexError;
+pub use harness::{CodexHarness, ThreadSettings, TurnCancel, TurnOutcome, TurnRequest};
+pub use host::{ApprovalPolicy, HostTranscript, RefuseAll, ToolExecutor};
+pub use ids::{ThreadId, TurnId};

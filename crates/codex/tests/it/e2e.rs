@@ -1,0 +1,826 @@
+//! End-to-end turns on the real Codex app-server.
+
+use std::time::Duration;
+
+use serde_json::json;
+use tether_codex::error::CodexError;
+use tether_codex::harness::{ApprovalReport, TurnCancel, TurnRequest};
+use tether_codex::host::ApprovalDecision;
+use tether_core::{AttemptTerminal, LeaseConfig, MessageRole};
+use tether_harness_sdk::results::terminal::ToolOutcome;
+use tether_storage::TranscriptRole;
+
+use crate::host::{World, attempt, codex_binary, quick_lease, session_key};
+use crate::model::{ModelServer, Step, mentions};
+
+async fn world(script: Vec<Step>) -> Option<(World, ModelServer)> {
+    let binary = codex_binary()?;
+    let model = ModelServer::start(script).await;
+    Some((World::new(binary, model.base_url()), model))
+}
+
+fn roles(entries: &[tether_storage::TranscriptEntry]) -> Vec<TranscriptRole> {
+    entries.iter().map(|e| e.role).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_plain_reply() {
+    let Some((world, model)) = world(vec![Step::Reply("Hello from Codex.")]).await else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("plain");
+    host.create_session(&key).await;
+
+    // The host prepared the user turn with operational metadata; a hook-style rewrite of the
+    // metadata on the runtime side must not survive, the prepared values must.
+    let mut request = TurnRequest::new(attempt(&key, "run-1", "say hello"));
+    request.prepared_user_message = Some(json!({
+        "role": "user",
+        "content": "say hello",
+        "__openclaw": { "senderIsOwner": true, "intent": "greeting" },
+    }));
+    let outcome = host.harness.run_turn(request).await.unwrap();
+
+    assert_eq!(outcome.reply(), Some("Hello from Codex."));
+    assert_eq!(outcome.attempt.terminal, AttemptTerminal::Ok);
+    assert!(outcome.started_thread && !outcome.resumed_thread);
+    assert!(outcome.tools.is_empty());
+    assert_eq!(outcome.attempt.usage.map(|u| u.output_tokens), Some(7));
+    // The binding record holds the Codex thread id.
+    let bound = host
+        .harness
+        .bound_thread(&attempt(&key, "run-1", ""))
+        .await
+        .unwrap();
+    assert_eq!(bound.as_ref(), Some(&outcome.thread_id));
+    // User and assistant items mirrored once each, keyed by their native ids.
+    let mirrored: Vec<_> = outcome
+        .mirrored
+        .iter()
+        .map(|m| (m.role, m.appended))
+        .collect();
+    assert_eq!(
+        mirrored,
+        vec![(MessageRole::User, true), (MessageRole::Assistant, true)]
+    );
+    let transcript = host.transcript(&key).await;
+    assert_eq!(
+        roles(&transcript),
+        vec![TranscriptRole::User, TranscriptRole::Assistant]
+    );
+    assert_eq!(transcript[0].content, "say hello");
+    assert_eq!(transcript[1].content, "Hello from Codex.");
+    let expected_key = format!(
+        "codex:{}:{}",
+        outcome.thread_id, outcome.mirrored[1].item_id
+    );
+    assert_eq!(
+        transcript[1].idempotency_key.as_deref(),
+        Some(expected_key.as_str())
+    );
+    let committed = outcome
+        .original_input_committed
+        .as_ref()
+        .expect("a fresh user append announces the committed input");
+    assert_eq!(committed.message["content"], json!("say hello"));
+    let user = &host.transcript.entries()[0];
+    assert_eq!(user.message["__openclaw"]["senderIsOwner"], json!(true));
+    assert_eq!(user.message["__openclaw"]["intent"], json!("greeting"));
+    // The model saw the prompt.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 1);
+    assert!(mentions(&requests[0], "say hello"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_dynamic_tool_then_reply() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![("call-look", "lookup", json!({ "q": "tether" }))]),
+        Step::Reply("A tether is a rope."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("tool");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "define tether")))
+        .await
+        .unwrap();
+
+    assert_eq!(outcome.reply(), Some("A tether is a rope."));
+    assert_eq!(
+        host.tools.executed(),
+        vec![("lookup".to_owned(), json!({ "q": "tether" }))]
+    );
+    let report = &outcome.tools[0];
+    assert_eq!(
+        (report.tool.as_str(), report.call_id.as_str()),
+        ("lookup", "call-look")
+    );
+    assert_eq!(report.outcome, ToolOutcome::Success);
+    assert!(report.execution_started);
+    assert_eq!(
+        report
+            .executed_arguments
+            .clone()
+            .map(serde_json::Value::Object),
+        Some(json!({ "q": "tether" }))
+    );
+    assert_eq!(outcome.attempt.last_tool_error, None);
+    // The tool result went back to the model through the dynamic-tool response.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(mentions(&requests[1], "definition of tether"));
+    // Every tool the host offered reached the model.
+    for tool in ["lookup", "read", "write", "deploy"] {
+        assert!(mentions(&requests[0], tool), "tool {tool} was not offered");
+    }
+    let transcript = host.transcript(&key).await;
+    assert_eq!(
+        roles(&transcript),
+        vec![
+            TranscriptRole::User,
+            TranscriptRole::Tool,
+            TranscriptRole::Assistant
+        ]
+    );
+    assert!(
+        transcript[1]
+            .content
+            .contains("lookup succeeded: definition of tether")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_failed_mutation_survives_unrelated_success() {
+    let Some((world, _model)) = world(vec![
+        Step::Calls(vec![
+            (
+                "call-write",
+                "write",
+                json!({ "path": "notes.txt", "content": "x" }),
+            ),
+            ("call-read", "read", json!({ "path": "other.txt" })),
+        ]),
+        Step::Reply("I could not save the notes."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("mutation");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "save and read")))
+        .await
+        .unwrap();
+
+    let by_tool = |name: &str| {
+        outcome
+            .tools
+            .iter()
+            .find(|t| t.tool == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_tool("write").outcome, ToolOutcome::Failure);
+    assert!(by_tool("write").side_effect_evidence);
+    assert_eq!(by_tool("read").outcome, ToolOutcome::Success);
+    // The unrelated read succeeded, and the failed write is still the attempt's tool error.
+    let error = outcome
+        .attempt
+        .last_tool_error
+        .expect("the failed write survives");
+    assert_eq!(error.tool_name, "write");
+    assert_eq!(error.mutating_action, Some(true));
+    assert_eq!(error.error.as_deref(), Some("disk full"));
+    assert_eq!(error.execution_started, Some(true));
+    assert!(outcome.attempt.replay.had_potential_side_effects);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_guard_refuses_before_dispatch() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![("call-deploy", "deploy", json!({ "target": "prod" }))]),
+        Step::Reply("Deploying needs an operator."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("guard");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "deploy it")))
+        .await
+        .unwrap();
+
+    assert!(
+        host.tools.executed().is_empty(),
+        "the refused tool must never run"
+    );
+    let report = &outcome.tools[0];
+    assert_eq!(report.tool, "deploy");
+    assert!(!report.execution_started);
+    assert!(!report.side_effect_evidence);
+    assert_eq!(report.outcome, ToolOutcome::Failure);
+    let error = outcome
+        .attempt
+        .last_tool_error
+        .expect("a refused call is reported");
+    assert_eq!(error.execution_started, Some(false));
+    // The model was told the call was refused.
+    assert!(mentions(
+        &model.requests()[1],
+        "refused: deploys need an operator"
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_second_host_resumes_thread() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("The secret word is heron."),
+        Step::Reply("You asked about the secret word."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let key = session_key("resume");
+    let first = {
+        let host_a = world.host("host-a", LeaseConfig::default()).await;
+        host_a.create_session(&key).await;
+        let outcome = host_a
+            .harness
+            .run_turn(TurnRequest::new(attempt(&key, "run-1", "remember heron")))
+            .await
+            .unwrap();
+        host_a.server.shutdown().await;
+        outcome
+    };
+
+    // Another host process: its own store connection, lifecycle and app-server.
+    let host_b = world.host("host-b", LeaseConfig::default()).await;
+    let second = host_b
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "what did I ask?")))
+        .await
+        .unwrap();
+
+    assert_eq!(second.thread_id, first.thread_id);
+    assert!(second.resumed_thread && !second.started_thread);
+    assert!(second.lease_epoch > first.lease_epoch);
+    assert_eq!(second.reply(), Some("You asked about the secret word."));
+    // The resumed thread carried the first turn's history to the model.
+    let requests = model.requests();
+    assert!(mentions(&requests[1], "remember heron"));
+    assert!(mentions(&requests[1], "The secret word is heron."));
+    assert_eq!(host_b.transcript(&key).await.len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_two_hosts_contend_for_one_session() {
+    let Some((world, model)) = world(vec![
+        Step::Stall(Duration::from_secs(4), "slow answer"),
+        Step::Reply("second answer"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let key = session_key("contend");
+    // Both hosts hand the Codex writer over with the lease (one app-server process per turn).
+    let host_a = world.host_with("host-a", quick_lease(), true).await;
+    let host_b = world.host_with("host-b", quick_lease(), true).await;
+    host_a.create_session(&key).await;
+
+    let harness_a = host_a.harness.clone();
+    let key_a = key.clone();
+    let running = tokio::spawn(async move {
+        harness_a
+            .run_turn(TurnRequest::new(attempt(&key_a, "run-a", "slow question")))
+            .await
+    });
+    model.wait_for_requests(1).await;
+
+    // Host B asks for the same session while A drives it: it waits out its budget and is refused.
+    let refused = host_b
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-b",
+            "impatient question",
+        )))
+        .await;
+    match refused {
+        Err(CodexError::Lifecycle(tether_core::Error::LeaseTimeout { .. })) => {}
+        other => panic!("expected a lease timeout, got {other:?}"),
+    }
+    let first = running.await.unwrap().unwrap();
+    assert_eq!(first.reply(), Some("slow answer"));
+    assert_eq!(model.requests().len(), 1, "host B never reached the model");
+
+    // Once A is done, B drives the same thread.
+    let second = host_b
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-b2", "now my question")))
+        .await
+        .unwrap();
+    assert_eq!(second.thread_id, first.thread_id);
+    assert!(second.resumed_thread);
+    assert_eq!(model.max_in_flight(), 1, "never two turns at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_sigkill_mid_turn_then_resume() {
+    let Some((world, model)) = world(vec![
+        Step::Stall(Duration::from_secs(60), "never delivered"),
+        Step::Reply("Back again."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("kill");
+    host.create_session(&key).await;
+
+    let harness = host.harness.clone();
+    let key_a = key.clone();
+    let running = tokio::spawn(async move {
+        harness
+            .run_turn(TurnRequest::new(attempt(&key_a, "run-1", "long task")))
+            .await
+    });
+    model.wait_for_requests(1).await;
+    let pid = host.server.client().await.unwrap().pid().unwrap();
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let error = running.await.unwrap().unwrap_err();
+    assert!(
+        matches!(error, CodexError::ServerExited { .. }),
+        "expected ServerExited, got {error:?}"
+    );
+    assert!(error.is_server_lost());
+    // Nothing half-written: the whole user item, no partial assistant text.
+    let transcript = host.transcript(&key).await;
+    assert_eq!(roles(&transcript), vec![TranscriptRole::User]);
+    let bound = host
+        .harness
+        .bound_thread(&attempt(&key, "run-1", ""))
+        .await
+        .unwrap()
+        .expect("the binding survives the crash");
+
+    // The next turn starts a new app-server and resumes the same thread.
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "are you there?")))
+        .await
+        .unwrap();
+    assert_eq!(next.thread_id, bound);
+    assert!(next.resumed_thread);
+    assert_eq!(next.reply(), Some("Back again."));
+    assert_eq!(host.server.starts(), 2);
+    assert_eq!(
+        roles(&host.transcript(&key).await),
+        vec![
+            TranscriptRole::User,
+            TranscriptRole::User,
+            TranscriptRole::Assistant
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_cancel_interrupts_turn() {
+    let Some((world, model)) = world(vec![Step::Stall(Duration::from_secs(60), "too late")]).await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("cancel");
+    host.create_session(&key).await;
+
+    let cancel = TurnCancel::new();
+    let mut request = TurnRequest::new(attempt(&key, "run-1", "take your time"));
+    request.cancel = Some(cancel.clone());
+    let harness = host.harness.clone();
+    let running = tokio::spawn(async move { harness.run_turn(request).await });
+    model.wait_for_requests(1).await;
+    cancel.cancel();
+
+    let outcome = tokio::time::timeout(Duration::from_secs(30), running)
+        .await
+        .expect("turn/interrupt ends the turn promptly")
+        .unwrap()
+        .unwrap();
+    assert_eq!(outcome.attempt.terminal, AttemptTerminal::Aborted);
+    assert!(outcome.attempt.assistant_texts.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_consecutive_turns_share_one_process() {
+    let Some((world, model)) = world(vec![Step::Reply("first"), Step::Reply("second")]).await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("consecutive");
+    host.create_session(&key).await;
+
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "one")))
+        .await
+        .unwrap();
+    // The assistant item of the second turn (the model server names it `msg-2`) was already
+    // mirrored, as a retried mirroring would leave it: the harness's append resolves to it.
+    let repeated_key = format!("codex:{}:msg-2", first.thread_id);
+    host.store
+        .append_transcript(
+            &key,
+            tether_storage::NewTranscriptEntry {
+                role: TranscriptRole::Assistant,
+                content: "second".to_owned(),
+                idempotency_key: Some(repeated_key.clone()),
+            },
+        )
+        .await
+        .unwrap();
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "two")))
+        .await
+        .unwrap();
+
+    let mirrored: Vec<_> = second
+        .mirrored
+        .iter()
+        .map(|m| (m.role, m.appended))
+        .collect();
+    assert_eq!(
+        mirrored,
+        vec![(MessageRole::User, true), (MessageRole::Assistant, false)]
+    );
+    let transcript = host.transcript(&key).await;
+    let with_key: Vec<_> = transcript
+        .iter()
+        .filter(|e| e.idempotency_key.as_deref() == Some(repeated_key.as_str()))
+        .collect();
+    assert_eq!(with_key.len(), 1, "a repeat never writes a second entry");
+    assert_eq!(second.thread_id, first.thread_id);
+    assert_eq!(second.reply(), Some("second"));
+    assert_eq!(
+        host.server.starts(),
+        1,
+        "one app-server for the host process"
+    );
+    assert!(
+        mentions(&model.requests()[1], "first"),
+        "the second turn sees the first"
+    );
+
+    // A second live host with its own shared app-server cannot take the thread's writer.
+    let other = world.host("host-b", LeaseConfig::default()).await;
+    let refused = other
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-3", "three")))
+        .await;
+    assert!(
+        matches!(refused, Err(CodexError::WriterHeldElsewhere { .. })),
+        "got {refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_hung_app_server_times_out_and_restarts() {
+    let Some((mut world, _model)) = world(vec![Step::Reply("Fresh process.")]).await else {
+        return;
+    };
+    world.request_timeout = Duration::from_secs(2);
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("hang");
+    host.create_session(&key).await;
+
+    // Freeze the running app-server: it stops answering without exiting.
+    let pid = host.server.client().await.unwrap().pid().unwrap();
+    let signal = |name: &str| {
+        std::process::Command::new("kill")
+            .args([name, &pid.to_string()])
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+
+    let error = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "hello?")))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, CodexError::Timeout { method, .. } if method == "thread/start"),
+        "got {error:?}"
+    );
+    assert!(error.is_server_lost());
+    // Nothing was bound or mirrored for the failed attempt.
+    assert_eq!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(host.transcript(&key).await.is_empty());
+
+    // The hung process was discarded; the next turn runs on a new one.
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "hello again")))
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply(), Some("Fresh process."));
+    assert_eq!(host.server.starts(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_native_command_escalation_refused_by_default_policy() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![(
+            "call-cmd",
+            "exec_command",
+            json!({
+                "cmd": "echo escalated > escalated.txt",
+                "sandbox_permissions": "require_escalated",
+                "justification": "write a file outside the sandbox"
+            }),
+        )]),
+        Step::Reply("The command was not allowed."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("approval");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "write the file")))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        outcome.approvals,
+        vec![ApprovalReport {
+            method: "item/commandExecution/requestApproval".to_owned(),
+            decision: ApprovalDecision::Refuse,
+        }]
+    );
+    assert!(
+        !std::path::Path::new(&world.workdir())
+            .join("escalated.txt")
+            .exists()
+    );
+    assert!(model.requests().len() >= 2);
+    // The declined command is reported as a native action that never started.
+    let native: Vec<_> = outcome.tools.iter().filter(|t| t.native).collect();
+    assert_eq!(native.len(), 1, "{:?}", outcome.tools);
+    assert_eq!(native[0].tool, "exec_command");
+    assert!(!native[0].execution_started);
+    assert!(!native[0].side_effect_evidence);
+    assert_eq!(native[0].outcome, ToolOutcome::Failure);
+    assert_eq!(native[0].error.as_deref(), Some("declined"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_native_commands_are_reported_as_mutations() {
+    let Some((mut world, _model)) = world(vec![
+        Step::Calls(vec![(
+            "call-fail",
+            "exec_command",
+            json!({ "cmd": "echo partial > made.txt && exit 3" }),
+        )]),
+        Step::Calls(vec![("call-list", "exec_command", json!({ "cmd": "ls" }))]),
+        Step::Reply("Wrote part of it."),
+    ])
+    .await
+    else {
+        return;
+    };
+    // Without a sandbox, so the commands run the same on every machine.
+    world.sandbox = Some("danger-full-access");
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("native");
+    host.create_session(&key).await;
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "make the file")))
+        .await
+        .unwrap();
+
+    assert!(
+        std::path::Path::new(&world.workdir())
+            .join("made.txt")
+            .exists()
+    );
+    let native: Vec<_> = outcome.tools.iter().filter(|t| t.native).collect();
+    assert_eq!(native.len(), 2, "{:?}", outcome.tools);
+    let failed = native[0];
+    assert_eq!(failed.tool, "exec_command");
+    assert_eq!(failed.outcome, ToolOutcome::Failure);
+    assert_eq!(failed.error.as_deref(), Some("exit 3"));
+    assert!(failed.execution_started && failed.side_effect_evidence);
+    assert_eq!(
+        failed.arguments["command"]
+            .as_str()
+            .map(|c| c.contains("made.txt")),
+        Some(true)
+    );
+    assert_eq!(native[1].outcome, ToolOutcome::Success);
+    // The read-only `ls` that succeeded afterwards does not clear the failed mutation.
+    let error = outcome
+        .attempt
+        .last_tool_error
+        .expect("the failed command survives");
+    assert_eq!(error.tool_name, "exec_command");
+    assert_eq!(error.mutating_action, Some(true));
+    assert!(matches!(
+        error.terminal_diagnostic,
+        Some(tether_core::TerminalDiagnostic::Process { .. })
+    ));
+    let transcript = host.transcript(&key).await;
+    assert!(
+        transcript
+            .iter()
+            .any(|e| e.role == TranscriptRole::Tool && e.content.contains("exec_command exit 3"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_lost_lease_mid_turn_runs_no_tool() {
+    let Some((world, model)) = world(vec![
+        Step::SlowCalls(
+            Duration::from_secs(4),
+            vec![("call-late", "lookup", json!({ "q": "late" }))],
+        ),
+        Step::Reply("should not matter"),
+    ])
+    .await
+    else {
+        return;
+    };
+    // Short leases renewed every second, so a revoked lease is noticed within the stall.
+    let lease = LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        renew_interval: Duration::from_secs(1),
+        ..quick_lease()
+    };
+    let host = world.host("host-a", lease).await;
+    let key = session_key("revoked");
+    host.create_session(&key).await;
+
+    let harness = host.harness.clone();
+    let key_a = key.clone();
+    let running = tokio::spawn(async move {
+        harness
+            .run_turn(TurnRequest::new(attempt(
+                &key_a,
+                "run-1",
+                "look it up later",
+            )))
+            .await
+    });
+    model.wait_for_requests(1).await;
+    // An operator expires the lease while the model is still thinking.
+    let identity = tether_harness_sdk::backend::BindingIdentity::session(
+        tether_core::AgentId::new(crate::host::AGENT).unwrap(),
+        tether_core::SessionId::new(crate::host::SESSION_ID).unwrap(),
+        Some(key.clone()),
+    );
+    let ns = tether_core::Namespace::new(tether_codex::harness::NAMESPACE).unwrap();
+    host.store
+        .force_expire_lease(&ns, identity.key(), None)
+        .await
+        .unwrap();
+
+    let error = running.await.unwrap().unwrap_err();
+    assert!(matches!(error, CodexError::Lifecycle(_)), "got {error:?}");
+    assert!(
+        host.tools.executed().is_empty(),
+        "a host that lost the lease must not run tools"
+    );
+    assert!(
+        model
+            .requests()
+            .iter()
+            .all(|r| !mentions(r, "definition of late")),
+        "no tool result reached the model"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
+    let Some((world, _model)) = world(vec![Step::Fail(400), Step::Reply("Better now.")]).await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("failure");
+    host.create_session(&key).await;
+
+    let failed = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first try")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(failed.attempt.terminal, AttemptTerminal::Failed { .. }),
+        "{:?}",
+        failed.attempt.terminal
+    );
+    assert!(failed.attempt.assistant_texts.is_empty());
+    assert_eq!(
+        roles(&host.transcript(&key).await),
+        vec![TranscriptRole::User],
+        "only the whole user item was mirrored"
+    );
+
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "second try")))
+        .await
+        .unwrap();
+    assert_eq!(next.thread_id, failed.thread_id);
+    assert_eq!(next.attempt.terminal, AttemptTerminal::Ok);
+    assert_eq!(next.reply(), Some("Better now."));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_two_sessions_run_at_once_on_one_app_server() {
+    let Some((world, model)) = world(vec![
+        Step::Stall(Duration::from_millis(1500), "answer"),
+        Step::Stall(Duration::from_millis(1500), "answer"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let (alice, bob) = (session_key("alice"), session_key("bob"));
+    host.create_session(&alice).await;
+    host.create_session(&bob).await;
+
+    let run = |key: tether_core::SessionKey, prompt: &'static str| {
+        let harness = host.harness.clone();
+        tokio::spawn(async move {
+            harness
+                .run_turn(TurnRequest::new(attempt(&key, prompt, prompt)))
+                .await
+        })
+    };
+    let (a, b) = (
+        run(alice.clone(), "from-alice"),
+        run(bob.clone(), "from-bob"),
+    );
+    let (a, b) = (a.await.unwrap().unwrap(), b.await.unwrap().unwrap());
+
+    assert_ne!(a.thread_id, b.thread_id);
+    assert_eq!(
+        host.server.starts(),
+        1,
+        "both sessions on the host's one app-server"
+    );
+    assert_eq!(
+        model.max_in_flight(),
+        2,
+        "the two turns ran at the same time"
+    );
+    // Each session got its own events: its own user item and reply, nothing of the other's.
+    for (key, prompt) in [(&alice, "from-alice"), (&bob, "from-bob")] {
+        let transcript = host.transcript(key).await;
+        assert_eq!(
+            roles(&transcript),
+            vec![TranscriptRole::User, TranscriptRole::Assistant]
+        );
+        assert_eq!(transcript[0].content, prompt);
+    }
+}

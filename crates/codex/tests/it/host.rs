@@ -1,0 +1,296 @@
+//! A test host: a SQLite store (host sessions, transcripts, bindings), a Codex app-server
+//! supervisor, the harness, and host tools with guards.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tether_codex::client::{CodexAppServer, CodexConfig, WireLog};
+use tether_codex::harness::{CodexHarness, HARNESS_ID, ThreadSettings};
+use tether_codex::host::{HostTranscript, MirrorEntry, ToolCall, ToolExecutor, ToolRun};
+use tether_codex::locate::locate_codex_binary;
+use tether_codex::protocol::DynamicToolSpec;
+use tether_core::{
+    AgentId, AppendOutcome, AttemptParams, HarnessId, LeaseConfig, MessageRole, RunId, SessionId,
+    SessionKey, SessionTarget,
+};
+use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptEntry, TranscriptRole};
+
+/// The `codex` binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
+#[allow(clippy::print_stderr)]
+pub(crate) fn codex_binary() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    match locate_codex_binary(Some(&root)) {
+        Some(path) => Some(path),
+        None if std::env::var("TETHER_REQUIRE_CODEX").as_deref() == Ok("1") => panic!(
+            "TETHER_REQUIRE_CODEX=1 but no codex binary: run `cargo xtask codex-install` or set TETHER_CODEX_BIN"
+        ),
+        None => {
+            eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
+            None
+        }
+    }
+}
+
+/// The files one simulated deployment shares between its host processes.
+#[derive(Debug)]
+pub(crate) struct World {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) binary: PathBuf,
+    pub(crate) model_url: String,
+    pub(crate) wire: Option<WireLog>,
+    pub(crate) request_timeout: Duration,
+    /// The sandbox of new threads (default `read-only`).
+    pub(crate) sandbox: Option<&'static str>,
+}
+
+impl World {
+    pub(crate) fn new(binary: PathBuf, model_url: String) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            binary,
+            model_url,
+            wire: None,
+            request_timeout: Duration::from_secs(30),
+            sandbox: None,
+        }
+    }
+
+    pub(crate) fn database_url(&self) -> String {
+        format!("sqlite://{}", self.dir.path().join("host.db").display())
+    }
+
+    pub(crate) fn codex_home(&self) -> PathBuf {
+        let home = self.dir.path().join("codex-home");
+        std::fs::create_dir_all(&home).unwrap();
+        home
+    }
+
+    pub(crate) fn workdir(&self) -> String {
+        let work = self.dir.path().join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        work.display().to_string()
+    }
+
+    /// A host process: its own store connection, its own app-server, its own harness.
+    pub(crate) async fn host(&self, holder: &str, lease: LeaseConfig) -> Host {
+        self.host_with(holder, lease, false).await
+    }
+
+    /// A host process that runs each turn on its own app-server process.
+    pub(crate) async fn host_with(
+        &self,
+        holder: &str,
+        lease: LeaseConfig,
+        process_per_turn: bool,
+    ) -> Host {
+        let store = Store::open(&self.database_url()).await.unwrap();
+        let mut config = CodexConfig::new(&self.binary, self.codex_home())
+            .with_responses_provider(&self.model_url, "TETHER_TEST_MODEL_KEY")
+            .with_env("TETHER_TEST_MODEL_KEY", "dummy-test-key")
+            // No provider retries: a scripted failure fails the turn at once.
+            .with_config("model_providers.tether.request_max_retries=0")
+            .with_config("model_providers.tether.stream_max_retries=0")
+            .with_request_timeout(self.request_timeout);
+        if let Some(wire) = &self.wire {
+            config = config.with_wire_log(wire.clone());
+        }
+        let server = Arc::new(CodexAppServer::new(config));
+        let tools = Arc::new(TestTools::default());
+        let mut settings = ThreadSettings::new(self.workdir());
+        if let Some(sandbox) = self.sandbox {
+            settings.sandbox = sandbox.to_owned();
+        }
+        let transcript = StoreTranscript {
+            store: store.clone(),
+            entries: Arc::new(Mutex::new(Vec::new())),
+        };
+        let harness = CodexHarness::builder(
+            server.clone(),
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+            Arc::new(transcript.clone()),
+        )
+        .tools(tools.clone())
+        .settings(settings)
+        .holder(holder)
+        .lease_config(lease)
+        .process_per_turn(process_per_turn)
+        .build()
+        .await
+        .unwrap();
+        Host {
+            store,
+            server,
+            harness,
+            tools,
+            transcript,
+        }
+    }
+}
+
+/// Short waits so contention tests finish quickly.
+pub(crate) fn quick_lease() -> LeaseConfig {
+    LeaseConfig {
+        wait_budget: Duration::from_secs(1),
+        retry_interval: Duration::from_millis(100),
+        ..LeaseConfig::default()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Host {
+    pub(crate) store: Store,
+    pub(crate) server: Arc<CodexAppServer>,
+    pub(crate) harness: CodexHarness,
+    pub(crate) tools: Arc<TestTools>,
+    pub(crate) transcript: StoreTranscript,
+}
+
+pub(crate) const AGENT: &str = "main";
+pub(crate) const SESSION_ID: &str = "gen-1";
+
+pub(crate) fn session_key(name: &str) -> SessionKey {
+    SessionKey::new(format!("agent:main:direct:{name}")).unwrap()
+}
+
+impl Host {
+    /// Creates the host session (idempotent).
+    pub(crate) async fn create_session(&self, key: &SessionKey) {
+        self.store
+            .create_session(NewHostSession {
+                session_key: key.clone(),
+                agent_id: AgentId::new(AGENT).unwrap(),
+                session_id: SessionId::new(SESSION_ID).unwrap(),
+                agent_harness_id: Some(HarnessId::new(HARNESS_ID).unwrap()),
+            })
+            .await
+            .unwrap();
+    }
+
+    pub(crate) async fn transcript(&self, key: &SessionKey) -> Vec<TranscriptEntry> {
+        self.store.active_path(key).await.unwrap()
+    }
+}
+
+pub(crate) fn attempt(key: &SessionKey, run: &str, prompt: &str) -> AttemptParams {
+    AttemptParams {
+        run_id: RunId::new(run).unwrap(),
+        session: SessionTarget {
+            agent_id: AgentId::new(AGENT).unwrap(),
+            session_key: Some(key.clone()),
+            session_id: SessionId::new(SESSION_ID).unwrap(),
+        },
+        prompt: prompt.to_owned(),
+        timeout: Some(Duration::from_secs(120)),
+        source_reply_delivery_mode: None,
+    }
+}
+
+/// The host transcript over the SQL store; also keeps every mirrored entry as the harness
+/// handed it over (with its structured message).
+#[derive(Debug, Clone)]
+pub(crate) struct StoreTranscript {
+    store: Store,
+    entries: Arc<Mutex<Vec<MirrorEntry>>>,
+}
+
+impl StoreTranscript {
+    pub(crate) fn entries(&self) -> Vec<MirrorEntry> {
+        self.entries.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl HostTranscript for StoreTranscript {
+    async fn append(
+        &self,
+        session: &SessionKey,
+        entry: MirrorEntry,
+    ) -> Result<AppendOutcome, tether_core::Error> {
+        let role = match entry.role {
+            MessageRole::User => TranscriptRole::User,
+            MessageRole::Assistant => TranscriptRole::Assistant,
+            MessageRole::ToolResult => TranscriptRole::Tool,
+            _ => TranscriptRole::System,
+        };
+        self.entries.lock().unwrap().push(entry.clone());
+        self.store
+            .append_transcript(
+                session,
+                NewTranscriptEntry {
+                    role,
+                    content: entry.text,
+                    idempotency_key: Some(entry.idempotency_key),
+                },
+            )
+            .await
+    }
+}
+
+/// Host tools: `lookup` and `read` succeed, `write` starts and fails, `deploy` is refused by a
+/// guard before dispatch. Records the calls whose implementation ran.
+#[derive(Debug, Default)]
+pub(crate) struct TestTools {
+    pub(crate) executed: Mutex<Vec<(String, Value)>>,
+}
+
+impl TestTools {
+    pub(crate) fn executed(&self) -> Vec<(String, Value)> {
+        self.executed.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl ToolExecutor for TestTools {
+    fn tools(&self) -> Vec<DynamicToolSpec> {
+        let object = |props: Value| json!({ "type": "object", "properties": props });
+        vec![
+            DynamicToolSpec::function(
+                "lookup",
+                "Looks a word up.",
+                object(json!({ "q": { "type": "string" } })),
+            ),
+            DynamicToolSpec::function(
+                "read",
+                "Reads a file.",
+                object(json!({ "path": { "type": "string" } })),
+            ),
+            DynamicToolSpec::function(
+                "write",
+                "Writes a file.",
+                object(json!({ "path": { "type": "string" }, "content": { "type": "string" } })),
+            ),
+            DynamicToolSpec::function(
+                "deploy",
+                "Deploys.",
+                object(json!({ "target": { "type": "string" } })),
+            ),
+        ]
+    }
+
+    async fn execute(&self, call: ToolCall) -> ToolRun {
+        if call.tool == "deploy" {
+            return ToolRun::refused(&call, "deploys need an operator");
+        }
+        call.facts.record_execution(&call.call_id, true);
+        self.executed
+            .lock()
+            .unwrap()
+            .push((call.tool.clone(), call.arguments.clone()));
+        match call.tool.as_str() {
+            "lookup" => ToolRun::success(format!(
+                "definition of {}",
+                call.arguments["q"].as_str().unwrap_or("?")
+            )),
+            "read" => ToolRun::success(format!(
+                "contents of {}",
+                call.arguments["path"].as_str().unwrap_or("?")
+            )),
+            "write" => ToolRun::failure("disk full"),
+            other => ToolRun::failure(format!("unknown tool {other}")),
+        }
+    }
+}
