@@ -46,9 +46,8 @@ pub struct ChatArgs {
     pub model: Option<String>,
 }
 
-#[allow(clippy::print_stdout)]
 fn say(line: &str) {
-    println!("{line}");
+    crate::cli::say(line);
 }
 
 /// The host transcript of the `tether` binary: the store's idempotent append.
@@ -108,7 +107,7 @@ pub async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     let cwd = args.cwd.unwrap_or_else(|| here.display().to_string());
     let key = SessionKey::new(&args.session).map_err(|e| failure(format!("--session: {e}")))?;
 
-    let store = open_store(&args.database_url).await?;
+    let store = open_store(&args.database_url, crate::commands::Open::CreateAndMigrate).await?;
     let entry = match store
         .session(&key)
         .await
