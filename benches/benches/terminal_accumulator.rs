@@ -1,6 +1,6 @@
-//! `terminal_accumulator`: 10,000 terminal tool reports through one terminal-outcome
-//! accumulator (part G) versus deep-cloning the same reports into a list (the cost of merely
-//! keeping them).
+//! `terminal_accumulator`: 10,000 terminal tool reports through one terminal-outcome accumulator
+//! (`docs/tool-results.md`, "The terminal-outcome accumulator") versus deep-cloning the same
+//! reports into a list (the cost of merely keeping them).
 #![allow(missing_docs)]
 
 use std::hint::black_box;

@@ -1,9 +1,9 @@
 //! # tether-benches
 //!
-//! Tether's performance measurements (SPEC section 5): criterion benchmarks in `benches/`, each
-//! workload beside its baseline in the same run, and fixed-work scale harnesses in `src/bin/`
-//! for what criterion cannot express. `cargo bench -p tether-benches` runs the benchmarks;
-//! `cargo xtask bench-report` runs everything and writes `target/bench-report.json`.
+//! Tether's performance measurements (the bars: BENCHMARKS.md): criterion benchmarks in
+//! `benches/`, each workload beside its baseline in the same run, and fixed-work scale harnesses
+//! in `src/bin/` for what criterion cannot express. `cargo bench -p tether-benches` runs the
+//! benchmarks; `cargo xtask bench-report` runs everything and writes `target/bench-report.json`.
 //!
 //! This library holds what the benchmarks and harnesses share: opening the stores exactly as
 //! production does ([`stores`]), the raw single-statement baselines ([`raw`]), the inputs

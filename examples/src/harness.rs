@@ -1,4 +1,4 @@
-//! The example harness: native threads bound to host sessions through the SDK's reference
+//! The example harness: native threads bound to host sessions through the SDK's
 //! thread-binding backend, leases held while a turn runs, the transcript mirrored into the host
 //! store, tool outcomes reported, deletion and context reset through the host's transactional
 //! path.

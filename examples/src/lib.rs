@@ -1,7 +1,7 @@
 //! # tether-example-harness
 //!
 //! A complete example harness built on `tether-harness-sdk` over a simulated native runtime
-//! ([`SimulatedRuntime`]): it binds native threads to host sessions through the SDK's reference
+//! ([`SimulatedRuntime`]): it binds native threads to host sessions through the SDK's
 //! thread-binding backend, holds the binding's lease while a turn runs, mirrors the transcript
 //! into the host store, reports tool terminal outcomes, finalizes settled tool turns through
 //! `tether-finalizer`'s narrow-result validator (with a host fallback), and supports deletion

@@ -406,7 +406,7 @@ pub(crate) fn render_json(machine: &str, workloads: &[Workload]) -> String {
     out
 }
 
-/// The SPEC section 5 target of a row, and whether it is met.
+/// The target of a row (the bars in BENCHMARKS.md), and whether it is met.
 fn target(w: &Workload) -> (&'static str, Option<bool>) {
     let ratio = w.ratio();
     match (w.name.as_str(), w.unit.as_str()) {

@@ -1,15 +1,13 @@
 //! Tether's automation, run as `cargo xtask <task>` (alias in `.cargo/config.toml`).
 //!
-//! Tasks:
-//! - `ci`: format check, clippy with warnings denied, the whole test suite, docs with warnings
-//!   denied, and the architecture check; ends with one summary line.
-//! - `arch-check`: only the architecture check.
-//! - `codex-install`: the pinned Codex CLI into `.tether-cache/codex/` (for `tether-codex` tests).
-//! - `bench-report [--quick]`: every benchmark and scale harness, `target/bench-report.json`.
+//! The tasks are the rows of [`TASKS`]: the help text (`cargo xtask help`) and the dispatch both
+//! read that one table, and a unit test keeps README.md and ARCHITECTURE.md listing the same
+//! tasks.
 //!
 //! This crate has no dependencies so it builds first and fast.
 
 use std::env;
+use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
@@ -20,54 +18,154 @@ mod chaos;
 mod codex;
 mod ui_check;
 
+/// One `cargo xtask` task: its name, its arguments, what it does, and how it runs.
+struct Task {
+    /// What follows `cargo xtask`.
+    name: &'static str,
+    /// The arguments it accepts, as shown in the help (empty when none).
+    args: &'static str,
+    /// One line: what it does.
+    about: &'static str,
+    /// Runs it with the arguments after the name.
+    run: fn(&[String]) -> Outcome,
+}
+
+/// How a task ended, before it is reported.
+enum Outcome {
+    /// `ci` passed: the test counts of its summary line.
+    Ci(Summary),
+    /// Any other task passed: reported as `xtask <task>: ok`.
+    Done,
+    /// The task reported for itself; exit with this code (`chaos` ends with its checker's line).
+    Exit(ExitCode),
+    /// The task failed: reported as `xtask <task>: FAILED: <message>`.
+    Failed(String),
+}
+
+impl From<Result<(), String>> for Outcome {
+    fn from(result: Result<(), String>) -> Self {
+        result.map_or_else(Outcome::Failed, |()| Outcome::Done)
+    }
+}
+
+/// Every task, in the order the help lists them. README.md and ARCHITECTURE.md list the same
+/// names (checked by the tests below).
+static TASKS: &[Task] = &[
+    Task {
+        name: "ci",
+        args: "",
+        about: "fmt --check, clippy -D warnings, the OpenAPI snapshot, all tests, chaos on SQLite \
+                and PostgreSQL, docs -D warnings, the architecture check, each storage backend \
+                built alone",
+        run: |_| ci().map_or_else(Outcome::Failed, Outcome::Ci),
+    },
+    Task {
+        name: "arch-check",
+        args: "",
+        about: "fail when a crate depends on what its architecture invariant forbids",
+        run: |_| arch::check().into(),
+    },
+    Task {
+        name: "codex-install",
+        args: "",
+        about: "install the pinned Codex CLI with npm into .tether-cache/codex/ (for tether-codex \
+                tests and `tether chat`)",
+        run: |_| codex::install().into(),
+    },
+    Task {
+        name: "openapi",
+        args: "[--check]",
+        about: "write crates/admin-http/openapi.json; `--check` compares instead",
+        run: |args| openapi(args.first().map(String::as_str)).into(),
+    },
+    Task {
+        name: "chaos",
+        args: "[--backend sqlite|postgres] [--processes N] [--seconds S]",
+        about: "SIGKILL chaos workers sharing one database at random, then check the invariants \
+                from their write log",
+        run: |args| Outcome::Exit(chaos::main(args)),
+    },
+    Task {
+        name: "bench-report",
+        args: "[--quick]",
+        about: "run every benchmark and scale harness; write target/bench-report.json and .md \
+                (`--quick`: within 10 minutes)",
+        run: |args| bench_report::bench_report(args).into(),
+    },
+    Task {
+        name: "ui-check",
+        args: "",
+        about: "screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)",
+        run: |_| ui_check::ui_check().into(),
+    },
+    Task {
+        name: "api-fuzz",
+        args: "[--examples N]",
+        about: "run schemathesis against `tether serve` on a demo database (not part of ci)",
+        run: |args| chaos::api_fuzz(args).into(),
+    },
+    Task {
+        name: "help",
+        args: "",
+        about: "this list (also `--help`, `-h`, or no task)",
+        run: |_| {
+            usage();
+            Outcome::Exit(ExitCode::SUCCESS)
+        },
+    },
+];
+
+/// The task called `name`; `--help`, `-h` are `help`.
+fn task(name: &str) -> Option<&'static Task> {
+    let name = match name {
+        "--help" | "-h" => "help",
+        other => other,
+    };
+    TASKS.iter().find(|task| task.name == name)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = env::args().skip(1).collect();
-    let task = args.first().map(String::as_str).unwrap_or("help");
-    let result = match task {
-        "ci" => ci(),
-        "chaos" => return chaos::main(&args[1..]),
-        "api-fuzz" => chaos::api_fuzz(&args[1..]).map(|()| Summary::default()),
-        "arch-check" => arch::check().map(|()| Summary::default()),
-        "codex-install" => codex::install().map(|()| Summary::default()),
-        "openapi" => openapi(args.get(1).map(String::as_str)).map(|()| Summary::default()),
-        "bench-report" => bench_report::bench_report(&args[1..]).map(|()| Summary::default()),
-        "ui-check" => ui_check::ui_check().map(|()| Summary::default()),
-        "help" | "--help" | "-h" => {
-            usage();
-            return ExitCode::SUCCESS;
-        }
-        other => Err(format!("unknown task `{other}`; run `cargo xtask help`")),
+    let name = args.first().map(String::as_str).unwrap_or("help");
+    let outcome = match task(name) {
+        Some(task) => (task.run)(&args[1..]),
+        None => Outcome::Failed(format!("unknown task `{name}`; run `cargo xtask help`")),
     };
-    match result {
-        Ok(summary) => {
-            if task == "ci" {
-                say(&format!(
-                    "ci: {} passed, {} failed",
-                    summary.passed, summary.failed
-                ));
-            } else {
-                say(&format!("xtask {task}: ok"));
-            }
+    match outcome {
+        Outcome::Ci(summary) => {
+            say(&format!(
+                "ci: {} passed, {} failed",
+                summary.passed, summary.failed
+            ));
             ExitCode::SUCCESS
         }
-        Err(message) => {
-            say(&format!("xtask {task}: FAILED: {message}"));
+        Outcome::Done => {
+            say(&format!("xtask {name}: ok"));
+            ExitCode::SUCCESS
+        }
+        Outcome::Exit(code) => code,
+        Outcome::Failed(message) => {
+            say(&format!("xtask {name}: FAILED: {message}"));
             ExitCode::FAILURE
         }
     }
 }
 
+/// The help text: every row of [`TASKS`].
+fn help_text() -> String {
+    let mut text = String::from("usage: cargo xtask <task> [arguments]\n\ntasks:\n");
+    let width = TASKS.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    for task in TASKS {
+        let _ = writeln!(text, "  {:width$}  {}", task.name, task.about);
+        if !task.args.is_empty() {
+            let _ = writeln!(text, "  {:width$}  arguments: {}", "", task.args);
+        }
+    }
+    text
+}
+
 fn usage() {
-    say("usage: cargo xtask <task>\n\n\
-         tasks:\n  \
-         ci          fmt --check, clippy -D warnings, all tests, docs -D warnings, architecture check,\n              \
-                     each storage backend built alone\n  \
-         arch-check  fail when a crate depends on what its architecture invariant forbids\n  \
-         codex-install  install the pinned Codex CLI with npm into .tether-cache/codex/\n  \
-         openapi     write crates/admin-http/openapi.json; `--check` compares instead\n  \
-         ui-check    screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)\n  \
-         bench-report  run every benchmark and scale harness; write target/bench-report.json \
-         (`--quick`: within 10 minutes)");
+    say(help_text().trim_end());
 }
 
 /// User-facing output of the automation tool.
@@ -255,7 +353,110 @@ fn parse_test_result(line: &str) -> Option<(u64, u64)> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_test_result;
+    use super::{TASKS, help_text, parse_test_result, task};
+
+    /// A document of the workspace, read from the source tree.
+    fn document(name: &str) -> String {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("..")
+            .join(name);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// How README.md lists a task: one row of its table of tasks (a `|` inside a cell is
+    /// written `\|`, as Markdown tables need).
+    fn readme_row(t: &super::Task) -> String {
+        let call = if t.args.is_empty() {
+            format!("cargo xtask {}", t.name)
+        } else {
+            format!("cargo xtask {} {}", t.name, t.args)
+        };
+        format!(
+            "| `{}` | {} |",
+            call.replace('|', "\\|"),
+            t.about.replace('|', "\\|")
+        )
+    }
+
+    #[test]
+    fn every_task_is_dispatched_and_helped_once() {
+        for (i, t) in TASKS.iter().enumerate() {
+            assert!(
+                TASKS[..i].iter().all(|other| other.name != t.name),
+                "task `{}` listed twice",
+                t.name
+            );
+            assert!(
+                task(t.name).is_some_and(|found| std::ptr::eq(found, t)),
+                "task `{}` is not dispatched",
+                t.name
+            );
+            assert!(
+                help_text().contains(&format!("  {} ", t.name)),
+                "help omits `{}`",
+                t.name
+            );
+        }
+        for alias in ["--help", "-h"] {
+            assert_eq!(task(alias).map(|t| t.name), Some("help"));
+        }
+        assert!(task("no-such-task").is_none());
+    }
+
+    #[test]
+    fn readme_lists_exactly_the_tasks() {
+        let readme = document("README.md");
+        for t in TASKS {
+            let row = readme_row(t);
+            assert!(
+                readme.lines().any(|line| line == row),
+                "README.md must list `{}` as\n{row}",
+                t.name
+            );
+        }
+    }
+
+    #[test]
+    fn architecture_lists_exactly_the_tasks() {
+        let architecture = document("ARCHITECTURE.md");
+        let section = architecture
+            .split("### `xtask`")
+            .nth(1)
+            .and_then(|rest| rest.split("\n#").next())
+            .expect("ARCHITECTURE.md has an `xtask` section");
+        for t in TASKS {
+            assert!(
+                section.contains(&format!("`{}`", t.name)),
+                "ARCHITECTURE.md's `xtask` section omits `{}`",
+                t.name
+            );
+        }
+    }
+
+    #[test]
+    fn documents_name_only_existing_tasks() {
+        for name in [
+            "README.md",
+            "ARCHITECTURE.md",
+            "RELIABILITY.md",
+            "BENCHMARKS.md",
+        ] {
+            let text = document(name);
+            for (at, call) in text.match_indices("cargo xtask ") {
+                let called = text[at + call.len()..]
+                    .split(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                    .next()
+                    .unwrap_or_default();
+                if called.is_empty() {
+                    continue; // `cargo xtask <task>`
+                }
+                assert!(
+                    task(called).is_some(),
+                    "{name} names `cargo xtask {called}`, which is not a task"
+                );
+            }
+        }
+    }
 
     #[test]
     fn parses_cargo_test_summaries() {

@@ -1,4 +1,4 @@
-//! The chaos worker of `cargo xtask chaos` (SPEC §5 "Reliability").
+//! The chaos worker of `cargo xtask chaos` (RELIABILITY.md, "Chaos").
 //!
 //! ```text
 //! chaos_worker setup  --url URL                 create the drill's tables and rows

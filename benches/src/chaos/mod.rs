@@ -1,4 +1,4 @@
-//! The chaos drill (SPEC §5 "Reliability"): worker processes share one SQLite file or one
+//! The chaos drill (RELIABILITY.md, "Chaos"): worker processes share one SQLite file or one
 //! PostgreSQL database; `cargo xtask chaos` starts them, SIGKILLs them at random, restarts them,
 //! and finally runs the invariant checker.
 //!

@@ -189,7 +189,7 @@ pub struct ToolErrorSummary {
     pub terminal_diagnostic: Option<TerminalDiagnostic>,
 }
 
-/// An accepted `sessions_spawn` receipt (reference tool-results §E).
+/// An accepted `sessions_spawn` receipt (see `docs/tool-results.md`, "Spawn receipts").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcceptedSessionSpawn {
     /// The child run id.

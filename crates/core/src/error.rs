@@ -348,7 +348,7 @@ impl From<StoreErrorKind> for Error {
 
 /// The texts of the lifecycle errors. `{key}` is replaced with the binding key.
 ///
-/// Defaults follow the reference test fixture ("Lost binding lease: k", …). A backend sets its
+/// Defaults are generic ("Lost binding lease: k", …). A backend sets its
 /// own wording, for example "Codex binding generation was retired: {key}" for a rejected
 /// acquisition.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,7 +64,8 @@ pub struct ResetParams {
 ///
 /// When the binding rows live in the same database as the host sessions, a harness's deletion
 /// `commit` runs through this view so the binding row and the session row disappear atomically
-/// (SPEC decision 3.5). Participants whose state lives elsewhere ignore it.
+/// (the decision in `docs/deletion-and-reset.md`). Participants whose state lives elsewhere
+/// ignore it.
 #[async_trait]
 pub trait RowTransaction: Send + Sync {
     /// Reads a live row inside the transaction.
@@ -96,7 +97,8 @@ pub enum SettlementOutcome {
     Committed,
     /// The transaction failed before COMMIT and the rollback list ran.
     RolledBack,
-    /// Nobody knows whether COMMIT happened: the owner must block the key (SPEC decision 3.6).
+    /// Nobody knows whether COMMIT happened: the owner must block the key and quarantine it (see
+    /// `docs/storage.md`, "Unknown outcomes").
     Unknown,
 }
 

@@ -79,7 +79,8 @@ pub struct AppendOutcome {
     pub anchor: TranscriptAnchor,
 }
 
-/// A key blocked because a settlement outcome is unknown (SPEC decision 3.6).
+/// A key blocked because a settlement outcome is unknown, recorded durably (see
+/// `docs/storage.md`, "Unknown outcomes").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QuarantineEntry {
     /// The binding namespace.

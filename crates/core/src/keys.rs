@@ -1,6 +1,6 @@
 //! Binding-key derivation.
 //!
-//! Three key shapes exist (reference `native-session-lifecycle.md` §1.3):
+//! Three key shapes exist (see `docs/harness-backend.md`, "Record, keys and capacity"):
 //!
 //! - physical: `session:<agent>:<session-id>`, one row per physical session generation;
 //! - stable: `session-key:<agent>:<43-char base64url SHA-256 of the session key>`, one row per
@@ -137,7 +137,7 @@ mod tests {
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     }
 
-    /// Reference scenario 50: stable keys hide the raw session key, differ per agent, and are
+    /// Backend scenario 50: stable keys hide the raw session key, differ per agent, and are
     /// deterministic; blank ids are refused with a clear error.
     #[test]
     fn lifecycle_scenario_50_stable_key_derivation() {

@@ -1,9 +1,10 @@
 //! Lease values and lease math.
 //!
 //! A lease is held on a binding row by one owner at a time. It carries the exact random
-//! [`LeaseToken`] minted for one acquisition, the monotonic [`LeaseEpoch`] the store assigned
-//! to that acquisition (the fencing token handed to the owner, SPEC decision 3.2), and the
-//! absolute expiry. Expiry is inclusive: a lease is expired when `expires_at <= now`.
+//! [`LeaseToken`] minted for one acquisition, the monotonic [`LeaseEpoch`] the store assigned to
+//! that acquisition (the fencing token handed to the owner, see `docs/storage.md`, "Rows, revisions
+//! and lease epochs"), and the absolute expiry. Expiry is inclusive: a lease is expired when
+//! `expires_at <= now`.
 
 use std::fmt;
 use std::time::Duration;
@@ -136,7 +137,7 @@ pub fn is_live(expires_at: Timestamp, now: Timestamp) -> bool {
     expires_at > now
 }
 
-/// Lease timing parameters (reference §4).
+/// Lease timing parameters (see `docs/lifecycle.md`, "Timing").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseConfig {
     /// Lease lifetime (`staleMs`). Default 65 s.

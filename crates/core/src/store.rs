@@ -25,15 +25,18 @@ use crate::keys::BindingKey;
 use crate::lease::{Lease, LeaseEpoch, LeaseToken, Revision};
 use crate::time::Timestamp;
 
-/// The default per-value size limit: 64 KiB (reference §5, #104503).
+/// The default per-value size limit: 64 KiB, so records keep bounded digests, never raw payloads
+/// (see `docs/storage.md`, "Namespaces: capacity and value size").
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 64 * 1024;
 
 /// What happens when a namespace is full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum OverflowPolicy {
-    /// Refuse new rows with [`StoreErrorKind::CapacityExceeded`](crate::StoreErrorKind::CapacityExceeded);
-    /// existing rows can still be updated and deleted. No store-level eviction (reference #125910).
+    /// Refuse new rows with
+    /// [`StoreErrorKind::CapacityExceeded`](crate::StoreErrorKind::CapacityExceeded); existing rows
+    /// can still be updated and deleted. No store-level eviction: only the binding backend knows
+    /// which rows carry nothing (see `docs/storage.md`, "Namespaces: capacity and value size").
     #[default]
     RejectNew,
 }
@@ -290,10 +293,11 @@ pub struct LeaseRenewal {
     pub expires_at: Timestamp,
 }
 
-/// The binding store: reads plus compare-and-swap writes (SPEC decision 3.1).
+/// The binding store: reads plus compare-and-swap writes (the contract: `docs/storage.md`).
 ///
 /// Implementations: the in-memory and SQL stores of `tether-storage`. All methods refuse an
-/// unregistered namespace with [`StoreErrorKind::UnknownNamespace`](crate::StoreErrorKind::UnknownNamespace).
+/// unregistered namespace with
+/// [`StoreErrorKind::UnknownNamespace`](crate::StoreErrorKind::UnknownNamespace).
 #[async_trait]
 pub trait BindingStore: Send + Sync + fmt::Debug {
     /// Registers (or updates) a namespace's settings.
@@ -375,12 +379,12 @@ pub trait BindingStore: Send + Sync + fmt::Debug {
     /// Number of live rows in a namespace.
     async fn count(&self, ns: &Namespace) -> Result<u64, Error>;
 
-    /// Renews many leases at once (heartbeats batched into shared transactions, SPEC
-    /// section 5). For each renewal, in order: `true` when the live row held exactly that
-    /// token's lease, live at `now`, and the lease now expires at `expires_at` (value, epoch,
-    /// holder and row expiry kept; the revision changes, so older observations conflict);
-    /// `false` when that lease is no longer there. An error leaves the outcome of the whole
-    /// batch unknown.
+    /// Renews many leases at once (heartbeats batched into shared transactions; see
+    /// `docs/lifecycle.md`, "Batched heartbeats"). For each renewal, in order: `true` when the live
+    /// row held exactly that token's lease, live at `now`, and the lease now expires at
+    /// `expires_at` (value, epoch, holder and row expiry kept; the revision changes, so older
+    /// observations conflict); `false` when that lease is no longer there. An error leaves the
+    /// outcome of the whole batch unknown.
     ///
     /// The default renews one row at a time with [`BindingStore::observe`] and
     /// [`BindingStore::compare_and_apply`] (re-deciding on conflicts); SQL stores override it

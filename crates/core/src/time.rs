@@ -103,8 +103,8 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 /// A source of the current time.
 ///
 /// On a single host the system clock is enough. With PostgreSQL shared by several hosts, lease
-/// decisions must use the database server's clock (SPEC decision 3.3); the storage crate
-/// provides such a clock.
+/// decisions must use the database server's clock (see `docs/storage.md`, "One clock"); the
+/// storage crate provides such a clock.
 pub trait Clock: Send + Sync + fmt::Debug {
     /// The current instant.
     fn now(&self) -> Timestamp;

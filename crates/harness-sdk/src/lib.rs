@@ -5,18 +5,19 @@
 //! - [`lifecycle`]: the native-session binding lifecycle — exact-token leases with heartbeats
 //!   and monotonic fencing epochs, `transact`, `with_lease`, lease assertions, blocked keys,
 //!   mutation fences, and transactional deletion with `commit` / `rollback` and settlement
-//!   (reference `native-session-lifecycle.md` §2.1–2.10);
+//!   (the contract: `docs/lifecycle.md`);
 //! - [`generation`]: generation authority — tri-state capture of the host generation, lineage
-//!   re-checked after every await, `resolve_binding`, `reclaim_generation` (§2.13);
-//! - [`backend`] and [`hooks`]: the reference thread-binding backend (set / patch / clear pinned
+//!   re-checked after every await, `resolve_binding`, `reclaim_generation` (`docs/generation.md`);
+//! - [`backend`] and [`hooks`]: the thread-binding backend (set / patch / clear pinned
 //!   to the native thread, adopt, reset vs retire vs delete, fences, reclaim, supervision scope)
 //!   and a ready [`AgentHarness`](tether_core::AgentHarness) building block with deletion and
-//!   context-reset hooks (§2.12, §2.14);
-//! - [`initialization`]: the initialization owner (§2.15); [`reset`]: reset fan-out with
-//!   once-per-process failure logging (§2.16); [`acpx`]: the ACPX state directory (§2.17);
+//!   context-reset hooks (`docs/harness-backend.md`, `docs/deletion-and-reset.md`);
+//! - [`initialization`]: the initialization owner; [`reset`]: reset fan-out with
+//!   once-per-process failure logging; [`acpx`]: the ACPX state directory (the contracts:
+//!   `docs/harness-backend.md` and `docs/deletion-and-reset.md`, "Reset fan-out");
 //! - [`results`]: tool and media result helpers — transcript mirroring, display metadata,
 //!   delivery facts, sanitizing, spawn receipts, host-owned media, and the terminal-outcome
-//!   accumulator (reference `tool-results.md`).
+//!   accumulator (the contract: `docs/tool-results.md`).
 //!
 //! This crate depends on `tether-core` only; a host wires a store (for example
 //! `tether-storage`'s `MemoryStore` or SQL `Store`) into it.

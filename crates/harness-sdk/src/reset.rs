@@ -1,4 +1,5 @@
-//! The harness registry and the reset fan-out (reference `native-session-lifecycle.md` §2.16).
+//! The harness registry and the reset fan-out (the contract: `docs/deletion-and-reset.md`,
+//! "Reset fan-out").
 //!
 //! [`reset_registered_harness_sessions`] calls every registered harness's
 //! [`AgentHarness::reset`] **concurrently**, each harness object at most once per call even when
@@ -69,7 +70,8 @@ struct OwnerInner {
     text: String,
 }
 
-/// An operation's authority over one harness registration (reference §2.11 step 3): it fails
+/// An operation's authority over one harness registration (see `docs/deletion-and-reset.md`,
+/// "Owners"): it fails
 /// with [`Error::OwnerChanged`] once the operation closed, the plugin lifecycle authority was
 /// lost, the registry changed, or the registration was removed or replaced (in Rust the hooks
 /// are the harness object's, so a replaced hook is a replaced registration).

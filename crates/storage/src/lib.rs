@@ -10,8 +10,9 @@
 //!   `BEGIN IMMEDIATE` writers) or PostgreSQL, chosen by URL, with migrations, host sessions,
 //!   transcripts (a tree with idempotent append, rewind, branch switch, fork and full-text
 //!   search), upstream links, a background sweeper and a [`ServerClock`];
-//! - [`HostSessions`]: the host side of session deletion and context reset (reference §2.11),
-//!   with the harnesses' prepared mutations committed inside the host's SQL transaction.
+//! - [`HostSessions`]: the host side of session deletion and context reset (see
+//!   `docs/deletion-and-reset.md`), with the harnesses' prepared mutations committed inside
+//!   the host's SQL transaction.
 //!
 //! Every write is a compare-and-swap against an observation; a row is invisible once its
 //! `expires_at <= now`; each lease acquisition gets a lease epoch that is never reused; every

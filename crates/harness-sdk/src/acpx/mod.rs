@@ -1,4 +1,5 @@
-//! The ACPX harness's state directory (reference `native-session-lifecycle.md` §2.17).
+//! The ACPX harness's state directory (the contract: `docs/harness-backend.md`, "ACPX state
+//! directory").
 //!
 //! The default state directory moved from `<workspace>/state` to `<state dir>/acpx`.
 //! [`resolve_state_dir`] decides which directory a process uses:
@@ -8,7 +9,7 @@
 //!   holds files, they are **copied** (never moved or deleted) into a staging directory that is
 //!   renamed onto the new default only once complete;
 //! - when adoption fails, a warning is logged and the legacy directory is used for the rest of
-//!   the process, "so an update does not silently hide existing sessions".
+//!   the process, so that an update never hides existing sessions.
 //!
 //! [`migrate_legacy_sessions`] then converts session files of the legacy schema
 //! `openclaw.acpx.session.v1` to `acpx.session.v1`, keeping their record id; malformed files are

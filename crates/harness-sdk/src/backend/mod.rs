@@ -1,6 +1,5 @@
-//! The reference harness backend (reference `native-session-lifecycle.md` §1.2–1.3, §1.7(c),
-//! §2.14): a reusable binding store for harnesses that bind a native thread (an app-server
-//! thread, for example).
+//! The thread-binding harness backend: a reusable binding store for harnesses that bind a
+//! native thread (an app-server thread, for example). The contract: `docs/harness-backend.md`.
 //!
 //! - [`ThreadBindingRecord`] (version 1, active or cleared, the [`ThreadBinding`], the owning
 //!   `session_id` generation, the retired fence, a task import) and its JSON

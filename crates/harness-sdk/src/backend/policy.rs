@@ -1,4 +1,5 @@
-//! The backend's lease and TTL policy (reference §2.14, §4) and its error texts.
+//! The backend's lease and TTL policy and its error texts (see `docs/harness-backend.md`,
+//! "Thread-binding backend").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,12 +14,12 @@ use crate::lifecycle::{PrepareLease, ReleaseTtl};
 /// lease work of that generation drains before the row disappears. Stable-key fences stay.
 pub const PHYSICAL_RETIRE_TTL: Duration = Duration::from_secs(70);
 
-/// The TTL of a cleared row with nothing left to keep: it vanishes at once (capacity hygiene,
-/// reference §6 item 18).
+/// The TTL of a cleared row with nothing left to keep: it vanishes at once, so cleared rows never
+/// fill the namespace's capacity.
 pub const CLEARED_TTL: Duration = Duration::from_millis(1);
 
-/// The default row capacity of a thread-binding namespace (reference §1.5: 50,000,
-/// reject-new).
+/// The default row capacity of a thread-binding namespace: 50,000 rows, new rows refused when
+/// full (see `docs/harness-backend.md`, "Record, keys and capacity").
 pub const DEFAULT_MAX_ENTRIES: u64 = 50_000;
 
 /// The backend's own error texts (`{key}` is replaced with the binding key).
@@ -69,7 +70,7 @@ impl BackendTexts {
     }
 }
 
-/// The lifecycle error texts of the backend: the reference fixture's texts, with a rejected
+/// The lifecycle error texts of the backend: "Lost native thread binding lease", with a rejected
 /// acquisition reading "Native thread binding generation was retired: {key}".
 pub fn default_error_texts() -> ErrorTexts {
     ErrorTexts {
@@ -79,7 +80,7 @@ pub fn default_error_texts() -> ErrorTexts {
     }
 }
 
-/// The lease policy for `identity` (reference §2.14 `prepareLease`):
+/// The lease policy for `identity` (see `docs/harness-backend.md`, "Lease policy"):
 ///
 /// - a cleared+retired row owned by this generation is refused unless `allow_retired`
 ///   (deletion, or the authoritative reclaim path);
@@ -117,7 +118,7 @@ pub fn prepare_lease(
     )
 }
 
-/// The TTL a row gets when its lease is released (reference §2.14 `releaseTtlMs`):
+/// The TTL a row gets when its lease is released:
 ///
 /// - kept (no TTL) when it holds a task import, is active, or is a retired fence under a
 ///   stable or conversation key;

@@ -1,5 +1,5 @@
-//! The stored record of the reference thread-binding backend and its JSON codec (reference
-//! §1.2).
+//! The stored record of the thread-binding backend and its JSON codec (see
+//! `docs/harness-backend.md`, "Record, keys and capacity").
 
 use serde_json::{Map, Value};
 use tether_core::{RecordCodec, SessionId};
@@ -12,7 +12,8 @@ pub const RECORD_VERSION: u64 = 1;
 #[non_exhaustive]
 pub enum ConnectionScope {
     /// A supervision connection: a protected scope that ordinary writers cannot set over,
-    /// clear, reclaim as empty, or delete (reference §6 item 22).
+    /// clear, reclaim as empty, or delete; only supervision adoption or an initialization
+    /// rollback may.
     Supervision,
 }
 
@@ -48,7 +49,8 @@ pub struct ThreadBinding {
     pub connection_scope: Option<ConnectionScope>,
     /// The thread a supervision binding supervises.
     pub supervision_source_thread_id: Option<String>,
-    /// Further backend fields, kept verbatim (bounded digests, not raw payloads: reference #104503).
+    /// Further backend fields, kept verbatim (bounded digests, never raw payloads: a value may
+    /// hold at most 64 KiB).
     pub extra: Map<String, Value>,
 }
 
@@ -161,7 +163,7 @@ pub enum BindingState {
     },
 }
 
-/// The stored record of one binding row (reference §1.2, `version: 1`). The lease lives in the
+/// The stored record of one binding row (format version 1). The lease lives in the
 /// row's lease columns, not here.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadBindingRecord {

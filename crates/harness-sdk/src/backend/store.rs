@@ -234,8 +234,9 @@ impl ThreadBindingStoreBuilder {
     }
 }
 
-/// The reference harness backend (reference §2.14): a binding store for harnesses that bind a
-/// native thread, with the generation fence of §1.7(c).
+/// The thread-binding backend: a binding store for harnesses that bind a native thread, with
+/// generation fences (a stale generation's writes are refused and its lease acquisition too).
+/// The rules: `docs/harness-backend.md`, "Thread-binding backend".
 ///
 /// Every write is a pure decision run through [`Lifecycle::transact`] (inside a lease scope it
 /// keeps and is fenced by the owner's exact lease; outside it waits behind a live lease), so
@@ -281,7 +282,8 @@ impl ThreadBindingStore {
         }
     }
 
-    /// The reference namespace settings: `max_entries` 50,000, reject-new.
+    /// The default namespace settings: `max_entries` 50,000, reject-new (see
+    /// `docs/harness-backend.md`, "Record, keys and capacity").
     pub fn namespace_config(namespace: Namespace) -> NamespaceConfig {
         NamespaceConfig::new(namespace).with_max_entries(DEFAULT_MAX_ENTRIES)
     }
@@ -342,7 +344,8 @@ impl ThreadBindingStore {
             .await
     }
 
-    /// Binds `identity`'s generation to `binding` (reference §2.14 `set`). Refused (`false`)
+    /// Binds `identity`'s generation to `binding` (a pinned write, see `docs/harness-backend.md`,
+    /// "Thread-binding backend"). Refused (`false`)
     /// on a row of another generation, on the generation's own retired fence, and on an active
     /// supervision binding unless the new binding is the same supervision owner (same scope
     /// and thread).
@@ -401,8 +404,8 @@ impl ThreadBindingStore {
         .await
     }
 
-    /// Changes the binding of `identity`'s generation, pinned to `pin` (reference §2.14
-    /// `patch`). `false` when the row is not active, belongs to another generation, or the
+    /// Changes the binding of `identity`'s generation, pinned to `pin` (a pinned write).
+    /// `false` when the row is not active, belongs to another generation, or the
     /// pinned thread (or client) no longer matches. `patch` must be pure (it may run more than
     /// once); a change of the thread id is undone (a new thread is a new `set`).
     #[tracing::instrument(name = "thread_binding.patch", skip_all, fields(key = %identity.key()))]
@@ -438,7 +441,7 @@ impl ThreadBindingStore {
         .await
     }
 
-    /// Clears the binding of `identity`'s generation (reference §2.14 `clear`), pinned to
+    /// Clears the binding of `identity`'s generation (a pinned write), pinned to
     /// `pin` when given. `true` when nothing of this generation is bound afterwards (absent,
     /// already cleared, or its own retired fence, none of which writes); `false` on another
     /// generation's row, an active supervision binding, or a pin mismatch. Outside a lease the
@@ -472,7 +475,8 @@ impl ThreadBindingStore {
     }
 
     /// Transfers the active binding of `expected_previous` to `identity`'s generation
-    /// (reference §2.14 `adoptSessionGeneration`): `Absent` when nothing is active, `Current`
+    /// (adoption, see `docs/generation.md`, "Adopt a verified predecessor before reclaiming"):
+    /// `Absent` when nothing is active, `Current`
     /// when it already belongs to `identity`, `Conflict` when it belongs to anyone but the
     /// expected predecessor, else `Adopted`. Only the recorded predecessor can transfer, so a
     /// delayed admission can never move a binding back.
@@ -512,7 +516,8 @@ impl ThreadBindingStore {
         .await
     }
 
-    /// Resets or retires `identity`'s generation (reference §2.14 `transitionSessionGeneration`).
+    /// Resets or retires `identity`'s generation (see `docs/harness-backend.md`, "Reset, retire,
+    /// delete").
     ///
     /// | row | result |
     /// |---|---|
@@ -586,7 +591,8 @@ impl ThreadBindingStore {
             .await
     }
 
-    /// The reclaim plan of `identity` (reference §2.14 `prepareSessionGenerationReclaim`):
+    /// The reclaim plan of `identity` (see `docs/generation.md`, "Adopt a verified predecessor
+    /// before reclaiming"):
     /// absent → resolved `true`; no owner → resolved unless retired; own row → verify the same
     /// id when it is a retired fence, else resolved `true`; another owner → verify it. An
     /// invalid row is an error.
@@ -611,7 +617,7 @@ impl ThreadBindingStore {
         })
     }
 
-    /// Reclaims the row for `identity`'s generation (reference §2.14 `reclaim-generation`):
+    /// Reclaims the row for `identity`'s generation (a `reclaim` of `docs/harness-backend.md`):
     ///
     /// - not a stable session identity → `false`; absent → `true` (no write);
     /// - owned by this generation → `true` unless it is a retired fence. A retired fence of the
@@ -691,7 +697,8 @@ impl ThreadBindingStore {
             .await
     }
 
-    /// Reclaims and leases as **one** owner-boundary transition (reference #118506): the host
+    /// Reclaims and leases as **one** owner-boundary transition (see `docs/harness-backend.md`,
+    /// "Reclaim and lease are one step"): the host
     /// generation is captured, the row lease is acquired, and only then — under that lease —
     /// the backend's generation is reclaimed through [`GenerationAuthority::reclaim_prepared`]
     /// (adopting a verified predecessor first, repairing a same-id fence only when the host
@@ -745,11 +752,12 @@ impl ThreadBindingStore {
         .await
     }
 
-    /// The backend's deletion (reference §2.12 step 1): [`Lifecycle::with_deletion`] with the
+    /// The backend's deletion (the first step of `with_session_deletion`, see
+    /// `docs/deletion-and-reset.md`, "The harness side"): [`Lifecycle::with_deletion`] with the
     /// lease policy allowing the generation's own retired fence and the generation check of
     /// the record. A row of another generation vetoes the deletion only while it is active; a
     /// cleared (or retired) row of another generation holds no native thread and never vetoes
-    /// (reference #144396).
+    /// (otherwise a predecessor's tombstone would make a rotated session undeletable).
     pub async fn with_session_deletion<T, F, Fut>(
         &self,
         identity: &BindingIdentity,
@@ -818,8 +826,9 @@ impl ThreadBindingStore {
     }
 
     /// Sheds up to `limit` **disposable** rows: cleared, not retired, without a live lease, a
-    /// task import or legacy provenance (reference #125910: no store-level eviction; only rows
-    /// that carry nothing are shed, at the binding-domain boundary). Each row is deleted only
+    /// task import or legacy provenance (there is no store-level eviction; only rows that carry
+    /// nothing are shed, by the backend that knows what they mean — see
+    /// `docs/harness-backend.md`, "Record, keys and capacity"). Each row is deleted only
     /// if it is still exactly the row that was judged disposable (same revision, no live lease
     /// at the delete). Returns how many rows were removed.
     #[tracing::instrument(name = "thread_binding.shed_disposable", skip(self))]

@@ -1,4 +1,4 @@
-//! Generation authority (reference `native-session-lifecycle.md` §2.13).
+//! Generation authority (the contract: `docs/generation.md`).
 //!
 //! A durable native binding may only be used for the host session generation that owns it. The
 //! host's session row (through [`tether_core::HostSessionStore`]) is the authority: its

@@ -1,4 +1,4 @@
-//! [`ThreadBindingHarness`]: the reference backend as an [`AgentHarness`] with deletion,
+//! [`ThreadBindingHarness`]: the thread-binding backend as an [`AgentHarness`] with deletion,
 //! context-reset and reset hooks.
 
 use std::fmt;
@@ -64,7 +64,7 @@ struct PostCommit {
     mutation: Arc<HookMutation>,
 }
 
-/// A ready harness building block over the reference backend: it binds native threads in a
+/// A ready harness building block over the thread-binding backend: it binds native threads in a
 /// [`ThreadBindingStore`], checks generations against the host's session store through a
 /// [`GenerationAuthority`], and takes part in host deletions and context resets.
 #[derive(Clone)]
@@ -167,7 +167,8 @@ impl ThreadBindingHarness {
         })
     }
 
-    /// The deletion path shared by deletion and context reset (reference §2.12).
+    /// The deletion path shared by deletion and context reset (see `docs/deletion-and-reset.md`,
+    /// "The harness side").
     async fn delete_binding(
         &self,
         identity: BindingIdentity,
@@ -366,7 +367,8 @@ impl AgentHarness for ThreadBindingHarness {
         &self.id
     }
 
-    /// A non-retiring in-place reset (reference §2.12): the generation's binding is cleared so
+    /// A non-retiring in-place reset (see `docs/harness-backend.md`, "Reset, retire, delete"):
+    /// the generation's binding is cleared so
     /// the same physical id can bind a new thread; its own retirement fence is repaired only
     /// through the authoritative host-store reclaim; a binding still owned by the exact
     /// recorded predecessor is cleared too (never adopted). `Deleted` retires what is left.

@@ -1,5 +1,5 @@
-//! The reference backend as an initialization backend (reference §2.15): bind with
-//! set-if-absent.
+//! The thread-binding backend as an initialization backend: bind with set-if-absent (see
+//! `docs/harness-backend.md`, "Initialization owner").
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! Harness hooks over the reference backend (reference `native-session-lifecycle.md` §2.12):
+//! Harness hooks over the thread-binding backend (the contract: `docs/deletion-and-reset.md`,
+//! "The harness side"):
 //! a ready [`ThreadBindingHarness`] implementing [`tether_core::AgentHarness`],
 //! [`tether_core::SessionDeletionHook`] and [`tether_core::SessionContextResetHook`], so a
 //! host's deletion or context-reset transaction can drive it.
@@ -16,7 +17,8 @@
 //!   not yet transferred) without adopting it, else the current generation's binding.
 //! - **`reset`**: a non-retiring in-place reset; the generation's own retirement fence is
 //!   repaired only through the authoritative host-store reclaim path; a predecessor's binding
-//!   left on the row is cleared when the host records it as the exact predecessor (#66262).
+//!   left on the row is cleared when the host records it as the exact predecessor (otherwise a
+//!   reset that rotated the session would keep the old native resume handle).
 //!   A `Deleted` notification retires what is left (usually nothing).
 //!
 //! Ordinary compaction — a session id change under the same key — is a transfer

@@ -1,4 +1,4 @@
-//! The initialization owner (reference `native-session-lifecycle.md` §2.15).
+//! The initialization owner (the contract: `docs/harness-backend.md`, "Initialization owner").
 //!
 //! When the host creates a session and a harness binds a native session to it during that
 //! initialization, a failed creation must be able to undo exactly what this initialization

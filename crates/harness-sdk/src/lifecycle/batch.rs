@@ -1,13 +1,14 @@
-//! Batched heartbeats (SPEC section 5): one renewal driver per lifecycle instance renews every
-//! lease the instance holds through
+//! Batched heartbeats (see `docs/lifecycle.md`, "Batched heartbeats"): one renewal driver per
+//! lifecycle instance renews every lease the instance holds through
 //! [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) — one transaction per
 //! batch on SQL stores instead of one renewal transaction per lease.
 //!
-//! Turned on with [`LifecycleBuilder::batched_heartbeats`](super::LifecycleBuilder::batched_heartbeats).
-//! The owner semantics are those of the per-owner heartbeat: only owners in phase `Held`
-//! without a failure are renewed; a lease missing at renewal time, or a failed batch, makes the
-//! owner's lease lost (sticky); `join_renewal` waits for a batch in flight. The driver task
-//! starts with the first registered owner and ends when none is left.
+//! Turned on with
+//! [`LifecycleBuilder::batched_heartbeats`](super::LifecycleBuilder::batched_heartbeats). The owner
+//! semantics are those of the per-owner heartbeat: only owners in phase `Held` without a failure
+//! are renewed; a lease missing at renewal time, or a failed batch, makes the owner's lease lost
+//! (sticky); `join_renewal` waits for a batch in flight. The driver task starts with the first
+//! registered owner and ends when none is left.
 //!
 //! Scheduling: a lease is due one renew interval after it was last written (when its expiry is
 //! `lease_duration - renew_interval` away), like the per-owner heartbeat. The driver wakes when
@@ -189,7 +190,7 @@ impl Shared {
         })
     }
 
-    /// One batched renewal of `owners` (reference §2.5, batched). Never fails: failures are
+    /// One batched renewal of `owners`. Never fails: failures are
     /// recorded on the owners.
     pub(crate) async fn renew_batch(&self, owners: &[Arc<OwnerState>]) {
         let span = tracing::debug_span!("lifecycle.renew_batch", leases = owners.len());

@@ -1,10 +1,11 @@
-//! Transactional deletion (reference §2.9) and deletion settlement (§2.10).
+//! Transactional deletion and deletion settlement (see `docs/lifecycle.md`, "`with_deletion`",
+//! and `docs/deletion-and-reset.md`).
 //!
 //! [`Lifecycle::with_deletion`] prepares a [`DeletionMutation`] for one key. The host pushes it
-//! onto its rollback list, then calls [`SessionMutation::commit`] at its commit edge with its
-//! own open SQL transaction (SPEC decision 3.5): the binding row is deleted through that
-//! [`RowTransaction`] with an exact-token, exact-value predicate, so it disappears atomically
-//! with the host's session row. After the transaction the host settles the mutation:
+//! onto its rollback list, then calls [`SessionMutation::commit`] at its commit edge with its own
+//! open SQL transaction (the decision in `docs/deletion-and-reset.md`): the binding row is deleted
+//! through that [`RowTransaction`] with an exact-token, exact-value predicate, so it disappears
+//! atomically with the host's session row. After the transaction the host settles the mutation:
 //! committed, rolled back, or unknown ([`DeletionSettlement`]).
 
 use std::fmt;
@@ -74,7 +75,8 @@ impl<R> fmt::Debug for DeletionOptions<R> {
 /// [`SettlementOutcome`](tether_core::SettlementOutcome)).
 pub use tether_core::SettlementOutcome as DeletionOutcome;
 
-/// A prepared deletion the host can settle after its transaction (reference §2.10).
+/// A prepared deletion the host can settle after its transaction (committed, rolled back or
+/// unknown; see `docs/lifecycle.md`, "`with_deletion`").
 #[async_trait]
 pub trait DeletionSettlement: SessionMutation {
     /// Tells the owner how the host transaction ended. `Unknown` blocks the key (owner blocked,
@@ -443,7 +445,7 @@ impl fmt::Debug for WrappedDeletion {
     }
 }
 
-/// Wraps a prepared deletion so a harness learns how it settled (reference §2.10): `commit`
+/// Wraps a prepared deletion so a harness learns how it settled: `commit`
 /// runs the harness check then the inner commit; `settle` settles the inner deletion, then
 /// calls the matching hook; the unresolved flag is the inner one.
 pub fn wrap_deletion_mutation(
@@ -495,10 +497,9 @@ impl DeletionSettlement for WrappedDeletion {
     }
 }
 
-/// A commit finalizer for owners without reversible storage (reference §2.10,
-/// `createNativeSessionCommitFinalizer`): nothing happens inside the host transaction; settling
-/// as committed runs the inner `commit`, as rolled back the inner `rollback`; unknown runs
-/// neither and marks the finalizer unresolved.
+/// A commit finalizer for owners without reversible storage: nothing happens inside the host
+/// transaction; settling as committed runs the inner `commit`, as rolled back the inner `rollback`;
+/// unknown runs neither and marks the finalizer unresolved.
 pub struct CommitFinalizer {
     inner: Arc<dyn SessionMutation>,
     unknown: Mutex<bool>,
@@ -640,7 +641,8 @@ impl RowTransaction for DirectRowTransaction {
 }
 
 impl<C: RecordCodec + 'static> Lifecycle<C> {
-    /// Prepares the deletion of `key` and runs `run(current, mutation)` (reference §2.9),
+    /// Prepares the deletion of `key` and runs `run(current, mutation)` (see `docs/lifecycle.md`,
+    /// "`with_deletion`"),
     /// inside [`Lifecycle::with_mutation`].
     ///
     /// - Absent row: `run(None, m)`; `m.commit` proves the key is still absent, `m.rollback` is

@@ -1,4 +1,5 @@
-//! Fencing by lease epoch on the target side (SPEC decision 3.2).
+//! Fencing by lease epoch on the target side (see `docs/lifecycle.md`, "Fencing native side
+//! effects").
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};

@@ -1,5 +1,5 @@
 //! The lifecycle instance: construction, `transact`, `with_lease`, release, blocking and the
-//! mutation fences (reference §2.1–2.8).
+//! mutation fences (the contract: `docs/lifecycle.md`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -176,7 +176,7 @@ static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
 
 /// Builds a [`Lifecycle`]. Required: the store, the namespace, the codec and the lease policy;
 /// everything else has defaults (lease 65 s, wait 70 s, retry 1 s, renew every lease/3, the
-/// reference error texts, the system clock, UUID tokens, tokio timers, no release TTL).
+/// default error texts, the system clock, UUID tokens, tokio timers, no release TTL).
 pub struct LifecycleBuilder<C: RecordCodec> {
     store: Arc<dyn BindingStore>,
     namespace: Namespace,
@@ -246,7 +246,8 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
         self
     }
 
-    /// Records blocked keys durably (SPEC decision 3.6) and refuses keys quarantined there.
+    /// Records blocked keys durably and refuses keys quarantined there (see `docs/lifecycle.md`,
+    /// "Settlement hooks and blocked keys").
     #[must_use]
     pub fn quarantine(mut self, quarantine: Arc<dyn QuarantineStore>) -> Self {
         self.quarantine = Some(quarantine);
@@ -269,12 +270,12 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
         self
     }
 
-    /// Batches heartbeats (SPEC section 5): instead of one renewal per lease, one driver task
-    /// renews every lease this instance holds each renew interval through
-    /// [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) (one transaction
-    /// per batch on SQL stores). For processes holding many leases. Owner semantics are
-    /// unchanged: a lease missing at renewal, or a failed batch, is a lost lease (sticky).
-    /// Requires a tokio runtime (the driver is a spawned task).
+    /// Batches heartbeats (see `docs/lifecycle.md`, "Batched heartbeats"): instead of one renewal
+    /// per lease, one driver task renews every lease this instance holds each renew interval
+    /// through [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) (one
+    /// transaction per batch on SQL stores). For processes holding many leases. Owner semantics are
+    /// unchanged: a lease missing at renewal, or a failed batch, is a lost lease (sticky). Requires
+    /// a tokio runtime (the driver is a spawned task).
     #[must_use]
     pub fn batched_heartbeats(mut self, yes: bool) -> Self {
         self.batched_heartbeats = yes;
@@ -317,7 +318,8 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
     }
 }
 
-/// The native-session binding lifecycle over one store namespace (reference §2).
+/// The native-session binding lifecycle over one store namespace (the contract:
+/// `docs/lifecycle.md`).
 ///
 /// Cloning shares the instance (its blocked keys, fences and owners). Two instances over the
 /// same store behave like two processes: they see each other only through the rows.
@@ -436,7 +438,8 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         self.shared.assert_settled(key).is_err()
     }
 
-    /// Blocks `key` without an owner (reference §2.7 `leases.block`): every entry point and
+    /// Blocks `key` without an owner (see `docs/lifecycle.md`, "Settlement hooks and blocked
+    /// keys"): every entry point and
     /// every compare-and-swap admission of this instance refuses it with `error` from now on,
     /// and the key is quarantined durably when a quarantine store is configured. The
     /// in-process block is in force when this returns; an error reports only the durable
@@ -461,7 +464,8 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             .is_some()
     }
 
-    /// A synchronous check of the current task's owner of `key` (reference §2.6). Fails at
+    /// A synchronous check of the current task's owner of `key` (see `docs/lifecycle.md`, "Lease
+    /// assertions"). Fails at
     /// once with a lost lease when there is no held owner in scope.
     pub fn capture_lease_assertion(&self, key: &BindingKey) -> Result<LeaseAssertion, Error> {
         match self.owner(key) {
@@ -470,7 +474,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         }
     }
 
-    /// Reads, decides and conditionally writes `key` (reference §2.3).
+    /// Reads, decides and conditionally writes `key` (see `docs/lifecycle.md`, "`transact`").
     ///
     /// `apply(current, owned_token)` must be pure: it re-runs on every conflict. It never
     /// writes over a live foreign lease: while another owner holds the key the call waits,
@@ -674,7 +678,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         }
     }
 
-    /// Holds `key`'s lease while `run` executes (reference §2.4).
+    /// Holds `key`'s lease while `run` executes (see `docs/lifecycle.md`, "`with_lease`").
     ///
     /// - Re-entrant: inside a scope of this instance that already holds `key`, `run` gets the
     ///   same owner (no new token, no extra heartbeat). Other keys nest.
@@ -854,7 +858,8 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         Ok(value)
     }
 
-    /// Releases the exact token only (reference §2.4 `finally`): never the caller's authority,
+    /// Releases the exact token only, when the scope ends (see `docs/lifecycle.md`,
+    /// "`with_lease`", step 7): never the caller's authority,
     /// never a successor; failures are reported and swallowed.
     async fn release(&self, key: &BindingKey, owner: &Arc<OwnerState>) {
         let shared = &*self.shared;
@@ -898,7 +903,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         }
     }
 
-    /// Runs `run` as a mutation (reference §2.8): refused at once with
+    /// Runs `run` as a mutation (see `docs/lifecycle.md`, "Mutation fences"): refused at once with
     /// [`Error::MutationBlocked`] while an exclusive operation is pending (no queueing);
     /// inside an exclusive fence's own scope it just runs.
     pub async fn with_mutation<T, F, Fut>(&self, run: F) -> Result<T, Error>
@@ -925,9 +930,10 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         scope::with_mutation(shared.id, run()).await
     }
 
-    /// Runs `run` exclusively (reference §2.8): new mutations are refused from the moment this
-    /// is called; exclusive operations run one at a time in FIFO order; `run` starts once the
-    /// in-flight mutations have drained, and mutations nested inside it are allowed.
+    /// Runs `run` exclusively (see `docs/lifecycle.md`, "Mutation fences"): new mutations are
+    /// refused from the moment this is called; exclusive operations run one at a time in FIFO
+    /// order; `run` starts once the in-flight mutations have drained, and mutations nested inside
+    /// it are allowed.
     ///
     /// Nested inside an exclusive fence of this instance it just runs. Called from inside a
     /// mutation of this instance it would wait for itself: it is refused at once with

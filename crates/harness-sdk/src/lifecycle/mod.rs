@@ -1,4 +1,4 @@
-//! The native-session binding lifecycle (reference `native-session-lifecycle.md` §2.1–2.10).
+//! The native-session binding lifecycle (the contract: `docs/lifecycle.md`).
 //!
 //! A [`Lifecycle`] is generic over a harness backend: a
 //! [`BindingStore`](tether_core::BindingStore) namespace, a

@@ -1,5 +1,5 @@
-//! The in-process lease owner (reference §1.6, §1.7 b), the handle given to a `with_lease`
-//! callback, and the synchronous lease assertion (§2.6).
+//! The in-process lease owner (see `docs/lifecycle.md`, "The in-process owner"), the handle
+//! given to a `with_lease` callback, and the synchronous lease assertion ("Lease assertions").
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::shared::Shared;
 
-/// The phase of an in-process lease owner (reference §1.7 b).
+/// The phase of an in-process lease owner (see `docs/lifecycle.md`, "The in-process owner").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum OwnerPhase {
@@ -218,7 +218,7 @@ impl OwnerState {
 }
 
 /// The handle a `with_lease` callback receives: the owner's token, its fencing epoch, and the
-/// settlement hooks (reference §2.7).
+/// settlement hooks (see `docs/lifecycle.md`, "Settlement hooks and blocked keys").
 #[derive(Clone)]
 pub struct LeaseGuard {
     pub(crate) owner: Arc<OwnerState>,
@@ -248,8 +248,9 @@ impl LeaseGuard {
         &self.owner.token
     }
 
-    /// The fencing epoch the store assigned to this acquisition. Pass it to native side
-    /// effects so a target can reject a stale writer (see [`EpochFence`](super::EpochFence)).
+    /// The fencing epoch the store assigned to this acquisition (see `docs/lifecycle.md`,
+    /// "Fencing native side effects"). Pass it to native side effects so a target can reject a
+    /// stale writer (see [`EpochFence`](super::EpochFence)).
     ///
     /// Numbering: every acquisition of a key gets a strictly greater epoch than any earlier
     /// one, also across a deletion and re-creation of the row. The SQL store starts each row
@@ -371,7 +372,7 @@ impl LeaseGuard {
         self.owner.join_renewal().await;
     }
 
-    /// Stops heartbeats and refuses new transacts, for settlement (reference §2.7). Fails with
+    /// Stops heartbeats and refuses new transacts, for settlement. Fails with
     /// the sticky failure (or a lost lease) when a renewal is pending, the phase is not held,
     /// or the lease was lost. Release still happens at scope exit.
     pub fn quiesce(&self) -> Result<(), Error> {
@@ -393,7 +394,7 @@ impl LeaseGuard {
     /// Records an unknown settlement outcome: the phase becomes unknown, `error` becomes the
     /// sticky failure, release is suppressed (the lease is left to expire), and the key is
     /// blocked in this lifecycle instance and quarantined durably when a quarantine store is
-    /// configured (SPEC decision 3.6).
+    /// configured (see `docs/storage.md`, "Unknown outcomes").
     ///
     /// The in-process block is in force when this returns, whatever the result; an error means
     /// only that the durable quarantine record could not be written.
@@ -403,7 +404,8 @@ impl LeaseGuard {
     }
 }
 
-/// A synchronous lease check captured inside a `with_lease` scope (reference §2.6).
+/// A synchronous lease check captured inside a `with_lease` scope (see `docs/lifecycle.md`,
+/// "Lease assertions").
 ///
 /// It checks only the owner's phase and the owner's known lease expiry against the clock; it
 /// does not consult host authority and reads no store. It keeps working after the host run

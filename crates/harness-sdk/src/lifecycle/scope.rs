@@ -1,4 +1,4 @@
-//! The task-local owner map (reference §1.6 "async-local context map").
+//! The task-local owner map (see `docs/lifecycle.md`, "The in-process owner").
 //!
 //! A `with_lease` scope installs `(lifecycle instance, key) -> owner` in a copy of the outer
 //! map for the duration of its callback. Nested calls in the same task see it; other tasks

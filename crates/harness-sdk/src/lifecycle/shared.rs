@@ -1,6 +1,7 @@
 //! The record-agnostic part of a lifecycle instance: store access, the compare-and-swap loop
-//! (reference §2.2), heartbeat renewal (§2.5), blocked keys (§2.7) and the mutation fence
-//! counters (§2.8).
+//! (`docs/lifecycle.md`, "`transact`"), heartbeat renewal ("`with_lease`", step 5), blocked
+//! keys ("Settlement hooks and blocked keys") and the mutation fence counters ("Mutation
+//! fences").
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +36,7 @@ pub(crate) struct Blocked {
     pub(crate) durable: bool,
 }
 
-/// Counts of the mutation fence (reference §2.8).
+/// Counts of the mutation fence (see `docs/lifecycle.md`, "Mutation fences").
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct FenceCounts {
     pub(crate) active: usize,
@@ -265,7 +266,7 @@ impl Shared {
         self.texts.lost_lease(key, None)
     }
 
-    /// The compare-and-swap loop (reference §2.2): observe, decide, apply; re-decide on every
+    /// The compare-and-swap loop: observe, decide, apply; re-decide on every
     /// conflict; a store error is returned as is and never replayed.
     ///
     /// `owner` is the lease owner the write runs under (its lease must stay live through
@@ -375,7 +376,7 @@ impl Shared {
         }
     }
 
-    /// One heartbeat renewal (reference §2.5). Never fails: a failure is recorded on the owner.
+    /// One heartbeat renewal. Never fails: a failure is recorded on the owner.
     pub(crate) async fn renew(&self, owner: &Arc<OwnerState>) {
         if owner.failure().is_some() || owner.phase() != OwnerPhase::Held {
             return;

@@ -1,4 +1,5 @@
-//! ACPX state directory scenarios (reference §3 "ACPX state directory", 72–76).
+//! ACPX state directory scenarios 72–76 (the contract: `docs/harness-backend.md`, "ACPX state
+//! directory").
 
 use std::fs;
 use std::path::{Path, PathBuf};

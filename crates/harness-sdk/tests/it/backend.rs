@@ -1,4 +1,4 @@
-//! The reference harness backend (reference §2.14): "Codex backend parity" scenarios 39–52
+//! The thread-binding backend (`docs/harness-backend.md`): backend parity scenarios 39–52
 //! (50, key derivation, is tested in `tether-core`) on the in-memory store with a fake clock.
 //! The fixture is shared with the hook and regression tests.
 
@@ -49,7 +49,7 @@ pub(crate) fn caller() -> BindingAuthority {
     BindingAuthority::caller(always_current())
 }
 
-/// The reference lease timing (65 s / 70 s / 1 s / 21.666 s).
+/// The default lease timing (65 s / 70 s / 1 s / 21.666 s; `docs/lifecycle.md`, "Timing").
 pub(crate) fn lease_config() -> LeaseConfig {
     LeaseConfig {
         lease_duration: Duration::from_secs(65),
@@ -839,7 +839,7 @@ async fn concurrent_set_if_absent_binds_exactly_once() {
     assert_eq!(f.count().await, 1);
 }
 
-/// Reference #125910: a full namespace is relieved only by shedding rows that carry nothing
+/// A full namespace is relieved only by shedding rows that carry nothing
 /// (cleared, not retired, unleased, no task import, no legacy provenance).
 #[tokio::test]
 async fn shedding_removes_only_disposable_rows() {

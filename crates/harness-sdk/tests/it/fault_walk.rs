@@ -1,4 +1,5 @@
-//! The fault-point walk of the lifecycle (SPEC §5 "Reliability"): for `transact`,
+//! The fault-point walk of the lifecycle (RELIABILITY.md, "Fault injection at every step"): for
+//! `transact`,
 //! `with_lease` (acquire, renew, release), `with_deletion` (commit, rollback) and the host
 //! deletion transaction, every fault point × every kind of
 //! [`FaultInjectingStore`](tether_storage::fault_injection::FaultInjectingStore), on the

@@ -1,8 +1,9 @@
-//! Generation authority scenarios (reference §3 "Generation and authority", 32–38) and the
-//! regression for #138767.
+//! Generation authority scenarios 32–38 (the contract: `docs/generation.md`) and the regression
+//! for an already readable binding that skipped the generation check (upstream bug #138767).
 //!
 //! The host session store is a small in-test [`HostSessionStore`]; the backend's generation
-//! operations follow the reference backend's rules (§2.14) on one in-memory row.
+//! operations follow the thread-binding backend's rules (`docs/harness-backend.md`) on one
+//! in-memory row.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -129,7 +130,7 @@ impl HostSessionStore for Host {
     }
 }
 
-/// One backend row (reference backend semantics, §2.14).
+/// One backend row (thread-binding backend semantics, see `docs/harness-backend.md`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Row {
     session_id: SessionId,

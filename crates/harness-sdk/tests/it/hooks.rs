@@ -1,4 +1,5 @@
-//! The harness hooks of the reference backend (reference §2.12): scenarios 53–56 on the
+//! The harness hooks of the thread-binding backend (`docs/deletion-and-reset.md`, "The harness
+//! side"): scenarios 53–56 on the
 //! in-memory store, and the harness side of scenarios 57–65 driven by
 //! `tether-storage`'s host deletion and context-reset transaction on SQLite and PostgreSQL.
 

@@ -1,5 +1,5 @@
-//! Initialization owner scenarios (reference §3 "Initialization owner", 68–71) and the
-//! ownership, link and rollback-guard rules of §2.15.
+//! Initialization owner scenarios 68–71 and the ownership, link and rollback-guard rules of
+//! `docs/harness-backend.md`, "Initialization owner".
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

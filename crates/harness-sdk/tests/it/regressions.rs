@@ -1,5 +1,6 @@
-//! Regression tests for the bugs of reference §5 that the reference backend and its hooks
-//! must make impossible (#138767 lives in `generation.rs`).
+//! Regression tests for upstream bugs (numbered as in the upstream tracker) that the
+//! thread-binding backend and its hooks must make impossible; `docs/harness-backend.md`,
+//! "Failure shapes the backend rules out", lists them (#138767 lives in `generation.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

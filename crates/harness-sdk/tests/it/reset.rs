@@ -1,4 +1,5 @@
-//! Reset fan-out (reference §2.16, scenario 67) and the harness registry.
+//! Reset fan-out (scenario 67; `docs/deletion-and-reset.md`, "Reset fan-out") and the harness
+//! registry.
 //!
 //! The "logged once" set is process-global, so every test uses its own harness ids.
 
@@ -226,7 +227,7 @@ fn owner_changed(err: &Error, id: &str) -> bool {
 /// when the registration is replaced (the hook replaced), the registry changes, the
 /// registration is removed, the plugin lifecycle authority is lost, or the operation closes —
 /// and a callback retained past the operation keeps failing. The host's deletion commit and
-/// rollback run this check first (reference §2.11 step 3).
+/// rollback run this check first (`docs/deletion-and-reset.md`, step 3 "Owners").
 #[test]
 fn lifecycle_scenario_66_harness_owner_replaced_mid_operation() {
     let registry = Arc::new(HarnessRegistry::new());

@@ -1,4 +1,5 @@
-//! The host side of session deletion and context reset (reference §2.11), end to end.
+//! The host side of session deletion and context reset, end to end (the contract:
+//! `docs/deletion-and-reset.md`).
 //!
 //! [`HostSessions`] runs one operation over sorted, deduplicated targets:
 //!

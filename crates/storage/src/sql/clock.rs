@@ -1,4 +1,4 @@
-//! A clock that follows the database server's time (SPEC decision 3.3).
+//! A clock that follows the database server's time (see `docs/storage.md`, "One clock").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};

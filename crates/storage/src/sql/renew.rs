@@ -1,5 +1,5 @@
-//! Batched lease renewal on the SQL store: many heartbeats in one transaction (SPEC
-//! section 5).
+//! Batched lease renewal on the SQL store: many heartbeats in one transaction (see
+//! `docs/lifecycle.md`, "Batched heartbeats").
 //!
 //! PostgreSQL renews a whole batch with one statement whatever its size: `UPDATE … FROM
 //! unnest(keys, tokens, expiries) WITH ORDINALITY … RETURNING` the renewed positions,

@@ -1,4 +1,5 @@
-//! Binding-row operations bound to an open SQL transaction (SPEC decision 3.5).
+//! Binding-row operations bound to an open SQL transaction (the decision in
+//! `docs/deletion-and-reset.md`: deletion commits inside the host's transaction).
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! The fault-point walk of the store and of the host deletion / context-reset transaction
-//! (SPEC §5 "Reliability"): every point × every kind, checking the documented outcome — a typed
-//! store error, nothing replayed (the inner writes are counted), nothing lost or half-applied,
-//! and the key quarantined when the outcome is unknown.
+//! (RELIABILITY.md, "Fault injection at every step"): every point × every kind, checking the
+//! documented outcome — a typed store error, nothing replayed (the inner writes are counted),
+//! nothing lost or half-applied, and the key quarantined when the outcome is unknown.
 
 use std::sync::{Arc, Mutex};
 

@@ -17,7 +17,7 @@ fn memory() -> (crate::support::Backend, tether_storage::MemoryStore) {
     (backend, store)
 }
 
-/// Reference scenario 6, store side: a hook replaces the row just before the first compare; the
+/// Lifecycle scenario 6, store side: a hook replaces the row just before the first compare; the
 /// write conflicts with the successor, and a re-evaluation sees it.
 #[tokio::test]
 async fn hook_replaces_the_row_before_the_first_compare() {
@@ -82,7 +82,7 @@ async fn hook_replaces_the_row_before_the_first_compare() {
     );
 }
 
-/// Reference scenario 7, store side: the write applies and then the call fails; the caller sees
+/// Lifecycle scenario 7, store side: the write applies and then the call fails; the caller sees
 /// the error and the row holds the single write.
 #[tokio::test]
 async fn hook_fails_after_apply_with_the_write_in_place() {

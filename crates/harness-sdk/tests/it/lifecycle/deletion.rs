@@ -1,4 +1,5 @@
-//! Scenarios 23–31: lifecycle and deletion (reference §3 "Lifecycle and deletion").
+//! Scenarios 23–31: lifecycle and deletion (`docs/lifecycle.md`, "`with_deletion`", and
+//! `docs/deletion-and-reset.md`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -268,13 +269,13 @@ async fn lifecycle_scenario_30_rollback_after_unapplied_commit() {
 
 /// 31. Deletion commits only inside the host's transaction.
 ///
-/// OpenClaw's stage-D refuses a direct `mutation.commit()` outside its worker participant. In
-/// our design the commit takes the host's open [`RowTransaction`](tether_core::RowTransaction)
-/// (SPEC decision 3.5), so the property protected is that the binding row's removal commits
-/// and rolls back with the host transaction: a staged delete is invisible until the host
-/// commits; when the host transaction rolls back, the row is back and `rollback()` accepts
-/// the identical restored row (owner back to held); a post-commit finalizer has no row
-/// transaction at all (refused); only the host's committed transaction removes the row.
+/// OpenClaw's stage-D refuses a direct `mutation.commit()` outside its worker participant. In our
+/// design the commit takes the host's open [`RowTransaction`](tether_core::RowTransaction) (the
+/// decision in `docs/deletion-and-reset.md`), so the property protected is that the binding row's
+/// removal commits and rolls back with the host transaction: a staged delete is invisible until the
+/// host commits; when the host transaction rolls back, the row is back and `rollback()` accepts the
+/// identical restored row (owner back to held); a post-commit finalizer has no row transaction at
+/// all (refused); only the host's committed transaction removes the row.
 #[tokio::test]
 async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transaction() {
     let f = &Fixture::new().await;

@@ -1,4 +1,4 @@
-//! End to end with the host's deletion transaction (SPEC decision 3.5, reference §2.11): a
+//! End to end with the host's deletion transaction (`docs/deletion-and-reset.md`): a
 //! harness built on [`Lifecycle::with_deletion`] takes part in `HostSessions::delete_sessions`;
 //! its binding row disappears atomically with the session row, and a host transaction that
 //! fails before COMMIT leaves both in place with the lease released.

@@ -1,4 +1,4 @@
-//! Scenarios 1–22: leases and transact (reference §3 "Leases and transact").
+//! Scenarios 1–22: leases and `transact` (`docs/lifecycle.md`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -456,7 +456,7 @@ async fn lifecycle_scenario_12_unknown_outcome_retained() {
     let quarantined = f.quarantine.quarantined(&f.ns, k).await.unwrap();
     assert!(
         quarantined.is_some(),
-        "recorded durably (SPEC decision 3.6)"
+        "recorded durably (docs/storage.md, Unknown outcomes)"
     );
 
     f.clock.advance(STALE * 2);

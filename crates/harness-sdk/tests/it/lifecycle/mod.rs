@@ -1,5 +1,5 @@
-//! Lifecycle scenarios (reference `native-session-lifecycle.md` §3, scenarios 1–31) and the
-//! lifecycle's own properties, on the fake clock and the in-memory store.
+//! Lifecycle scenarios 1–31 (the contract: `docs/lifecycle.md`; numbering: `docs/README.md`) and
+//! the lifecycle's own properties, on the fake clock and the in-memory store.
 
 mod deletion;
 mod host;

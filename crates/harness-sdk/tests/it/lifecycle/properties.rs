@@ -1,4 +1,4 @@
-//! The lifecycle's own properties beyond the reference scenarios: fencing epochs,
+//! The lifecycle's own properties beyond the numbered scenarios: fencing epochs,
 //! re-entrancy, wait budget, acquisition refusal, invalid rows, settlement participants,
 //! wrappers, finalizers and release failures.
 

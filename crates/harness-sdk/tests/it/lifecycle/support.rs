@@ -1,6 +1,6 @@
-//! The default fixture of reference §3: in-memory store, fake clock and manual timer, lease
-//! 65 s / wait 70 s / retry 1 s / renew 21.666 s, `prepare_lease = {...cur, lease}`, the
-//! reference error texts.
+//! The default fixture of the lifecycle scenarios: in-memory store, fake clock and manual timer,
+//! lease 65 s / wait 70 s / retry 1 s / renew 21.666 s, `prepare_lease = {...cur, lease}`, the
+//! default error texts.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -190,8 +190,8 @@ impl Fixture {
     }
 }
 
-/// A store wrapper for every backend (binding rows and quarantine): counts calls in flight (so the manual timer can wait for
-/// real I/O) and can hold the next compare-and-apply on a [`Gate`].
+/// A store wrapper for every backend (binding rows and quarantine): counts calls in flight (so the
+/// manual timer can wait for real I/O) and can hold the next compare-and-apply on a [`Gate`].
 #[derive(Debug)]
 pub(crate) struct GatedStore {
     inner: Arc<dyn BindingStore>,

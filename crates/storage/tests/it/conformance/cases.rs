@@ -26,7 +26,7 @@ fn applied_revision(outcome: &ApplyOutcome) -> tether_core::Revision {
 }
 
 /// A conflicting write changes nothing and hands back a fresh observation to re-evaluate
-/// against (reference scenario 6, store side).
+/// against (lifecycle scenario 6, store side; `docs/storage.md`, "Conditional writes").
 pub(crate) async fn cas_conflict_returns_fresh_observation(b: &Backend) {
     let ns = b.namespace("cas", |c| c).await;
     let k = key("s1");
@@ -929,7 +929,7 @@ fn inner_value(raw: &str) -> String {
         .unwrap_or_default()
 }
 
-/// Reference scenario 6 on every backend: a fault replaces the row just before the first
+/// Lifecycle scenario 6 on every backend: a fault replaces the row just before the first
 /// compare; the conflict re-evaluates with the fresh observation (apply runs twice) and writes
 /// nothing.
 pub(crate) async fn scenario_6_conflict_reevaluates_with_the_fresh_observation(b: &Backend) {
@@ -971,7 +971,7 @@ pub(crate) async fn scenario_6_conflict_reevaluates_with_the_fresh_observation(b
     );
 }
 
-/// Reference scenario 7 on every backend: the write applies and then the call fails; the error
+/// Lifecycle scenario 7 on every backend: the write applies and then the call fails; the error
 /// is returned and the write is not replayed.
 pub(crate) async fn scenario_7_uncertain_outcome_is_not_replayed(b: &Backend) {
     let ns = b.namespace("s7", |c| c).await;

@@ -440,7 +440,8 @@ pub(crate) async fn server_clock_tracks_database_time(store: &Store) {
     assert!((clock.now().as_millis() - local.as_millis()).abs() < 2_000);
 }
 
-/// SPEC decision 3.5 on every SQL backend: a harness's deletion commit removes its binding row
+/// Deletion in the host transaction (the decision in `docs/deletion-and-reset.md`) on every SQL
+/// backend: a harness's deletion commit removes its binding row
 /// inside the host transaction, so a failure before COMMIT restores it and a success removes
 /// both rows together.
 pub(crate) async fn deletion_commits_bindings_with_the_session_row(store: &Store) {

@@ -1,4 +1,5 @@
-//! The host deletion and context-reset transaction: reference scenarios 57–66.
+//! The host deletion and context-reset transaction: scenarios 57–66 (the contract:
+//! `docs/deletion-and-reset.md`).
 
 pub(crate) mod harness;
 mod host_writes;

@@ -1,4 +1,5 @@
-//! Reference scenarios 57–66 (host side of deletion and context reset), on SQLite.
+//! Scenarios 57–66 (host side of deletion and context reset, `docs/deletion-and-reset.md`), on
+//! SQLite.
 
 use std::sync::Arc;
 
@@ -716,8 +717,8 @@ impl tether_core::InitializationHandle for TestInitialization {
     }
 }
 
-/// Reference 2.11 step 1 and 3: a deletion that rolls back an initialization hands the handle
-/// to the harnesses, and the owners' authority ends with the handle's.
+/// `docs/deletion-and-reset.md`, steps 1 and 3: a deletion that rolls back an initialization
+/// hands the handle to the harnesses, and the owners' authority ends with the handle's.
 #[tokio::test]
 async fn deletion_rolling_back_an_initialization_follows_its_handle() {
     use tether_storage::deletion::DeletionRequest;
