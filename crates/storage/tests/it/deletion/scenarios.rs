@@ -16,10 +16,39 @@ use tether_storage::{
 use super::harness::{Log, RecordingHarness, bind, binding_key, entries};
 use crate::conformance::host_cases::{new_session, session_key};
 use crate::support::{sqlite_store, unique_ns};
+use tether_storage::testing::PgTestDatabase;
+
+/// The backend a scenario runs on.
+#[derive(Debug, Clone, Copy)]
+enum Db {
+    Sqlite,
+    Postgres,
+}
+
+/// Each scenario body runs on SQLite and on PostgreSQL (skipped without a server unless
+/// `TETHER_REQUIRE_PG=1`): `<scenario>::on_sqlite`, `<scenario>::on_postgres`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test]
+                async fn on_sqlite() {
+                    super::$name(super::Db::Sqlite).await;
+                }
+
+                #[tokio::test]
+                async fn on_postgres() {
+                    super::$name(super::Db::Postgres).await;
+                }
+            }
+        )*
+    };
+}
 
 struct Fixture {
     store: Store,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
+    _pg: Option<PgTestDatabase>,
     registry: Arc<HarnessRegistry>,
     runs: Arc<ActiveRuns>,
     log: Log,
@@ -35,16 +64,28 @@ struct Turns {
 }
 
 impl Fixture {
-    async fn new() -> Self {
-        let (store, dir) = sqlite_store().await;
-        Self {
+    /// A fresh database of `db`; `None` when PostgreSQL is not there (and not required).
+    async fn on(db: Db) -> Option<Self> {
+        let (store, dir, pg) = match db {
+            Db::Sqlite => {
+                let (store, dir) = sqlite_store().await;
+                (store, Some(dir), None)
+            }
+            Db::Postgres => {
+                let pg = PgTestDatabase::create("deletion_scenarios").await?;
+                let store = Store::open(pg.url()).await.unwrap();
+                (store, None, Some(pg))
+            }
+        };
+        Some(Self {
             store,
             _dir: dir,
+            _pg: pg,
             registry: HarnessRegistry::shared(),
             runs: Arc::new(ActiveRuns::new()),
             log: Log::default(),
             ns: unique_ns("native-bindings"),
-        }
+        })
     }
 
     fn hosts(&self) -> HostSessions {
@@ -135,9 +176,10 @@ fn effects(log: &Log) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, true);
     let hosts = f.hosts();
 
@@ -187,14 +229,25 @@ async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context() 
     assert_eq!(path, vec![t.u1, t.a1, t.u2, t.a2]);
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_58_cut_transaction_failure_restores_native_context() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_58_cut_transaction_failure_restores_native_context(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, true);
     let (key, t) = f.session("s58").await;
     let before = f.entry(&key).await;
-    f.sql("CREATE TRIGGER abort_rotation BEFORE UPDATE ON host_sessions BEGIN SELECT RAISE(ABORT, 'injected session-row failure'); END")
-        .await;
+    match db {
+        Db::Sqlite => {
+            f.sql("CREATE TRIGGER abort_rotation BEFORE UPDATE ON host_sessions BEGIN SELECT RAISE(ABORT, 'injected session-row failure'); END")
+                .await;
+        }
+        Db::Postgres => {
+            f.sql("CREATE FUNCTION abort_rotation() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected session-row failure'; END $$ LANGUAGE plpgsql")
+                .await;
+            f.sql("CREATE TRIGGER abort_rotation BEFORE UPDATE ON host_sessions FOR EACH ROW EXECUTE FUNCTION abort_rotation()")
+                .await;
+        }
+    }
     let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
     assert!(
         err.to_string().contains("injected session-row failure"),
@@ -206,9 +259,10 @@ async fn lifecycle_scenario_58_cut_transaction_failure_restores_native_context()
     assert!(!h.finalized());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let (key, t) = f.session("s59").await;
     // A second branch, made without harnesses: u1 → a1 → {u2 → a2, u2b}.
     f.store
@@ -273,9 +327,10 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context() {
     assert!(!h.finalized());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_60_fork_leaves_the_source_native_context_intact() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_60_fork_leaves_the_source_native_context_intact(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, true);
     let (key, t) = f.session("s60").await;
     let before = (f.entry(&key).await, f.binding(&key).await);
@@ -292,10 +347,11 @@ async fn lifecycle_scenario_60_fork_leaves_the_source_native_context_intact() {
     assert!(!h.finalized());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewind() {
+async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewind(db: Db) {
     // Preparation phase: the link is adopted while the harness prepares.
-    let f = Fixture::new().await;
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, true);
     let (key, t) = f.session("s61-prepare").await;
     let before = (
@@ -334,7 +390,9 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
     );
 
     // Commit phase: the link is adopted inside the transaction after the harness committed.
-    let f = Fixture::new().await;
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     f.harness("codex", true, true);
     let (key, t) = f.session("s61-commit").await;
     let before = (f.entry(&key).await, f.binding(&key).await);
@@ -368,9 +426,10 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
     );
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_62_commit_edge_generation_check() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_62_commit_edge_generation_check(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, true);
 
     // The session rotates while the harness prepares.
@@ -443,9 +502,10 @@ async fn lifecycle_scenario_62_commit_edge_generation_check() {
     assert!(f.binding(&key).await.is_some());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, false);
     let (key, _) = f.session("s63").await;
     let err = f.hosts().delete_without_harnesses(&key).await.unwrap_err();
@@ -460,8 +520,7 @@ async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present() {
     assert!(f.entry(&key).await.is_none());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_64_rollback_order_and_aggregation() {
+async fn lifecycle_scenario_64_rollback_order_and_aggregation(db: Db) {
     let fail_before_commit = || {
         TransactionHooks::new().after_mutations(|_tx| {
             Box::pin(async { Err(Error::other("injected failure before COMMIT")) })
@@ -469,7 +528,9 @@ async fn lifecycle_scenario_64_rollback_order_and_aggregation() {
     };
 
     // Both commits ran, the transaction fails before COMMIT: rollbacks B then A.
-    let f = Fixture::new().await;
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let a = f.harness("a-harness", true, false);
     let b = f.harness("b-harness", true, false);
     let (key, _) = f.session("s64").await;
@@ -535,9 +596,10 @@ async fn lifecycle_scenario_64_rollback_order_and_aggregation() {
     assert!(f.binding(&key).await.is_none());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_65_competing_work_blocks_the_mutation() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_65_competing_work_blocks_the_mutation(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, true);
     let (key, t) = f.session("s65").await;
     f.runs.admit(&key);
@@ -587,9 +649,10 @@ async fn lifecycle_scenario_65_competing_work_blocks_the_mutation() {
     assert!(f.binding(&key).await.is_some());
 }
 
-#[tokio::test]
-async fn lifecycle_scenario_66_harness_owner_replaced_mid_operation() {
-    let f = Fixture::new().await;
+async fn lifecycle_scenario_66_harness_owner_replaced_mid_operation(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, false);
     let (key, _) = f.session("s66").await;
     let (registry, log, ns) = (Arc::clone(&f.registry), Arc::clone(&f.log), f.ns.clone());
@@ -626,7 +689,9 @@ async fn lifecycle_scenario_66_harness_owner_replaced_mid_operation() {
     assert!(captured().is_err(), "a retained assertion keeps failing");
 
     // After a successful operation the retained assertion is dead as well.
-    let f = Fixture::new().await;
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, false);
     let (key, _) = f.session("s66-closed").await;
     f.hosts()
@@ -643,9 +708,10 @@ async fn lifecycle_scenario_66_harness_owner_replaced_mid_operation() {
 
 /// Targets are deduplicated and sorted; owners are filtered by `agent_harness_id`; bindings go
 /// with the session rows; every harness is notified after the deletion.
-#[tokio::test]
-async fn deletion_sorts_targets_filters_owners_and_notifies_after_commit() {
-    let f = Fixture::new().await;
+async fn deletion_sorts_targets_filters_owners_and_notifies_after_commit(db: Db) {
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let codex = f.harness("codex", true, false);
     f.harness("other", true, false);
     let (a, _) = f.session("del-a").await;
@@ -719,11 +785,12 @@ impl tether_core::InitializationHandle for TestInitialization {
 
 /// `docs/deletion-and-reset.md`, steps 1 and 3: a deletion that rolls back an initialization
 /// hands the handle to the harnesses, and the owners' authority ends with the handle's.
-#[tokio::test]
-async fn deletion_rolling_back_an_initialization_follows_its_handle() {
+async fn deletion_rolling_back_an_initialization_follows_its_handle(db: Db) {
     use tether_storage::deletion::DeletionRequest;
 
-    let f = Fixture::new().await;
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     let h = f.harness("codex", true, false);
     let (key, _) = f.session("init-ok").await;
     let init = Arc::new(TestInitialization {
@@ -772,10 +839,11 @@ async fn deletion_rolling_back_an_initialization_follows_its_handle() {
 /// Every pushed mutation learns how the host transaction ended: committed after COMMIT, rolled
 /// back after the rollback list ran, and unknown — with no rollback — when COMMIT itself fails
 /// (here a deferred foreign-key violation that SQLite reports only at COMMIT).
-#[tokio::test]
-async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_commit() {
+async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_commit(db: Db) {
     // Committed.
-    let f = Fixture::new().await;
+    let Some(f) = Fixture::on(db).await else {
+        return;
+    };
     f.harness("codex", true, false);
     let (key, _) = f.session("settle-committed").await;
     f.hosts()
@@ -838,3 +906,19 @@ async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_comm
         "no rollback after an unknown COMMIT: {log:?}"
     );
 }
+
+on_both_backends!(
+    lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context,
+    lifecycle_scenario_58_cut_transaction_failure_restores_native_context,
+    lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context,
+    lifecycle_scenario_60_fork_leaves_the_source_native_context_intact,
+    lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewind,
+    lifecycle_scenario_62_commit_edge_generation_check,
+    lifecycle_scenario_63_unprepared_deletion_with_owners_present,
+    lifecycle_scenario_64_rollback_order_and_aggregation,
+    lifecycle_scenario_65_competing_work_blocks_the_mutation,
+    lifecycle_scenario_66_harness_owner_replaced_mid_operation,
+    deletion_sorts_targets_filters_owners_and_notifies_after_commit,
+    deletion_rolling_back_an_initialization_follows_its_handle,
+    host_transaction_settles_mutations_and_never_rolls_back_an_unknown_commit,
+);
