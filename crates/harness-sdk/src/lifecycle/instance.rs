@@ -355,6 +355,10 @@ pub(crate) type ApplyStep<'a, R, T> = dyn FnMut(Option<&R>, Option<&LeaseToken>,
     + Send
     + 'a;
 
+/// A plain write's decision: `apply(current, owned_token)`.
+type WriteStep<'a, R, T> =
+    dyn FnMut(Option<&R>, Option<&LeaseToken>) -> Result<Applied<R, T>, Error> + Send + 'a;
+
 impl<C: RecordCodec + 'static> Lifecycle<C> {
     /// Starts building a lifecycle over `store`'s `namespace` (which must be registered with
     /// the store), decoding rows with `codec`, acquiring with `prepare_lease`.
@@ -505,17 +509,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             if owner.is_none() && options.fail_if_held_here {
                 self.shared.refuse_own_live_lease(key)?;
             }
-            let (result, _) = self
-                .transact_as(
-                    key,
-                    options.assert_current,
-                    owner,
-                    None,
-                    options.wait_budget,
-                    &mut |current, token, _| apply(current, token),
-                )
-                .await?;
-            Ok(result)
+            self.write_as(key, owner, options, &mut apply).await
         }
         .instrument(span)
         .await
@@ -545,20 +539,32 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 )));
             }
             self.shared.assert_durably_settled(&key).await?;
-            let (result, _) = self
-                .transact_as(
-                    &key,
-                    options.assert_current,
-                    Some(guard.owner.clone()),
-                    None,
-                    options.wait_budget,
-                    &mut |current, token, _| apply(current, token),
-                )
-                .await?;
-            Ok(result)
+            self.write_as(&key, Some(guard.owner.clone()), options, &mut apply)
+                .await
         }
         .instrument(span)
         .await
+    }
+
+    /// One plain write (no acquisition) as `owner`, or as no owner.
+    async fn write_as<T: Send>(
+        &self,
+        key: &BindingKey,
+        owner: Option<Arc<OwnerState>>,
+        options: TransactOptions,
+        apply: &mut WriteStep<'_, C::Record, T>,
+    ) -> Result<T, Error> {
+        let (result, _) = self
+            .transact_as(
+                key,
+                options.assert_current,
+                owner,
+                None,
+                options.wait_budget,
+                &mut |current, token, _| apply(current, token),
+            )
+            .await?;
+        Ok(result)
     }
 
     /// The transact loop shared by `transact` and acquisition.
