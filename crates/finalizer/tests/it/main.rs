@@ -9,6 +9,7 @@ mod codex;
 mod engine;
 mod fuzz_twins;
 mod gate;
+mod hardening;
 mod harness;
 mod incomplete;
 mod orchestration;
