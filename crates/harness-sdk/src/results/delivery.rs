@@ -569,20 +569,49 @@ pub fn is_delivered_messaging_tool_result(q: &MessagingToolResult<'_>) -> bool {
     any(|s| s.delivery)
 }
 
+/// Where a broadcast envelope keeps its per-target `results`: at the top, or under `details`,
+/// `payload` or `details.payload` (the Gateway wraps the channel receipts).
+const BROADCAST_RESULT_PATHS: &[&[&str]] = &[
+    &["results"],
+    &["details", "results"],
+    &["payload", "results"],
+    &["details", "payload", "results"],
+];
+
+/// Whether a receipt states a concrete delivery (`deliveryStatus` or `status` of `sent` or
+/// `delivered`).
+fn concrete_delivery_status(receipt: &Value) -> bool {
+    matches!(
+        receipt.as_object().and_then(normalized_status).as_deref(),
+        Some("sent" | "delivered")
+    )
+}
+
+/// A broadcast delivered when some per-target entry is not a failure, carries no
+/// non-delivery signal, and has a receipt (`payload`, `toolResult` or `result`) that projects
+/// to a settled delivery; the entry must say `ok: true` unless the receipt itself states a
+/// concrete delivery status.
 fn broadcast_delivered(envelope: &Value) -> bool {
-    let Some(results) = envelope.get("results").and_then(Value::as_array) else {
-        return false;
-    };
-    results.iter().any(|entry| {
-        entry.get("ok") == Some(&Value::Bool(true))
-            && !scan(entry).non_delivery
-            && ["payload", "toolResult"].iter().any(|k| {
-                entry
-                    .get(*k)
-                    .and_then(project_plugin_message_delivery_fact)
-                    .is_some_and(|f| f.status == DeliveryStatus::Settled)
-            })
-    })
+    BROADCAST_RESULT_PATHS
+        .iter()
+        .filter_map(|path| {
+            path.iter()
+                .try_fold(envelope, |node, key| node.get(*key))
+                .and_then(Value::as_array)
+        })
+        .flatten()
+        .any(|entry| {
+            let ok = entry.get("ok");
+            ok != Some(&Value::Bool(false))
+                && !scan(entry).non_delivery
+                && ["payload", "toolResult", "result"].iter().any(|k| {
+                    entry.get(*k).is_some_and(|receipt| {
+                        (ok == Some(&Value::Bool(true)) || concrete_delivery_status(receipt))
+                            && project_plugin_message_delivery_fact(receipt)
+                                .is_some_and(|f| f.status == DeliveryStatus::Settled)
+                    })
+                })
+        })
 }
 
 /// The verdict on a core conversation tool result (`conversations_send`, `conversations_turn`).

@@ -188,6 +188,9 @@ const SENSITIVE_COMPACT: &[&str] = &[
     "securitycode",
     "paymentcredential",
     "sharedpaymenttoken",
+    "accountkey",
+    "sharedaccesskey",
+    "connectionstring",
 ];
 
 /// Generic names that are sensitive as JSON keys but too common in code and prose to be
@@ -500,7 +503,9 @@ const TOKEN_PREFIXES: &[&str] = &[
     "xapp-",
     "AKIA",
     "ASIA",
+    "AKID",
     "AIza",
+    "whsec_",
     "npm_",
     "spt_",
     "paycred_",
@@ -672,9 +677,10 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
     let bearer = families & FAMILY_BEARER != 0;
     let flags = families & FAMILY_FLAG != 0;
     let assignments = families & FAMILY_ASSIGNMENT != 0;
-    // Without token prefixes and assignments, a match can only start at `$`, or at a word
-    // that starts with `-` or `b`/`B`: jump from one such byte to the next.
-    let jump = !(tokens || assignments);
+    let extra = families & FAMILY_EXTRA != 0;
+    // Without token prefixes, assignments and the extra shapes, a match can only start at
+    // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
+    let jump = !(tokens || assignments || extra);
     let mut rw = Rewrite::new(text);
     let mut matched = false;
     let mut i = 0;
@@ -719,12 +725,37 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // Every check below needs its family and one of these; most words fail them all.
         let next = bytes.get(j).copied();
         let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
-        let bearer_check = bearer && len == 6;
+        let bearer_check = bearer && (len == 6 || len == 5);
         let flag_check = flags && c == b'-';
         let assignment_check =
             assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
-        if !(token_check || bearer_check || flag_check || assignment_check) {
+        let card_check = extra && c.is_ascii_digit();
+        let jwt_check = extra && c == b'e' && next == Some(b'.');
+        if !(token_check
+            || bearer_check
+            || flag_check
+            || assignment_check
+            || card_check
+            || jwt_check)
+        {
             i = j;
+            continue;
+        }
+        // Payment card numbers (their groups span several words).
+        if card_check && let Some(end) = card_number(bytes, i) {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
+            continue;
+        }
+        // JSON web tokens.
+        if jwt_check
+            && bytes[i..].starts_with(b"eyJ")
+            && let Some(end) = jwt(bytes, i)
+        {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
             continue;
         }
         // Word bytes are ASCII, so `i` and `j` are character boundaries.
@@ -743,6 +774,39 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         if bearer_check
             && word.eq_ignore_ascii_case("bearer")
             && let Some((start, end)) = scheme_token(text, j)
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
+        // `Basic <base64 of user:password>` (an existing mask is kept).
+        if bearer_check
+            && word.eq_ignore_ascii_case("basic")
+            && let Some((start, end)) = scheme_token(text, j)
+            && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
+        // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
+        if flag_check
+            && word == "-----BEGIN"
+            && let Some((start, end)) = pem_private_key(text, i)
+        {
+            matched = true;
+            if text[start..end].trim() != MASK {
+                rw.replace(start, end, "\n***\n");
+            }
+            i = end;
+            continue;
+        }
+        // `scheme://user:password@host` (URLs and connection strings).
+        if next == Some(b':')
+            && bytes[j..].starts_with(b"://")
+            && let Some((start, end)) = url_password(text, j)
         {
             matched = true;
             rw.mask_span(start, end, false);
@@ -791,10 +855,13 @@ const FAMILY_FLAG: u8 = 1 << 2;
 const FAMILY_TOKEN_DASH: u8 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
 const FAMILY_TOKEN_UNDERSCORE: u8 = 1 << 4;
-/// `AKIA`, `ASIA`, `AIza`: needs `AK`, `AS` or `AI`.
+/// `AKIA`, `ASIA`, `AKID`, `AIza`: needs `AK`, `AS` or `AI`.
 const FAMILY_TOKEN_UPPER: u8 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
 const FAMILY_BEARER: u8 = 1 << 6;
+/// JSON web tokens (`eyJ…`: needs `yJ`) and payment card numbers (a run of at least 13
+/// digits, single spaces or dashes allowed between them).
+const FAMILY_EXTRA: u8 = 1 << 7;
 /// Any built-in token prefix.
 const FAMILY_TOKEN: u8 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
 /// Every family (used with caller prefixes, which the families do not cover).
@@ -815,7 +882,7 @@ static PAIR_FIRST: [u8; 256] = {
         table[dash_letters[k] as usize] |= FAMILY_TOKEN_DASH;
         k += 1;
     }
-    let underscore_letters = b"kpousrbtmdf";
+    let underscore_letters = b"kpousrbtmdfc";
     let mut k = 0;
     while k < underscore_letters.len() {
         table[underscore_letters[k] as usize] |= FAMILY_TOKEN_UNDERSCORE;
@@ -824,6 +891,7 @@ static PAIR_FIRST: [u8; 256] = {
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'b' as usize] |= FAMILY_BEARER;
     table[b'B' as usize] |= FAMILY_BEARER;
+    table[b'y' as usize] |= FAMILY_EXTRA;
     table
 };
 
@@ -838,6 +906,9 @@ static PAIR_SECOND: [u8; 256] = {
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
+    table[b'a' as usize] |= FAMILY_BEARER;
+    table[b'A' as usize] |= FAMILY_BEARER;
+    table[b'J' as usize] |= FAMILY_EXTRA;
     table
 };
 
@@ -848,12 +919,208 @@ static PAIR_SECOND: [u8; 256] = {
 fn pattern_families(bytes: &[u8]) -> u8 {
     let mut families = 0u8;
     let mut first = 0u8;
+    // Digits seen in the current run of digits, spaces and dashes (a card number candidate).
+    let mut digits = 0u32;
     for &b in bytes {
         families |= first & PAIR_SECOND[usize::from(b)];
         first = PAIR_FIRST[usize::from(b)];
+        if b.is_ascii_digit() {
+            digits += 1;
+            if digits >= CARD_MIN_DIGITS {
+                families |= FAMILY_EXTRA;
+            }
+        } else if b != b' ' && b != b'-' {
+            digits = 0;
+        }
     }
     // The last byte pairs with nothing: only the single-byte families.
     families | (first & FAMILY_SINGLE)
+}
+
+/// Fewest digits of a payment card number.
+const CARD_MIN_DIGITS: u32 = 13;
+/// Most digits of a payment card number.
+const CARD_MAX_DIGITS: usize = 19;
+
+/// Whether `digits` (ASCII digits only) pass the Luhn check.
+fn luhn_valid(digits: &[u8]) -> bool {
+    let mut sum = 0u32;
+    for (i, d) in digits.iter().rev().enumerate() {
+        let mut v = u32::from(d - b'0');
+        if i % 2 == 1 {
+            v *= 2;
+            if v > 9 {
+                v -= 9;
+            }
+        }
+        sum += v;
+    }
+    sum.is_multiple_of(10)
+}
+
+/// Whether a digit string has the issuer prefix and length of a major card brand (Visa,
+/// Mastercard, American Express, Discover, JCB, Diners Club, UnionPay).
+fn card_brand_shape(digits: &[u8]) -> bool {
+    let n = digits.len();
+    let prefix = |k: usize| -> u32 {
+        digits[..k]
+            .iter()
+            .fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0'))
+    };
+    match digits[0] {
+        b'4' => matches!(n, 13 | 16 | 19),
+        b'5' => n == 16 && (51..=55).contains(&prefix(2)),
+        b'2' => n == 16 && (2221..=2720).contains(&prefix(4)),
+        b'3' => match prefix(2) {
+            34 | 37 => n == 15,
+            35 => (16..=19).contains(&n),
+            30 | 36 | 38 | 39 => (14..=19).contains(&n),
+            _ => false,
+        },
+        b'6' => (16..=19).contains(&n),
+        _ => false,
+    }
+}
+
+/// A payment card number starting at byte `start` (a word start): 13 to 19 digits, with
+/// single spaces or dashes between groups, a card brand's prefix and length, and a valid Luhn
+/// check digit. Returns the end of its last digit.
+fn card_number(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut digits = [0u8; CARD_MAX_DIGITS];
+    let mut n = 0;
+    let mut k = start;
+    let mut end = start;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b.is_ascii_digit() {
+            if n == CARD_MAX_DIGITS {
+                return None;
+            }
+            digits[n] = b;
+            n += 1;
+            k += 1;
+            end = k;
+        } else if (b == b' ' || b == b'-') && bytes.get(k + 1).is_some_and(u8::is_ascii_digit) {
+            k += 1;
+        } else {
+            break;
+        }
+    }
+    // The number must end the word: no letter, digit, `_` or `-` glued to it.
+    if bytes.get(end).is_some_and(|&b| is_word_byte(b)) && bytes[end] != b'-' {
+        return None;
+    }
+    let digits = &digits[..n];
+    (n >= CARD_MIN_DIGITS as usize && card_brand_shape(digits) && luhn_valid(digits)).then_some(end)
+}
+
+/// A JSON web token at `start`: `eyJ…` then one or two more `.`-separated base64url segments
+/// (the signature may be empty). Returns its end.
+fn jwt(bytes: &[u8], start: usize) -> Option<usize> {
+    let segment = |from: usize| {
+        let mut k = from;
+        while k < bytes.len()
+            && (bytes[k].is_ascii_alphanumeric() || matches!(bytes[k], b'_' | b'-'))
+        {
+            k += 1;
+        }
+        k
+    };
+    let first = segment(start);
+    if first - start < 10 || bytes.get(first) != Some(&b'.') {
+        return None;
+    }
+    let second = segment(first + 1);
+    if second == first + 1 {
+        return None;
+    }
+    if bytes.get(second) == Some(&b'.') {
+        Some(segment(second + 1))
+    } else {
+        Some(second)
+    }
+}
+
+/// The password of a URL's user information at `scheme_end` (the index of `:` in `://`):
+/// `scheme://user:password@host`. Returns the byte range of the password.
+fn url_password(text: &str, scheme_end: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let authority = scheme_end + 3;
+    let mut k = authority;
+    let mut at = None;
+    while k < bytes.len() {
+        match bytes[k] {
+            b'/' | b'?' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' => break,
+            b if b.is_ascii_whitespace() => break,
+            b'@' => at = Some(k),
+            _ => {}
+        }
+        k += 1;
+    }
+    let at = at?;
+    let colon = authority + text[authority..at].find(':')?;
+    (colon + 1 < at).then_some((colon + 1, at))
+}
+
+/// `-----BEGIN … PRIVATE KEY-----` at `start`: the byte range of the key body (after the
+/// header line, up to the matching `-----END` line, or to the end of the text when the block
+/// is cut off).
+fn pem_private_key(text: &str, start: usize) -> Option<(usize, usize)> {
+    let rest = &text[start..];
+    let header = rest.strip_prefix("-----BEGIN ")?;
+    let close = header.find("-----")?;
+    let label = &header[..close];
+    if !label.ends_with("PRIVATE KEY") || label.contains('\n') {
+        return None;
+    }
+    let body_start = start + "-----BEGIN ".len() + close + 5;
+    let body_end = text[body_start..]
+        .find("-----END ")
+        .map_or(text.len(), |i| body_start + i);
+    Some((body_start, body_end))
+}
+
+/// A `Basic` credential: standard base64 (length a multiple of 4, at least 8) decoding to
+/// printable ASCII `user:password`.
+fn is_basic_credential(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    if bytes.len() < 8 || !bytes.len().is_multiple_of(4) {
+        return false;
+    }
+    let value = |b: u8| -> Option<u32> {
+        Some(match b {
+            b'A'..=b'Z' => u32::from(b - b'A'),
+            b'a'..=b'z' => u32::from(b - b'a') + 26,
+            b'0'..=b'9' => u32::from(b - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        })
+    };
+    let mut colon = false;
+    let last = bytes.len() / 4 - 1;
+    for (index, chunk) in bytes.chunks(4).enumerate() {
+        let pad = chunk.iter().rev().take_while(|&&b| b == b'=').count();
+        if pad > 2 || (pad > 0 && index != last) {
+            return false;
+        }
+        let mut n = 0u32;
+        for &b in &chunk[..4 - pad] {
+            match value(b) {
+                Some(v) => n = (n << 6) | v,
+                None => return false,
+            }
+        }
+        n <<= 6 * pad as u32;
+        for i in 0..3 - pad {
+            let byte = ((n >> (16 - 8 * i)) & 0xff) as u8;
+            if !(0x20..0x7f).contains(&byte) {
+                return false;
+            }
+            colon |= byte == b':';
+        }
+    }
+    colon
 }
 
 /// Shortest word a built-in prefix can match: the shortest prefix plus [`TOKEN_MIN_BODY`].
@@ -865,7 +1132,7 @@ fn is_builtin_token(word: &str) -> bool {
     if bytes.len() < BUILTIN_TOKEN_MIN_LEN
         || !matches!(
             bytes[0],
-            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h'
+            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h' | b'w'
         )
     {
         return false;
