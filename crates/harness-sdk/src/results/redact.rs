@@ -984,34 +984,45 @@ fn card_brand_shape(digits: &[u8]) -> bool {
 
 /// A payment card number starting at byte `start` (a word start): 13 to 19 digits, with
 /// single spaces or dashes between groups, a card brand's prefix and length, and a valid Luhn
-/// check digit. Returns the end of its last digit.
+/// check digit. Returns the end of its last digit. When digit groups run on (`4111 1111 1111
+/// 1111 2 items`), the longest valid number ending at a group boundary wins.
 fn card_number(bytes: &[u8], start: usize) -> Option<usize> {
     let mut digits = [0u8; CARD_MAX_DIGITS];
     let mut n = 0;
+    // Candidate ends: (digit count, byte end) at each group boundary.
+    let mut ends = [(0usize, 0usize); CARD_MAX_DIGITS + 1];
+    let mut boundaries = 0;
     let mut k = start;
-    let mut end = start;
+    let mut glued = false;
     while k < bytes.len() {
         let b = bytes[k];
         if b.is_ascii_digit() {
             if n == CARD_MAX_DIGITS {
-                return None;
+                glued = true;
+                break;
             }
             digits[n] = b;
             n += 1;
             k += 1;
-            end = k;
         } else if (b == b' ' || b == b'-') && bytes.get(k + 1).is_some_and(u8::is_ascii_digit) {
+            ends[boundaries] = (n, k);
+            boundaries += 1;
             k += 1;
         } else {
+            // The number must end the word: no letter or `_` glued to it.
+            glued = is_word_byte(b) && b != b'-';
             break;
         }
     }
-    // The number must end the word: no letter, digit, `_` or `-` glued to it.
-    if bytes.get(end).is_some_and(|&b| is_word_byte(b)) && bytes[end] != b'-' {
-        return None;
+    if !glued {
+        ends[boundaries] = (n, k);
+        boundaries += 1;
     }
-    let digits = &digits[..n];
-    (n >= CARD_MIN_DIGITS as usize && card_brand_shape(digits) && luhn_valid(digits)).then_some(end)
+    ends[..boundaries].iter().rev().find_map(|&(count, end)| {
+        let candidate = &digits[..count];
+        (count >= CARD_MIN_DIGITS as usize && card_brand_shape(candidate) && luhn_valid(candidate))
+            .then_some(end)
+    })
 }
 
 /// A JSON web token at `start`: `eyJ…` then one or two more `.`-separated base64url segments

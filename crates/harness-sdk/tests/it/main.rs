@@ -11,3 +11,4 @@ mod lifecycle;
 mod regressions;
 mod reset;
 mod results;
+mod stack_safety;

@@ -278,6 +278,9 @@ fn redaction_row_payment_card_numbers() {
     assert_scrubbed("charge card 4111111111111111 now", "4111111111111111");
     assert_scrubbed("card 5555-5555-5555-4444 exp 12/30", "5555-5555-5555-4444");
     assert_scrubbed("amex 3782 822463 10005 ok", "3782 822463 10005");
+    // Groups running on past the number still leave the number masked.
+    assert_scrubbed("card 4111 1111 1111 1111 2 items", "4111 1111 1111 1111");
+    assert_scrubbed("n 4 4111 1111 1111 1111", "4111 1111 1111 1111");
     // Numbers that are not card numbers stay: wrong Luhn digit, timestamps, snowflake ids.
     for keep in [
         "order 4111111111111112 shipped",
