@@ -33,6 +33,7 @@
 
 pub mod delivery;
 pub mod display;
+mod exec_display;
 pub mod media;
 pub mod mirror;
 pub mod redact;

@@ -1,0 +1,6 @@
+//! OpenClaw's own unit tests for the same helpers, translated case by case. Each test is named
+//! `openclaw_<file>_<case>` after the OpenClaw test file and case it translates. Where Tether
+//! deliberately differs, the test keeps Tether's expectation with a one-line reason, and the
+//! case is listed in `docs/compatibility.md`.
+
+mod tool_display;
