@@ -3,4 +3,8 @@
 //! deliberately differs, the test keeps Tether's expectation with a one-line reason, and the
 //! case is listed in `docs/compatibility.md`.
 
+mod accepted_session_spawn;
 mod tool_display;
+mod tool_error_state;
+mod tool_mutation;
+mod tool_terminal_outcome;
