@@ -12,6 +12,7 @@ mod gate;
 mod hardening;
 mod harness;
 mod incomplete;
+mod openclaw;
 mod orchestration;
 mod projection;
 mod support;
