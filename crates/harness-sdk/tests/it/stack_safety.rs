@@ -237,3 +237,22 @@ fn stack_safety_codecs() {
         assert!(ThreadBindingCodec.decode(&bytes).is_none());
     });
 }
+
+#[test]
+fn stack_safety_tool_result_errors() {
+    use tether_harness_sdk::results::errors::{
+        extract_tool_error_code, extract_tool_error_message, extract_tool_result_text,
+        is_tool_result_error, tool_result_failure_kind,
+    };
+    on_small_stack(|| {
+        for key in ["details", "content", "error", "x"] {
+            let v = deep_under(key);
+            let _ = is_tool_result_error(&v);
+            let _ = tool_result_failure_kind(&v);
+            let _ = extract_tool_error_message(&v);
+            let _ = extract_tool_error_code(&v);
+            let _ = extract_tool_result_text(&v);
+            drop_deep(v);
+        }
+    });
+}
