@@ -4,6 +4,7 @@
 //! case is listed in `docs/compatibility.md`.
 
 mod accepted_session_spawn;
+mod embedded_agent_message_tool_source_reply;
 mod embedded_agent_subscribe_tools;
 mod tool_display;
 mod tool_error_state;
