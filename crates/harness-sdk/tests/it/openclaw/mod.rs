@@ -8,5 +8,7 @@ mod embedded_agent_message_tool_source_reply;
 mod embedded_agent_subscribe_tools;
 mod tool_display;
 mod tool_error_state;
+mod tool_media_payloads;
 mod tool_mutation;
 mod tool_terminal_outcome;
+mod user_turn_transcript;
