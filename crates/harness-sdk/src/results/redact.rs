@@ -197,7 +197,7 @@ const SENSITIVE_COMPACT: &[&str] = &[
 /// treated as assignments inside free text.
 const TEXT_EXEMPT_COMPACT: &[&str] = &["key", "session", "signature"];
 
-const ENV_SUFFIXES: &[&str] = &["key", "token", "secret", "password", "passwd"];
+const ENV_SUFFIXES: &[&str] = &["key", "token", "secret", "password", "passwd", "cvc", "cvv"];
 
 const BENIGN_KEY_PREFIXES: &[&str] = &[
     "primary",
@@ -833,6 +833,34 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         {
             matched = true;
             let value = &text[a.value_start..a.value_end];
+            if is_authorization_key(word) {
+                if a.quoted && value.contains(' ') {
+                    // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
+                    if value != MASK {
+                        rw.replace(a.value_start, a.value_end, MASK);
+                    }
+                    i = a.value_end;
+                    continue;
+                }
+                if !a.quoted
+                    && !a.after_scheme
+                    && let Some((start, end)) =
+                        authorization_credentials(text, a.value_start, a.value_end)
+                {
+                    // `Authorization: Digest username="…", response="…"`: the scheme stays,
+                    // every credential parameter after it is masked.
+                    let credentials = &text[start..end];
+                    if credentials.contains([' ', ',', '"', '=']) {
+                        if credentials != MASK {
+                            rw.replace(start, end, MASK);
+                        }
+                    } else {
+                        rw.mask_span(start, end, false);
+                    }
+                    i = end;
+                    continue;
+                }
+            }
             if !is_own_shell_reference(word, value) {
                 rw.mask_span(a.value_start, a.value_end, a.quoted);
             }
@@ -1279,13 +1307,52 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if k == start || bytes[start] == b'-' {
         return None;
     }
+    // Prose such as "use --password or --password-file": a short lowercase word is not a
+    // credential value.
+    if k - start <= 4 && bytes[start..k].iter().all(u8::is_ascii_lowercase) {
+        return None;
+    }
     Some((start, k))
+}
+
+/// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
+fn is_authorization_key(word: &str) -> bool {
+    compact_eq(word.as_bytes(), b"authorization")
+        || compact_eq(word.as_bytes(), b"proxyauthorization")
+}
+
+/// The credentials after an authorization scheme that the assignment rule did not recognise
+/// (`Digest …`, `AWS4-HMAC-SHA256 …`, `Bot …`): `scheme_end` is the end of the scheme word;
+/// the credentials run to the end of the line.
+fn authorization_credentials(
+    text: &str,
+    scheme_start: usize,
+    scheme_end: usize,
+) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let scheme = &bytes[scheme_start..scheme_end];
+    if scheme.is_empty()
+        || !scheme
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+        || bytes.get(scheme_end) != Some(&b' ')
+    {
+        return None;
+    }
+    let start = scheme_end + 1;
+    let end = text[start..]
+        .find(['\n', '\r'])
+        .map_or(text.len(), |i| start + i);
+    let end = start + text[start..end].trim_end().len();
+    (end > start).then_some((start, end))
 }
 
 struct Assignment {
     value_start: usize,
     value_end: usize,
     quoted: bool,
+    /// The value follows a recognised scheme (`Bearer`, `Basic`, `Token`).
+    after_scheme: bool,
 }
 
 fn assignment(text: &str, after: usize) -> Option<Assignment> {
@@ -1326,6 +1393,7 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 value_start: start,
                 value_end: e,
                 quoted: false,
+                after_scheme: true,
             });
         }
     }
@@ -1349,15 +1417,25 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 value_start: start,
                 value_end: e,
                 quoted: true,
+                after_scheme: false,
             })
         }
         Some(_) => {
             let start = k;
-            let e = terminator_from(text, start);
+            let mut e = terminator_from(text, start);
+            // `${NAME}` / `${NAME:-default}` ends at its closing brace, not before it.
+            if text[start..].starts_with("${")
+                && bytes.get(e) == Some(&b'}')
+                && !text[start..e].contains(char::is_whitespace)
+                && terminator_from(text, e + 1) == e + 1
+            {
+                e += 1;
+            }
             (e > start).then_some(Assignment {
                 value_start: start,
                 value_end: e,
                 quoted: false,
+                after_scheme: false,
             })
         }
         None => None,

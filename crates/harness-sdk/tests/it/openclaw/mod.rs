@@ -6,6 +6,7 @@
 mod accepted_session_spawn;
 mod embedded_agent_message_tool_source_reply;
 mod embedded_agent_subscribe_tools;
+mod redact;
 mod tool_display;
 mod tool_error_state;
 mod tool_media_payloads;
