@@ -675,6 +675,7 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
     let shell = families & FAMILY_SHELL != 0;
     let tokens = families & FAMILY_TOKEN != 0;
     let bearer = families & FAMILY_BEARER != 0;
+    let basic = families & FAMILY_BASIC != 0;
     let flags = families & FAMILY_FLAG != 0;
     let assignments = families & FAMILY_ASSIGNMENT != 0;
     let extra = families & FAMILY_EXTRA != 0;
@@ -687,7 +688,9 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
     while i < n {
         if jump {
             match bytes[i..].iter().position(|&b| {
-                (flags && b == b'-') || (bearer && (b | 0x20) == b'b') || (shell && b == b'$')
+                (flags && b == b'-')
+                    || ((bearer || basic) && (b | 0x20) == b'b')
+                    || (shell && b == b'$')
             }) {
                 Some(k) => i += k,
                 None => break,
@@ -725,7 +728,7 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // Every check below needs its family and one of these; most words fail them all.
         let next = bytes.get(j).copied();
         let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
-        let bearer_check = bearer && (len == 6 || len == 5);
+        let bearer_check = (bearer && len == 6) || (basic && len == 5);
         let flag_check = flags && c == b'-';
         let assignment_check =
             assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
@@ -782,6 +785,7 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         }
         // `Basic <base64 of user:password>` (an existing mask is kept).
         if bearer_check
+            && basic
             && word.eq_ignore_ascii_case("basic")
             && let Some((start, end)) = scheme_token(text, j)
             && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
@@ -873,33 +877,36 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
 }
 
 /// Pattern families of the text layer, as bits of [`pattern_families`].
-const FAMILY_SHELL: u8 = 1;
+const FAMILY_SHELL: u16 = 1;
 /// `KEY=value`, `"key": "value"`: needs `=` or `:`.
-const FAMILY_ASSIGNMENT: u8 = 1 << 1;
+const FAMILY_ASSIGNMENT: u16 = 1 << 1;
 /// `--flag value`: needs `--`.
-const FAMILY_FLAG: u8 = 1 << 2;
+const FAMILY_FLAG: u16 = 1 << 2;
 /// A built-in token prefix with `-` (`sk-`, `glpat-`, `xoxb-`, …): needs one of the letters
 /// that precede the first `-` of such a prefix, then `-`.
-const FAMILY_TOKEN_DASH: u8 = 1 << 3;
+const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
-const FAMILY_TOKEN_UNDERSCORE: u8 = 1 << 4;
+const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
 /// `AKIA`, `ASIA`, `AKID`, `AIza`: needs `AK`, `AS` or `AI`.
-const FAMILY_TOKEN_UPPER: u8 = 1 << 5;
+const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
-const FAMILY_BEARER: u8 = 1 << 6;
+const FAMILY_BEARER: u16 = 1 << 6;
 /// JSON web tokens (`eyJ…`: needs `yJ`) and payment card numbers (a run of at least 13
 /// digits, single spaces or dashes allowed between them).
-const FAMILY_EXTRA: u8 = 1 << 7;
+const FAMILY_EXTRA: u16 = 1 << 7;
+/// `Basic <credential>`: needs `Ba` or `BA` (a capitalised scheme; lower-case "basic" is
+/// prose far more often than a credential).
+const FAMILY_BASIC: u16 = 1 << 8;
 /// Any built-in token prefix.
-const FAMILY_TOKEN: u8 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
+const FAMILY_TOKEN: u16 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
 /// Every family (used with caller prefixes, which the families do not cover).
-const FAMILY_ALL: u8 = u8::MAX;
+const FAMILY_ALL: u16 = u16::MAX;
 /// The families a single byte starts on its own, whatever follows it.
-const FAMILY_SINGLE: u8 = FAMILY_SHELL | FAMILY_ASSIGNMENT;
+const FAMILY_SINGLE: u16 = FAMILY_SHELL | FAMILY_ASSIGNMENT;
 
 /// For each byte, the families it can be the first byte of a pair for.
-static PAIR_FIRST: [u8; 256] = {
-    let mut table = [0u8; 256];
+static PAIR_FIRST: [u16; 256] = {
+    let mut table = [0u16; 256];
     table[b'$' as usize] |= FAMILY_SHELL;
     table[b'=' as usize] |= FAMILY_ASSIGNMENT;
     table[b':' as usize] |= FAMILY_ASSIGNMENT;
@@ -918,14 +925,22 @@ static PAIR_FIRST: [u8; 256] = {
     }
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'b' as usize] |= FAMILY_BEARER;
-    table[b'B' as usize] |= FAMILY_BEARER;
+    table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'y' as usize] |= FAMILY_EXTRA;
+    let mut d = b'0';
+    while d <= b'9' {
+        table[d as usize] |= DIGIT_BIT;
+        d += 1;
+    }
     table
 };
 
+/// In [`PAIR_FIRST`]: the byte is an ASCII digit (not a family; masked out of pair checks).
+const DIGIT_BIT: u16 = 1 << 15;
+
 /// For each byte, the families it can complete as the second byte of a pair (every byte
 /// completes the single-byte families).
-static PAIR_SECOND: [u8; 256] = {
+static PAIR_SECOND: [u16; 256] = {
     let mut table = [FAMILY_SINGLE; 256];
     table[b'-' as usize] |= FAMILY_FLAG | FAMILY_TOKEN_DASH;
     table[b'_' as usize] |= FAMILY_TOKEN_UNDERSCORE;
@@ -934,8 +949,8 @@ static PAIR_SECOND: [u8; 256] = {
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
-    table[b'a' as usize] |= FAMILY_BEARER;
-    table[b'A' as usize] |= FAMILY_BEARER;
+    table[b'a' as usize] |= FAMILY_BASIC;
+    table[b'A' as usize] |= FAMILY_BASIC;
     table[b'J' as usize] |= FAMILY_EXTRA;
     table
 };
@@ -944,25 +959,40 @@ static PAIR_SECOND: [u8; 256] = {
 /// clear cannot match anywhere, because the text lacks a byte pair every match of that family
 /// contains (see the `FAMILY_*` constants). Most ordinary text yields no family at all and is
 /// never scanned word by word.
-fn pattern_families(bytes: &[u8]) -> u8 {
-    let mut families = 0u8;
-    let mut first = 0u8;
-    // Digits seen in the current run of digits, spaces and dashes (a card number candidate).
+fn pattern_families(bytes: &[u8]) -> u16 {
+    let mut families = 0u16;
+    let mut first = 0u16;
+    // Digits in the text (the digit bit of `PAIR_FIRST`, read with the same load): a card
+    // number needs at least `CARD_MIN_DIGITS` of them, and only then are runs looked for.
     let mut digits = 0u32;
     for &b in bytes {
+        let entry = PAIR_FIRST[usize::from(b)];
         families |= first & PAIR_SECOND[usize::from(b)];
-        first = PAIR_FIRST[usize::from(b)];
-        if b.is_ascii_digit() {
-            digits += 1;
-            if digits >= CARD_MIN_DIGITS {
-                families |= FAMILY_EXTRA;
-            }
-        } else if b != b' ' && b != b'-' {
-            digits = 0;
-        }
+        first = entry & !DIGIT_BIT;
+        digits += u32::from(entry >> 15);
+    }
+    if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
+        families |= FAMILY_EXTRA;
     }
     // The last byte pairs with nothing: only the single-byte families.
     families | (first & FAMILY_SINGLE)
+}
+
+/// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
+/// dashes allowed between them.
+fn has_card_run(bytes: &[u8]) -> bool {
+    let mut run = 0u32;
+    for &b in bytes {
+        if b.is_ascii_digit() {
+            run += 1;
+            if run >= CARD_MIN_DIGITS {
+                return true;
+            }
+        } else if b != b' ' && b != b'-' {
+            run = 0;
+        }
+    }
+    false
 }
 
 /// Fewest digits of a payment card number.
@@ -1725,6 +1755,9 @@ mod tests {
             ("a: b", FAMILY_ASSIGNMENT),
             ("x --flag", FAMILY_FLAG),
             ("BEARER abc", FAMILY_BEARER),
+            ("Basic abc", FAMILY_BASIC),
+            ("card 4111111111111111", FAMILY_EXTRA),
+            ("eyJhbGciOiJIUzI1NiJ9.e30.x", FAMILY_EXTRA),
         ] {
             assert_ne!(pattern_families(text.as_bytes()) & family, 0, "{text}");
         }
