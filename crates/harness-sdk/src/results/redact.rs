@@ -1353,7 +1353,8 @@ fn is_authorization_key(word: &str) -> bool {
 
 /// The credentials after an authorization scheme that the assignment rule did not recognise
 /// (`Digest …`, `AWS4-HMAC-SHA256 …`, `Bot …`): `scheme_end` is the end of the scheme word;
-/// the credentials run to the end of the line.
+/// the credentials run to the first `;`, line break, or closing `}` or `)` outside double
+/// quotes (so `; status=401` after them stays readable).
 fn authorization_credentials(
     text: &str,
     scheme_start: usize,
@@ -1362,18 +1363,42 @@ fn authorization_credentials(
     let bytes = text.as_bytes();
     let scheme = &bytes[scheme_start..scheme_end];
     if scheme.is_empty()
-        || !scheme
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || *b == b'-')
+        || !scheme.iter().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'!' | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'&'
+                        | b'*'
+                        | b'+'
+                        | b'-'
+                        | b'.'
+                        | b'^'
+                        | b'_'
+                        | b'|'
+                        | b'~'
+                )
+        })
         || bytes.get(scheme_end) != Some(&b' ')
     {
         return None;
     }
     let start = scheme_end + 1;
-    let end = text[start..]
-        .find(['\n', '\r'])
-        .map_or(text.len(), |i| start + i);
-    let end = start + text[start..end].trim_end().len();
+    let mut k = start;
+    let mut in_quotes = false;
+    while k < bytes.len() {
+        match bytes[k] {
+            b'\\' => k += 1,
+            b'"' => in_quotes = !in_quotes,
+            b'\n' | b'\r' => break,
+            b';' | b'}' | b')' if !in_quotes => break,
+            _ => {}
+        }
+        k += 1;
+    }
+    let end = start + text[start..k.min(bytes.len())].trim_end().len();
     (end > start).then_some((start, end))
 }
 

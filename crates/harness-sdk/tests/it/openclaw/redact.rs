@@ -343,3 +343,64 @@ fn openclaw_redact_structured_authorization_fields() {
         assert!(!out.contains(secret), "{secret} in {out}");
     }
 }
+
+#[test]
+fn openclaw_redact_authorization_parameters_keep_following_diagnostics() {
+    let out = redact_text(
+        "Authorization: Digest username=\"digest-user-example\", response=\"digest-response-1234567890abcdef\"; request_id=digest-example",
+    );
+    assert_eq!(out, "Authorization: Digest ***; request_id=digest-example");
+    assert_eq!(
+        redact_text(
+            "Authorization: Hawk id=\"client\", mac=\"hawk-credential-proof-1234567890abcdef\"; status=401"
+        ),
+        "Authorization: Hawk ***; status=401"
+    );
+    let out = redact_text(
+        "Authorization: Foo id=abc'def`ghi, proof=token-grammar-proof-1234567890abcdef; status=401",
+    );
+    assert_eq!(out, "Authorization: Foo ***; status=401");
+    assert_eq!(
+        redact_text(
+            "{Authorization: AWS4-HMAC-SHA256 Credential=scope/path, SignedHeaders=host, Signature=structural-aws-signature-1234567890abcdef}"
+        ),
+        "{Authorization: AWS4-HMAC-SHA256 ***}"
+    );
+}
+
+#[test]
+fn openclaw_redact_punctuated_auth_schemes() {
+    assert_eq!(
+        redact_text("Authorization: Foo+Bar extension-token-1234567890abcdef; status=401"),
+        "Authorization: Foo+Bar extens…cdef; status=401"
+    );
+    assert_eq!(
+        redact_text("Authorization: Basic+Foo extension-token-1234567890abcdef; status=401"),
+        "Authorization: Basic+Foo extens…cdef; status=401"
+    );
+    assert_eq!(
+        redact_text("Authorization: Basic dXNlcg==, status=401"),
+        "Authorization: Basic ***, status=401"
+    );
+    assert_eq!(
+        redact_text("(Authorization: Negotiate cHJvb2YxMjM0NTY3ODkw)"),
+        "(Authorization: Negotiate cHJvb2…ODkw)"
+    );
+}
+
+#[test]
+fn openclaw_redact_token_headers_keep_adjacent_diagnostics() {
+    let token = "opaque-auth-value-1234567890abcdef";
+    let out = redact_text(&format!(
+        "Authorization: {token}, status=401\nProxy-Authorization: {token}; request_id=example\nAuthorization: Token {token}, status=401"
+    ));
+    assert!(!out.contains(token), "{out}");
+    assert!(out.contains(", status=401"), "{out}");
+    assert!(out.contains("; request_id=example"), "{out}");
+}
+
+#[test]
+fn openclaw_redact_authorization_prose_is_kept() {
+    let input = "the authorization model is open";
+    assert_eq!(redact_text(input), input);
+}
