@@ -1419,11 +1419,11 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
-    match bytes.get(k) {
-        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => {}
-        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => {}
+    let header_style = match bytes.get(k) {
+        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => false,
+        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => true,
         _ => return None,
-    }
+    };
     k += 1;
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
@@ -1477,7 +1477,11 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         }
         Some(_) => {
             let start = k;
-            let mut e = terminator_from(text, start);
+            let mut e = if header_style {
+                header_value_end(text, start)
+            } else {
+                terminator_from(text, start)
+            };
             // `${NAME}` / `${NAME:-default}` ends at its closing brace, not before it.
             if text[start..].starts_with("${")
                 && bytes.get(e) == Some(&b'}')
@@ -1495,6 +1499,30 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         }
         None => None,
     }
+}
+
+/// The end of an unquoted `Name: value` header value: URL punctuation (`&`, `#`, `)`, `?`)
+/// belongs to the value; blanks, quotes, `,`, `;`, `}` and `]` end it.
+fn header_value_end(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut k = from;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'`' | b',' | b';' | b'}' | b']') {
+            return k;
+        }
+        if b >= 0x80 {
+            // A non-ASCII blank ends the value too; other characters are stepped over whole.
+            match char_at(text, k) {
+                Some(c) if c.is_whitespace() => return k,
+                Some(c) => k += c.len_utf8(),
+                None => return bytes.len(),
+            }
+        } else {
+            k += 1;
+        }
+    }
+    bytes.len()
 }
 
 /// Whether `value` is a shell reference to `key` itself (`$KEY`, `${KEY}`, `${KEY:-}`).

@@ -404,3 +404,78 @@ fn openclaw_redact_authorization_prose_is_kept() {
     let input = "the authorization model is open";
     assert_eq!(redact_text(input), input);
 }
+
+#[test]
+fn openclaw_redact_unquoted_credential_headers() {
+    let values = [
+        "samplekeyvalue1234567890",
+        "samplegoogvalue1234567890",
+        "sampleaccessvalue1234567890",
+    ];
+    let out = redact_text(&format!(
+        "api-key: {}\nx-goog-api-key={}\nx-access-token: {}",
+        values[0], values[1], values[2]
+    ));
+    for kept in ["api-key: ", "x-goog-api-key=", "x-access-token: "] {
+        assert!(out.contains(kept), "{out}");
+    }
+    for value in values {
+        assert!(!out.contains(value), "{out}");
+    }
+    let out = redact_text("api-key: samplekeyvalue1234567890, request_id=example, status=500");
+    assert!(!out.contains("samplekeyvalue1234567890"), "{out}");
+    assert!(out.contains(", request_id=example, status=500"), "{out}");
+}
+
+#[test]
+fn openclaw_redact_punctuation_inside_header_values() {
+    let out = redact_text("api-key: prefix)sensitive&suffix#tail");
+    assert!(!out.contains("sensitive&suffix#tail"), "{out}");
+    assert_eq!(
+        redact_text("X-Api-Key: prefix&secret#suffix"),
+        "X-Api-Key: prefix…ffix"
+    );
+    // Deliberate difference: in `name=value` form Tether treats `&` as the parameter separator
+    // of a query or form body (`x-access-token=***&actual-secret#tail`); OpenClaw masks the
+    // rest of the word as well. The `Name: value` header form above masks it whole.
+    assert_eq!(
+        redact_text("x-access-token=prefix&actual-secret#tail"),
+        "x-access-token=***&actual-secret#tail"
+    );
+}
+
+#[test]
+fn openclaw_redact_named_gateway_security_headers() {
+    let token = "supersecretgatewaytoken1234567890";
+    let jwt = "eyJheaderabcd.eyJpayloadabcd.signatureabcd123456";
+    let out = redact_text(&format!(
+        "X-OpenClaw-Token: {token}\nx-pomerium-jwt-assertion: {jwt}\nX-Api-Key=shortsecret"
+    ));
+    assert!(out.contains("X-OpenClaw-Token: supers…7890"), "{out}");
+    assert!(
+        out.contains("x-pomerium-jwt-assertion: eyJhea…3456"),
+        "{out}"
+    );
+    assert!(out.contains("X-Api-Key=***"), "{out}");
+    assert!(
+        !out.contains(token) && !out.contains(jwt) && !out.contains("shortsecret"),
+        "{out}"
+    );
+}
+
+#[test]
+fn openclaw_redact_consecutive_and_serialized_auth_headers() {
+    let out = redact_text(
+        "Proxy-Authorization: Foo\nProxy-Authorization: Basic cHJveHk6cGFzcw==\nX-Authorization: Basic Y3VzdG9tOnBhc3M=\n{\"x-access-token\":\"sample-access-value-1234567890\",\"x-goog-api-key\":\"sample-google-value-1234567890\"}",
+    );
+    assert!(out.contains("Proxy-Authorization: Basic ***"), "{out}");
+    assert!(out.contains("X-Authorization: Basic ***"), "{out}");
+    for secret in [
+        "cHJveHk6cGFzcw==",
+        "Y3VzdG9tOnBhc3M=",
+        "sample-access-value-1234567890",
+        "sample-google-value-1234567890",
+    ] {
+        assert!(!out.contains(secret), "{out}");
+    }
+}
