@@ -256,3 +256,19 @@ fn stack_safety_tool_result_errors() {
         }
     });
 }
+
+#[test]
+fn stack_safety_json_codec_encodes_deep_records() {
+    on_small_stack(|| {
+        let mut deep = Map::new();
+        deep.insert("deep".into(), deep_under("x"));
+        let bytes = JsonObjectCodec.encode(&deep);
+        assert!(bytes.starts_with(b"{\"deep\":{\"x\":"));
+        // Deeper than the parser's own limit: the row reads back as "not a record", never
+        // as a crash.
+        assert!(JsonObjectCodec.decode(&bytes).is_none());
+        if let Some(v) = deep.remove("deep") {
+            drop_deep(v);
+        }
+    });
+}
