@@ -10,7 +10,8 @@ use tether_harness_sdk::results::delivery::{
     project_plugin_message_delivery_fact, read_message_delivery_fact, read_result_delivery_fact,
 };
 use tether_harness_sdk::results::display::{DetailMode, infer_tool_meta_from_args};
-use tether_harness_sdk::results::sanitize::sanitize_tool_args;
+use tether_harness_sdk::results::redact::redact_text;
+use tether_harness_sdk::results::sanitize::{sanitize_tool_args, sanitize_tool_result};
 
 /// The tool names the display inference knows, plus one it does not.
 pub const TOOLS: &[&str] = &[
@@ -43,6 +44,118 @@ pub fn check_sanitize_tool_args(data: &[u8]) {
     assert_eq!(args, before, "sanitize_tool_args changed its input");
     let twice = sanitize_tool_args(&once);
     assert_eq!(once, twice, "sanitize_tool_args is not idempotent");
+}
+
+/// One planted secret per row of the redaction table (`docs/redaction.md`): the row, the text
+/// to plant and the secret inside it that must never come out.
+pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
+    (
+        "assignment",
+        "OPENAI_API_KEY=abc123def456ghi789",
+        "abc123def456ghi789",
+    ),
+    ("flag", "--api-key k3yMaterial991", "k3yMaterial991"),
+    (
+        "bearer",
+        "Authorization: Bearer opaqueTokenValue12345",
+        "opaqueTokenValue12345",
+    ),
+    (
+        "basic",
+        "Basic dXNlcjpzM2NyM3QtcGFzcw==",
+        "dXNlcjpzM2NyM3QtcGFzcw==",
+    ),
+    ("aws", "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    (
+        "tencent",
+        "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE",
+        "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE",
+    ),
+    (
+        "google",
+        "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+        "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    ),
+    (
+        "azure",
+        "AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==;",
+        "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==",
+    ),
+    (
+        "github",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    ),
+    (
+        "slack",
+        "xoxb-2048-4096-AbCdEfGhIjKlMnOp",
+        "xoxb-2048-4096-AbCdEfGhIjKlMnOp",
+    ),
+    (
+        "stripe",
+        "sk_live_51HxYzAbCdEfGhIjKlMn",
+        "sk_live_51HxYzAbCdEfGhIjKlMn",
+    ),
+    (
+        "anthropic",
+        "sk-ant-api03-AbCdEf0123456789-xyz",
+        "sk-ant-api03-AbCdEf0123456789-xyz",
+    ),
+    (
+        "registry",
+        "hf_AbCdEfGhIjKlMnOpQrStUv",
+        "hf_AbCdEfGhIjKlMnOpQrStUv",
+    ),
+    (
+        "pem",
+        "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----",
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+    ),
+    (
+        "jwt",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV",
+    ),
+    (
+        "url",
+        "postgres://app:s3cr3t-db-pass@db:5432/prod",
+        "s3cr3t-db-pass",
+    ),
+    ("card", "4111 1111 1111 1111", "4111 1111 1111 1111"),
+    (
+        "shell",
+        "${GITHUB_TOKEN:-literalgithub1234567890}",
+        "literalgithub1234567890",
+    ),
+];
+
+/// Plants every row's secret between two halves of arbitrary text (separated by blanks) and
+/// checks that no redaction path lets the whole secret through.
+pub fn check_planted_secrets(data: &[u8]) {
+    let filler = String::from_utf8_lossy(data);
+    let mid = (0..=filler.len() / 2)
+        .rev()
+        .find(|i| filler.is_char_boundary(*i))
+        .unwrap_or(0);
+    let (head, tail) = filler.split_at(mid);
+    for (row, planted, secret) in PLANTED_SECRETS {
+        let text = format!("{head} {planted} {tail}");
+        let value = Value::String(text.clone());
+        let outputs = [
+            redact_text(&text),
+            sanitize_tool_args(&serde_json::json!({ "task": value.clone() })).to_string(),
+            sanitize_tool_result(
+                &serde_json::json!({"content": [{"type": "text", "text": value}]}),
+            )
+            .to_string(),
+        ];
+        for out in outputs {
+            assert!(
+                !out.contains(secret),
+                "the {row} secret survived redaction in {text:?}"
+            );
+        }
+    }
 }
 
 /// `infer_tool_meta_from_args`: the first byte picks the tool, the second the detail mode, the

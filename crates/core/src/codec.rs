@@ -54,8 +54,64 @@ impl RecordCodec for JsonObjectCodec {
     }
 
     fn encode(&self, record: &Self::Record) -> Vec<u8> {
-        serde_json::to_vec(record).unwrap_or_else(|_| b"{}".to_vec())
+        encode_object(record)
     }
+}
+
+/// What [`encode_object`] writes next.
+enum Piece<'a> {
+    Value(&'a serde_json::Value),
+    Key(&'a str),
+    Text(&'static [u8]),
+}
+
+/// Compact JSON of an object of any nesting depth, written with an explicit stack
+/// (`serde_json`'s serializer recurses once per level, so a deep record would overflow the
+/// stack). Keys keep the map's order; scalars are written by `serde_json`.
+fn encode_object(record: &serde_json::Map<String, serde_json::Value>) -> Vec<u8> {
+    use serde_json::Value;
+    fn push_object<'a>(map: &'a serde_json::Map<String, Value>, stack: &mut Vec<Piece<'a>>) {
+        stack.push(Piece::Text(b"}"));
+        for (i, (k, v)) in map.iter().enumerate().rev() {
+            stack.push(Piece::Value(v));
+            stack.push(Piece::Key(k));
+            if i > 0 {
+                stack.push(Piece::Text(b","));
+            }
+        }
+    }
+    let mut out = vec![b'{'];
+    let mut stack: Vec<Piece<'_>> = Vec::new();
+    push_object(record, &mut stack);
+    while let Some(piece) = stack.pop() {
+        match piece {
+            Piece::Text(t) => out.extend_from_slice(t),
+            Piece::Key(k) => {
+                // A string always serializes.
+                let _ = serde_json::to_writer(&mut out, k);
+                out.push(b':');
+            }
+            Piece::Value(Value::Array(items)) => {
+                out.push(b'[');
+                stack.push(Piece::Text(b"]"));
+                for (i, v) in items.iter().enumerate().rev() {
+                    stack.push(Piece::Value(v));
+                    if i > 0 {
+                        stack.push(Piece::Text(b","));
+                    }
+                }
+            }
+            Piece::Value(Value::Object(map)) => {
+                out.push(b'{');
+                push_object(map, &mut stack);
+            }
+            Piece::Value(scalar) => {
+                // Scalars always serialize.
+                let _ = serde_json::to_writer(&mut out, scalar);
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -88,6 +144,12 @@ mod tests {
             decode_row(&JsonObjectCodec, &texts, &key, None)
                 .unwrap()
                 .is_none()
+        );
+        let nested = serde_json::json!({"a": [1, "x\"y", {"b": null, "c": [true, 2.5]}], "d": {}});
+        let map = nested.as_object().cloned().unwrap_or_default();
+        assert_eq!(
+            JsonObjectCodec.encode(&map),
+            serde_json::to_vec(&nested).unwrap()
         );
         let ok = row(br#"{"value":"owner"}"#);
         let decoded = decode_row(&JsonObjectCodec, &texts, &key, Some(&ok))

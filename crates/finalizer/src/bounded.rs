@@ -15,6 +15,7 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
+use crate::result::{MAX_RESULT_DEPTH, depth_within};
 use serde_json::{Value, json};
 use tether_core::{AgentMessage, ContentBlock, MessageRole};
 
@@ -452,6 +453,11 @@ impl Projector {
                             if !field_ok(id, field) {
                                 return too_big(mode);
                             }
+                            // Serializing recurses once per level: deeper arguments are refused
+                            // before it.
+                            if !depth_within(arguments, MAX_RESULT_DEPTH) {
+                                return Err(RejectionReason::InvalidContent);
+                            }
                             let arguments = match arguments {
                                 Value::Object(_) => arguments.to_string(),
                                 Value::String(s) => match serde_json::from_str::<Value>(s) {
@@ -680,7 +686,7 @@ pub fn project_current_evidence(
     let mut source = source;
     let mut projector = Projector::new(limits);
     while let Some(next) = source.next_message() {
-        let msg = next.map_err(|e| e.reason())?;
+        let msg = Released(next.map_err(|e| e.reason())?);
         projector.push_current(&msg)?;
     }
     projector.finish()
@@ -699,14 +705,58 @@ pub struct ProvenanceInput<'a> {
     pub limits: ProjectionLimits,
 }
 
+/// A message read from a [`HistorySource`], dropped without recursion: its tool-call
+/// arguments and metadata values may nest arbitrarily deep, and `Value`'s own drop recurses
+/// once per level.
+struct Released(AgentMessage);
+
+impl std::ops::Deref for Released {
+    type Target = AgentMessage;
+
+    fn deref(&self) -> &AgentMessage {
+        &self.0
+    }
+}
+
+impl Drop for Released {
+    fn drop(&mut self) {
+        let mut stack: Vec<Value> = std::mem::take(&mut self.0.meta)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect();
+        for block in self.0.content.drain(..) {
+            if let ContentBlock::ToolCall { arguments, .. } = block {
+                stack.push(arguments);
+            }
+        }
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::Array(items) => stack.extend(items),
+                Value::Object(map) => stack.extend(map.into_iter().map(|(_, v)| v)),
+                _ => {}
+            }
+        }
+    }
+}
+
 /// The mirror identity of the turn's prompt.
 pub fn prompt_identity(turn_id: &str) -> String {
     format!("{turn_id}:prompt")
 }
 
 /// Whether two messages carry the same source evidence (role, content, pairing, error flag).
+/// Messages whose tool-call arguments nest deeper than [`MAX_RESULT_DEPTH`] are never the same
+/// (comparing them would recurse once per level).
 fn same_source_evidence(a: &AgentMessage, b: &AgentMessage) -> bool {
-    a.role == b.role
+    let shallow = |m: &AgentMessage| {
+        m.content.iter().all(|block| match block {
+            ContentBlock::ToolCall { arguments, .. } => depth_within(arguments, MAX_RESULT_DEPTH),
+            _ => true,
+        })
+    };
+    shallow(a)
+        && shallow(b)
+        && a.role == b.role
         && a.content == b.content
         && a.tool_call_id == b.tool_call_id
         && a.tool_name == b.tool_name
@@ -781,7 +831,7 @@ pub fn project_settled_turn_history(
     let mut next_required = 0usize;
     let mut region = Region::Prior;
     while let Some(next) = source.next_message() {
-        let msg = next.map_err(|e| e.reason())?;
+        let msg = Released(next.map_err(|e| e.reason())?);
         if let Some(id) = msg.id.as_deref()
             && !seen.insert(id.to_owned())
         {

@@ -35,6 +35,29 @@ pub enum FinalizerError {
         /// The first offending field name.
         field: String,
     },
+    /// The assistant carried a field outside
+    /// [`ALLOWED_ASSISTANT_FIELDS`](crate::result::ALLOWED_ASSISTANT_FIELDS) (for example a
+    /// chat-style `tool_calls`), or a `content` that is neither a string nor an array.
+    #[error("Settled-turn finalization returned unsupported assistant field: {field}")]
+    UnsupportedAssistantField {
+        /// The first offending field name (in key order).
+        field: String,
+    },
+    /// A content block is not an object with a type of
+    /// [`ALLOWED_CONTENT_BLOCK_TYPES`](crate::result::ALLOWED_CONTENT_BLOCK_TYPES).
+    #[error("Settled-turn finalization returned unsupported content block {field} (type {})", block_type.as_deref().unwrap_or("missing"))]
+    UnsupportedContentBlock {
+        /// Where the block is (`content[2]`).
+        field: String,
+        /// Its `type`, when it has a string one.
+        block_type: Option<String>,
+    },
+    /// The input nests deeper than the limit; nothing was copied or walked recursively.
+    #[error("Settled-turn finalization input nests deeper than {limit} levels")]
+    TooDeep {
+        /// The nesting limit ([`MAX_RESULT_DEPTH`](crate::result::MAX_RESULT_DEPTH)).
+        limit: usize,
+    },
     /// `assistant` is missing or is not an assistant message.
     #[error("Settled-turn finalization did not return an assistant message")]
     NotAssistant,

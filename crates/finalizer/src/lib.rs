@@ -97,6 +97,8 @@ pub use orchestrate::{
 pub use policy::{HookPoint, TerminalResolutionPolicy};
 pub use projection::{FullAttemptEvidence, project_settled_turn_finalization_attempt_result};
 pub use result::{
-    ALLOWED_RESULT_FIELDS, DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN,
-    SettledTurnFinalizationResult, is_silent_reply_text, validate_settled_turn_finalization_result,
+    ALLOWED_ASSISTANT_FIELDS, ALLOWED_CONTENT_BLOCK_TYPES, ALLOWED_RESULT_FIELDS, DiagnosticTrace,
+    FinalAssistant, MAX_RESULT_DEPTH, SILENT_REPLY_TOKEN, SettledTurnFinalizationResult,
+    depth_within, is_silent_reply_text, is_tool_call_block_type,
+    validate_settled_turn_finalization_result,
 };

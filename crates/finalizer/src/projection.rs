@@ -7,7 +7,7 @@ use tether_core::{AgentMessage, AttemptResult, AttemptTerminal, ContentBlock, Me
 use crate::error::{FinalizerError, TerminalStatus};
 use crate::evidence::{ItemLifecycle, TimeoutKind};
 use crate::result::{
-    DiagnosticTrace, FinalAssistant, SettledTurnFinalizationResult,
+    DiagnosticTrace, FinalAssistant, MAX_RESULT_DEPTH, SettledTurnFinalizationResult, depth_within,
     validate_settled_turn_finalization_result,
 };
 
@@ -182,13 +182,52 @@ fn capability_activity(evidence: &FullAttemptEvidence) -> Option<&'static str> {
     checks.iter().find(|(hit, _)| *hit).map(|(_, name)| *name)
 }
 
-/// Projects a full attempt result into a narrow result (reference §2.2), in order: terminal
-/// timeout/cancellation as a canonical terminal outcome, unsuccessful run, capability activity,
-/// completed assistant, build, then the narrow validator.
+/// [`FinalizerError::TooDeep`] when any caller-supplied JSON the projection copies (the
+/// completed assistant's `meta` values and tool-call arguments, the diagnostic trace) nests
+/// deeper than [`MAX_RESULT_DEPTH`]; checked without recursion, before any copy.
+fn check_projection_depth(evidence: &FullAttemptEvidence) -> Result<(), FinalizerError> {
+    let limit = MAX_RESULT_DEPTH - 2;
+    let too_deep = || FinalizerError::TooDeep {
+        limit: MAX_RESULT_DEPTH,
+    };
+    if let Some(message) = &evidence.attempt.completed_assistant {
+        if !message.meta.values().all(|v| depth_within(v, limit)) {
+            return Err(too_deep());
+        }
+        for block in &message.content {
+            if let ContentBlock::ToolCall { arguments, .. } = block
+                && !depth_within(arguments, limit)
+            {
+                return Err(too_deep());
+            }
+        }
+    }
+    if let Some(trace) = &evidence.diagnostic_trace
+        && !trace.0.values().all(|v| depth_within(v, limit))
+    {
+        return Err(too_deep());
+    }
+    Ok(())
+}
+
+/// Projects a full attempt result into a narrow result (reference §2.2), in order: input
+/// depth ([`FinalizerError::TooDeep`]), an idle timeout that reported capability activity
+/// (as [`FinalizerError::CapabilityActivity`]), terminal timeout/cancellation as a canonical
+/// terminal outcome, unsuccessful run, capability activity, completed assistant, build, then
+/// the narrow validator.
 pub fn project_settled_turn_finalization_attempt_result(
     evidence: &FullAttemptEvidence,
 ) -> Result<SettledTurnFinalizationResult, FinalizerError> {
     let a = &evidence.attempt;
+    check_projection_depth(evidence)?;
+    // An idle timeout after capability activity reports the activity: the timeout must not
+    // hide tool, delivery or replay evidence.
+    if matches!(a.terminal, AttemptTerminal::TimedOut)
+        && evidence.timeout_kind == Some(TimeoutKind::IdlePrompt)
+        && let Some(found) = capability_activity(evidence)
+    {
+        return Err(FinalizerError::CapabilityActivity { evidence: found });
+    }
     match &a.terminal {
         AttemptTerminal::TimedOut => {
             let (reason, message) = match evidence.timeout_kind {

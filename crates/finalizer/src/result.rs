@@ -33,8 +33,80 @@ pub fn is_silent_reply_text(text: &str) -> bool {
     text.trim().eq_ignore_ascii_case(SILENT_REPLY_TOKEN)
 }
 
-/// Block types that count as a tool call (fail closed on every spelling).
-const TOOL_CALL_TYPES: [&str; 4] = ["toolCall", "tool_call", "tool_use", "function_call"];
+/// The assistant fields an answer may carry, exactly. Anything else (a chat-style
+/// `tool_calls`, a `function_call`, a provider's unknown extension) is refused with its name,
+/// so no tool call can hide outside the content blocks.
+pub const ALLOWED_ASSISTANT_FIELDS: [&str; 10] = [
+    "role",
+    "content",
+    "stop_reason",
+    "provider",
+    "model",
+    "api",
+    "usage",
+    "timestamp",
+    "id",
+    "response_id",
+];
+
+/// The content block types an answer may contain, exactly. Every other type is refused: a
+/// type that reads like a tool call (see [`is_tool_call_block_type`]) as
+/// [`FinalizerError::ToolCall`], any other as [`FinalizerError::UnsupportedContentBlock`].
+pub const ALLOWED_CONTENT_BLOCK_TYPES: [&str; 4] =
+    ["text", "thinking", "redacted_thinking", "image"];
+
+/// How deep (arrays and objects) a raw result or a projected attempt may nest. Deeper input
+/// is refused with [`FinalizerError::TooDeep`] before anything copies or walks it
+/// recursively.
+pub const MAX_RESULT_DEPTH: usize = 64;
+
+/// Whether a content block type names a tool call in any provider's spelling (`toolCall`,
+/// `tool_use`, `functionCall`, `server_tool_use`, `mcp_tool_use`, `tool-call`, …): compared
+/// case-insensitively without `_` and `-`, it contains `tool` or `function`, or names a
+/// server-side `call`.
+pub fn is_tool_call_block_type(block_type: &str) -> bool {
+    let compact: String = block_type
+        .chars()
+        .filter(|c| *c != '_' && *c != '-')
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    compact.contains("tool") || compact.contains("function") || compact.ends_with("call")
+}
+
+/// Whether no array or object in `value` nests deeper than `limit` levels (a scalar has
+/// depth 0, `[1]` depth 1). Walks with an explicit stack, never on the call stack.
+pub fn depth_within(value: &Value, limit: usize) -> bool {
+    let mut stack: Vec<(&Value, usize)> = vec![(value, 0)];
+    while let Some((node, depth)) = stack.pop() {
+        match node {
+            Value::Array(items) => {
+                if depth >= limit {
+                    return false;
+                }
+                stack.extend(items.iter().map(|child| (child, depth + 1)));
+            }
+            Value::Object(map) => {
+                if depth >= limit {
+                    return false;
+                }
+                stack.extend(map.values().map(|child| (child, depth + 1)));
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// [`FinalizerError::TooDeep`] unless `value` nests at most [`MAX_RESULT_DEPTH`] levels.
+pub(crate) fn check_depth(value: &Value) -> Result<(), FinalizerError> {
+    if depth_within(value, MAX_RESULT_DEPTH) {
+        Ok(())
+    } else {
+        Err(FinalizerError::TooDeep {
+            limit: MAX_RESULT_DEPTH,
+        })
+    }
+}
 
 /// The single completed assistant message of a finalization, frozen (shared, read-only).
 #[derive(Debug, Clone, PartialEq)]
@@ -100,7 +172,8 @@ impl FinalAssistant {
         }
     }
 
-    /// Names of the tool-call blocks (a block without a string name reports `""`).
+    /// Names of the tool-call blocks, in any spelling ([`is_tool_call_block_type`]); a block
+    /// without a string name reports `""`.
     pub fn tool_call_names(&self) -> Vec<String> {
         self.blocks()
             .iter()
@@ -109,7 +182,7 @@ impl FinalAssistant {
                 block
                     .get("type")
                     .and_then(Value::as_str)
-                    .is_some_and(|t| TOOL_CALL_TYPES.contains(&t))
+                    .is_some_and(is_tool_call_block_type)
             })
             .map(|block| {
                 block
@@ -140,8 +213,8 @@ impl FinalAssistant {
         }
     }
 
-    /// The assistant as a transcript message. Text, thinking and image blocks are kept;
-    /// attribution and other fields go to `meta`.
+    /// The assistant as a transcript message. Text and thinking blocks are kept; the
+    /// attribution fields of [`ALLOWED_ASSISTANT_FIELDS`] (never anything else) go to `meta`.
     pub fn to_agent_message(&self) -> AgentMessage {
         let mut content = Vec::new();
         match self.raw.get("content") {
@@ -166,7 +239,9 @@ impl FinalAssistant {
         }
         let mut meta = Map::new();
         for (key, value) in self.raw.iter() {
-            if !matches!(key.as_str(), "role" | "content" | "stop_reason") {
+            if !matches!(key.as_str(), "role" | "content" | "stop_reason")
+                && ALLOWED_ASSISTANT_FIELDS.contains(&key.as_str())
+            {
                 meta.insert(key.clone(), value.clone());
             }
         }
@@ -257,6 +332,30 @@ impl SettledTurnFinalizationResult {
     }
 }
 
+/// Every block of an array `content` is an object whose `type` is in
+/// [`ALLOWED_CONTENT_BLOCK_TYPES`]; a string `content` is plain text; any other `content`
+/// shape is refused as `content`.
+fn check_content_blocks(assistant: &FinalAssistant) -> Result<(), FinalizerError> {
+    match assistant.as_json().get("content") {
+        None | Some(Value::String(_)) => Ok(()),
+        Some(Value::Array(blocks)) => {
+            for (index, block) in blocks.iter().enumerate() {
+                let block_type = block.get("type").and_then(Value::as_str);
+                if !block_type.is_some_and(|t| ALLOWED_CONTENT_BLOCK_TYPES.contains(&t)) {
+                    return Err(FinalizerError::UnsupportedContentBlock {
+                        field: format!("content[{index}]"),
+                        block_type: block_type.map(str::to_owned),
+                    });
+                }
+            }
+            Ok(())
+        }
+        Some(_) => Err(FinalizerError::UnsupportedAssistantField {
+            field: "content".to_owned(),
+        }),
+    }
+}
+
 fn parse_index(value: &Value) -> Option<u64> {
     match value {
         Value::Number(n) => {
@@ -292,14 +391,20 @@ fn parse_usage(value: &Value) -> Option<Usage> {
 
 /// Validates a raw finalization result (reference §2.1), in the reference's order.
 ///
-/// Unknown fields (including a present `null`) and tool calls fail closed; with several
-/// unknown fields the first in key order is reported (`serde_json` maps are ordered by key,
-/// not by insertion). An answer whose
+/// Input nested deeper than [`MAX_RESULT_DEPTH`] is refused first ([`FinalizerError::TooDeep`],
+/// checked without recursion). Unknown fields (including a present `null`) and tool calls fail
+/// closed; with several unknown fields the first in key order is reported (`serde_json` maps
+/// are ordered by key, not by insertion). The assistant may carry only
+/// [`ALLOWED_ASSISTANT_FIELDS`] and content blocks of [`ALLOWED_CONTENT_BLOCK_TYPES`]: a
+/// tool-call block in any spelling is [`FinalizerError::ToolCall`], another unknown block
+/// [`FinalizerError::UnsupportedContentBlock`], another field
+/// [`FinalizerError::UnsupportedAssistantField`]. An answer whose
 /// visible text is blank or the silent token yields [`FinalizerError::Empty`] carrying the
 /// result, so the host silence policy can decide.
 pub fn validate_settled_turn_finalization_result(
     raw: &Value,
 ) -> Result<SettledTurnFinalizationResult, FinalizerError> {
+    check_depth(raw)?;
     let empty = Map::new();
     let obj = raw.as_object().unwrap_or(&empty);
     // 1. Unknown key (own keys, present-null counts).
@@ -318,11 +423,22 @@ pub fn validate_settled_turn_finalization_result(
         }
         _ => return Err(FinalizerError::NotAssistant),
     };
-    // 3. Tool call (before the stop reason).
+    // 3. Tool call (before the stop reason), in any block spelling.
     let tool_names = assistant.tool_call_names();
     if assistant.stop_reason() == Some("toolUse") || !tool_names.is_empty() {
         return Err(FinalizerError::ToolCall { tool_names });
     }
+    // 3b. Allow-lists: assistant fields, then content blocks.
+    if let Some(field) = assistant
+        .as_json()
+        .keys()
+        .find(|key| !ALLOWED_ASSISTANT_FIELDS.contains(&key.as_str()))
+    {
+        return Err(FinalizerError::UnsupportedAssistantField {
+            field: field.clone(),
+        });
+    }
+    check_content_blocks(&assistant)?;
     // 4. Stop reason.
     if assistant.stop_reason() != Some("stop") {
         let reason = match assistant.as_json().get("stop_reason") {

@@ -22,7 +22,8 @@ pub enum DetailMode {
 /// Arrays nested deeper than this contribute nothing to the display.
 pub const MAX_DISPLAY_ARRAY_DEPTH: usize = 64;
 
-/// Strings are cut to this many characters (plus `…`).
+/// Longer strings are cut in the middle to this many characters (the head, `…`, the tail),
+/// after redaction.
 pub const MAX_DISPLAY_VALUE_CHARS: usize = 160;
 
 /// At most this many `label value` entries are shown.
@@ -162,12 +163,20 @@ fn coerce_display_value(value: &Value, array_depth: usize) -> Option<String> {
             if line.is_empty() {
                 return None;
             }
-            if line.chars().count() > MAX_DISPLAY_VALUE_CHARS {
-                let mut cut: String = line.chars().take(MAX_DISPLAY_VALUE_CHARS).collect();
+            // Redact before cutting: a cut must never keep the tail of a secret whose
+            // recognisable prefix it removed.
+            let line = redact_text(line);
+            let count = line.chars().count();
+            if count > MAX_DISPLAY_VALUE_CHARS {
+                // Keep the head and the tail (paths and file names end meaningfully).
+                let head = (MAX_DISPLAY_VALUE_CHARS - 1) / 2;
+                let tail = MAX_DISPLAY_VALUE_CHARS - 1 - head;
+                let mut cut: String = line.chars().take(head).collect();
                 cut.push('…');
+                cut.extend(line.chars().skip(count - tail));
                 Some(cut)
             } else {
-                Some(line.to_owned())
+                Some(line)
             }
         }
         Value::Bool(true) => Some("true".into()),
@@ -270,7 +279,7 @@ fn web_search_detail(obj: &Map<String, Value>) -> Option<String> {
     let quoted: Vec<String> = queries.iter().take(3).map(|q| format!("\"{q}\"")).collect();
     out.push_str(&quoted.join(", "));
     if queries.len() > 3 {
-        out.push_str(", …");
+        out.push('…');
     }
     if let Some(n) = num_arg(obj, &["count", "max_results", "maxResults", "top"]) {
         out.push_str(&format!(" (top {n})"));
@@ -296,91 +305,19 @@ fn web_fetch_detail(obj: &Map<String, Value>) -> Option<String> {
 
 fn exec_detail(obj: &Map<String, Value>, mode: DetailMode) -> Option<String> {
     let command = str_arg(obj, &["command", "cmd"])?;
-    let mut dir = str_arg(obj, &["workdir", "cwd"]).map(str::to_owned);
-    let mut rest = command;
-    for preamble in ["cd ", "pushd "] {
-        if let Some(after) = command.strip_prefix(preamble)
-            && let Some((target, tail)) = after.split_once("&&")
-        {
-            let target = target.trim();
-            if !target.is_empty() && !target.contains(['|', ';']) {
-                if dir.is_none() {
-                    dir = Some(target.to_owned());
-                }
-                rest = tail.trim();
-            }
-        }
-    }
-    let stages = split_stages(rest);
-    let summary = if stages.len() == 1 {
-        explain_stage(stages[0]).unwrap_or_else(|| stages[0].to_owned())
+    let workdir = str_arg(obj, &["workdir", "cwd"]);
+    let node = if obj.get("host").and_then(Value::as_str) == Some("node") {
+        str_arg(obj, &["node"])
     } else {
-        stages
-            .iter()
-            .map(|s| explain_stage(s).unwrap_or_else(|| format!("run {s}")))
-            .collect::<Vec<_>>()
-            .join(" → ")
+        None
     };
-    let mut out = summary.clone();
-    if let Some(d) = &dir {
-        out.push_str(&format!(" (in {d})"));
-    }
-    if obj.get("host").and_then(Value::as_str) == Some("node")
-        && let Some(node) = str_arg(obj, &["node"])
-    {
-        out.push_str(&format!("{SEPARATOR}node: {node}"));
-    }
-    if mode == DetailMode::Raw && summary != command {
-        out.push_str(&format!("{SEPARATOR}`{command}`"));
-    }
-    Some(out)
-}
-
-fn split_stages(command: &str) -> Vec<&str> {
-    let bytes = command.as_bytes();
-    let mut stages = Vec::new();
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        let sep_len = match (bytes[i], bytes.get(i + 1)) {
-            (b'&', Some(b'&')) | (b'|', Some(b'|')) => 2,
-            (b';' | b'|', _) => 1,
-            _ => 0,
-        };
-        if sep_len > 0 {
-            stages.push(command[start..i].trim());
-            i += sep_len;
-            start = i;
-        } else {
-            i += 1;
-        }
-    }
-    stages.push(command[start..].trim());
-    stages.retain(|s| !s.is_empty());
-    if stages.is_empty() {
-        stages.push(command.trim());
-    }
-    stages
-}
-
-fn explain_stage(stage: &str) -> Option<String> {
-    let mut words = stage.split_whitespace();
-    let bin = words.next()?;
-    let sub = words.next();
-    let text = match (bin, sub) {
-        ("npm" | "pnpm" | "yarn" | "bun", Some("install" | "i" | "ci" | "add"))
-        | ("yarn", None) => "install dependencies",
-        ("npm" | "pnpm" | "yarn" | "bun" | "cargo" | "go", Some("test")) | ("pytest", _) => {
-            "run tests"
-        }
-        ("cargo" | "go", Some("build")) | ("make", None) => "build the project",
-        ("git", Some("status")) => "check git status",
-        ("git", Some("diff")) => "show git diff",
-        ("git", Some("log")) => "show git history",
-        ("ls", _) => "list files",
-        _ => return None,
-    };
-    Some(text.to_owned())
+    Some(super::exec_display::exec_detail(
+        command,
+        workdir,
+        node,
+        mode == DetailMode::Explain,
+        SEPARATOR,
+    ))
 }
 
 fn shorten_home(text: &str) -> String {

@@ -7,6 +7,7 @@
 //! * [`mirror`] — user-turn mirroring and the transcript recorder's persisted marker (part A).
 //! * [`display`] — [`display::infer_tool_meta_from_args`] (part B).
 //! * [`delivery`] — message-delivery facts that only the readers can create (part C).
+//! * [`errors`] — the tool-result error rule, failure kinds, error text and code extraction.
 //! * [`redact`] and [`sanitize`] — secret redaction, `sanitize_tool_args` / `sanitize_tool_result`,
 //!   and the [`shared::SharedValue`] graph for repeated references (part D).
 //! * [`spawn`] — accepted `sessions_spawn` receipts (part E).
@@ -33,6 +34,8 @@
 
 pub mod delivery;
 pub mod display;
+pub mod errors;
+mod exec_display;
 pub mod media;
 pub mod mirror;
 pub mod redact;

@@ -188,13 +188,16 @@ const SENSITIVE_COMPACT: &[&str] = &[
     "securitycode",
     "paymentcredential",
     "sharedpaymenttoken",
+    "accountkey",
+    "sharedaccesskey",
+    "connectionstring",
 ];
 
 /// Generic names that are sensitive as JSON keys but too common in code and prose to be
 /// treated as assignments inside free text.
 const TEXT_EXEMPT_COMPACT: &[&str] = &["key", "session", "signature"];
 
-const ENV_SUFFIXES: &[&str] = &["key", "token", "secret", "password", "passwd"];
+const ENV_SUFFIXES: &[&str] = &["key", "token", "secret", "password", "passwd", "cvc", "cvv"];
 
 const BENIGN_KEY_PREFIXES: &[&str] = &[
     "primary",
@@ -500,7 +503,9 @@ const TOKEN_PREFIXES: &[&str] = &[
     "xapp-",
     "AKIA",
     "ASIA",
+    "AKID",
     "AIza",
+    "whsec_",
     "npm_",
     "spt_",
     "paycred_",
@@ -670,18 +675,22 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
     let shell = families & FAMILY_SHELL != 0;
     let tokens = families & FAMILY_TOKEN != 0;
     let bearer = families & FAMILY_BEARER != 0;
+    let basic = families & FAMILY_BASIC != 0;
     let flags = families & FAMILY_FLAG != 0;
     let assignments = families & FAMILY_ASSIGNMENT != 0;
-    // Without token prefixes and assignments, a match can only start at `$`, or at a word
-    // that starts with `-` or `b`/`B`: jump from one such byte to the next.
-    let jump = !(tokens || assignments);
+    let extra = families & FAMILY_EXTRA != 0;
+    // Without token prefixes, assignments and the extra shapes, a match can only start at
+    // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
+    let jump = !(tokens || assignments || extra);
     let mut rw = Rewrite::new(text);
     let mut matched = false;
     let mut i = 0;
     while i < n {
         if jump {
             match bytes[i..].iter().position(|&b| {
-                (flags && b == b'-') || (bearer && (b | 0x20) == b'b') || (shell && b == b'$')
+                (flags && b == b'-')
+                    || ((bearer || basic) && (b | 0x20) == b'b')
+                    || (shell && b == b'$')
             }) {
                 Some(k) => i += k,
                 None => break,
@@ -719,12 +728,37 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // Every check below needs its family and one of these; most words fail them all.
         let next = bytes.get(j).copied();
         let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
-        let bearer_check = bearer && len == 6;
+        let bearer_check = (bearer && len == 6) || (basic && len == 5);
         let flag_check = flags && c == b'-';
         let assignment_check =
             assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
-        if !(token_check || bearer_check || flag_check || assignment_check) {
+        let card_check = extra && c.is_ascii_digit();
+        let jwt_check = extra && c == b'e' && next == Some(b'.');
+        if !(token_check
+            || bearer_check
+            || flag_check
+            || assignment_check
+            || card_check
+            || jwt_check)
+        {
             i = j;
+            continue;
+        }
+        // Payment card numbers (their groups span several words).
+        if card_check && let Some(end) = card_number(bytes, i) {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
+            continue;
+        }
+        // JSON web tokens.
+        if jwt_check
+            && bytes[i..].starts_with(b"eyJ")
+            && let Some(end) = jwt(bytes, i)
+        {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
             continue;
         }
         // Word bytes are ASCII, so `i` and `j` are character boundaries.
@@ -743,6 +777,40 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         if bearer_check
             && word.eq_ignore_ascii_case("bearer")
             && let Some((start, end)) = scheme_token(text, j)
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
+        // `Basic <base64 of user:password>` (an existing mask is kept).
+        if bearer_check
+            && basic
+            && word.eq_ignore_ascii_case("basic")
+            && let Some((start, end)) = scheme_token(text, j)
+            && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
+        // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
+        if flag_check
+            && word == "-----BEGIN"
+            && let Some((start, end)) = pem_private_key(text, i)
+        {
+            matched = true;
+            if text[start..end].trim() != MASK {
+                rw.replace(start, end, "\n***\n");
+            }
+            i = end;
+            continue;
+        }
+        // `scheme://user:password@host` (URLs and connection strings).
+        if next == Some(b':')
+            && bytes[j..].starts_with(b"://")
+            && let Some((start, end)) = url_password(text, j)
         {
             matched = true;
             rw.mask_span(start, end, false);
@@ -769,6 +837,34 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         {
             matched = true;
             let value = &text[a.value_start..a.value_end];
+            if is_authorization_key(word) {
+                if a.quoted && value.contains(' ') {
+                    // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
+                    if value != MASK {
+                        rw.replace(a.value_start, a.value_end, MASK);
+                    }
+                    i = a.value_end;
+                    continue;
+                }
+                if !a.quoted
+                    && !a.after_scheme
+                    && let Some((start, end)) =
+                        authorization_credentials(text, a.value_start, a.value_end)
+                {
+                    // `Authorization: Digest username="…", response="…"`: the scheme stays,
+                    // every credential parameter after it is masked.
+                    let credentials = &text[start..end];
+                    if credentials.contains([' ', ',', '"', '=']) {
+                        if credentials != MASK {
+                            rw.replace(start, end, MASK);
+                        }
+                    } else {
+                        rw.mask_span(start, end, false);
+                    }
+                    i = end;
+                    continue;
+                }
+            }
             if !is_own_shell_reference(word, value) {
                 rw.mask_span(a.value_start, a.value_end, a.quoted);
             }
@@ -781,30 +877,36 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
 }
 
 /// Pattern families of the text layer, as bits of [`pattern_families`].
-const FAMILY_SHELL: u8 = 1;
+const FAMILY_SHELL: u16 = 1;
 /// `KEY=value`, `"key": "value"`: needs `=` or `:`.
-const FAMILY_ASSIGNMENT: u8 = 1 << 1;
+const FAMILY_ASSIGNMENT: u16 = 1 << 1;
 /// `--flag value`: needs `--`.
-const FAMILY_FLAG: u8 = 1 << 2;
+const FAMILY_FLAG: u16 = 1 << 2;
 /// A built-in token prefix with `-` (`sk-`, `glpat-`, `xoxb-`, …): needs one of the letters
 /// that precede the first `-` of such a prefix, then `-`.
-const FAMILY_TOKEN_DASH: u8 = 1 << 3;
+const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
-const FAMILY_TOKEN_UNDERSCORE: u8 = 1 << 4;
-/// `AKIA`, `ASIA`, `AIza`: needs `AK`, `AS` or `AI`.
-const FAMILY_TOKEN_UPPER: u8 = 1 << 5;
+const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
+/// `AKIA`, `ASIA`, `AKID`, `AIza`: needs `AK`, `AS` or `AI`.
+const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
-const FAMILY_BEARER: u8 = 1 << 6;
+const FAMILY_BEARER: u16 = 1 << 6;
+/// JSON web tokens (`eyJ…`: needs `yJ`) and payment card numbers (a run of at least 13
+/// digits, single spaces or dashes allowed between them).
+const FAMILY_EXTRA: u16 = 1 << 7;
+/// `Basic <credential>`: needs `Ba` or `BA` (a capitalised scheme; lower-case "basic" is
+/// prose far more often than a credential).
+const FAMILY_BASIC: u16 = 1 << 8;
 /// Any built-in token prefix.
-const FAMILY_TOKEN: u8 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
+const FAMILY_TOKEN: u16 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
 /// Every family (used with caller prefixes, which the families do not cover).
-const FAMILY_ALL: u8 = u8::MAX;
+const FAMILY_ALL: u16 = u16::MAX;
 /// The families a single byte starts on its own, whatever follows it.
-const FAMILY_SINGLE: u8 = FAMILY_SHELL | FAMILY_ASSIGNMENT;
+const FAMILY_SINGLE: u16 = FAMILY_SHELL | FAMILY_ASSIGNMENT;
 
 /// For each byte, the families it can be the first byte of a pair for.
-static PAIR_FIRST: [u8; 256] = {
-    let mut table = [0u8; 256];
+static PAIR_FIRST: [u16; 256] = {
+    let mut table = [0u16; 256];
     table[b'$' as usize] |= FAMILY_SHELL;
     table[b'=' as usize] |= FAMILY_ASSIGNMENT;
     table[b':' as usize] |= FAMILY_ASSIGNMENT;
@@ -815,7 +917,7 @@ static PAIR_FIRST: [u8; 256] = {
         table[dash_letters[k] as usize] |= FAMILY_TOKEN_DASH;
         k += 1;
     }
-    let underscore_letters = b"kpousrbtmdf";
+    let underscore_letters = b"kpousrbtmdfc";
     let mut k = 0;
     while k < underscore_letters.len() {
         table[underscore_letters[k] as usize] |= FAMILY_TOKEN_UNDERSCORE;
@@ -823,13 +925,22 @@ static PAIR_FIRST: [u8; 256] = {
     }
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'b' as usize] |= FAMILY_BEARER;
-    table[b'B' as usize] |= FAMILY_BEARER;
+    table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
+    table[b'y' as usize] |= FAMILY_EXTRA;
+    let mut d = b'0';
+    while d <= b'9' {
+        table[d as usize] |= DIGIT_BIT;
+        d += 1;
+    }
     table
 };
 
+/// In [`PAIR_FIRST`]: the byte is an ASCII digit (not a family; masked out of pair checks).
+const DIGIT_BIT: u16 = 1 << 15;
+
 /// For each byte, the families it can complete as the second byte of a pair (every byte
 /// completes the single-byte families).
-static PAIR_SECOND: [u8; 256] = {
+static PAIR_SECOND: [u16; 256] = {
     let mut table = [FAMILY_SINGLE; 256];
     table[b'-' as usize] |= FAMILY_FLAG | FAMILY_TOKEN_DASH;
     table[b'_' as usize] |= FAMILY_TOKEN_UNDERSCORE;
@@ -838,6 +949,9 @@ static PAIR_SECOND: [u8; 256] = {
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
+    table[b'a' as usize] |= FAMILY_BASIC;
+    table[b'A' as usize] |= FAMILY_BASIC;
+    table[b'J' as usize] |= FAMILY_EXTRA;
     table
 };
 
@@ -845,15 +959,237 @@ static PAIR_SECOND: [u8; 256] = {
 /// clear cannot match anywhere, because the text lacks a byte pair every match of that family
 /// contains (see the `FAMILY_*` constants). Most ordinary text yields no family at all and is
 /// never scanned word by word.
-fn pattern_families(bytes: &[u8]) -> u8 {
-    let mut families = 0u8;
-    let mut first = 0u8;
+fn pattern_families(bytes: &[u8]) -> u16 {
+    let mut families = 0u16;
+    let mut first = 0u16;
+    // Digits in the text (the digit bit of `PAIR_FIRST`, read with the same load): a card
+    // number needs at least `CARD_MIN_DIGITS` of them, and only then are runs looked for.
+    let mut digits = 0u32;
     for &b in bytes {
+        let entry = PAIR_FIRST[usize::from(b)];
         families |= first & PAIR_SECOND[usize::from(b)];
-        first = PAIR_FIRST[usize::from(b)];
+        first = entry & !DIGIT_BIT;
+        digits += u32::from(entry >> 15);
+    }
+    if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
+        families |= FAMILY_EXTRA;
     }
     // The last byte pairs with nothing: only the single-byte families.
     families | (first & FAMILY_SINGLE)
+}
+
+/// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
+/// dashes allowed between them.
+fn has_card_run(bytes: &[u8]) -> bool {
+    let mut run = 0u32;
+    for &b in bytes {
+        if b.is_ascii_digit() {
+            run += 1;
+            if run >= CARD_MIN_DIGITS {
+                return true;
+            }
+        } else if b != b' ' && b != b'-' {
+            run = 0;
+        }
+    }
+    false
+}
+
+/// Fewest digits of a payment card number.
+const CARD_MIN_DIGITS: u32 = 13;
+/// Most digits of a payment card number.
+const CARD_MAX_DIGITS: usize = 19;
+
+/// Whether `digits` (ASCII digits only) pass the Luhn check.
+fn luhn_valid(digits: &[u8]) -> bool {
+    let mut sum = 0u32;
+    for (i, d) in digits.iter().rev().enumerate() {
+        let mut v = u32::from(d - b'0');
+        if i % 2 == 1 {
+            v *= 2;
+            if v > 9 {
+                v -= 9;
+            }
+        }
+        sum += v;
+    }
+    sum.is_multiple_of(10)
+}
+
+/// Whether a digit string has the issuer prefix and length of a major card brand (Visa,
+/// Mastercard, American Express, Discover, JCB, Diners Club, UnionPay).
+fn card_brand_shape(digits: &[u8]) -> bool {
+    let n = digits.len();
+    let prefix = |k: usize| -> u32 {
+        digits[..k]
+            .iter()
+            .fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0'))
+    };
+    match digits[0] {
+        b'4' => matches!(n, 13 | 16 | 19),
+        b'5' => n == 16 && (51..=55).contains(&prefix(2)),
+        b'2' => n == 16 && (2221..=2720).contains(&prefix(4)),
+        b'3' => match prefix(2) {
+            34 | 37 => n == 15,
+            35 => (16..=19).contains(&n),
+            30 | 36 | 38 | 39 => (14..=19).contains(&n),
+            _ => false,
+        },
+        b'6' => (16..=19).contains(&n),
+        _ => false,
+    }
+}
+
+/// A payment card number starting at byte `start` (a word start): 13 to 19 digits, with
+/// single spaces or dashes between groups, a card brand's prefix and length, and a valid Luhn
+/// check digit. Returns the end of its last digit. When digit groups run on (`4111 1111 1111
+/// 1111 2 items`), the longest valid number ending at a group boundary wins.
+fn card_number(bytes: &[u8], start: usize) -> Option<usize> {
+    let mut digits = [0u8; CARD_MAX_DIGITS];
+    let mut n = 0;
+    // Candidate ends: (digit count, byte end) at each group boundary.
+    let mut ends = [(0usize, 0usize); CARD_MAX_DIGITS + 1];
+    let mut boundaries = 0;
+    let mut k = start;
+    let mut glued = false;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b.is_ascii_digit() {
+            if n == CARD_MAX_DIGITS {
+                glued = true;
+                break;
+            }
+            digits[n] = b;
+            n += 1;
+            k += 1;
+        } else if (b == b' ' || b == b'-') && bytes.get(k + 1).is_some_and(u8::is_ascii_digit) {
+            ends[boundaries] = (n, k);
+            boundaries += 1;
+            k += 1;
+        } else {
+            // The number must end the word: no letter or `_` glued to it.
+            glued = is_word_byte(b) && b != b'-';
+            break;
+        }
+    }
+    if !glued {
+        ends[boundaries] = (n, k);
+        boundaries += 1;
+    }
+    ends[..boundaries].iter().rev().find_map(|&(count, end)| {
+        let candidate = &digits[..count];
+        (count >= CARD_MIN_DIGITS as usize && card_brand_shape(candidate) && luhn_valid(candidate))
+            .then_some(end)
+    })
+}
+
+/// A JSON web token at `start`: `eyJ…` then one or two more `.`-separated base64url segments
+/// (the signature may be empty). Returns its end.
+fn jwt(bytes: &[u8], start: usize) -> Option<usize> {
+    let segment = |from: usize| {
+        let mut k = from;
+        while k < bytes.len()
+            && (bytes[k].is_ascii_alphanumeric() || matches!(bytes[k], b'_' | b'-'))
+        {
+            k += 1;
+        }
+        k
+    };
+    let first = segment(start);
+    if first - start < 10 || bytes.get(first) != Some(&b'.') {
+        return None;
+    }
+    let second = segment(first + 1);
+    if second == first + 1 {
+        return None;
+    }
+    if bytes.get(second) == Some(&b'.') {
+        Some(segment(second + 1))
+    } else {
+        Some(second)
+    }
+}
+
+/// The password of a URL's user information at `scheme_end` (the index of `:` in `://`):
+/// `scheme://user:password@host`. Returns the byte range of the password.
+fn url_password(text: &str, scheme_end: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let authority = scheme_end + 3;
+    let mut k = authority;
+    let mut at = None;
+    while k < bytes.len() {
+        match bytes[k] {
+            b'/' | b'?' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' => break,
+            b if b.is_ascii_whitespace() => break,
+            b'@' => at = Some(k),
+            _ => {}
+        }
+        k += 1;
+    }
+    let at = at?;
+    let colon = authority + text[authority..at].find(':')?;
+    (colon + 1 < at).then_some((colon + 1, at))
+}
+
+/// `-----BEGIN … PRIVATE KEY-----` at `start`: the byte range of the key body (after the
+/// header line, up to the matching `-----END` line, or to the end of the text when the block
+/// is cut off).
+fn pem_private_key(text: &str, start: usize) -> Option<(usize, usize)> {
+    let rest = &text[start..];
+    let header = rest.strip_prefix("-----BEGIN ")?;
+    let close = header.find("-----")?;
+    let label = &header[..close];
+    if !label.ends_with("PRIVATE KEY") || label.contains('\n') {
+        return None;
+    }
+    let body_start = start + "-----BEGIN ".len() + close + 5;
+    let body_end = text[body_start..]
+        .find("-----END ")
+        .map_or(text.len(), |i| body_start + i);
+    Some((body_start, body_end))
+}
+
+/// A `Basic` credential: standard base64 (length a multiple of 4, at least 8) decoding to
+/// printable ASCII `user:password`.
+fn is_basic_credential(token: &str) -> bool {
+    let bytes = token.as_bytes();
+    if bytes.len() < 8 || !bytes.len().is_multiple_of(4) {
+        return false;
+    }
+    let value = |b: u8| -> Option<u32> {
+        Some(match b {
+            b'A'..=b'Z' => u32::from(b - b'A'),
+            b'a'..=b'z' => u32::from(b - b'a') + 26,
+            b'0'..=b'9' => u32::from(b - b'0') + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        })
+    };
+    let mut colon = false;
+    let last = bytes.len() / 4 - 1;
+    for (index, chunk) in bytes.chunks(4).enumerate() {
+        let pad = chunk.iter().rev().take_while(|&&b| b == b'=').count();
+        if pad > 2 || (pad > 0 && index != last) {
+            return false;
+        }
+        let mut n = 0u32;
+        for &b in &chunk[..4 - pad] {
+            match value(b) {
+                Some(v) => n = (n << 6) | v,
+                None => return false,
+            }
+        }
+        n <<= 6 * pad as u32;
+        for i in 0..3 - pad {
+            let byte = ((n >> (16 - 8 * i)) & 0xff) as u8;
+            if !(0x20..0x7f).contains(&byte) {
+                return false;
+            }
+            colon |= byte == b':';
+        }
+    }
+    colon
 }
 
 /// Shortest word a built-in prefix can match: the shortest prefix plus [`TOKEN_MIN_BODY`].
@@ -865,7 +1201,7 @@ fn is_builtin_token(word: &str) -> bool {
     if bytes.len() < BUILTIN_TOKEN_MIN_LEN
         || !matches!(
             bytes[0],
-            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h'
+            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h' | b'w'
         )
     {
         return false;
@@ -1001,13 +1337,77 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if k == start || bytes[start] == b'-' {
         return None;
     }
+    // Prose such as "use --password or --password-file": a short lowercase word is not a
+    // credential value.
+    if k - start <= 4 && bytes[start..k].iter().all(u8::is_ascii_lowercase) {
+        return None;
+    }
     Some((start, k))
+}
+
+/// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
+fn is_authorization_key(word: &str) -> bool {
+    compact_eq(word.as_bytes(), b"authorization")
+        || compact_eq(word.as_bytes(), b"proxyauthorization")
+}
+
+/// The credentials after an authorization scheme that the assignment rule did not recognise
+/// (`Digest …`, `AWS4-HMAC-SHA256 …`, `Bot …`): `scheme_end` is the end of the scheme word;
+/// the credentials run to the first `;`, line break, or closing `}` or `)` outside double
+/// quotes (so `; status=401` after them stays readable).
+fn authorization_credentials(
+    text: &str,
+    scheme_start: usize,
+    scheme_end: usize,
+) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let scheme = &bytes[scheme_start..scheme_end];
+    if scheme.is_empty()
+        || !scheme.iter().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'!' | b'#'
+                        | b'$'
+                        | b'%'
+                        | b'&'
+                        | b'*'
+                        | b'+'
+                        | b'-'
+                        | b'.'
+                        | b'^'
+                        | b'_'
+                        | b'|'
+                        | b'~'
+                )
+        })
+        || bytes.get(scheme_end) != Some(&b' ')
+    {
+        return None;
+    }
+    let start = scheme_end + 1;
+    let mut k = start;
+    let mut in_quotes = false;
+    while k < bytes.len() {
+        match bytes[k] {
+            b'\\' => k += 1,
+            b'"' => in_quotes = !in_quotes,
+            b'\n' | b'\r' => break,
+            b';' | b'}' | b')' if !in_quotes => break,
+            _ => {}
+        }
+        k += 1;
+    }
+    let end = start + text[start..k.min(bytes.len())].trim_end().len();
+    (end > start).then_some((start, end))
 }
 
 struct Assignment {
     value_start: usize,
     value_end: usize,
     quoted: bool,
+    /// The value follows a recognised scheme (`Bearer`, `Basic`, `Token`).
+    after_scheme: bool,
 }
 
 fn assignment(text: &str, after: usize) -> Option<Assignment> {
@@ -1019,11 +1419,11 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
-    match bytes.get(k) {
-        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => {}
-        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => {}
+    let header_style = match bytes.get(k) {
+        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => false,
+        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => true,
         _ => return None,
-    }
+    };
     k += 1;
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
@@ -1048,6 +1448,7 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 value_start: start,
                 value_end: e,
                 quoted: false,
+                after_scheme: true,
             });
         }
     }
@@ -1071,19 +1472,57 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 value_start: start,
                 value_end: e,
                 quoted: true,
+                after_scheme: false,
             })
         }
         Some(_) => {
             let start = k;
-            let e = terminator_from(text, start);
+            let mut e = if header_style {
+                header_value_end(text, start)
+            } else {
+                terminator_from(text, start)
+            };
+            // `${NAME}` / `${NAME:-default}` ends at its closing brace, not before it.
+            if text[start..].starts_with("${")
+                && bytes.get(e) == Some(&b'}')
+                && !text[start..e].contains(char::is_whitespace)
+                && terminator_from(text, e + 1) == e + 1
+            {
+                e += 1;
+            }
             (e > start).then_some(Assignment {
                 value_start: start,
                 value_end: e,
                 quoted: false,
+                after_scheme: false,
             })
         }
         None => None,
     }
+}
+
+/// The end of an unquoted `Name: value` header value: URL punctuation (`&`, `#`, `)`, `?`)
+/// belongs to the value; blanks, quotes, `,`, `;`, `}` and `]` end it.
+fn header_value_end(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut k = from;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'`' | b',' | b';' | b'}' | b']') {
+            return k;
+        }
+        if b >= 0x80 {
+            // A non-ASCII blank ends the value too; other characters are stepped over whole.
+            match char_at(text, k) {
+                Some(c) if c.is_whitespace() => return k,
+                Some(c) => k += c.len_utf8(),
+                None => return bytes.len(),
+            }
+        } else {
+            k += 1;
+        }
+    }
+    bytes.len()
 }
 
 /// Whether `value` is a shell reference to `key` itself (`$KEY`, `${KEY}`, `${KEY:-}`).
@@ -1369,6 +1808,9 @@ mod tests {
             ("a: b", FAMILY_ASSIGNMENT),
             ("x --flag", FAMILY_FLAG),
             ("BEARER abc", FAMILY_BEARER),
+            ("Basic abc", FAMILY_BASIC),
+            ("card 4111111111111111", FAMILY_EXTRA),
+            ("eyJhbGciOiJIUzI1NiJ9.e30.x", FAMILY_EXTRA),
         ] {
             assert_ne!(pattern_families(text.as_bytes()) & family, 0, "{text}");
         }

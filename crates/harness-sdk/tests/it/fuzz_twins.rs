@@ -84,6 +84,12 @@ proptest! {
     }
 
     #[test]
+    fn fuzz_twin_planted_secrets(raw in bytes(), words in "[ -~]{0,64}") {
+        checks::check_planted_secrets(&raw);
+        checks::check_planted_secrets(words.as_bytes());
+    }
+
+    #[test]
     fn fuzz_twin_infer_tool_meta_from_args(tool in any::<u8>(), mode in any::<u8>(), value in json(), raw in bytes()) {
         let mut data = vec![tool, mode];
         data.extend(serde_json::to_vec(&value).unwrap());
@@ -116,4 +122,14 @@ fn fuzz_twin_checks_accept_known_good_inputs() {
     assert!(checks::json(args.to_string().as_bytes()).is_some());
     checks::check_sanitize_tool_args(args.to_string().as_bytes());
     checks::check_binding_record_codecs(br#"{"a":1}"#);
+    for filler in [
+        "",
+        "password: \"",
+        "4 4111 1111",
+        "Bearer",
+        "https://",
+        "--api-key",
+    ] {
+        checks::check_planted_secrets(filler.as_bytes());
+    }
 }

@@ -8,6 +8,8 @@ mod generation;
 mod hooks;
 mod initialization;
 mod lifecycle;
+mod openclaw;
 mod regressions;
 mod reset;
 mod results;
+mod stack_safety;

@@ -1,5 +1,19 @@
 //! Action identity (SPEC decision 3.7): when is a successful call "the same action" as an
 //! earlier failed one?
+//!
+//! The default rule ([`FingerprintIdentity`]) keys on the tool, its `action` argument and the
+//! arguments that name a target, per tool:
+//!
+//! | Tool | Identity |
+//! |---|---|
+//! | `edit`, `write`, `apply_patch` | the files they touch (`edit` then `write` on one file is one action) |
+//! | `sessions_spawn` | tool + target agent (`agentId`); task, model, label and timeouts may change on a retry |
+//! | owner-declared mutation | owner key + canonical JSON of the arguments |
+//! | any other mutating tool | tool + action + targets (path, old/new path, recipient `to`/`target`, message id, session key, job id, id, model); tool + action when no target is present |
+//!
+//! Display metadata (`meta`) is **never** part of the identity: hosts pass it with every
+//! terminal report and it carries volatile details (lengths, counts, truncated text), so a
+//! retry with adjusted arguments would otherwise never clear its failure.
 
 use std::fmt;
 
@@ -31,7 +45,7 @@ pub struct ActionRecord {
     pub fingerprint: Option<String>,
     /// Files an `edit`/`write`/`apply_patch` call targets.
     pub file_targets: Vec<String>,
-    /// Normalized display metadata.
+    /// Normalized display metadata (informational only: never compared by the built-in rules).
     pub meta: Option<String>,
 }
 
@@ -63,7 +77,8 @@ impl ActionIdentity for ToolNameIdentity {
 
 /// The default rule (SPEC 3.7): tool + action + target (path, recipient, message id, session
 /// key, job id, id, model); `edit` and `write` on the same file are one action;
-/// owner-declared mutations include a canonical form of their arguments.
+/// `sessions_spawn` is keyed on its target agent; owner-declared mutations include a canonical
+/// form of their arguments. Display metadata is never part of it (see the module docs).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FingerprintIdentity;
 
@@ -81,6 +96,18 @@ const TARGET_GROUPS: &[(&str, &[&str])] = &[
     ("id", &["id"]),
     ("model", &["model"]),
 ];
+
+/// The target groups of `sessions_spawn`: only the agent it spawns (a retry adjusts the task,
+/// model, label or timeouts and is still the same action).
+const SPAWN_TARGET_GROUPS: &[(&str, &[&str])] = &[("agentid", &["agentId", "agent_id"])];
+
+/// The target groups that identify a call of `tool`.
+fn target_groups(tool: &str) -> &'static [(&'static str, &'static [&'static str])] {
+    match tool {
+        "sessions_spawn" => SPAWN_TARGET_GROUPS,
+        _ => TARGET_GROUPS,
+    }
+}
 
 fn scalar_text(value: &Value) -> Option<String> {
     match value {
@@ -237,20 +264,15 @@ impl ActionIdentity for FingerprintIdentity {
             if let Some(action) = normalized_action(call.arguments) {
                 fp.push_str(&format!("|action={action}"));
             }
-            let mut matched = false;
             if let Some(args) = call.arguments {
-                for (group, aliases) in TARGET_GROUPS {
+                for (group, aliases) in target_groups(&tool) {
                     if let Some(v) = aliases
                         .iter()
                         .find_map(|k| args.get(*k).and_then(scalar_text))
                     {
                         fp.push_str(&format!("|{group}={}", v.to_lowercase()));
-                        matched = true;
                     }
                 }
-            }
-            if !matched && let Some(m) = &meta {
-                fp.push_str(&format!("|meta={m}"));
             }
             Some(fp)
         } else {
@@ -274,7 +296,7 @@ impl ActionIdentity for FingerprintIdentity {
         if failed.fingerprint.is_some() || success.fingerprint.is_some() {
             return failed.fingerprint.is_some() && failed.fingerprint == success.fingerprint;
         }
-        failed.tool_name == success.tool_name && failed.meta == success.meta
+        failed.tool_name == success.tool_name
     }
 }
 
@@ -307,6 +329,30 @@ mod tests {
         );
         let r = describe("read", json!({"path": "/a"}), false);
         assert_eq!(r.fingerprint, None);
+        let s = describe(
+            "sessions_spawn",
+            json!({"agentId": "Coder", "task": "x", "model": "m1"}),
+            true,
+        );
+        assert_eq!(
+            s.fingerprint.as_deref(),
+            Some("tool=sessions_spawn|agentid=coder")
+        );
+    }
+
+    #[test]
+    fn display_metadata_is_never_part_of_the_identity() {
+        let call = |meta: &'static str| ActionCall {
+            tool_name: "cron",
+            arguments: None,
+            meta: Some(meta),
+            mutating: true,
+            owner_key: None,
+        };
+        let a = FingerprintIdentity.describe(&call("add job, 12 chars"));
+        let b = FingerprintIdentity.describe(&call("add job, 40 chars"));
+        assert_eq!(a.fingerprint.as_deref(), Some("tool=cron"));
+        assert!(FingerprintIdentity.same_action(&a, &b));
     }
 
     #[test]

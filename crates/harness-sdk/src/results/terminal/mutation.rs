@@ -104,6 +104,17 @@ const READ_ONLY_BINARIES: &[&str] = &[
     "cat", "grep", "head", "ls", "pwd", "rg", "stat", "tail", "wc",
 ];
 
+/// Actions of an `*_actions` tool that only read (anything else, or no action, may mutate).
+const READ_ONLY_ACTIONS: &[&str] = &[
+    "get", "list", "read", "status", "show", "fetch", "search", "query", "view", "poll", "log",
+    "inspect", "check", "probe",
+];
+
+/// The program name of a command word: `/usr/bin/ls` and `./ls` run `ls`.
+fn program_name(word: &str) -> &str {
+    word.rsplit('/').next().unwrap_or(word)
+}
+
 /// The normalized action of a call (`args.action`, lowercased, spaces and dashes → `_`).
 pub(crate) fn normalized_action(args: Option<&Map<String, Value>>) -> Option<String> {
     let a = args?.get("action")?.as_str()?.trim();
@@ -188,6 +199,15 @@ pub fn classify_tool_mutation(tool_name: &str, args: Option<&Map<String, Value>>
     if REPLAY_SAFE.contains(&name.as_str()) {
         return READ;
     }
+    if name.ends_with("_actions") {
+        // A plugin's multi-action tool (`github_actions`, `calendar_actions`): mutating
+        // unless its action is a known read.
+        return if action.is_some_and(|a| READ_ONLY_ACTIONS.contains(&a)) {
+            NEUTRAL
+        } else {
+            MUTATING
+        };
+    }
     if name.starts_with("message_") || name.contains("send") {
         return MUTATING;
     }
@@ -237,7 +257,7 @@ pub fn is_read_only_command(command: &str) -> bool {
         let words: Vec<&str> = segment.split_whitespace().collect();
         match words.as_slice() {
             [] => false,
-            [bin, ..] if READ_ONLY_BINARIES.contains(bin) => true,
+            [bin, ..] if READ_ONLY_BINARIES.contains(&program_name(bin)) => true,
             ["sed", "-n", script] => {
                 let s = script.trim_matches('\'');
                 s.ends_with('p')
@@ -292,6 +312,18 @@ mod tests {
             MUTATING
         );
         assert_eq!(classify_tool_mutation("slack_send", None), MUTATING);
+        assert_eq!(classify_tool_mutation("github_actions", None), MUTATING);
+        assert_eq!(
+            classify_tool_mutation(
+                "github_actions",
+                Some(&args(json!({"action": "create_issue"})))
+            ),
+            MUTATING
+        );
+        assert_eq!(
+            classify_tool_mutation("Calendar_Actions", Some(&args(json!({"action": "List"})))),
+            NEUTRAL
+        );
     }
 
     #[test]
@@ -299,6 +331,9 @@ mod tests {
         assert!(is_read_only_command("ls -la && wc -l a.txt"));
         assert!(is_read_only_command("sed -n '1,20p' src/main.rs"));
         assert!(is_read_only_command("grep 'a|b' file"));
+        assert!(is_read_only_command("/usr/bin/ls -la"));
+        assert!(is_read_only_command("/bin/cat a.txt && ./wc -l a.txt"));
+        assert!(!is_read_only_command("/bin/rm -rf x"));
         assert!(!is_read_only_command("ls | xargs rm"));
         assert!(!is_read_only_command("cat a > b"));
         assert!(!is_read_only_command("rm -rf x"));

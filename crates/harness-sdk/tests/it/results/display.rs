@@ -80,7 +80,7 @@ fn tool_results_031_web_search_queries() {
     let four = json!({"search_query": [{"q": "a"}, {"q": "b"}, {"q": "c"}, {"q": "d"}]});
     assert_eq!(
         meta("web_search", &four).as_deref(),
-        Some("for \"a\", \"b\", \"c\", …")
+        Some("for \"a\", \"b\", \"c\"…")
     );
 }
 

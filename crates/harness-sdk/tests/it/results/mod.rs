@@ -2,9 +2,11 @@
 
 mod delivery;
 mod display;
+mod fidelity;
 mod media;
 mod mirror;
 mod properties;
+mod redaction;
 mod sanitize;
 mod spawn;
 mod terminal;

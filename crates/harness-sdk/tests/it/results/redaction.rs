@@ -1,0 +1,304 @@
+//! The redaction pattern table (`docs/redaction.md`): one test per row. Each planted secret is
+//! checked through the free-text layer, `sanitize_tool_args`, `sanitize_tool_result` and the
+//! display path, and every output is a fixed point of the text layer.
+
+use serde_json::{Value, json};
+use tether_harness_sdk::results::display::{DetailMode, infer_tool_meta_from_args};
+use tether_harness_sdk::results::redact::{is_sensitive_key, redact_text};
+use tether_harness_sdk::results::sanitize::{sanitize_tool_args, sanitize_tool_result};
+
+/// `text` (which contains `secret`) loses the secret on every path, and redaction is stable.
+fn assert_scrubbed(text: &str, secret: &str) {
+    assert!(text.contains(secret), "the fixture plants {secret}");
+    let once = redact_text(text);
+    assert!(
+        !once.contains(secret),
+        "redact_text leaked {secret}: {once}"
+    );
+    assert_eq!(
+        redact_text(&once),
+        once,
+        "redact_text is idempotent on {text}"
+    );
+    let args = sanitize_tool_args(&json!({"task": text, "nested": [{"note": text}]}));
+    assert!(
+        !args.to_string().contains(secret),
+        "sanitize_tool_args leaked {secret}: {args}"
+    );
+    let result = sanitize_tool_result(
+        &json!({"content": [{"type": "text", "text": text}], "details": {"stdout": text}}),
+    );
+    assert!(
+        !result.to_string().contains(secret),
+        "sanitize_tool_result leaked {secret}: {result}"
+    );
+    for tool in ["sessions_spawn", "exec"] {
+        let key = if tool == "exec" { "command" } else { "task" };
+        let shown = infer_tool_meta_from_args(tool, &json!({ key: text }), DetailMode::Raw)
+            .unwrap_or_default();
+        assert!(
+            !shown.contains(secret),
+            "display of {tool} leaked {secret}: {shown}"
+        );
+    }
+}
+
+#[test]
+fn redaction_row_sensitive_key_names_mask_the_whole_value() {
+    for key in [
+        "apiKey",
+        "api_key",
+        "password",
+        "client_secret",
+        "Authorization",
+        "accessToken",
+        "refresh_token",
+        "private_key",
+        "AWS_SECRET_ACCESS_KEY",
+        "cookie",
+        "AccountKey",
+        "SharedAccessKey",
+        "connectionString",
+        "card_number",
+        "cvc",
+    ] {
+        assert!(is_sensitive_key(key), "{key}");
+        let out = sanitize_tool_args(&json!({ key: "plain-words-but-secret-value" }));
+        assert!(
+            !out.to_string().contains("plain-words-but-secret-value"),
+            "{key}: {out}"
+        );
+    }
+    for key in ["primary_key", "cache_key", "model", "sessionKey"] {
+        assert!(!is_sensitive_key(key), "{key}");
+    }
+}
+
+#[test]
+fn redaction_row_assignments_in_free_text() {
+    assert_scrubbed(
+        "OPENAI_API_KEY=abc123def456ghi789 npm start",
+        "abc123def456ghi789",
+    );
+    assert_scrubbed(
+        r#"{"client_secret": "zq8Xw2Lr5Tn0Vb7M"}"#,
+        "zq8Xw2Lr5Tn0Vb7M",
+    );
+    assert_scrubbed("password: hunter2hunter2", "hunter2hunter2");
+}
+
+#[test]
+fn redaction_row_credential_flags() {
+    assert_scrubbed("deploy --api-key k3yMaterial991 --force", "k3yMaterial991");
+    assert_scrubbed("login --password=Sup3rSecretPw", "Sup3rSecretPw");
+}
+
+#[test]
+fn redaction_row_bearer_tokens() {
+    assert_scrubbed(
+        "curl -H 'Authorization: Bearer opaqueTokenValue12345' https://api",
+        "opaqueTokenValue12345",
+    );
+    assert_scrubbed(
+        "bearer QWxhZGRpbjpvcGVuIHNlc2FtZQ-xyz",
+        "QWxhZGRpbjpvcGVuIHNlc2FtZQ-xyz",
+    );
+}
+
+#[test]
+fn redaction_row_basic_credentials() {
+    // `dXNlcjpzM2NyM3QtcGFzcw==` is base64 of `user:s3cr3t-pass`.
+    assert_scrubbed(
+        "curl -H 'Authorization: Basic dXNlcjpzM2NyM3QtcGFzcw==' x",
+        "dXNlcjpzM2NyM3QtcGFzcw==",
+    );
+    assert_scrubbed(
+        "send Basic dXNlcjpzM2NyM3QtcGFzcw== upstream",
+        "dXNlcjpzM2NyM3QtcGFzcw==",
+    );
+    // Plain prose after "basic" is not a credential.
+    assert_eq!(
+        redact_text("basic authentication is disabled"),
+        "basic authentication is disabled"
+    );
+}
+
+#[test]
+fn redaction_row_aws_access_keys() {
+    assert_scrubbed("use AKIAIOSFODNN7EXAMPLE for s3", "AKIAIOSFODNN7EXAMPLE");
+    assert_scrubbed("session ASIAY34FZKBOKMUTVV7A now", "ASIAY34FZKBOKMUTVV7A");
+    assert_scrubbed(
+        "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+        "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    );
+}
+
+#[test]
+fn redaction_row_tencent_cloud_secret_ids() {
+    let key = "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE";
+    assert_scrubbed(&format!("spawn a worker with {key} to sync cos"), key);
+    assert_scrubbed(&format!("TENCENTCLOUD_SECRET_ID={key}"), key);
+}
+
+#[test]
+fn redaction_row_google_api_keys() {
+    assert_scrubbed(
+        "maps key AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY in config",
+        "AIzaSyD-9tSrke72PouQMnMX-a7eZSW0jkFMBWY",
+    );
+}
+
+#[test]
+fn redaction_row_azure_account_keys_and_connection_strings() {
+    assert_scrubbed(
+        "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==;EndpointSuffix=core.windows.net",
+        "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MA==",
+    );
+    assert_scrubbed(
+        "Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=root;SharedAccessKey=c2VjcmV0S2V5VmFsdWUxMjM0NQ=",
+        "c2VjcmV0S2V5VmFsdWUxMjM0NQ=",
+    );
+}
+
+#[test]
+fn redaction_row_github_and_gitlab_tokens() {
+    assert_scrubbed(
+        "git clone with ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    );
+    assert_scrubbed(
+        "token github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+        "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
+    );
+    assert_scrubbed("glpat-xYz123AbC456dEf789gH", "glpat-xYz123AbC456dEf789gH");
+}
+
+#[test]
+fn redaction_row_slack_tokens() {
+    assert_scrubbed(
+        "post with xoxb-2048-4096-AbCdEfGhIjKlMnOp",
+        "xoxb-2048-4096-AbCdEfGhIjKlMnOp",
+    );
+    assert_scrubbed(
+        "socket xapp-1-A0B1C2D3E4-123456",
+        "xapp-1-A0B1C2D3E4-123456",
+    );
+}
+
+#[test]
+fn redaction_row_stripe_keys() {
+    assert_scrubbed(
+        "charge using sk_live_51HxYzAbCdEfGhIjKlMn",
+        "sk_live_51HxYzAbCdEfGhIjKlMn",
+    );
+    assert_scrubbed(
+        "rk_live_51HxYzAbCdEfGh restricted",
+        "rk_live_51HxYzAbCdEfGh",
+    );
+    assert_scrubbed(
+        "verify whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+        "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    );
+}
+
+#[test]
+fn redaction_row_openai_and_anthropic_keys() {
+    assert_scrubbed(
+        "OPENAI key sk-proj-abcDEF1234567890ghiJKL",
+        "sk-proj-abcDEF1234567890ghiJKL",
+    );
+    assert_scrubbed(
+        "claude sk-ant-api03-AbCdEf0123456789-xyz",
+        "sk-ant-api03-AbCdEf0123456789-xyz",
+    );
+}
+
+#[test]
+fn redaction_row_other_registry_tokens() {
+    assert_scrubbed(
+        "hf_AbCdEfGhIjKlMnOpQrStUv model pull",
+        "hf_AbCdEfGhIjKlMnOpQrStUv",
+    );
+    assert_scrubbed(
+        "npm_AbCdEfGhIjKlMnOpQrSt publish",
+        "npm_AbCdEfGhIjKlMnOpQrSt",
+    );
+}
+
+#[test]
+fn redaction_row_pem_private_keys() {
+    let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
+    let pem = format!("-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----");
+    assert_scrubbed(&format!("key file:\n{pem}\ndone"), body);
+    assert_eq!(
+        redact_text(&pem),
+        "-----BEGIN RSA PRIVATE KEY-----\n***\n-----END RSA PRIVATE KEY-----"
+    );
+    // A cut-off block masks to the end; a public key is not a secret.
+    let cut = format!("-----BEGIN PRIVATE KEY-----\n{body}");
+    assert_scrubbed(&cut, body);
+    let public = format!("-----BEGIN PUBLIC KEY-----\n{body}\n-----END PUBLIC KEY-----");
+    assert_eq!(redact_text(&public), public);
+}
+
+#[test]
+fn redaction_row_json_web_tokens() {
+    let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c";
+    assert_scrubbed(&format!("cookie session {jwt}; path=/"), jwt);
+    assert_scrubbed(
+        &format!("token is {jwt}"),
+        "SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+    );
+}
+
+#[test]
+fn redaction_row_url_and_connection_string_passwords() {
+    assert_scrubbed(
+        "fetch https://deploy:Pa55w0rdValue@git.example.com/repo.git",
+        "Pa55w0rdValue",
+    );
+    assert_scrubbed(
+        "psql postgres://app:s3cr3t-db-pass@db.internal:5432/prod",
+        "s3cr3t-db-pass",
+    );
+    assert_scrubbed("redis-cli -u redis://:r3disPass@cache:6379", "r3disPass");
+    assert_scrubbed(
+        "Server=tcp:db;Database=prod;User Id=sa;Password=Sq1Pa55word!;",
+        "Sq1Pa55word!",
+    );
+    // No password, nothing to mask.
+    assert_eq!(
+        redact_text("see https://user@example.com/path and https://example.com"),
+        "see https://user@example.com/path and https://example.com"
+    );
+}
+
+#[test]
+fn redaction_row_payment_card_numbers() {
+    assert_scrubbed("charge card 4111111111111111 now", "4111111111111111");
+    assert_scrubbed("card 5555-5555-5555-4444 exp 12/30", "5555-5555-5555-4444");
+    assert_scrubbed("amex 3782 822463 10005 ok", "3782 822463 10005");
+    // Groups running on past the number still leave the number masked.
+    assert_scrubbed("card 4111 1111 1111 1111 2 items", "4111 1111 1111 1111");
+    assert_scrubbed("n 4 4111 1111 1111 1111", "4111 1111 1111 1111");
+    // Numbers that are not card numbers stay: wrong Luhn digit, timestamps, snowflake ids.
+    for keep in [
+        "order 4111111111111112 shipped",
+        "at 1733212345678 ms",
+        "id 1181245036372033596",
+    ] {
+        assert_eq!(redact_text(keep), keep);
+    }
+    let out =
+        sanitize_tool_args(&json!({"payment": {"cvc": "123", "card_number": "4242424242424242"}}));
+    assert_eq!(out["payment"]["cvc"], Value::from("***"));
+    assert!(!out.to_string().contains("4242424242424242"));
+}
+
+#[test]
+fn redaction_row_shell_defaults() {
+    assert_scrubbed(
+        "export X=${GITHUB_TOKEN:-literalgithub1234567890}",
+        "literalgithub1234567890",
+    );
+}
