@@ -11,13 +11,14 @@ use tether_core::TerminalDiagnostic;
 use tether_core::{
     AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
     AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionStore, LeaseConfig,
-    MessageRole, Namespace, ResetParams, SessionContextResetHook, SessionDeletionHook, SessionKey,
-    ToolMeta, Usage,
+    MessageRole, MutationRun, Namespace, ResetParams, ResetReason, SessionContextResetHook,
+    SessionContextResetParams, SessionDeletionHook, SessionDeletionParams, SessionKey, ToolMeta,
+    Usage,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
 };
-use tether_harness_sdk::generation::GenerationAuthority;
+use tether_harness_sdk::generation::{BindingAuthority, GenerationAuthority};
 use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::LeaseAssertion;
 use tether_harness_sdk::results::mirror::{
@@ -37,11 +38,12 @@ use crate::host::{
     NoTools, RefuseAll, ToolCall, ToolExecutor,
 };
 use crate::ids::{ThreadId, TurnId};
+use crate::native::{CLEANUP, CleanupScope, CodexThreads, NativeCleanup, PendingCleanup};
 use crate::protocol::{
     ApprovalRequestParams, DynamicToolCallParams, DynamicToolCallResponse, ItemNotification,
-    ThreadItem, ThreadResponse, ThreadResumeParams, ThreadStartParams, ThreadUnsubscribeParams,
-    TokenUsageNotification, ToolContentItem, TurnInterruptParams, TurnNotification,
-    TurnStartParams, TurnStartResponse, UserInput, method,
+    ThreadItem, ThreadRefParams, ThreadResponse, ThreadResumeParams, ThreadStartParams,
+    ThreadUnsubscribeParams, TokenUsageNotification, ToolContentItem, TurnInterruptParams,
+    TurnNotification, TurnStartParams, TurnStartResponse, UserInput, method,
 };
 
 /// The binding namespace of the Codex harness.
@@ -302,16 +304,24 @@ impl CodexHarnessBuilder {
         }
         let bindings = bindings.build()?;
         let id = HarnessId::new(HARNESS_ID).map_err(Error::from)?;
-        let hooks = Arc::new(ThreadBindingHarness::new(
-            id,
-            bindings.clone(),
-            GenerationAuthority::new(self.host_sessions),
+        let threads = Arc::new(CodexThreads::new(
+            self.server.clone(),
+            self.process_per_turn,
         ));
+        let hooks = Arc::new(
+            ThreadBindingHarness::new(
+                id,
+                bindings.clone(),
+                GenerationAuthority::new(self.host_sessions),
+            )
+            .with_threads(threads.clone()),
+        );
         Ok(CodexHarness {
             inner: Arc::new(Inner {
                 server: self.server,
                 bindings,
                 hooks,
+                threads,
                 transcript: self.transcript,
                 tools: self.tools,
                 approvals: self.approvals,
@@ -327,6 +337,7 @@ struct Inner {
     server: Arc<CodexAppServer>,
     bindings: ThreadBindingStore,
     hooks: Arc<ThreadBindingHarness>,
+    threads: Arc<CodexThreads>,
     transcript: Arc<dyn HostTranscript>,
     tools: Arc<dyn ToolExecutor>,
     approvals: Arc<dyn ApprovalPolicy>,
@@ -372,6 +383,18 @@ impl CodexHarness {
     /// The supervised app-server.
     pub fn server(&self) -> &Arc<CodexAppServer> {
         &self.inner.server
+    }
+
+    /// Native cleanups (`thread/delete`, `thread/archive`) that failed after their host
+    /// operation committed and wait for [`Self::retry_native_cleanup`].
+    pub fn pending_native_cleanup(&self) -> Vec<PendingCleanup> {
+        self.inner.threads.pending()
+    }
+
+    /// Runs the pending native cleanups again (never restoring any binding); returns how many
+    /// are still pending.
+    pub async fn retry_native_cleanup(&self) -> usize {
+        self.inner.threads.retry_pending().await
     }
 
     /// The Codex thread bound to the session of `params`, if any.
@@ -434,6 +457,44 @@ impl CodexHarness {
     }
 }
 
+impl CodexHarness {
+    /// Compacts the bound Codex thread's model-visible history (`thread/compact/start`) under
+    /// the session's lease and waits for the compaction turn to end.
+    ///
+    /// Compaction is a transfer, never a deletion: the binding and the thread stay, no
+    /// context-reset hook runs, and when the host moves the session to a new physical session
+    /// id under the same key the next turn adopts the recorded predecessor's binding and
+    /// resumes the same thread. Fails with [`CodexError::BindingRefused`] when no thread is
+    /// bound, and with [`CodexError::TurnFailed`] when Codex reports the compaction failed.
+    pub async fn compact(&self, params: &AttemptParams) -> Result<ThreadId, CodexError> {
+        let span = tracing::info_span!("codex.compact", session_id = %params.session.session_id);
+        async {
+            let identity = identity(params);
+            let inner = self.inner.clone();
+            let timeout = params.timeout;
+            let result = self
+                .inner
+                .bindings
+                .with_lease(&identity, false, None, |lease| {
+                    let identity = identity.clone();
+                    async move {
+                        let assertion = lease.capture_lease_assertion()?;
+                        Ok(inner
+                            .compact_under_lease(&identity, assertion, timeout)
+                            .await)
+                    }
+                })
+                .await;
+            match result {
+                Ok(inner) => inner,
+                Err(error) => Err(CodexError::Lifecycle(error)),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
 fn identity(params: &AttemptParams) -> BindingIdentity {
     BindingIdentity::session(
         params.session.agent_id.clone(),
@@ -492,6 +553,126 @@ impl Inner {
         result
     }
 
+    async fn compact_under_lease(
+        &self,
+        identity: &BindingIdentity,
+        lease: LeaseAssertion,
+        timeout: Option<Duration>,
+    ) -> Result<ThreadId, CodexError> {
+        lease.check()?;
+        let caller = BindingAuthority::caller(tether_core::always_current());
+        if self
+            .hooks
+            .resolve(identity, &caller)
+            .await?
+            .binding
+            .is_none()
+        {
+            return Err(CodexError::BindingRefused {
+                detail: "no Codex thread is bound to this session; nothing to compact".to_owned(),
+            });
+        }
+        let dedicated;
+        let client = if self.process_per_turn {
+            dedicated = Arc::new(self.server.dedicated().await?);
+            dedicated.clone()
+        } else {
+            self.server.client().await?
+        };
+        let result = self
+            .compact_on_client(&client, identity, &lease, timeout)
+            .await;
+        if self.process_per_turn {
+            client.stop();
+            client.wait_exit(Duration::from_secs(10)).await;
+        }
+        result
+    }
+
+    async fn compact_on_client(
+        &self,
+        client: &Arc<CodexClient>,
+        identity: &BindingIdentity,
+        lease: &LeaseAssertion,
+        timeout: Option<Duration>,
+    ) -> Result<ThreadId, CodexError> {
+        let (thread_id, _, _) = self
+            .bind_thread(client, identity, WriteOptions::default())
+            .await?;
+        let _claim = self.threads.claim(&thread_id);
+        lease.check()?;
+        let mut events = client.subscribe(&thread_id);
+        let result = self
+            .await_compaction(client, &mut events, &thread_id, timeout)
+            .await;
+        client.unsubscribe(&thread_id);
+        self.release_thread(client, &thread_id).await;
+        result.map(|()| ThreadId::new(thread_id))
+    }
+
+    async fn await_compaction(
+        &self,
+        client: &CodexClient,
+        events: &mut mpsc::Receiver<ServerEvent>,
+        thread_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), CodexError> {
+        let _: Value = client
+            .request(
+                method::THREAD_COMPACT_START,
+                &ThreadRefParams {
+                    thread_id: thread_id.to_owned(),
+                },
+            )
+            .await?;
+        let limit = timeout.unwrap_or(Duration::from_secs(300));
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let event = tokio::time::timeout_at(deadline, events.recv())
+                .await
+                .map_err(|_| CodexError::Timeout {
+                    method: method::THREAD_COMPACT_START.to_owned(),
+                    timeout: limit,
+                })?;
+            let Some(event) = event else {
+                return Err(CodexError::ServerExited {
+                    status: client
+                        .exit_status()
+                        .unwrap_or_else(|| "output closed".to_owned()),
+                });
+            };
+            match event {
+                ServerEvent::Notification { method, params } => {
+                    if method == method::TURN_COMPLETED {
+                        let n: TurnNotification = parse(&method, params)?;
+                        if n.turn.status == "completed" {
+                            tracing::info!(thread_id, "codex thread compacted");
+                            return Ok(());
+                        }
+                        return Err(CodexError::TurnFailed {
+                            message: n
+                                .turn
+                                .error
+                                .map(|e| e.message)
+                                .unwrap_or_else(|| format!("compaction ended `{}`", n.turn.status)),
+                        });
+                    }
+                    tracing::trace!(method, "codex notification during compaction");
+                }
+                ServerEvent::Request(request) => {
+                    // A compaction grants nothing: no tool, approval or question is answered.
+                    client
+                        .reply_error(
+                            &request,
+                            -32000,
+                            "compaction runs no tools and grants nothing",
+                        )
+                        .await?;
+                }
+            }
+        }
+    }
+
     async fn bind_thread(
         &self,
         client: &CodexClient,
@@ -499,7 +680,17 @@ impl Inner {
         options: WriteOptions,
     ) -> Result<(String, bool, bool), CodexError> {
         let settings = &self.settings;
-        if let Some(bound) = self.bindings.read(identity).await? {
+        // Resolved under the host generation: a binding the verified, recorded predecessor
+        // left under the same key (a compaction changed the physical session id) is adopted,
+        // so the Codex thread continues; it is never treated as a context reset.
+        let caller = BindingAuthority::caller(
+            options
+                .assert_current
+                .clone()
+                .unwrap_or_else(tether_core::always_current),
+        );
+        let resolved = self.hooks.resolve(identity, &caller).await?;
+        if let Some(bound) = resolved.binding {
             let resumed: Result<ThreadResponse, CodexError> = client
                 .request(
                     method::THREAD_RESUME,
@@ -568,6 +759,9 @@ impl Inner {
         };
         let (thread_id, started_thread, resumed_thread) =
             self.bind_thread(client, identity, options).await?;
+        // While the turn runs, a deletion of this thread is refused (before the host's
+        // transaction and again at its commit).
+        let _claim = self.threads.claim(&thread_id);
         let (observer, facts) = terminal_outcome_accumulator(
             request.params.run_id.to_string(),
             Arc::new(FingerprintIdentity),
@@ -1239,20 +1433,118 @@ impl AgentHarness for CodexHarness {
         self.inner.hooks.id()
     }
 
-    /// The backend's in-place reset (the binding is cleared; the next turn binds a new
-    /// thread).
+    /// `/new` and `/reset`: the backend's in-place reset clears the binding (the next turn
+    /// starts a fresh Codex thread for the same session key), then the retired thread is
+    /// archived. A failure (of the backend or of the archive) fails the hook; the caller's
+    /// fan-out logs it once per harness per process, and the next reset runs the hook again,
+    /// retrying the cleanups left pending first. `Deleted` is only a notification.
     async fn reset(&self, params: ResetParams) -> Result<(), Error> {
-        self.inner.hooks.reset(params).await
+        let span = tracing::info_span!("codex.reset", session_id = %params.session_id, reason = ?params.reason);
+        self.reset_session(params).instrument(span).await
     }
 
-    /// The backend's deletion hook: the binding goes inside the host's transaction.
+    /// Deletion: the SDK's thread-binding hook takes the lease before `run` and removes the
+    /// binding in the host's transaction; after the COMMIT the Codex thread is deleted
+    /// (`thread/delete`).
     fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
-        self.inner.hooks.session_deletion()
+        Some(self)
     }
 
-    /// The backend's context-reset hook.
+    /// Context reset (rewind, branch switch): the binding is invalidated with the same
+    /// prepared commit and rollback; after the COMMIT the old Codex thread is archived and the
+    /// next turn runs on a new thread that holds none of the cut turns.
     fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
-        self.inner.hooks.session_context_reset()
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl SessionDeletionHook for CodexHarness {
+    async fn with_session_deletion(
+        &self,
+        params: SessionDeletionParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let span = tracing::info_span!("codex.session_deletion", session_id = %params.session_id);
+        let scope = CleanupScope {
+            action: NativeCleanup::Delete,
+            assert_current: params.assert_current.clone(),
+        };
+        CLEANUP
+            .scope(scope, self.inner.hooks.with_session_deletion(params, run))
+            .instrument(span)
+            .await
+    }
+}
+
+#[async_trait]
+impl SessionContextResetHook for CodexHarness {
+    async fn with_session_context_reset(
+        &self,
+        params: SessionContextResetParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let span =
+            tracing::info_span!("codex.session_context_reset", session_id = %params.session_id);
+        let scope = CleanupScope {
+            action: NativeCleanup::Archive,
+            assert_current: params.assert_current.clone(),
+        };
+        CLEANUP
+            .scope(
+                scope,
+                self.inner.hooks.with_session_context_reset(params, run),
+            )
+            .instrument(span)
+            .await
+    }
+}
+
+impl CodexHarness {
+    async fn reset_session(&self, params: ResetParams) -> Result<(), Error> {
+        if params.reason == ResetReason::Deleted {
+            return self.inner.hooks.reset(params).await;
+        }
+        // Cleanups an earlier reset or deletion left behind get another chance.
+        self.inner.threads.retry_pending().await;
+        let identity = BindingIdentity::session(
+            params.agent_id.clone(),
+            params.session_id.clone(),
+            params.session_key.clone(),
+        );
+        let previous = self.inner.bindings.read(&identity).await?;
+        self.inner.hooks.reset(params).await?;
+        let Some(previous) = previous else {
+            return Ok(());
+        };
+        if self
+            .inner
+            .bindings
+            .read(&identity)
+            .await?
+            .is_some_and(|now| now.thread_id == previous.thread_id)
+        {
+            // The backend kept the binding (supervision): the thread stays.
+            return Ok(());
+        }
+        if self
+            .inner
+            .bindings
+            .has_other_thread_owner(identity.key(), &previous.thread_id)
+            .await?
+        {
+            return Ok(());
+        }
+        self.inner
+            .threads
+            .cleanup_or_keep(&previous.thread_id, NativeCleanup::Archive)
+            .await
+            .map_err(|error| {
+                Error::other(format!(
+                    "the session was reset, but archiving its codex thread {} failed: {error}",
+                    previous.thread_id
+                ))
+            })
     }
 }
 

@@ -13,6 +13,8 @@
 //!   with `thread/resume`, turns with item mirroring, host tools as dynamic tools, terminal
 //!   outcomes through the SDK's accumulator, approvals through a host policy that refuses by
 //!   default, cancellation with `turn/interrupt`.
+//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns
+//!   and the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT.
 //! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
 //! - [`locate`]: the pinned Codex version and where its binary is found.
 //!
@@ -49,6 +51,7 @@ pub mod harness;
 pub mod host;
 pub mod ids;
 pub mod locate;
+pub mod native;
 pub mod protocol;
 
 pub use client::{CodexAppServer, CodexClient, CodexConfig};
@@ -56,3 +59,4 @@ pub use error::CodexError;
 pub use harness::{CodexHarness, ThreadSettings, TurnCancel, TurnOutcome, TurnRequest};
 pub use host::{ApprovalPolicy, HostTranscript, RefuseAll, ToolExecutor};
 pub use ids::{ThreadId, TurnId};
+pub use native::{NativeCleanup, PendingCleanup};

@@ -3,5 +3,6 @@
 
 mod e2e;
 mod host;
+mod lifecycle;
 mod model;
 mod schema;
