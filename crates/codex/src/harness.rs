@@ -33,6 +33,7 @@ use tracing::Instrument as _;
 
 use crate::client::{CodexAppServer, CodexClient, ServerEvent, ServerRequest};
 use crate::error::CodexError;
+use crate::finalize::CodexFinalizerRuntime;
 use crate::host::{
     ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,
     NoTools, RefuseAll, ToolCall, ToolExecutor,
@@ -45,6 +46,7 @@ use crate::protocol::{
     ThreadUnsubscribeParams, TokenUsageNotification, ToolContentItem, TurnInterruptParams,
     TurnNotification, TurnStartParams, TurnStartResponse, UserInput, method,
 };
+use tether_finalizer::bounded_finalizer::BoundedTurnFinalizer;
 
 /// The binding namespace of the Codex harness.
 pub const NAMESPACE: &str = "codex-threads";
@@ -385,6 +387,22 @@ impl CodexHarness {
         &self.inner.server
     }
 
+    /// The settled-turn finalizer of `session_key`: a [`BoundedTurnFinalizer`] answering once
+    /// through a capability-free Codex run on a private app-server process (see
+    /// [`crate::finalize`]), mirroring the answer into the host transcript.
+    pub fn settled_turn_finalizer(
+        &self,
+        session_key: SessionKey,
+    ) -> BoundedTurnFinalizer<CodexFinalizerRuntime> {
+        CodexFinalizerRuntime::new(
+            self.inner.server.clone(),
+            self.inner.settings.cwd.clone(),
+            self.inner.transcript.clone(),
+            session_key,
+        )
+        .into_finalizer()
+    }
+
     /// Native cleanups (`thread/delete`, `thread/archive`) that failed after their host
     /// operation committed and wait for [`Self::retry_native_cleanup`].
     pub fn pending_native_cleanup(&self) -> Vec<PendingCleanup> {
@@ -503,6 +521,15 @@ fn identity(params: &AttemptParams) -> BindingIdentity {
     )
 }
 
+/// The thread a turn runs on.
+struct Bound {
+    thread_id: String,
+    started: bool,
+    resumed: bool,
+    model: String,
+    model_provider: String,
+}
+
 /// The state of one running turn.
 struct TurnState {
     thread_id: String,
@@ -596,9 +623,10 @@ impl Inner {
         lease: &LeaseAssertion,
         timeout: Option<Duration>,
     ) -> Result<ThreadId, CodexError> {
-        let (thread_id, _, _) = self
+        let thread_id = self
             .bind_thread(client, identity, WriteOptions::default())
-            .await?;
+            .await?
+            .thread_id;
         let _claim = self.threads.claim(&thread_id);
         lease.check()?;
         let mut events = client.subscribe(&thread_id);
@@ -678,7 +706,7 @@ impl Inner {
         client: &CodexClient,
         identity: &BindingIdentity,
         options: WriteOptions,
-    ) -> Result<(String, bool, bool), CodexError> {
+    ) -> Result<Bound, CodexError> {
         let settings = &self.settings;
         // Resolved under the host generation: a binding the verified, recorded predecessor
         // left under the same key (a compaction changed the physical session id) is adopted,
@@ -703,17 +731,23 @@ impl Inner {
                     },
                 )
                 .await;
-            match resumed {
-                Ok(_) => {}
+            let response = match resumed {
+                Ok(response) => response,
                 Err(CodexError::Rpc { message, .. }) if message.contains("active writer") => {
                     return Err(CodexError::WriterHeldElsewhere {
                         thread_id: bound.thread_id,
                     });
                 }
                 Err(other) => return Err(other),
-            }
+            };
             tracing::info!(thread_id = %bound.thread_id, "resumed the bound codex thread");
-            return Ok((bound.thread_id, false, true));
+            return Ok(Bound {
+                thread_id: bound.thread_id,
+                started: false,
+                resumed: true,
+                model: response.model,
+                model_provider: response.model_provider,
+            });
         }
         let started: ThreadResponse = client
             .request(
@@ -730,8 +764,8 @@ impl Inner {
             .await?;
         let thread_id = started.thread.id;
         let mut binding = ThreadBinding::new(thread_id.clone(), settings.cwd.clone());
-        binding.model = Some(started.model);
-        binding.model_provider = Some(started.model_provider);
+        binding.model = Some(started.model.clone());
+        binding.model_provider = Some(started.model_provider.clone());
         if !self.bindings.set(identity, binding, options).await? {
             return Err(CodexError::BindingRefused {
                 detail: format!(
@@ -740,7 +774,13 @@ impl Inner {
             });
         }
         tracing::info!(thread_id = %thread_id, "bound a new codex thread");
-        Ok((thread_id, true, false))
+        Ok(Bound {
+            thread_id,
+            started: true,
+            resumed: false,
+            model: started.model,
+            model_provider: started.model_provider,
+        })
     }
 
     async fn turn_on_client(
@@ -757,8 +797,13 @@ impl Inner {
             Some(check) => WriteOptions::checked(check.clone()),
             None => WriteOptions::default(),
         };
-        let (thread_id, started_thread, resumed_thread) =
-            self.bind_thread(client, identity, options).await?;
+        let Bound {
+            thread_id,
+            started: started_thread,
+            resumed: resumed_thread,
+            model,
+            model_provider,
+        } = self.bind_thread(client, identity, options).await?;
         // While the turn runs, a deletion of this thread is refused (before the host's
         // transaction and again at its commit).
         let _claim = self.threads.claim(&thread_id);
@@ -802,6 +847,22 @@ impl Inner {
         state.attempt.replay.had_potential_side_effects =
             state.tools.iter().any(|t| t.side_effect_evidence);
         state.attempt.replay.replay_safe = !state.attempt.replay.had_potential_side_effects;
+        // A settled turn that ran tools and said nothing: capture the frozen evidence for the
+        // host's settled-turn finalizer (a capability-free Codex run, see `finalize`).
+        if state.attempt.terminal == AttemptTerminal::Ok
+            && !state.attempt.tool_metas.is_empty()
+            && state.attempt.assistant_texts.is_empty()
+        {
+            let lease = state.lease.clone();
+            state.attempt.settled_turn_finalization_context = crate::finalize::capture(
+                self.hooks.id(),
+                &turn_id,
+                &state.attempt.messages_snapshot,
+                Some(&model),
+                Some(&model_provider),
+                Arc::new(move || lease.check()),
+            );
+        }
         Ok(TurnOutcome {
             thread_id: ThreadId::new(thread_id),
             turn_id: TurnId::new(turn_id),

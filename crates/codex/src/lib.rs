@@ -15,6 +15,9 @@
 //!   default, cancellation with `turn/interrupt`.
 //! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns
 //!   and the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT.
+//! - [`finalize`]: settled-turn finalization through a capability-free Codex run (the
+//!   harness captures the context; [`CodexFinalizerRuntime`] answers once, or the host falls
+//!   back).
 //! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
 //! - [`locate`]: the pinned Codex version and where its binary is found.
 //!
@@ -47,6 +50,7 @@
 
 pub mod client;
 pub mod error;
+pub mod finalize;
 pub mod harness;
 pub mod host;
 pub mod ids;
@@ -56,6 +60,7 @@ pub mod protocol;
 
 pub use client::{CodexAppServer, CodexClient, CodexConfig};
 pub use error::CodexError;
+pub use finalize::{CodexEvidence, CodexFinalizerRuntime};
 pub use harness::{CodexHarness, ThreadSettings, TurnCancel, TurnOutcome, TurnRequest};
 pub use host::{ApprovalPolicy, HostTranscript, RefuseAll, ToolExecutor};
 pub use ids::{ThreadId, TurnId};

@@ -28,6 +28,8 @@ pub mod method {
     pub const THREAD_READ: &str = "thread/read";
     /// Client → server: compact a thread's model-visible history.
     pub const THREAD_COMPACT_START: &str = "thread/compact/start";
+    /// Client → server: append raw Responses API items to a thread's model-visible history.
+    pub const THREAD_INJECT_ITEMS: &str = "thread/inject_items";
     /// Client → server: start a turn.
     pub const TURN_START: &str = "turn/start";
     /// Client → server: interrupt the running turn.

@@ -47,6 +47,8 @@ pub(crate) struct World {
     pub(crate) request_timeout: Duration,
     /// The sandbox of new threads (default `read-only`).
     pub(crate) sandbox: Option<&'static str>,
+    /// The model of new threads (default: Codex's default).
+    pub(crate) model: Option<&'static str>,
 }
 
 impl World {
@@ -58,6 +60,7 @@ impl World {
             wire: None,
             request_timeout: Duration::from_secs(30),
             sandbox: None,
+            model: None,
         }
     }
 
@@ -106,6 +109,7 @@ impl World {
         if let Some(sandbox) = self.sandbox {
             settings.sandbox = sandbox.to_owned();
         }
+        settings.model = self.model.map(str::to_owned);
         let transcript = StoreTranscript {
             store: store.clone(),
             entries: Arc::new(Mutex::new(Vec::new())),

@@ -2,6 +2,7 @@
 //! version, installed by `cargo xtask codex-install`) and a scripted loopback model server.
 
 mod e2e;
+mod finalize;
 mod host;
 mod lifecycle;
 mod model;
