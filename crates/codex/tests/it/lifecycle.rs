@@ -571,3 +571,40 @@ async fn codex_e2e_compaction_keeps_binding_and_thread() {
         Some(&first.thread_id)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_with_process_per_turn_cleans_up_on_its_own_process() {
+    let Some((world, _model)) = world(vec![Step::Reply("Per turn.")]).await else {
+        return;
+    };
+    // Two host processes that share sessions: each turn's app-server exits before the lease is
+    // released, so the host that deletes can write the thread.
+    let key = session_key("delete-per-turn");
+    let host_a = world
+        .host_with("host-a", LeaseConfig::default(), true)
+        .await;
+    host_a.create_session(&key).await;
+    let outcome = host_a
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "hello")))
+        .await
+        .unwrap();
+    let thread = outcome.thread_id.to_string();
+    let host_b = world
+        .host_with("host-b", LeaseConfig::default(), true)
+        .await;
+    let starts_before = host_b.server.starts();
+
+    let deleted = host_b
+        .sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+
+    assert_eq!(deleted, vec![key.clone()]);
+    assert!(host_b.harness.pending_native_cleanup().is_empty());
+    // The cleanup ran on a process of its own, started for it.
+    assert_eq!(host_b.server.starts(), starts_before + 1);
+    assert!(read_thread(&host_b, &thread).await.is_err());
+    assert!(host_b.store.session(&key).await.unwrap().is_none());
+}
