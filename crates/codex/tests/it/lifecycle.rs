@@ -608,3 +608,76 @@ async fn codex_e2e_deletion_with_process_per_turn_cleans_up_on_its_own_process()
     assert!(read_thread(&host_b, &thread).await.is_err());
     assert!(host_b.store.session(&key).await.unwrap().is_none());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_rewind_retires_a_binding_compaction_had_not_transferred() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("First."),
+        Step::Reply("The token is 9931."),
+        Step::Reply("Fresh."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("rewind-after-compaction");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "the token please")))
+        .await
+        .unwrap();
+    // The host compacts to gen-2; no turn ran since, so gen-1 still owns the binding row.
+    host.store
+        .rotate_generation(
+            &key,
+            &SessionId::new(SESSION_ID).unwrap(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    let status = host
+        .sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[2].anchor.clone(),
+            SessionId::new("gen-3").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    // The predecessor's binding was retired by the context reset (not adopted), and its
+    // thread archived after the COMMIT.
+    for generation in [SESSION_ID, "gen-2", "gen-3"] {
+        assert!(
+            host.harness
+                .bound_thread(&attempt_in(&key, generation, "run-x", ""))
+                .await
+                .unwrap()
+                .is_none(),
+            "{generation} still bound"
+        );
+    }
+    assert!(
+        archived_threads(&host)
+            .await
+            .contains(&first.thread_id.to_string())
+    );
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key, "gen-3", "run-3", "again",
+        )))
+        .await
+        .unwrap();
+    assert!(next.started_thread);
+    assert_ne!(next.thread_id, first.thread_id);
+    assert!(!mentions(&model.requests()[2], "9931"));
+}
