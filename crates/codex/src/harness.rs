@@ -11,13 +11,14 @@ use tether_core::TerminalDiagnostic;
 use tether_core::{
     AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
     AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionStore, LeaseConfig,
-    MessageRole, Namespace, ResetParams, SessionContextResetHook, SessionDeletionHook, SessionKey,
-    ToolMeta, Usage,
+    MessageRole, MutationRun, Namespace, ResetParams, ResetReason, SessionContextResetHook,
+    SessionContextResetParams, SessionDeletionHook, SessionDeletionParams, SessionKey, ToolMeta,
+    Usage,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
 };
-use tether_harness_sdk::generation::GenerationAuthority;
+use tether_harness_sdk::generation::{BindingAuthority, GenerationAuthority};
 use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::LeaseAssertion;
 use tether_harness_sdk::results::mirror::{
@@ -32,17 +33,20 @@ use tracing::Instrument as _;
 
 use crate::client::{CodexAppServer, CodexClient, ServerEvent, ServerRequest};
 use crate::error::CodexError;
+use crate::finalize::CodexFinalizerRuntime;
 use crate::host::{
     ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,
     NoTools, RefuseAll, ToolCall, ToolExecutor,
 };
 use crate::ids::{ThreadId, TurnId};
+use crate::native::{CLEANUP, CleanupScope, CodexThreads, NativeCleanup, PendingCleanup};
 use crate::protocol::{
     ApprovalRequestParams, DynamicToolCallParams, DynamicToolCallResponse, ItemNotification,
-    ThreadItem, ThreadResponse, ThreadResumeParams, ThreadStartParams, ThreadUnsubscribeParams,
-    TokenUsageNotification, ToolContentItem, TurnInterruptParams, TurnNotification,
-    TurnStartParams, TurnStartResponse, UserInput, method,
+    ThreadItem, ThreadRefParams, ThreadResponse, ThreadResumeParams, ThreadStartParams,
+    ThreadUnsubscribeParams, TokenUsageNotification, ToolContentItem, TurnInterruptParams,
+    TurnNotification, TurnStartParams, TurnStartResponse, UserInput, method,
 };
+use tether_finalizer::bounded_finalizer::BoundedTurnFinalizer;
 
 /// The binding namespace of the Codex harness.
 pub const NAMESPACE: &str = "codex-threads";
@@ -302,16 +306,24 @@ impl CodexHarnessBuilder {
         }
         let bindings = bindings.build()?;
         let id = HarnessId::new(HARNESS_ID).map_err(Error::from)?;
-        let hooks = Arc::new(ThreadBindingHarness::new(
-            id,
-            bindings.clone(),
-            GenerationAuthority::new(self.host_sessions),
+        let threads = Arc::new(CodexThreads::new(
+            self.server.clone(),
+            self.process_per_turn,
         ));
+        let hooks = Arc::new(
+            ThreadBindingHarness::new(
+                id,
+                bindings.clone(),
+                GenerationAuthority::new(self.host_sessions),
+            )
+            .with_threads(threads.clone()),
+        );
         Ok(CodexHarness {
             inner: Arc::new(Inner {
                 server: self.server,
                 bindings,
                 hooks,
+                threads,
                 transcript: self.transcript,
                 tools: self.tools,
                 approvals: self.approvals,
@@ -327,6 +339,7 @@ struct Inner {
     server: Arc<CodexAppServer>,
     bindings: ThreadBindingStore,
     hooks: Arc<ThreadBindingHarness>,
+    threads: Arc<CodexThreads>,
     transcript: Arc<dyn HostTranscript>,
     tools: Arc<dyn ToolExecutor>,
     approvals: Arc<dyn ApprovalPolicy>,
@@ -372,6 +385,34 @@ impl CodexHarness {
     /// The supervised app-server.
     pub fn server(&self) -> &Arc<CodexAppServer> {
         &self.inner.server
+    }
+
+    /// The settled-turn finalizer of `session_key`: a [`BoundedTurnFinalizer`] answering once
+    /// through a capability-free Codex run on a private app-server process (see
+    /// [`crate::finalize`]), mirroring the answer into the host transcript.
+    pub fn settled_turn_finalizer(
+        &self,
+        session_key: SessionKey,
+    ) -> BoundedTurnFinalizer<CodexFinalizerRuntime> {
+        CodexFinalizerRuntime::new(
+            self.inner.server.clone(),
+            self.inner.settings.cwd.clone(),
+            self.inner.transcript.clone(),
+            session_key,
+        )
+        .into_finalizer()
+    }
+
+    /// Native cleanups (`thread/delete`, `thread/archive`) that failed after their host
+    /// operation committed and wait for [`Self::retry_native_cleanup`].
+    pub fn pending_native_cleanup(&self) -> Vec<PendingCleanup> {
+        self.inner.threads.pending()
+    }
+
+    /// Runs the pending native cleanups again (never restoring any binding); returns how many
+    /// are still pending.
+    pub async fn retry_native_cleanup(&self) -> usize {
+        self.inner.threads.retry_pending().await
     }
 
     /// The Codex thread bound to the session of `params`, if any.
@@ -434,12 +475,59 @@ impl CodexHarness {
     }
 }
 
+impl CodexHarness {
+    /// Compacts the bound Codex thread's model-visible history (`thread/compact/start`) under
+    /// the session's lease and waits for the compaction turn to end.
+    ///
+    /// Compaction is a transfer, never a deletion: the binding and the thread stay, no
+    /// context-reset hook runs, and when the host moves the session to a new physical session
+    /// id under the same key the next turn adopts the recorded predecessor's binding and
+    /// resumes the same thread. Fails with [`CodexError::BindingRefused`] when no thread is
+    /// bound, and with [`CodexError::TurnFailed`] when Codex reports the compaction failed.
+    pub async fn compact(&self, params: &AttemptParams) -> Result<ThreadId, CodexError> {
+        let span = tracing::info_span!("codex.compact", session_id = %params.session.session_id);
+        async {
+            let identity = identity(params);
+            let inner = self.inner.clone();
+            let timeout = params.timeout;
+            let result = self
+                .inner
+                .bindings
+                .with_lease(&identity, false, None, |lease| {
+                    let identity = identity.clone();
+                    async move {
+                        let assertion = lease.capture_lease_assertion()?;
+                        Ok(inner
+                            .compact_under_lease(&identity, assertion, timeout)
+                            .await)
+                    }
+                })
+                .await;
+            match result {
+                Ok(inner) => inner,
+                Err(error) => Err(CodexError::Lifecycle(error)),
+            }
+        }
+        .instrument(span)
+        .await
+    }
+}
+
 fn identity(params: &AttemptParams) -> BindingIdentity {
     BindingIdentity::session(
         params.session.agent_id.clone(),
         params.session.session_id.clone(),
         params.session.session_key.clone(),
     )
+}
+
+/// The thread a turn runs on.
+struct Bound {
+    thread_id: String,
+    started: bool,
+    resumed: bool,
+    model: String,
+    model_provider: String,
 }
 
 /// The state of one running turn.
@@ -492,14 +580,145 @@ impl Inner {
         result
     }
 
+    async fn compact_under_lease(
+        &self,
+        identity: &BindingIdentity,
+        lease: LeaseAssertion,
+        timeout: Option<Duration>,
+    ) -> Result<ThreadId, CodexError> {
+        lease.check()?;
+        let caller = BindingAuthority::caller(tether_core::always_current());
+        if self
+            .hooks
+            .resolve(identity, &caller)
+            .await?
+            .binding
+            .is_none()
+        {
+            return Err(CodexError::BindingRefused {
+                detail: "no Codex thread is bound to this session; nothing to compact".to_owned(),
+            });
+        }
+        let dedicated;
+        let client = if self.process_per_turn {
+            dedicated = Arc::new(self.server.dedicated().await?);
+            dedicated.clone()
+        } else {
+            self.server.client().await?
+        };
+        let result = self
+            .compact_on_client(&client, identity, &lease, timeout)
+            .await;
+        if self.process_per_turn {
+            client.stop();
+            client.wait_exit(Duration::from_secs(10)).await;
+        }
+        result
+    }
+
+    async fn compact_on_client(
+        &self,
+        client: &Arc<CodexClient>,
+        identity: &BindingIdentity,
+        lease: &LeaseAssertion,
+        timeout: Option<Duration>,
+    ) -> Result<ThreadId, CodexError> {
+        let thread_id = self
+            .bind_thread(client, identity, WriteOptions::default())
+            .await?
+            .thread_id;
+        let _claim = self.threads.claim(&thread_id);
+        lease.check()?;
+        let mut events = client.subscribe(&thread_id);
+        let result = self
+            .await_compaction(client, &mut events, &thread_id, timeout)
+            .await;
+        client.unsubscribe(&thread_id);
+        self.release_thread(client, &thread_id).await;
+        result.map(|()| ThreadId::new(thread_id))
+    }
+
+    async fn await_compaction(
+        &self,
+        client: &CodexClient,
+        events: &mut mpsc::Receiver<ServerEvent>,
+        thread_id: &str,
+        timeout: Option<Duration>,
+    ) -> Result<(), CodexError> {
+        let _: Value = client
+            .request(
+                method::THREAD_COMPACT_START,
+                &ThreadRefParams {
+                    thread_id: thread_id.to_owned(),
+                },
+            )
+            .await?;
+        let limit = timeout.unwrap_or(Duration::from_secs(300));
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let event = tokio::time::timeout_at(deadline, events.recv())
+                .await
+                .map_err(|_| CodexError::Timeout {
+                    method: method::THREAD_COMPACT_START.to_owned(),
+                    timeout: limit,
+                })?;
+            let Some(event) = event else {
+                return Err(CodexError::ServerExited {
+                    status: client
+                        .exit_status()
+                        .unwrap_or_else(|| "output closed".to_owned()),
+                });
+            };
+            match event {
+                ServerEvent::Notification { method, params } => {
+                    if method == method::TURN_COMPLETED {
+                        let n: TurnNotification = parse(&method, params)?;
+                        if n.turn.status == "completed" {
+                            tracing::info!(thread_id, "codex thread compacted");
+                            return Ok(());
+                        }
+                        return Err(CodexError::TurnFailed {
+                            message: n
+                                .turn
+                                .error
+                                .map(|e| e.message)
+                                .unwrap_or_else(|| format!("compaction ended `{}`", n.turn.status)),
+                        });
+                    }
+                    tracing::trace!(method, "codex notification during compaction");
+                }
+                ServerEvent::Request(request) => {
+                    // A compaction grants nothing: no tool, approval or question is answered.
+                    client
+                        .reply_error(
+                            &request,
+                            -32000,
+                            "compaction runs no tools and grants nothing",
+                        )
+                        .await?;
+                }
+            }
+        }
+    }
+
     async fn bind_thread(
         &self,
         client: &CodexClient,
         identity: &BindingIdentity,
         options: WriteOptions,
-    ) -> Result<(String, bool, bool), CodexError> {
+    ) -> Result<Bound, CodexError> {
         let settings = &self.settings;
-        if let Some(bound) = self.bindings.read(identity).await? {
+        // Resolved under the host generation: a binding the verified, recorded predecessor
+        // left under the same key (a compaction changed the physical session id) is adopted,
+        // so the Codex thread continues; it is never treated as a context reset.
+        let caller = BindingAuthority::caller(
+            options
+                .assert_current
+                .clone()
+                .unwrap_or_else(tether_core::always_current),
+        );
+        let resolved = self.hooks.resolve(identity, &caller).await?;
+        if let Some(bound) = resolved.binding {
             let resumed: Result<ThreadResponse, CodexError> = client
                 .request(
                     method::THREAD_RESUME,
@@ -512,17 +731,23 @@ impl Inner {
                     },
                 )
                 .await;
-            match resumed {
-                Ok(_) => {}
+            let response = match resumed {
+                Ok(response) => response,
                 Err(CodexError::Rpc { message, .. }) if message.contains("active writer") => {
                     return Err(CodexError::WriterHeldElsewhere {
                         thread_id: bound.thread_id,
                     });
                 }
                 Err(other) => return Err(other),
-            }
+            };
             tracing::info!(thread_id = %bound.thread_id, "resumed the bound codex thread");
-            return Ok((bound.thread_id, false, true));
+            return Ok(Bound {
+                thread_id: bound.thread_id,
+                started: false,
+                resumed: true,
+                model: response.model,
+                model_provider: response.model_provider,
+            });
         }
         let started: ThreadResponse = client
             .request(
@@ -539,8 +764,8 @@ impl Inner {
             .await?;
         let thread_id = started.thread.id;
         let mut binding = ThreadBinding::new(thread_id.clone(), settings.cwd.clone());
-        binding.model = Some(started.model);
-        binding.model_provider = Some(started.model_provider);
+        binding.model = Some(started.model.clone());
+        binding.model_provider = Some(started.model_provider.clone());
         if !self.bindings.set(identity, binding, options).await? {
             return Err(CodexError::BindingRefused {
                 detail: format!(
@@ -549,7 +774,13 @@ impl Inner {
             });
         }
         tracing::info!(thread_id = %thread_id, "bound a new codex thread");
-        Ok((thread_id, true, false))
+        Ok(Bound {
+            thread_id,
+            started: true,
+            resumed: false,
+            model: started.model,
+            model_provider: started.model_provider,
+        })
     }
 
     async fn turn_on_client(
@@ -566,8 +797,16 @@ impl Inner {
             Some(check) => WriteOptions::checked(check.clone()),
             None => WriteOptions::default(),
         };
-        let (thread_id, started_thread, resumed_thread) =
-            self.bind_thread(client, identity, options).await?;
+        let Bound {
+            thread_id,
+            started: started_thread,
+            resumed: resumed_thread,
+            model,
+            model_provider,
+        } = self.bind_thread(client, identity, options).await?;
+        // While the turn runs, a deletion of this thread is refused (before the host's
+        // transaction and again at its commit).
+        let _claim = self.threads.claim(&thread_id);
         let (observer, facts) = terminal_outcome_accumulator(
             request.params.run_id.to_string(),
             Arc::new(FingerprintIdentity),
@@ -608,6 +847,22 @@ impl Inner {
         state.attempt.replay.had_potential_side_effects =
             state.tools.iter().any(|t| t.side_effect_evidence);
         state.attempt.replay.replay_safe = !state.attempt.replay.had_potential_side_effects;
+        // A settled turn that ran tools and said nothing: capture the frozen evidence for the
+        // host's settled-turn finalizer (a capability-free Codex run, see `finalize`).
+        if state.attempt.terminal == AttemptTerminal::Ok
+            && !state.attempt.tool_metas.is_empty()
+            && state.attempt.assistant_texts.is_empty()
+        {
+            let lease = state.lease.clone();
+            state.attempt.settled_turn_finalization_context = crate::finalize::capture(
+                self.hooks.id(),
+                &turn_id,
+                &state.attempt.messages_snapshot,
+                Some(&model),
+                Some(&model_provider),
+                Arc::new(move || lease.check()),
+            );
+        }
         Ok(TurnOutcome {
             thread_id: ThreadId::new(thread_id),
             turn_id: TurnId::new(turn_id),
@@ -1239,20 +1494,118 @@ impl AgentHarness for CodexHarness {
         self.inner.hooks.id()
     }
 
-    /// The backend's in-place reset (the binding is cleared; the next turn binds a new
-    /// thread).
+    /// `/new` and `/reset`: the backend's in-place reset clears the binding (the next turn
+    /// starts a fresh Codex thread for the same session key), then the retired thread is
+    /// archived. A failure (of the backend or of the archive) fails the hook; the caller's
+    /// fan-out logs it once per harness per process, and the next reset runs the hook again,
+    /// retrying the cleanups left pending first. `Deleted` is only a notification.
     async fn reset(&self, params: ResetParams) -> Result<(), Error> {
-        self.inner.hooks.reset(params).await
+        let span = tracing::info_span!("codex.reset", session_id = %params.session_id, reason = ?params.reason);
+        self.reset_session(params).instrument(span).await
     }
 
-    /// The backend's deletion hook: the binding goes inside the host's transaction.
+    /// Deletion: the SDK's thread-binding hook takes the lease before `run` and removes the
+    /// binding in the host's transaction; after the COMMIT the Codex thread is deleted
+    /// (`thread/delete`).
     fn session_deletion(&self) -> Option<&dyn SessionDeletionHook> {
-        self.inner.hooks.session_deletion()
+        Some(self)
     }
 
-    /// The backend's context-reset hook.
+    /// Context reset (rewind, branch switch): the binding is invalidated with the same
+    /// prepared commit and rollback; after the COMMIT the old Codex thread is archived and the
+    /// next turn runs on a new thread that holds none of the cut turns.
     fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
-        self.inner.hooks.session_context_reset()
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl SessionDeletionHook for CodexHarness {
+    async fn with_session_deletion(
+        &self,
+        params: SessionDeletionParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let span = tracing::info_span!("codex.session_deletion", session_id = %params.session_id);
+        let scope = CleanupScope {
+            action: NativeCleanup::Delete,
+            assert_current: params.assert_current.clone(),
+        };
+        CLEANUP
+            .scope(scope, self.inner.hooks.with_session_deletion(params, run))
+            .instrument(span)
+            .await
+    }
+}
+
+#[async_trait]
+impl SessionContextResetHook for CodexHarness {
+    async fn with_session_context_reset(
+        &self,
+        params: SessionContextResetParams,
+        run: MutationRun<'_>,
+    ) -> Result<(), Error> {
+        let span =
+            tracing::info_span!("codex.session_context_reset", session_id = %params.session_id);
+        let scope = CleanupScope {
+            action: NativeCleanup::Archive,
+            assert_current: params.assert_current.clone(),
+        };
+        CLEANUP
+            .scope(
+                scope,
+                self.inner.hooks.with_session_context_reset(params, run),
+            )
+            .instrument(span)
+            .await
+    }
+}
+
+impl CodexHarness {
+    async fn reset_session(&self, params: ResetParams) -> Result<(), Error> {
+        if params.reason == ResetReason::Deleted {
+            return self.inner.hooks.reset(params).await;
+        }
+        // Cleanups an earlier reset or deletion left behind get another chance.
+        self.inner.threads.retry_pending().await;
+        let identity = BindingIdentity::session(
+            params.agent_id.clone(),
+            params.session_id.clone(),
+            params.session_key.clone(),
+        );
+        let previous = self.inner.bindings.read(&identity).await?;
+        self.inner.hooks.reset(params).await?;
+        let Some(previous) = previous else {
+            return Ok(());
+        };
+        if self
+            .inner
+            .bindings
+            .read(&identity)
+            .await?
+            .is_some_and(|now| now.thread_id == previous.thread_id)
+        {
+            // The backend kept the binding (supervision): the thread stays.
+            return Ok(());
+        }
+        if self
+            .inner
+            .bindings
+            .has_other_thread_owner(identity.key(), &previous.thread_id)
+            .await?
+        {
+            return Ok(());
+        }
+        self.inner
+            .threads
+            .cleanup_or_keep(&previous.thread_id, NativeCleanup::Archive)
+            .await
+            .map_err(|error| {
+                Error::other(format!(
+                    "the session was reset, but archiving its codex thread {} failed: {error}",
+                    previous.thread_id
+                ))
+            })
     }
 }
 

@@ -13,6 +13,11 @@
 //!   with `thread/resume`, turns with item mirroring, host tools as dynamic tools, terminal
 //!   outcomes through the SDK's accumulator, approvals through a host policy that refuses by
 //!   default, cancellation with `turn/interrupt`.
+//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns
+//!   and the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT.
+//! - [`finalize`]: settled-turn finalization through a capability-free Codex run (the
+//!   harness captures the context; [`CodexFinalizerRuntime`] answers once, or the host falls
+//!   back).
 //! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
 //! - [`locate`]: the pinned Codex version and where its binary is found.
 //!
@@ -45,14 +50,18 @@
 
 pub mod client;
 pub mod error;
+pub mod finalize;
 pub mod harness;
 pub mod host;
 pub mod ids;
 pub mod locate;
+pub mod native;
 pub mod protocol;
 
 pub use client::{CodexAppServer, CodexClient, CodexConfig};
 pub use error::CodexError;
+pub use finalize::{CodexEvidence, CodexFinalizerRuntime};
 pub use harness::{CodexHarness, ThreadSettings, TurnCancel, TurnOutcome, TurnRequest};
 pub use host::{ApprovalPolicy, HostTranscript, RefuseAll, ToolExecutor};
 pub use ids::{ThreadId, TurnId};
+pub use native::{NativeCleanup, PendingCleanup};

@@ -20,6 +20,16 @@ pub mod method {
     pub const THREAD_RESUME: &str = "thread/resume";
     /// Client → server: unload a thread from this connection.
     pub const THREAD_UNSUBSCRIBE: &str = "thread/unsubscribe";
+    /// Client → server: delete a persisted thread.
+    pub const THREAD_DELETE: &str = "thread/delete";
+    /// Client → server: archive a persisted thread.
+    pub const THREAD_ARCHIVE: &str = "thread/archive";
+    /// Client → server: read a thread's metadata (and, optionally, its turns).
+    pub const THREAD_READ: &str = "thread/read";
+    /// Client → server: compact a thread's model-visible history.
+    pub const THREAD_COMPACT_START: &str = "thread/compact/start";
+    /// Client → server: append raw Responses API items to a thread's model-visible history.
+    pub const THREAD_INJECT_ITEMS: &str = "thread/inject_items";
     /// Client → server: start a turn.
     pub const TURN_START: &str = "turn/start";
     /// Client → server: interrupt the running turn.
@@ -164,6 +174,24 @@ pub struct ThreadResumeParams {
 pub struct ThreadUnsubscribeParams {
     /// The thread to unload.
     pub thread_id: String,
+}
+
+/// Parameters naming one thread: `thread/delete`, `thread/archive`, `thread/compact/start`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadRefParams {
+    /// The thread.
+    pub thread_id: String,
+}
+
+/// `thread/read` parameters.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadReadParams {
+    /// The thread.
+    pub thread_id: String,
+    /// Whether to include the turns and their items.
+    pub include_turns: bool,
 }
 
 /// The result of `thread/start` and `thread/resume` (the fields this crate reads).

@@ -16,7 +16,10 @@ use tether_core::{
     AgentId, AppendOutcome, AttemptParams, HarnessId, LeaseConfig, MessageRole, RunId, SessionId,
     SessionKey, SessionTarget,
 };
-use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptEntry, TranscriptRole};
+use tether_storage::{
+    ActiveRuns, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry, Store,
+    TransactionHooks, TranscriptEntry, TranscriptRole,
+};
 
 /// The `codex` binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
 #[allow(clippy::print_stderr)]
@@ -44,6 +47,8 @@ pub(crate) struct World {
     pub(crate) request_timeout: Duration,
     /// The sandbox of new threads (default `read-only`).
     pub(crate) sandbox: Option<&'static str>,
+    /// The model of new threads (default: Codex's default).
+    pub(crate) model: Option<&'static str>,
 }
 
 impl World {
@@ -55,6 +60,7 @@ impl World {
             wire: None,
             request_timeout: Duration::from_secs(30),
             sandbox: None,
+            model: None,
         }
     }
 
@@ -103,6 +109,7 @@ impl World {
         if let Some(sandbox) = self.sandbox {
             settings.sandbox = sandbox.to_owned();
         }
+        settings.model = self.model.map(str::to_owned);
         let transcript = StoreTranscript {
             store: store.clone(),
             entries: Arc::new(Mutex::new(Vec::new())),
@@ -170,18 +177,46 @@ impl Host {
             .unwrap();
     }
 
+    /// A registry holding this host's harness.
+    pub(crate) fn registry(&self) -> Arc<HarnessRegistry> {
+        let registry = Arc::new(HarnessRegistry::new());
+        registry.register(Arc::new(self.harness.clone()));
+        registry
+    }
+
+    /// The host's session operations (deletion, rewind) with this host's harness registered
+    /// and `hooks` injecting faults into the host transaction.
+    pub(crate) fn sessions(&self, hooks: TransactionHooks) -> HostSessions {
+        HostSessions::new(
+            self.store.clone(),
+            self.registry(),
+            Arc::new(ActiveRuns::new()),
+        )
+        .with_hooks(hooks)
+    }
+
     pub(crate) async fn transcript(&self, key: &SessionKey) -> Vec<TranscriptEntry> {
         self.store.active_path(key).await.unwrap()
     }
 }
 
 pub(crate) fn attempt(key: &SessionKey, run: &str, prompt: &str) -> AttemptParams {
+    attempt_in(key, SESSION_ID, run, prompt)
+}
+
+/// An attempt in the session generation `session_id`.
+pub(crate) fn attempt_in(
+    key: &SessionKey,
+    session_id: &str,
+    run: &str,
+    prompt: &str,
+) -> AttemptParams {
     AttemptParams {
         run_id: RunId::new(run).unwrap(),
         session: SessionTarget {
             agent_id: AgentId::new(AGENT).unwrap(),
             session_key: Some(key.clone()),
-            session_id: SessionId::new(SESSION_ID).unwrap(),
+            session_id: SessionId::new(session_id).unwrap(),
         },
         prompt: prompt.to_owned(),
         timeout: Some(Duration::from_secs(120)),

@@ -2,6 +2,8 @@
 //! version, installed by `cargo xtask codex-install`) and a scripted loopback model server.
 
 mod e2e;
+mod finalize;
 mod host;
+mod lifecycle;
 mod model;
 mod schema;

@@ -26,6 +26,8 @@ pub(crate) enum Step {
     Fail(u16),
     /// Holds the request open for this long, then calls functions.
     SlowCalls(Duration, Vec<(&'static str, &'static str, Value)>),
+    /// Completes the response with no output item (the turn ends without assistant text).
+    Silent,
 }
 
 #[derive(Debug, Default)]
@@ -123,7 +125,7 @@ async fn respond(State(inner): State<Arc<Inner>>, body: axum::body::Bytes) -> Re
             tokio::time::sleep(wait).await;
             events.push(message(index, text));
         }
-        Step::Fail(_) => {}
+        Step::Fail(_) | Step::Silent => {}
         Step::Calls(calls) => events.extend(function_calls(calls)),
         Step::SlowCalls(wait, calls) => {
             tokio::time::sleep(wait).await;

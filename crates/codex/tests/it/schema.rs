@@ -73,6 +73,11 @@ fn response_schema(method_name: &str) -> &'static str {
         method::THREAD_UNSUBSCRIBE => "v2/ThreadUnsubscribeResponse.json",
         method::TURN_START => "v2/TurnStartResponse.json",
         method::TURN_INTERRUPT => "v2/TurnInterruptResponse.json",
+        method::THREAD_DELETE => "v2/ThreadDeleteResponse.json",
+        method::THREAD_ARCHIVE => "v2/ThreadArchiveResponse.json",
+        method::THREAD_COMPACT_START => "v2/ThreadCompactStartResponse.json",
+        method::THREAD_INJECT_ITEMS => "v2/ThreadInjectItemsResponse.json",
+        method::THREAD_READ => "v2/ThreadReadResponse.json",
         other => panic!("no response schema mapped for `{other}`: add it here"),
     }
 }
@@ -134,36 +139,7 @@ async fn codex_e2e_protocol_matches_the_pinned_schema() {
     running.await.unwrap().unwrap();
 
     let mut schemas = Schemas::generate(&binary);
-    let mut errors = Vec::new();
-    let mut seen = BTreeMap::<String, usize>::new();
-    for frame in wire.frames() {
-        *seen
-            .entry(format!("{:?} {}", frame.kind, frame.method))
-            .or_default() += 1;
-        let found = match frame.kind {
-            WireKind::ClientRequest => schemas.check("ClientRequest.json", &frame.message),
-            WireKind::ClientNotification => {
-                schemas.check("ClientNotification.json", &frame.message)
-            }
-            WireKind::ServerNotification => {
-                schemas.check("ServerNotification.json", &frame.message)
-            }
-            WireKind::ServerRequest => schemas.check("ServerRequest.json", &frame.message),
-            WireKind::ServerResponse => {
-                schemas.check(response_schema(&frame.method), &frame.message["result"])
-            }
-            WireKind::ClientReply => {
-                schemas.check(answer_schema(&frame.method), &frame.message["result"])
-            }
-            _ => vec![format!("unknown frame kind {:?}", frame.kind)],
-        };
-        errors.extend(found);
-    }
-    assert!(
-        errors.is_empty(),
-        "schema violations:\n{}",
-        errors.join("\n")
-    );
+    let seen = validate_wire(&mut schemas, &wire);
     // The validator is not vacuous: a drifted message fails.
     let drifted = json!({ "id": 1, "method": "turn/start", "params": { "threadId": 5 } });
     assert!(!schemas.check("ClientRequest.json", &drifted).is_empty());
@@ -202,5 +178,133 @@ async fn codex_e2e_protocol_matches_the_pinned_schema() {
             let found = schemas.check(answer_schema(method_name), &answer);
             assert!(found.is_empty(), "{method_name} {decision:?}: {found:?}");
         }
+    }
+}
+
+/// Validates every recorded frame against the schema; returns how often each kind and method
+/// was exchanged. Panics listing every violation.
+fn validate_wire(schemas: &mut Schemas, wire: &WireLog) -> BTreeMap<String, usize> {
+    let mut errors = Vec::new();
+    let mut seen = BTreeMap::<String, usize>::new();
+    for frame in wire.frames() {
+        *seen
+            .entry(format!("{:?} {}", frame.kind, frame.method))
+            .or_default() += 1;
+        let found = match frame.kind {
+            WireKind::ClientRequest => schemas.check("ClientRequest.json", &frame.message),
+            WireKind::ClientNotification => {
+                schemas.check("ClientNotification.json", &frame.message)
+            }
+            WireKind::ServerNotification => {
+                schemas.check("ServerNotification.json", &frame.message)
+            }
+            WireKind::ServerRequest => schemas.check("ServerRequest.json", &frame.message),
+            WireKind::ServerResponse if frame.message.get("error").is_some() => Vec::new(),
+            WireKind::ServerResponse => {
+                schemas.check(response_schema(&frame.method), &frame.message["result"])
+            }
+            WireKind::ClientReply => {
+                schemas.check(answer_schema(&frame.method), &frame.message["result"])
+            }
+            _ => vec![format!("unknown frame kind {:?}", frame.kind)],
+        };
+        errors.extend(found);
+    }
+    assert!(
+        errors.is_empty(),
+        "schema violations:\n{}",
+        errors.join("\n")
+    );
+    seen
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
+    let Some(binary) = codex_binary() else {
+        return;
+    };
+    let model = ModelServer::start(vec![
+        Step::Reply("One."),
+        Step::Reply("Summary."),
+        Step::Calls(vec![("call-look", "lookup", json!({ "q": "schema" }))]),
+        Step::Silent,
+        Step::Reply("Final."),
+    ])
+    .await;
+    let mut world = World::new(binary.clone(), model.base_url());
+    let wire = WireLog::default();
+    world.wire = Some(wire.clone());
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("schema-lifecycle");
+    host.create_session(&key).await;
+
+    // A turn, a compaction, a tool-only turn and its finalization run, a reset (archive) and
+    // a deletion (delete).
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "one")))
+        .await
+        .unwrap();
+    host.harness
+        .compact(&attempt(&key, "run-c", ""))
+        .await
+        .unwrap();
+    let settled = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "look it up")))
+        .await
+        .unwrap();
+    let finalizer = host.harness.settled_turn_finalizer(key.clone());
+    let answer = tether_core::SettledTurnFinalizer::finalize_settled_turn(
+        &finalizer,
+        tether_core::FinalizationAttempt::new(
+            tether_core::RunId::new("run-2").unwrap(),
+            "Answer now.".to_owned(),
+            attempt(&key, "run-2", "").session,
+            tether_core::Cancellation::new(),
+            None,
+            1,
+        ),
+        &settled.attempt,
+    )
+    .await;
+    assert!(answer.is_ok(), "{answer:?}");
+    let registry = host.registry();
+    let report = tether_harness_sdk::reset::reset_registered_harness_sessions(
+        &[&registry],
+        &tether_core::ResetParams {
+            agent_id: attempt(&key, "x", "").session.agent_id,
+            session_id: attempt(&key, "x", "").session.session_id,
+            session_key: Some(key.clone()),
+            reason: tether_core::ResetReason::Reset,
+            lifecycle_revision: None,
+        },
+    )
+    .await;
+    assert_eq!(report.failures().count(), 0);
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-3", "again")))
+        .await
+        .ok();
+    host.sessions(tether_storage::TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+
+    let mut schemas = Schemas::generate(&binary);
+    let seen = validate_wire(&mut schemas, &wire);
+    for expected in [
+        "ClientRequest thread/compact/start",
+        "ServerResponse thread/compact/start",
+        "ClientRequest thread/inject_items",
+        "ServerResponse thread/inject_items",
+        "ClientRequest thread/archive",
+        "ServerResponse thread/archive",
+        "ClientRequest thread/delete",
+        "ServerResponse thread/delete",
+    ] {
+        assert!(
+            seen.contains_key(expected),
+            "never exchanged: {expected} (saw {seen:?})"
+        );
     }
 }

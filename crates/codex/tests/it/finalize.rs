@@ -1,0 +1,336 @@
+//! Settled-turn finalization through a capability-free Codex run, on the real app-server, with
+//! the host orchestration of `tether-finalizer` (two tries, then the persisted fallback).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tether_codex::harness::TurnRequest;
+use tether_core::{
+    AgentId, AppendOutcome, AttemptResult, Cancellation, Error, FakeClock, FinalizationAttempt,
+    HarnessId, LeaseConfig, MessageRole, RunId, SessionId, SessionTarget,
+    SettledTurnFinalizationContext, SettledTurnFinalizer, Timestamp, TranscriptAnchor,
+    always_current,
+};
+use tether_finalizer::{
+    FallbackAppend, FallbackAppendError, FallbackAppendResult, FallbackTranscript,
+    FinalizationInput, FinalizationOutcome, ItemLifecycle, LifecycleOptions, RunSignal, TurnFacts,
+    WriterFence, prepare_terminal_with_settled_turn_finalization,
+};
+
+use crate::host::{AGENT, SESSION_ID, World, attempt, codex_binary, session_key};
+use crate::model::{ModelServer, Step, mentions};
+
+/// The one tool the pinned Codex still offers under the restricted configuration. A call to it
+/// reaches the runtime as a server request, which is refused and rejects the run.
+const RESIDUAL: &[&str] = &["request_user_input"];
+
+/// Asserts that a finalization request offers no tool beyond [`RESIDUAL`].
+fn assert_tool_free(request: &Value) {
+    let offered = tool_names(request);
+    assert!(
+        offered.iter().all(|t| RESIDUAL.contains(&t.as_str())),
+        "the finalization run offered tools: {offered:?}"
+    );
+}
+
+/// A model name outside Codex's model catalog: Codex then attaches none of the tools its
+/// catalog adds per model family (code mode, sub-agents), so what the finalization run offers
+/// is decided by its configuration alone.
+const PLAIN_MODEL: &str = "tether-scripted";
+
+async fn world(script: Vec<Step>) -> Option<(World, ModelServer)> {
+    let binary = codex_binary()?;
+    let model = ModelServer::start(script).await;
+    let mut world = World::new(binary, model.base_url());
+    world.model = Some(PLAIN_MODEL);
+    Some((world, model))
+}
+
+/// The host's fallback transcript: records the fallback rows.
+#[derive(Default)]
+struct Fallbacks {
+    rows: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl FallbackTranscript for Fallbacks {
+    async fn resolve_target(&self, s: &SessionTarget) -> Result<SessionTarget, Error> {
+        Ok(s.clone())
+    }
+
+    async fn append_fallback(
+        &self,
+        append: FallbackAppend,
+    ) -> Result<FallbackAppendResult, FallbackAppendError> {
+        self.rows
+            .lock()
+            .unwrap()
+            .push(append.message.visible_text());
+        Ok(FallbackAppendResult::Appended(AppendOutcome {
+            appended: true,
+            anchor: TranscriptAnchor(1),
+        }))
+    }
+}
+
+/// Runs the host's finalization phase over a settled attempt.
+async fn finalize(
+    key: &tether_core::SessionKey,
+    finalizer: &dyn SettledTurnFinalizer,
+    settled: AttemptResult,
+    fallbacks: &Fallbacks,
+) -> tether_finalizer::PreparedFinalization {
+    let batch = settled
+        .messages_snapshot
+        .iter()
+        .rev()
+        .find(|m| m.role == MessageRole::Assistant)
+        .cloned();
+    let facts = TurnFacts {
+        item_lifecycle: ItemLifecycle::new(1, 1, 0),
+        current_attempt_assistant: batch,
+        ..TurnFacts::default()
+    };
+    let signal = RunSignal::new();
+    let clock = FakeClock::new(Timestamp::from_millis(0));
+    let input = FinalizationInput {
+        run_id: RunId::new("run-1").unwrap(),
+        harness_id: HarnessId::new("codex").unwrap(),
+        finalizer: Some(finalizer),
+        settled: Arc::new(settled),
+        facts: &facts,
+        session: SessionTarget {
+            agent_id: AgentId::new(AGENT).unwrap(),
+            session_key: Some(key.clone()),
+            session_id: SessionId::new(SESSION_ID).unwrap(),
+        },
+        fence: WriterFence::default(),
+        signal: &signal,
+        try_timeout: Duration::from_secs(120),
+        clock: &clock,
+        transcript: fallbacks,
+        admission: always_current(),
+        diagnostics: LifecycleOptions::default(),
+        model_policy: None,
+    };
+    prepare_terminal_with_settled_turn_finalization(&input)
+        .await
+        .unwrap()
+}
+
+/// Every tool definition anywhere in a model request (top-level `tools`, tool lists carried
+/// by input items, namespaces), by name.
+fn tool_names(request: &Value) -> Vec<String> {
+    fn tools(list: &Value, out: &mut Vec<String>) {
+        for tool in list.as_array().into_iter().flatten() {
+            out.push(
+                tool["name"]
+                    .as_str()
+                    .or_else(|| tool["type"].as_str())
+                    .unwrap_or("?")
+                    .to_owned(),
+            );
+            tools(&tool["tools"], out);
+        }
+    }
+    fn walk(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    if key == "tools" && inner.is_array() {
+                        tools(inner, out);
+                    } else {
+                        walk(inner, out);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(request, &mut out);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![("call-1", "lookup", json!({ "q": "heron" }))]),
+        Step::Silent,
+        Step::Reply("A heron is a wading bird."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("finalize");
+    host.create_session(&key).await;
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "what is a heron?")))
+        .await
+        .unwrap();
+    // The turn ran the tool and said nothing: the harness captured its own evidence.
+    assert_eq!(outcome.reply(), None);
+    assert_eq!(outcome.attempt.tool_metas.len(), 1);
+    assert!(matches!(
+        outcome.attempt.settled_turn_finalization_context,
+        Some(SettledTurnFinalizationContext::Harness(_))
+    ));
+    // The ordinary turn offered the host's tools to the model.
+    assert!(tool_names(&model.requests()[0]).contains(&"lookup".to_owned()));
+
+    let finalizer = host.harness.settled_turn_finalizer(key.clone());
+    let fallbacks = Fallbacks::default();
+    let prepared = finalize(&key, &finalizer, outcome.attempt.clone(), &fallbacks).await;
+
+    assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(prepared.payloads[0].text, "A heron is a wading bird.");
+    assert!(fallbacks.rows.lock().unwrap().is_empty());
+    // The finalization run saw no tool at all, only the frozen evidence and the host prompt.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    let run = &requests[2];
+    assert_eq!(run["model"], json!(PLAIN_MODEL), "the captured model ran");
+    assert_tool_free(run);
+    assert!(mentions(run, "what is a heron?"));
+    assert!(mentions(run, "definition of heron"));
+    // The answer was mirrored into the host transcript once.
+    let transcript = host.transcript(&key).await;
+    assert_eq!(
+        transcript.last().map(|e| e.content.as_str()),
+        Some("A heron is a wading bird.")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_finalization_run_calling_a_tool_is_refused_and_falls_back() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![("call-1", "lookup", json!({ "q": "heron" }))]),
+        Step::Silent,
+        // Every finalization try calls a tool (the direct try, then the host's try).
+        Step::Calls(vec![("call-2", "lookup", json!({ "q": "again" }))]),
+        Step::Reply("(after the refused call)"),
+        Step::Calls(vec![("call-3", "lookup", json!({ "q": "again" }))]),
+        Step::Reply("(after the refused call)"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("finalize-refused");
+    host.create_session(&key).await;
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "what is a heron?")))
+        .await
+        .unwrap();
+    let finalizer = host.harness.settled_turn_finalizer(key.clone());
+
+    // One try directly: the run is rejected for its tool activity.
+    let direct = finalizer
+        .finalize_settled_turn(
+            FinalizationAttempt::new(
+                RunId::new("run-1").unwrap(),
+                "Give the final answer.".to_owned(),
+                SessionTarget {
+                    agent_id: AgentId::new(AGENT).unwrap(),
+                    session_key: Some(key.clone()),
+                    session_id: SessionId::new(SESSION_ID).unwrap(),
+                },
+                Cancellation::new(),
+                None,
+                1,
+            ),
+            &outcome.attempt,
+        )
+        .await;
+    let error = direct.expect_err("a run that called a tool is refused");
+    assert!(
+        error.to_string().contains("unexpected native item"),
+        "{error}"
+    );
+
+    // The host orchestration: its try is refused the same way (a refusal is not retried),
+    // then the host fallback is persisted and delivered.
+    let fallbacks = Fallbacks::default();
+    let prepared = finalize(&key, &finalizer, outcome.attempt.clone(), &fallbacks).await;
+    assert_eq!(prepared.outcome, FinalizationOutcome::Failed);
+    let rows = fallbacks.rows.lock().unwrap().clone();
+    assert_eq!(rows.len(), 1, "the host fallback text was persisted once");
+    assert_eq!(prepared.payloads.len(), 1);
+    assert_eq!(prepared.payloads[0].text, rows[0]);
+    // Nothing the refused runs produced reached the transcript.
+    let transcript = host.transcript(&key).await;
+    assert!(
+        !transcript
+            .iter()
+            .any(|e| e.content.contains("after the refused call"))
+    );
+    // Every finalization request was tool-free; the scripted calls were never executed.
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        6,
+        "two finalization runs of two model requests each"
+    );
+    for request in &requests[2..] {
+        assert_tool_free(request);
+    }
+    assert_eq!(
+        host.tools.executed().len(),
+        1,
+        "only the ordinary turn ran a tool"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_unavailable_finalization_context_never_reaches_the_model() {
+    let Some((world, model)) = world(vec![]).await else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("finalize-unavailable");
+    let finalizer = host.harness.settled_turn_finalizer(key.clone());
+    let mut settled = AttemptResult::default();
+    let mut call = tether_core::AgentMessage::text(MessageRole::Assistant, "");
+    call.content = vec![tether_core::ContentBlock::ToolCall {
+        id: "c1".into(),
+        name: "lookup".into(),
+        arguments: json!({}),
+    }];
+    call.stop_reason = Some("toolUse".into());
+    let mut result = tether_core::AgentMessage::text(MessageRole::ToolResult, "found");
+    result.tool_call_id = Some("c1".into());
+    result.tool_name = Some("lookup".into());
+    settled.messages_snapshot = vec![
+        tether_core::AgentMessage::text(MessageRole::User, "look it up"),
+        call,
+        result,
+    ];
+    settled.tool_metas.push(tether_core::ToolMeta {
+        tool_name: "lookup".into(),
+        meta: None,
+        is_error: false,
+    });
+    settled.settled_turn_finalization_context = Some(SettledTurnFinalizationContext::Unavailable);
+
+    let fallbacks = Fallbacks::default();
+    let prepared = finalize(&key, &finalizer, settled, &fallbacks).await;
+
+    assert_ne!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(
+        fallbacks.rows.lock().unwrap().len(),
+        1,
+        "the host fallback was used"
+    );
+    assert!(
+        model.requests().is_empty(),
+        "nothing reached the model server"
+    );
+}

@@ -1,0 +1,683 @@
+//! Deletion, reset and context reset on the real Codex app-server: the host's SQL transaction
+//! (`HostSessions`) with the harness registered, native cleanup after the COMMIT.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tether_codex::client::{CodexAppServer, CodexConfig};
+use tether_codex::harness::TurnRequest;
+use tether_codex::native::NativeCleanup;
+use tether_codex::protocol::method;
+use tether_core::{AgentId, LeaseConfig, ResetParams, ResetReason, SessionId};
+use tether_harness_sdk::reset::reset_registered_harness_sessions;
+use tether_storage::{CutStatus, TransactionHooks, TranscriptRole};
+
+use crate::host::{AGENT, Host, SESSION_ID, World, attempt, attempt_in, codex_binary, session_key};
+use crate::model::{ModelServer, Step, mentions};
+
+async fn world(script: Vec<Step>) -> Option<(World, ModelServer)> {
+    let binary = codex_binary()?;
+    let model = ModelServer::start(script).await;
+    Some((World::new(binary, model.base_url()), model))
+}
+
+/// `thread/read` of `thread_id` on the host's app-server.
+async fn read_thread(host: &Host, thread_id: &str) -> Result<Value, tether_codex::CodexError> {
+    host.server
+        .client()
+        .await
+        .unwrap()
+        .request_value(
+            method::THREAD_READ,
+            &json!({ "threadId": thread_id, "includeTurns": false }),
+        )
+        .await
+}
+
+/// The ids of the archived threads Codex lists.
+async fn archived_threads(host: &Host) -> Vec<String> {
+    let listed = host
+        .server
+        .client()
+        .await
+        .unwrap()
+        .request_value("thread/list", &json!({ "archived": true }))
+        .await
+        .unwrap();
+    listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn reset_params(key: &tether_core::SessionKey, reason: ResetReason) -> ResetParams {
+    ResetParams {
+        agent_id: AgentId::new(AGENT).unwrap(),
+        session_id: SessionId::new(SESSION_ID).unwrap(),
+        session_key: Some(key.clone()),
+        reason,
+        lifecycle_revision: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_commits_binding_with_session_then_deletes_thread() {
+    let Some((world, _model)) = world(vec![Step::Reply("Noted.")]).await else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("delete");
+    host.create_session(&key).await;
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "remember this")))
+        .await
+        .unwrap();
+    let thread = outcome.thread_id.to_string();
+    read_thread(&host, &thread)
+        .await
+        .expect("the bound thread exists before the deletion");
+
+    let deleted = host
+        .sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+
+    assert_eq!(deleted, vec![key.clone()]);
+    // Session row and binding row went together.
+    assert!(host.store.session(&key).await.unwrap().is_none());
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // After the COMMIT the Codex thread was deleted.
+    assert!(host.harness.pending_native_cleanup().is_empty());
+    let read = read_thread(&host, &thread).await;
+    assert!(
+        read.is_err(),
+        "thread/read of a deleted thread must fail: {read:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_fault_before_commit_rolls_back_and_thread_resumes() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("The word is kestrel."),
+        Step::Reply("You told me kestrel."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("delete-fault");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "remember kestrel")))
+        .await
+        .unwrap();
+
+    // The host's own write fails inside the SQL transaction, after the harness committed.
+    let failed = host
+        .sessions(TransactionHooks::new())
+        .delete_sessions_with(std::slice::from_ref(&key), |_tx, _deleted| {
+            Box::pin(async { Err(tether_core::Error::other("host write failed")) })
+        })
+        .await;
+
+    assert!(failed.is_err());
+    assert!(host.store.session(&key).await.unwrap().is_some());
+    // The rollback restored the binding and nothing touched the Codex thread.
+    assert_eq!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(&first.thread_id)
+    );
+    assert!(host.harness.pending_native_cleanup().is_empty());
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-2",
+            "what was the word?",
+        )))
+        .await
+        .unwrap();
+    assert_eq!(second.thread_id, first.thread_id);
+    assert!(second.resumed_thread && !second.started_thread);
+    assert_eq!(second.reply(), Some("You told me kestrel."));
+    assert!(mentions(&model.requests()[1], "remember kestrel"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_fault_after_commit_never_resurrects() {
+    let Some((world, model)) = world(vec![Step::Reply("Stored.")]).await else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("delete-late-fault");
+    host.create_session(&key).await;
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "store it")))
+        .await
+        .unwrap();
+    let thread = outcome.thread_id.to_string();
+
+    // The publication step after COMMIT fails: the caller sees the error, nothing rolls back.
+    let hooks = TransactionHooks::new()
+        .after_commit(|| Err(tether_core::Error::other("publication failed")));
+    let result = host
+        .sessions(hooks)
+        .delete_sessions(std::slice::from_ref(&key))
+        .await;
+    assert!(result.is_err(), "the after-commit fault reaches the caller");
+
+    assert!(host.store.session(&key).await.unwrap().is_none());
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // The committed deletion still cleaned the thread up; nothing is restored by a retry.
+    assert!(read_thread(&host, &thread).await.is_err());
+    assert_eq!(host.harness.retry_native_cleanup().await, 0);
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A turn for the deleted session is refused before any model request: the old
+    // generation binds nothing again.
+    let revived = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "are you there?")))
+        .await;
+    assert!(
+        matches!(
+            &revived,
+            Err(tether_codex::CodexError::Lifecycle(
+                tether_core::Error::Host {
+                    kind: tether_core::HostErrorKind::SessionNotFound { .. }
+                }
+            ))
+        ),
+        "{revived:?}"
+    );
+    assert_eq!(model.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_cleanup_refused_elsewhere_is_kept_for_retry() {
+    let Some((world, _model)) = world(vec![Step::Reply("Held.")]).await else {
+        return;
+    };
+    let key = session_key("delete-held");
+    // Host A ran the thread on its shared app-server, which still writes it.
+    let host_a = world.host("host-a", LeaseConfig::default()).await;
+    host_a.create_session(&key).await;
+    let outcome = host_a
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "hold it")))
+        .await
+        .unwrap();
+    let thread = outcome.thread_id.to_string();
+
+    // Host B (another process) deletes the session while A's app-server still holds the thread.
+    let host_b = world.host("host-b", LeaseConfig::default()).await;
+    let deleted = host_b
+        .sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    assert_eq!(deleted, vec![key.clone()]);
+    assert!(host_b.store.session(&key).await.unwrap().is_none());
+
+    // Codex refused the delete (A's process is the thread's writer): the cleanup is logged
+    // and kept, the deletion stays committed.
+    let pending = host_b.harness.pending_native_cleanup();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].thread_id, thread);
+    assert_eq!(pending[0].action, NativeCleanup::Delete);
+    assert!(pending[0].error.contains("another app-server process"));
+    // A retry while A still holds it fails again and keeps it.
+    assert_eq!(host_b.harness.retry_native_cleanup().await, 1);
+    // Once A's process is gone the retry deletes it; the binding never came back.
+    host_a.server.shutdown().await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(host_b.harness.retry_native_cleanup().await, 0);
+    assert!(read_thread(&host_b, &thread).await.is_err());
+    assert!(
+        host_b
+            .harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_reset_starts_a_fresh_thread_and_archives_the_old_one() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("The code is 4711."),
+        Step::Reply("I have no code."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("reset");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "the code is 4711")))
+        .await
+        .unwrap();
+
+    let registry = host.registry();
+    let report =
+        reset_registered_harness_sessions(&[&registry], &reset_params(&key, ResetReason::New))
+            .await;
+    assert_eq!(report.failures().count(), 0, "{:?}", report.outcomes());
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-1", ""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        archived_threads(&host)
+            .await
+            .contains(&first.thread_id.to_string())
+    );
+
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-2",
+            "what is the code?",
+        )))
+        .await
+        .unwrap();
+    assert!(second.started_thread && !second.resumed_thread);
+    assert_ne!(second.thread_id, first.thread_id);
+    // The fresh thread carried nothing of the retired one to the model.
+    let requests = model.requests();
+    assert!(!mentions(&requests[1], "4711"));
+    assert!(mentions(&requests[1], "what is the code?"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_failing_reset_hook_is_logged_once_and_runs_again() {
+    let Some((world, _model)) = world(vec![Step::Reply("One."), Step::Reply("Two.")]).await else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let keys = [session_key("reset-fails-1"), session_key("reset-fails-2")];
+    let mut threads = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        host.create_session(key).await;
+        let outcome = host
+            .harness
+            .run_turn(TurnRequest::new(attempt(key, &format!("run-{i}"), "hi")))
+            .await
+            .unwrap();
+        threads.push(outcome.thread_id.to_string());
+    }
+
+    // Another host process whose Codex cannot start: its reset clears the binding but cannot
+    // archive the retired thread, so the hook fails.
+    let broken_server = Arc::new(CodexAppServer::new(CodexConfig::new(
+        world.dir.path().join("no-such-codex"),
+        world.codex_home(),
+    )));
+    let broken = tether_codex::CodexHarness::builder(
+        broken_server,
+        Arc::new(host.store.clone()),
+        Arc::new(host.store.clone()),
+        Arc::new(host.transcript.clone()),
+    )
+    .holder("host-b")
+    .build()
+    .await
+    .unwrap();
+    let registry = tether_storage::HarnessRegistry::new();
+    registry.register(Arc::new(broken.clone()));
+
+    let first = reset_registered_harness_sessions(
+        &[&registry],
+        &reset_params(&keys[0], ResetReason::Reset),
+    )
+    .await;
+    let failed: Vec<_> = first.failures().collect();
+    assert_eq!(failed.len(), 1);
+    assert!(
+        failed[0].logged,
+        "the first failure of the harness is logged"
+    );
+    assert!(
+        failed[0]
+            .error
+            .as_ref()
+            .unwrap()
+            .to_string()
+            .contains(&threads[0])
+    );
+
+    // The hook runs again on the next reset, fails again, and is not logged again.
+    let second = reset_registered_harness_sessions(
+        &[&registry],
+        &reset_params(&keys[1], ResetReason::Reset),
+    )
+    .await;
+    let failed: Vec<_> = second.failures().collect();
+    assert_eq!(failed.len(), 1, "the hook ran and failed again");
+    assert!(
+        !failed[0].logged,
+        "a harness's failure is logged once per process"
+    );
+    // Both bindings were retired; both archives wait for a retry.
+    for key in &keys {
+        assert!(
+            host.harness
+                .bound_thread(&attempt(key, "run-x", ""))
+                .await
+                .unwrap()
+                .is_none()
+        );
+    }
+    let pending: Vec<_> = broken
+        .pending_native_cleanup()
+        .into_iter()
+        .map(|p| (p.thread_id, p.action))
+        .collect();
+    assert_eq!(pending.len(), 2);
+    for thread in &threads {
+        assert!(pending.contains(&(thread.clone(), NativeCleanup::Archive)));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_rewind_invalidates_binding_and_next_turn_lacks_cut_turns() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("First answer."),
+        Step::Reply("The password is swordfish."),
+        Step::Reply("Fresh answer."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("rewind");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first question")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-2",
+            "tell me the password",
+        )))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    assert_eq!(transcript.len(), 4);
+    assert_eq!(transcript[2].role, TranscriptRole::User);
+
+    // Rewind to just before the second user message, moving to generation gen-2.
+    let status = host
+        .sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[2].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-3", ""))
+            .await
+            .unwrap()
+            .is_none(),
+        "the old generation's binding was invalidated"
+    );
+    assert!(
+        archived_threads(&host)
+            .await
+            .contains(&first.thread_id.to_string())
+    );
+
+    let third = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-2",
+            "run-3",
+            "another question",
+        )))
+        .await
+        .unwrap();
+    assert!(third.started_thread);
+    assert_ne!(third.thread_id, first.thread_id);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(!mentions(&requests[2], "swordfish"));
+    assert!(!mentions(&requests[2], "tell me the password"));
+    assert!(mentions(&requests[2], "another question"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_compaction_keeps_binding_and_thread() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("The colour is teal."),
+        Step::Reply("Summary: the user said the colour is teal."),
+        Step::Reply("You said teal."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("compact");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-1",
+            "the colour is teal",
+        )))
+        .await
+        .unwrap();
+
+    // Codex compacts the thread's history in place (a compaction turn on the same thread).
+    let compacted = host
+        .harness
+        .compact(&attempt(&key, "run-c", ""))
+        .await
+        .unwrap();
+    assert_eq!(compacted, first.thread_id);
+    assert_eq!(
+        model.requests().len(),
+        2,
+        "the compaction asked the model once"
+    );
+    assert!(mentions(&model.requests()[1], "the colour is teal"));
+
+    // The host compacts: the physical session id changes under the same key (a transfer).
+    let rotated = host
+        .store
+        .rotate_generation(
+            &key,
+            &SessionId::new(SESSION_ID).unwrap(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(rotated.is_some());
+
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-2",
+            "run-2",
+            "which colour?",
+        )))
+        .await
+        .unwrap();
+    // The same Codex thread continues, with its history; nothing was archived.
+    assert_eq!(second.thread_id, first.thread_id);
+    assert!(second.resumed_thread && !second.started_thread);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(mentions(&requests[2], "the colour is teal"));
+    assert!(mentions(&requests[2], "which colour?"));
+    assert!(
+        !archived_threads(&host)
+            .await
+            .contains(&first.thread_id.to_string())
+    );
+    assert_eq!(
+        host.harness
+            .bound_thread(&attempt_in(&key, "gen-2", "run-3", ""))
+            .await
+            .unwrap()
+            .as_ref(),
+        Some(&first.thread_id)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_with_process_per_turn_cleans_up_on_its_own_process() {
+    let Some((world, _model)) = world(vec![Step::Reply("Per turn.")]).await else {
+        return;
+    };
+    // Two host processes that share sessions: each turn's app-server exits before the lease is
+    // released, so the host that deletes can write the thread.
+    let key = session_key("delete-per-turn");
+    let host_a = world
+        .host_with("host-a", LeaseConfig::default(), true)
+        .await;
+    host_a.create_session(&key).await;
+    let outcome = host_a
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "hello")))
+        .await
+        .unwrap();
+    let thread = outcome.thread_id.to_string();
+    let host_b = world
+        .host_with("host-b", LeaseConfig::default(), true)
+        .await;
+    let starts_before = host_b.server.starts();
+
+    let deleted = host_b
+        .sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+
+    assert_eq!(deleted, vec![key.clone()]);
+    assert!(host_b.harness.pending_native_cleanup().is_empty());
+    // The cleanup ran on a process of its own, started for it.
+    assert_eq!(host_b.server.starts(), starts_before + 1);
+    assert!(read_thread(&host_b, &thread).await.is_err());
+    assert!(host_b.store.session(&key).await.unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_rewind_retires_a_binding_compaction_had_not_transferred() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("First."),
+        Step::Reply("The token is 9931."),
+        Step::Reply("Fresh."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("rewind-after-compaction");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "the token please")))
+        .await
+        .unwrap();
+    // The host compacts to gen-2; no turn ran since, so gen-1 still owns the binding row.
+    host.store
+        .rotate_generation(
+            &key,
+            &SessionId::new(SESSION_ID).unwrap(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    let status = host
+        .sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[2].anchor.clone(),
+            SessionId::new("gen-3").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    // The predecessor's binding was retired by the context reset (not adopted), and its
+    // thread archived after the COMMIT.
+    for generation in [SESSION_ID, "gen-2", "gen-3"] {
+        assert!(
+            host.harness
+                .bound_thread(&attempt_in(&key, generation, "run-x", ""))
+                .await
+                .unwrap()
+                .is_none(),
+            "{generation} still bound"
+        );
+    }
+    assert!(
+        archived_threads(&host)
+            .await
+            .contains(&first.thread_id.to_string())
+    );
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key, "gen-3", "run-3", "again",
+        )))
+        .await
+        .unwrap();
+    assert!(next.started_thread);
+    assert_ne!(next.thread_id, first.thread_id);
+    assert!(!mentions(&model.requests()[2], "9931"));
+}
