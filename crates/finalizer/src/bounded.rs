@@ -1,5 +1,5 @@
 //! The bounded projection of a settled turn's history, with limits enforced while reading
-//! (reference §3.3–§3.5).
+//! (see `docs/finalization.md`).
 //!
 //! The history is consumed one message at a time from a [`HistorySource`]. The current turn's
 //! evidence (the host prompt through the settled tool-result boundary) is projected in *reject*
@@ -692,7 +692,7 @@ pub fn project_current_evidence(
     projector.finish()
 }
 
-/// The provenance inputs of [`project_settled_turn_history`] (reference §3.3).
+/// The provenance inputs of [`project_settled_turn_history`] (see `docs/finalization.md`).
 #[derive(Debug, Clone, Copy)]
 pub struct ProvenanceInput<'a> {
     /// The native turn id.
@@ -771,7 +771,7 @@ enum Region {
 }
 
 /// Proves the identity and provenance of the current turn while projecting the stored history
-/// (reference §3.3 with the limits of §3.4).
+/// (see `docs/finalization.md`).
 ///
 /// Every provenance failure is [`RejectionReason::ProvenanceRejected`]; a read error anywhere
 /// (including after the boundary) rejects the whole projection.

@@ -1,5 +1,5 @@
 //! A reusable finalizer for harnesses that replay a captured bounded projection in an isolated,
-//! capability-free native turn (reference §5, the Codex finalizer pattern).
+//! capability-free native turn (see `docs/finalization.md`, the Codex finalizer pattern).
 //!
 //! [`BoundedTurnFinalizer`] implements [`SettledTurnFinalizer`] over a [`BoundedTurnRuntime`]
 //! the harness provides. In order: cancellation check; the context must be the runtime's own

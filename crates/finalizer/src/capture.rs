@@ -1,4 +1,4 @@
-//! Producers of the settled-turn finalization context (reference §3.1, §3.2).
+//! Producers of the settled-turn finalization context (see `docs/finalization.md`).
 //!
 //! - [`resolve_transcript_finalization_context`]: the built-in transcript producer, which
 //!   declares a *failed* settled turn eligible only for a transient failure with the settled
@@ -179,7 +179,7 @@ fn composed_after_tools(input: &TranscriptCaptureInput<'_>, boundary: usize) -> 
     after || unattributed
 }
 
-/// The built-in producer (reference §3.1): a frozen `Transcript` context for a failed settled
+/// The built-in producer (see `docs/finalization.md`): a frozen `Transcript` context for a failed settled
 /// turn whose failure is transient, or `None`.
 pub fn resolve_transcript_finalization_context(
     input: &TranscriptCaptureInput<'_>,
@@ -294,7 +294,7 @@ impl<S: HistorySource> HistorySource for Guarded<'_, S> {
     }
 }
 
-/// Captures a bounded, provenance-checked context (reference §3.2).
+/// Captures a bounded, provenance-checked context (see `docs/finalization.md`).
 ///
 /// Checks cancellation and owner liveness before and after the read; a missing model returns
 /// `model_unavailable` without opening the reader; any failure is a closed
@@ -340,7 +340,7 @@ pub fn capture_settled_turn_context<S: HistorySource>(
     outcome
 }
 
-/// A failed native turn as the harness's event projector saw it (reference §3.6).
+/// A failed native turn as the harness's event projector saw it (see `docs/finalization.md`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NativeTurnFailure<'a> {
     /// The native error info of the failed turn (`serverOverloaded`, `usageLimitExceeded`, …).

@@ -1,6 +1,6 @@
-//! A finalizer for harnesses that reuse their ordinary attempt engine (reference §5, the
+//! A finalizer for harnesses that reuse their ordinary attempt engine (see `docs/finalization.md`; the
 //! built-in harness pattern): the engine runs behind a restricted allow-list of parameters and
-//! its full attempt result is projected into the narrow result (§2.2).
+//! its full attempt result is projected into the narrow result (see `docs/finalization.md`, 'The narrow result').
 //!
 //! Core never implements finalization by calling `run_attempt` with a disable-tools hint: the
 //! engine receives [`RestrictedEngineParams`], which holds only the transcript, the prompt, the

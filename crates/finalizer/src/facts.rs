@@ -183,7 +183,7 @@ pub struct TerminalToolFailure {
     pub code: Option<String>,
 }
 
-/// Settled facts carried onto a rebuilt terminal (reference §4.9, #119725).
+/// Settled facts carried onto a rebuilt terminal (see `docs/finalization.md`).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct CarriedFacts {
     /// The native runtime model selection (never replaced by the finalizer's model).
@@ -258,7 +258,7 @@ pub struct TurnFacts {
     /// Facts carried onto a rebuilt terminal.
     pub carried: CarriedFacts,
     /// Opt-in: in `message_tool_only` mode, deliver a fixed recovery notice across source
-    /// suppression when the private fallback is used (reference §4.8, optional).
+    /// suppression when the private fallback is used (see `docs/finalization.md`).
     pub message_tool_only_recovery_notice: bool,
     /// The input came from the internal system (no notice).
     pub internal_system_input: bool,

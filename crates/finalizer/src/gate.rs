@@ -1,4 +1,4 @@
-//! The request gate (reference §4.2–§4.4): should core finalize a settled turn at all, and with
+//! The request gate (see `docs/finalization.md`): should core finalize a settled turn at all, and with
 //! which host prompt.
 
 use tether_core::{AgentMessage, AttemptResult, AttemptTerminal, ContentBlock, MessageRole};
@@ -7,14 +7,14 @@ use crate::evidence::{ItemLifecycle, TimeoutKind};
 use crate::facts::{PayloadKind, ReplyExpectation, TurnFacts};
 use crate::result::is_silent_reply_text;
 
-/// The base host finalization instruction (own words; reference §4.4).
+/// The base host finalization instruction (own words; see `docs/finalization.md`).
 pub const SETTLED_TOOL_FINALIZATION_INSTRUCTION: &str = "The previous turn completed its tool calls but gave the user no visible answer. Tools are unavailable now: this is a text-only pass, so reply in plain text and do not attempt any tool call. Continue from the current transcript and give the final user-visible answer now. Do not repeat completed tool calls and do not start over.";
 
 /// Appended when the proven-settled batch has a failed tool.
 pub const TOOL_FAILURE_INSTRUCTION: &str =
     "If a tool failed, say so; never claim completion or success.";
 
-/// The settled-batch evidence of the current turn (reference §4.3).
+/// The settled-batch evidence of the current turn (see `docs/finalization.md`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SettledBatchEvidence {
     /// Index of the batch assistant in `messages_snapshot`.
@@ -52,7 +52,7 @@ fn tool_calls_of(message: &AgentMessage) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Resolves the settled-batch evidence from `messages_snapshot` (reference §4.3). `None` when
+/// Resolves the settled-batch evidence from `messages_snapshot` (see `docs/finalization.md`). `None` when
 /// no assistant with tool calls follows the latest user message.
 pub fn resolve_settled_tool_batch_evidence(
     settled: &AttemptResult,
@@ -186,7 +186,7 @@ pub fn source_reply_delivered(settled: &AttemptResult, facts: &TurnFacts) -> boo
 }
 
 /// Whether an empty (or silent) reply may be treated as silence (protects heartbeat
-/// `NO_REPLY`, reference §4.2).
+/// `NO_REPLY`; see `docs/finalization.md`).
 pub fn should_treat_empty_reply_as_silent(settled: &AttemptResult, facts: &TurnFacts) -> bool {
     let current = facts
         .current_attempt_assistant
@@ -222,7 +222,7 @@ pub fn usable_payload_count(settled: &AttemptResult, facts: &TurnFacts) -> usize
         .count()
 }
 
-/// The request gate (reference §4.2): `Some(request)` when core should run settled-turn
+/// The request gate (see `docs/finalization.md`): `Some(request)` when core should run settled-turn
 /// finalization, `None` for "not attempted".
 pub fn resolve_settled_turn_finalization_request(
     settled: &AttemptResult,
@@ -309,7 +309,7 @@ pub fn resolve_settled_turn_finalization_request(
     Some(FinalizationRequest { prompt, batch })
 }
 
-/// The "empty stop after settled tools" case (reference §4.2).
+/// The "empty stop after settled tools" case (see `docs/finalization.md`).
 fn empty_stop_after_settled_tools(settled: &AttemptResult, facts: &TurnFacts) -> bool {
     let current = facts
         .current_attempt_assistant

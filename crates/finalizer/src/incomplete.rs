@@ -1,4 +1,4 @@
-//! The side-effect-aware incomplete-turn warning (reference §4.10).
+//! The side-effect-aware incomplete-turn warning (see `docs/finalization.md`).
 
 use tether_core::{AttemptResult, AttemptTerminal};
 

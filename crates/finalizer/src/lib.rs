@@ -2,7 +2,7 @@
 //!
 //! Settled-turn finalization: one final visible answer after a tool-only turn, through a
 //! capability-free replay that cannot repeat or extend the completed work, with a host fallback
-//! (SPEC section 4.4 and decision 3.8; reference `settled-turn-finalization.md`, generation G4).
+//! (the contract is in `docs/finalization.md`).
 //!
 //! The crate holds:
 //! - [`result`]: the narrow result with exactly six allowed fields and its validator;

@@ -1,5 +1,5 @@
-//! One finalization try through the harness (reference §4.6) and the lifecycle diagnostics
-//! recorded around it (§4.12).
+//! One finalization try through the harness (see `docs/finalization.md`) and the lifecycle diagnostics
+//! recorded around it (see `docs/finalization.md`).
 
 use tether_core::{AttemptResult, FinalizationAttempt, HarnessId, SettledTurnFinalizer};
 use tracing::Instrument;

@@ -1,4 +1,4 @@
-//! Orchestration of the settled-turn finalization phase (reference §4.1, §4.5–§4.9).
+//! Orchestration of the settled-turn finalization phase (see `docs/finalization.md`).
 //!
 //! [`prepare_terminal_with_settled_turn_finalization`] runs once per run, after the ordinary
 //! attempt's terminal was prepared and outside any retry loop: the request gate, at most two
@@ -110,7 +110,7 @@ pub const MAX_EMPTY_FINALIZATION_TRIES: u8 = 2;
 /// The maximum timer value (used when the prepared timeout is zero).
 pub const MAX_TIMER: Duration = Duration::from_millis(2_147_483_647);
 
-/// The `message_tool_only` recovery notice (opt-in, reference §4.8).
+/// The `message_tool_only` recovery notice (opt-in; see `docs/finalization.md`).
 pub const RECOVERY_NOTICE_TEXT: &str =
     "I lost that turn before I could answer. Please resend if it still matters.";
 
@@ -342,7 +342,7 @@ pub struct AgentMeta {
     pub error: Option<String>,
 }
 
-/// A rebuilt terminal: a new attempt replacing terminal ownership only (reference §4.9).
+/// A rebuilt terminal: a new attempt replacing terminal ownership only (see `docs/finalization.md`).
 #[derive(Debug, Clone)]
 pub struct RebuiltTerminal {
     /// The new attempt (fresh terminal, snapshot plus answer, carried settled facts).
@@ -413,7 +413,7 @@ pub trait ModelPolicyBinding: Send + Sync {
     fn assert_current(&self) -> Result<(), tether_core::Error>;
 }
 
-/// The operator's model policy (reference §4.6).
+/// The operator's model policy (see `docs/finalization.md`).
 pub trait OperatorModelPolicy: Send + Sync {
     /// Binds one finalization try's model execution, to the settled native selection when the
     /// harness supports the policy exactly.
@@ -606,7 +606,7 @@ impl Phase<'_> {
 }
 
 fn silence_accepted(input: &FinalizationInput<'_>, request: &FinalizationRequest) -> bool {
-    // Pinned rule (the core test's reading of reference §4.7): optional reply, silence allowed
+    // Pinned rule (see `docs/finalization.md`): optional reply, silence allowed
     // by the route, no failed tool, and the original terminal was not a timeout.
     input.facts.reply_expectation == ReplyExpectation::Optional
         && input.facts.allow_empty_assistant_reply_as_silent
@@ -648,7 +648,7 @@ fn strip_error_fields(meta: &mut serde_json::Map<String, serde_json::Value>) {
     }
 }
 
-/// Builds a rebuilt terminal around `result` (reference §4.9).
+/// Builds a rebuilt terminal around `result` (see `docs/finalization.md`).
 fn rebuild(
     input: &FinalizationInput<'_>,
     prompt: &str,
@@ -791,7 +791,7 @@ async fn persist_fallback(
     }
 }
 
-/// Runs the settled-turn finalization phase once (reference §4.1–§4.9).
+/// Runs the settled-turn finalization phase once (see `docs/finalization.md`).
 ///
 /// Returns the possibly replaced attempt, the payloads and the outcome. Only a rebound
 /// transcript writer (and a lost admission) is an error; every other failure ends in the host
@@ -1047,7 +1047,7 @@ async fn host_fallback(
     ))
 }
 
-/// Whether the opt-in `message_tool_only` recovery notice may be delivered (reference §4.8).
+/// Whether the opt-in `message_tool_only` recovery notice may be delivered (see `docs/finalization.md`).
 fn recovery_notice_allowed(input: &FinalizationInput<'_>) -> bool {
     let facts = input.facts;
     facts.message_tool_only_recovery_notice

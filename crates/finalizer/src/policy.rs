@@ -1,4 +1,4 @@
-//! What the host skips during and after a finalization (reference §4.1, §4.11).
+//! What the host skips during and after a finalization (see `docs/finalization.md`).
 
 use crate::facts::ReplyExpectation;
 use crate::orchestrate::FinalizationOutcome;

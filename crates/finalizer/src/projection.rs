@@ -1,4 +1,4 @@
-//! Projection of a full attempt result into a narrow finalization result (reference §2.2), for
+//! Projection of a full attempt result into a narrow finalization result (see `docs/finalization.md`), for
 //! harnesses that reuse their ordinary attempt engine behind a restricted allow-list.
 
 use serde_json::{Map, Value};
@@ -210,7 +210,7 @@ fn check_projection_depth(evidence: &FullAttemptEvidence) -> Result<(), Finalize
     Ok(())
 }
 
-/// Projects a full attempt result into a narrow result (reference §2.2), in order: input
+/// Projects a full attempt result into a narrow result (see `docs/finalization.md`), in order: input
 /// depth ([`FinalizerError::TooDeep`]), an idle timeout that reported capability activity
 /// (as [`FinalizerError::CapabilityActivity`]), terminal timeout/cancellation as a canonical
 /// terminal outcome, unsuccessful run, capability activity, completed assistant, build, then

@@ -1,4 +1,4 @@
-//! The type-level guarantee that replaces OpenClaw's runtime stripping (reference §1.1, S16,
+//! The type-level guarantee that replaces OpenClaw's runtime stripping (see `docs/finalization.md`, 'The capability-free attempt'; scenarios S16,
 //! S69, S99).
 //!
 //! OpenClaw removes `hostCapabilities` and private fields from a JavaScript object at runtime

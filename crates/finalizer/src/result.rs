@@ -1,4 +1,4 @@
-//! The narrow finalization result and its validator (reference §1.3, §2.1).
+//! The narrow finalization result and its validator (see `docs/finalization.md`).
 //!
 //! A harness returns its result as JSON; [`validate_settled_turn_finalization_result`] turns it
 //! into a typed [`SettledTurnFinalizationResult`] or fails closed, running the checks in the
@@ -389,7 +389,7 @@ fn parse_usage(value: &Value) -> Option<Usage> {
     Some(usage)
 }
 
-/// Validates a raw finalization result (reference §2.1), in the reference's order.
+/// Validates a raw finalization result (see `docs/finalization.md`), in the reference's order.
 ///
 /// Input nested deeper than [`MAX_RESULT_DEPTH`] is refused first ([`FinalizerError::TooDeep`],
 /// checked without recursion). Unknown fields (including a present `null`) and tool calls fail

@@ -1,4 +1,4 @@
-//! API robustness (SPEC §5 "Security and bad input"): every admin route answers malformed
+//! API robustness (the "security and bad input" bar of `RELIABILITY.md`): every admin route answers malformed
 //! JSON, wrong types, unknown fields, huge bodies, bad cursors and invalid ids with a typed 4xx
 //! error, and changes nothing. The request-body twin of the fuzz targets is here too: a
 //! bounded, seeded stream of mutated bodies (no proptest dependency in this package).

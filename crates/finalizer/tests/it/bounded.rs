@@ -1,4 +1,4 @@
-//! Reference §6.7–§6.8, S68–S88: provenance-checked capture and the bounded projection, with
+//! provenance-checked capture and the bounded projection, with
 //! limits enforced while reading.
 
 use std::cell::Cell;

@@ -1,4 +1,4 @@
-//! Reference §6.3, S20–S24: the built-in transcript producer.
+//! the built-in transcript producer.
 
 use tether_core::{AgentMessage, AttemptTerminal, SettledTurnFinalizationContext};
 use tether_finalizer::{

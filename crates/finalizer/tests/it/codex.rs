@@ -1,4 +1,4 @@
-//! Reference §6.9–§6.10, S89–S104: the bounded (Codex-pattern) finalizer and end-to-end
+//! the bounded (Codex-pattern) finalizer and end-to-end
 //! behavior through the orchestration.
 
 use std::sync::{Arc, Mutex};

@@ -1,4 +1,4 @@
-//! The engine-reuse finalizer (reference §5 built-in pattern, §2.2 projection, S25, S45).
+//! The engine-reuse finalizer (the built-in pattern and the projection of `docs/finalization.md`; S25, S45).
 
 use std::sync::Mutex;
 

@@ -1,4 +1,4 @@
-//! Reference §6.4, S26–S41: the request gate and the settled-batch evidence.
+//! the request gate and the settled-batch evidence.
 
 use tether_core::{
     AcceptedSessionSpawn, AttemptResult, AttemptTerminal, ReplayMetadata,

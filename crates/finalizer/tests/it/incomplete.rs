@@ -1,4 +1,4 @@
-//! Reference §4.10 and §4.11: the side-effect-aware incomplete-turn warning, the hooks skipped
+//! the side-effect-aware incomplete-turn warning, the hooks skipped
 //! during finalization, and the terminal-resolution policy after it.
 
 use tether_core::{AttemptResult, AttemptTerminal};

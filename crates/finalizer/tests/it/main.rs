@@ -1,7 +1,7 @@
 //! The integration tests of `tether-finalizer` (one test binary per package).
 //!
 //! Scenario tests are named `finalization_sNNN_<slug>` after the reference scenario they
-//! translate (`settled-turn-finalization.md` §6).
+//! translate (scenarios S1–S104, see `docs/finalization.md`).
 
 mod bounded;
 mod capture;

@@ -1,4 +1,4 @@
-//! Reference §6.2, §6.3 (S25), §6.5 and §6.6: lifecycle, core orchestration, and the absent or
+//! lifecycle, core orchestration, and the absent or
 //! unavailable finalizer (G4).
 
 use std::sync::Arc;

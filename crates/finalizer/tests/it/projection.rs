@@ -1,4 +1,4 @@
-//! Reference §6.1, S8–S15: projection of a full attempt result.
+//! projection of a full attempt result.
 
 use tether_core::{AttemptTerminal, ReplayMetadata, ToolMeta, Usage};
 use tether_finalizer::{

@@ -1,4 +1,4 @@
-//! Reference §6.1, S1–S7: the narrow result validator, plus property tests.
+//! the narrow result validator, plus property tests.
 
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! Message-delivery facts (reference part C).
+//! Message-delivery facts (see `docs/tool-results.md, 'Message delivery'`).
 //!
 //! A [`MessageDeliveryFact`] can only be created by the readers in this module
 //! ([`read_message_delivery_fact`], [`read_result_delivery_fact`],

@@ -1,4 +1,4 @@
-//! Compact display metadata of a tool call (reference part B).
+//! Compact display metadata of a tool call (see `docs/tool-results.md, 'Display metadata'`).
 //!
 //! [`infer_tool_meta_from_args`] turns raw tool arguments into a short, **lossy, redacted**
 //! one-line description for UI cards and logs. It is never an argument substitute or a

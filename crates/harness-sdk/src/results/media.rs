@@ -1,4 +1,4 @@
-//! Host-owned tool media and `message_tool_only` routing (reference part F).
+//! Host-owned tool media and `message_tool_only` routing (see `docs/tool-results.md, 'Host-owned media'`).
 //!
 //! * `tool_media_urls`: all media tools produced in the attempt.
 //! * `host_owned_tool_media_urls`: the subset the trusted harness runtime created and persisted

@@ -1,4 +1,4 @@
-//! User-turn mirroring (reference tool-results part A).
+//! User-turn mirroring (see `docs/tool-results.md, 'Transcript mirroring'`).
 //!
 //! [`restore_prepared_user_turn_meta`] puts the host-prepared operational metadata of a user turn
 //! back onto the message a runtime hook produced, and [`UserTurnTranscriptRecorder`] is the
@@ -29,7 +29,7 @@ pub const STEER_TARGET_RUN_ID_MAX_CHARS: usize = 512;
 /// * `intent` and `autoSteer`: the runtime's are dropped, the prepared ones (when truthy) restored.
 /// * `steerTargetRunId`: the runtime's is dropped; the prepared one is restored when it is a
 ///   trimmed non-empty string of at most [`STEER_TARGET_RUN_ID_MAX_CHARS`] characters.
-/// * `senderIsOwner`: the prepared boolean wins. **Decision** (reference vector 11): when the
+/// * `senderIsOwner`: the prepared boolean wins. **Decision** (test `tool_results_011`): when the
 ///   prepared snapshot has none, the runtime's value is dropped too — a hook cannot grant owner
 ///   status (OpenClaw keeps the hook's value; we close that gap).
 /// * `humanMentions`: the runtime's are always dropped; the prepared ones are kept only when the

@@ -1,18 +1,18 @@
-//! Tool and media result helpers (reference `tool-results.md` parts A–H).
+//! Tool and media result helpers (the contracts are in `docs/tool-results.md`).
 //!
 //! Every helper here is pure and total: it takes raw JSON (`serde_json::Value`) by reference,
 //! never mutates it, never panics on adversarial input (depth, `__proto__`, odd types, huge
 //! strings) and handles nesting of any depth without recursion on the call stack.
 //!
-//! * [`mirror`] — user-turn mirroring and the transcript recorder's persisted marker (part A).
-//! * [`display`] — [`display::infer_tool_meta_from_args`] (part B).
-//! * [`delivery`] — message-delivery facts that only the readers can create (part C).
+//! * [`mirror`] — user-turn mirroring and the transcript recorder's persisted marker (`docs/tool-results.md, 'Transcript mirroring'`).
+//! * [`display`] — [`display::infer_tool_meta_from_args`] (`docs/tool-results.md, 'Display metadata'`).
+//! * [`delivery`] — message-delivery facts that only the readers can create (`docs/tool-results.md, 'Message delivery'`).
 //! * [`errors`] — the tool-result error rule, failure kinds, error text and code extraction.
 //! * [`redact`] and [`sanitize`] — secret redaction, `sanitize_tool_args` / `sanitize_tool_result`,
-//!   and the [`shared::SharedValue`] graph for repeated references (part D).
-//! * [`spawn`] — accepted `sessions_spawn` receipts (part E).
-//! * [`media`] — host-owned media and `message_tool_only` routing (part F).
-//! * [`terminal`] — the terminal-outcome accumulator (part G).
+//!   and the [`shared::SharedValue`] graph for repeated references (`docs/tool-results.md, 'Sanitizing and redaction'`).
+//! * [`spawn`] — accepted `sessions_spawn` receipts (`docs/tool-results.md, 'Spawn receipts'`).
+//! * [`media`] — host-owned media and `message_tool_only` routing (`docs/tool-results.md, 'Host-owned media'`).
+//! * [`terminal`] — the terminal-outcome accumulator (`docs/tool-results.md, 'The terminal-outcome accumulator'`).
 //!
 //! ```
 //! use serde_json::json;

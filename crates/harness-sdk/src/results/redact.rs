@@ -1,4 +1,4 @@
-//! Secret redaction for tool arguments, tool results and display text (reference part D).
+//! Secret redaction for tool arguments, tool results and display text (see `docs/tool-results.md, 'Sanitizing and redaction'`).
 //!
 //! Two layers:
 //! * **Free-text patterns** ([`redact_text`]): sensitive `KEY=value` / `"key": "value"`

@@ -1,4 +1,4 @@
-//! `sanitize_tool_args` and `sanitize_tool_result` (reference part D).
+//! `sanitize_tool_args` and `sanitize_tool_result` (see `docs/tool-results.md, 'Sanitizing and redaction'`).
 //!
 //! Both return new values and never mutate their input. The input is deep-copied (see
 //! [`deep_clone`](super::deep_clone)) and the copy's scalars are redacted in place, so a string that no pattern

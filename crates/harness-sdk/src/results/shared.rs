@@ -1,5 +1,5 @@
 //! A JSON value graph whose nodes can be shared or cyclic, for sanitizing inputs where the
-//! same object may be reached twice (reference part D, cases 79, 80, 95).
+//! same object may be reached twice (vectors `tool_results_079`, `tool_results_080`, `tool_results_095`).
 //!
 //! `serde_json::Value` is a tree, so repeated references cannot occur in it; this type models
 //! the JavaScript situation (`{x: s, y: s}`, `o.self = o`). Containers are `Arc`-shared; a cycle

@@ -1,4 +1,4 @@
-//! Accepted `sessions_spawn` receipts (reference part E).
+//! Accepted `sessions_spawn` receipts (see `docs/tool-results.md, 'Spawn receipts'`).
 //!
 //! Capture receipts from the **original** tool result, before any result middleware rewrites
 //! `details` ([`AcceptedSessionSpawns::capture`]).

@@ -1,4 +1,4 @@
-//! Action identity (SPEC decision 3.7): when is a successful call "the same action" as an
+//! Action identity (`docs/tool-results.md`, 'The terminal-outcome accumulator'): when is a successful call "the same action" as an
 //! earlier failed one?
 //!
 //! The default rule ([`FingerprintIdentity`]) keys on the tool, its `action` argument and the
@@ -75,7 +75,7 @@ impl ActionIdentity for ToolNameIdentity {
     }
 }
 
-/// The default rule (SPEC 3.7): tool + action + target (path, recipient, message id, session
+/// The default rule (`docs/tool-results.md`, the action-identity table): tool + action + target (path, recipient, message id, session
 /// key, job id, id, model); `edit` and `write` on the same file are one action;
 /// `sessions_spawn` is keyed on its target agent; owner-declared mutations include a canonical
 /// form of their arguments. Display metadata is never part of it (see the module docs).

@@ -1,4 +1,4 @@
-//! The terminal-outcome accumulator (reference part G, SPEC decision 3.7).
+//! The terminal-outcome accumulator (see `docs/tool-results.md, 'The terminal-outcome accumulator'`).
 //!
 //! One accumulator per attempt: [`terminal_outcome_accumulator`] returns the
 //! [`TerminalObserver`] the harness reports every finished tool call to, and the
@@ -297,7 +297,7 @@ fn timeout_diagnostic(result: Option<&ToolResult>) -> Option<TerminalDiagnostic>
     })
 }
 
-/// A call skipped by steering before it started is not a new failure (reference vector 133).
+/// A call skipped by steering before it started is not a new failure (test `tool_results_133`).
 fn is_steering_skip(observation: &ToolTerminalObservation, execution_started: bool) -> bool {
     let details = observation
         .result

@@ -375,7 +375,7 @@ fn openclaw_tool_terminal_outcome_persistence_retry_of_the_same_tool() {
             "store unavailable",
         )
     });
-    // Deliberate difference (SPEC 3.7): an owner-declared mutation's identity includes its
+    // Deliberate difference (see `docs/compatibility.md`): an owner-declared mutation's identity includes its
     // arguments, so storing a different fact does not resolve the failed store (OpenClaw
     // clears on any success of the same owner tool). The same arguments do resolve it.
     let other = obs.observe(&ToolTerminalObservation {

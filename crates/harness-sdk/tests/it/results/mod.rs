@@ -1,4 +1,4 @@
-//! Tool-result vectors (reference `tool-results.md`, vectors 1–135) and property tests.
+//! Tool-result vectors (vectors 1–135, `tool_results_NNN`) and property tests.
 
 mod delivery;
 mod display;

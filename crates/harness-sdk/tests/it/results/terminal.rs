@@ -1,6 +1,6 @@
 //! Part G: the terminal-outcome accumulator (vectors 116–135).
 //!
-//! Tether implements the action-identity design (SPEC decision 3.7, reference "D1") with a
+//! Tether implements the action-identity design (`docs/tool-results.md`, 'The terminal-outcome accumulator') with a
 //! pluggable identity; vectors tagged D2 (the "same tool name" design) are checked with
 //! [`ToolNameIdentity`] where the identity is what differs, and otherwise test our behavior.
 
