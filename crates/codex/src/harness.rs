@@ -25,7 +25,7 @@ use tether_harness_sdk::results::mirror::{
     OriginalInputCommit, UserTurnTranscriptRecorder, restore_prepared_user_turn_meta,
 };
 use tether_harness_sdk::results::terminal::{
-    FingerprintIdentity, MutationFacts, TerminalObserver, ToolFailure, ToolOutcome,
+    FingerprintIdentity, MutationFacts, OwnerMutation, TerminalObserver, ToolFailure, ToolOutcome,
     ToolTerminalObservation, is_read_only_command, terminal_outcome_accumulator,
 };
 use tokio::sync::{mpsc, watch};
@@ -1252,12 +1252,19 @@ impl Inner {
         };
         let mut observation = ToolTerminalObservation::success(item.tool, item.arguments.clone());
         observation.tool_call_id = Some(item.id.clone());
-        // The command line (or the changed paths) is the display metadata, and it is what tells
-        // two native actions apart for the accumulator: a later success of another command never
+        // The command line (or the changed paths) is the display metadata. The accumulator's
+        // action identity never reads display metadata, so a mutating native action is declared
+        // as an owner mutation: its identity is the canonical form of its arguments (command and
+        // working directory, or the changed paths). A later success of another command never
         // resolves this one's failure; a retry of the same command does.
         observation.meta = Some(item.meta.clone());
         observation.outcome = outcome;
         observation.native_mutation = Some(item.facts);
+        if item.facts.mutating_action {
+            observation.owner_mutation = Some(OwnerMutation {
+                owner_key: format!("codex:{}", item.tool),
+            });
+        }
         observation.replay_safe = Some(item.facts.replay_safe);
         if item.declined {
             observation.execution_started = Some(false);
