@@ -216,6 +216,24 @@ impl From<&LeaseEvent> for LeaseEventBody {
     }
 }
 
+/// One page of the lease history, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeaseEventPageBody {
+    /// The events, newest first.
+    pub events: Vec<LeaseEventBody>,
+    /// Pass as `cursor` to read the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One page of quarantined keys, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QuarantinePageBody {
+    /// The quarantined keys, oldest first.
+    pub quarantine: Vec<QuarantineBody>,
+    /// Pass as `cursor` to read the next page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
 /// A binding row with its lease history.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct BindingDetail {

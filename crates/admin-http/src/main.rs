@@ -18,6 +18,9 @@ use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLi
 #[derive(Debug, Parser)]
 #[command(name = "tether", version, about)]
 struct Cli {
+    /// Log lines on stderr as human-readable text or one JSON object per line.
+    #[arg(long, global = true, env = "TETHER_LOG_FORMAT", value_enum, default_value_t = cli::LogFormat::Text)]
+    log_format: cli::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -211,7 +214,7 @@ enum QuarantineCommand {
 
 fn main() -> ExitCode {
     let args = Cli::parse();
-    cli::init_logging();
+    cli::init_logging(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -138,6 +138,22 @@ async fn security_headers(
     response
 }
 
+/// Any path the service does not serve: a typed 404 (the body says where to look).
+async fn unknown_path(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!(
+        "no route for `{}`: the API is under /v1 (see {OPENAPI_PATH} or /docs)",
+        uri.path()
+    ))
+}
+
+/// A served path asked with a method it does not take: a typed 405 (axum adds `Allow`).
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!(
+        "`{}` does not take {method}: see the `Allow` header or {OPENAPI_PATH}",
+        uri.path()
+    ))
+}
+
 /// The admin router: API routes, the dashboard at `/`, `/api-docs/openapi.json` and Swagger UI
 /// at `/docs`. Request bodies are limited to [`MAX_BODY_BYTES`].
 pub fn app(state: AppState) -> Router {
@@ -145,6 +161,8 @@ pub fn app(state: AppState) -> Router {
     router
         .route("/", axum::routing::get(dashboard::dashboard))
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
+        .fallback(unknown_path)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(typed_too_large))

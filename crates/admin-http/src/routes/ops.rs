@@ -153,26 +153,21 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             })
             .collect::<Vec<_>>(),
     );
-    let (mut succeeded, mut fell_back) = (0, 0);
-    for hit in store
-        .search_transcripts("finalization", None, 100_000)
-        .await?
-    {
-        if crate::routes::sessions::is_finalization_record(hit.role, &hit.content) {
-            if hit.content.contains("succeeded") {
-                succeeded += 1;
-            } else {
-                fell_back += 1;
-            }
-        }
-    }
+    let finalizations = store.finalization_counts().await?;
     metric(
         "tether_finalizations_total",
         "counter",
-        "Settled-turn finalization records in stored transcripts, by outcome.",
+        "Settled-turn finalizations recorded, by outcome (counted when each record is \
+         written; deleting a session does not lower it).",
         &[
-            ("{outcome=\"succeeded\"}".to_owned(), succeeded),
-            ("{outcome=\"fell_back\"}".to_owned(), fell_back),
+            (
+                "{outcome=\"succeeded\"}".to_owned(),
+                finalizations.succeeded,
+            ),
+            (
+                "{outcome=\"fell_back\"}".to_owned(),
+                finalizations.fell_back,
+            ),
         ],
     );
     let c = state.counters();

@@ -764,7 +764,7 @@ impl BindingStore for Store {
     }
 }
 
-fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
+pub(crate) fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
     let ns: String = r.try_get("", "namespace").map_err(db_error)?;
     let key: String = r.try_get("", "key").map_err(db_error)?;
     Ok(QuarantineEntry {

@@ -34,8 +34,12 @@ pub use self::commit::CommitFault;
 #[cfg(feature = "test-support")]
 pub(crate) use self::commit::commit_failed;
 pub(crate) use self::commit::for_key;
+pub use self::operator::{
+    AuditEntry, AuditOutcome, AuditPage, FinalizationCounts, NewAuditEntry, QuarantineCursor,
+};
 pub use self::row_tx::SqlRowTransaction;
 mod migration;
+mod operator;
 
 use std::collections::HashMap;
 use std::fmt;

@@ -1,0 +1,241 @@
+//! The operator's console: counters maintained at write time, liveness without the database,
+//! typed 404/405, log formats, cursor paging of every list, and the audit trail.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use axum::http::StatusCode;
+use tether_admin_http::auth::Tokens;
+use tether_admin_http::{AppState, HealthProbe};
+use tether_core::{QuarantineEntry, QuarantineStore as _, SessionKey};
+use tether_storage::{NewTranscriptEntry, TranscriptRole, session_binding_keys};
+
+use crate::support::{ADMIN, Fixture, READ, T0, call, ns, seg, tokens};
+
+fn metric(text: &str, line_start: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_start))
+        .unwrap_or_else(|| panic!("no `{line_start}` in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+async fn append(f: &Fixture, key: &str, role: TranscriptRole, content: &str) {
+    f.store
+        .append_transcript(
+            &SessionKey::new(key).unwrap(),
+            NewTranscriptEntry {
+                role,
+                content: content.into(),
+                idempotency_key: None,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn finalizations_total_is_counted_at_write_time_and_never_decreases() {
+    let f = Fixture::new().await;
+    let state = f.state(Tokens::default());
+    append(
+        &f,
+        "agent:ops:gamma",
+        TranscriptRole::System,
+        "finalization: succeeded",
+    )
+    .await;
+    append(
+        &f,
+        "agent:ops:gamma",
+        TranscriptRole::System,
+        "finalization: fell back to the host answer (timeout)",
+    )
+    .await;
+    // Neither a user's mention nor a system entry without the prefix is a record.
+    append(
+        &f,
+        "agent:ops:gamma",
+        TranscriptRole::User,
+        "finalization: succeeded",
+    )
+    .await;
+    append(
+        &f,
+        "agent:ops:gamma",
+        TranscriptRole::System,
+        "no finalization: succeeded",
+    )
+    .await;
+    let succeeded = "tether_finalizations_total{outcome=\"succeeded\"} ";
+    let fell_back = "tether_finalizations_total{outcome=\"fell_back\"} ";
+    let before = call(&state, "GET", "/metrics", None, None).await.text;
+    assert_eq!(metric(&before, succeeded), 1, "{before}");
+    assert_eq!(metric(&before, fell_back), 1, "{before}");
+
+    let admin = f.state(tokens());
+    let deleted = call(
+        &admin,
+        "DELETE",
+        &format!("/v1/sessions/{}", seg("agent:ops:gamma")),
+        Some(ADMIN),
+        Some(r#"{"reason":"test clean-up"}"#.into()),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    let after = call(&admin, "GET", "/metrics", Some(READ), None).await.text;
+    assert_eq!(metric(&after, succeeded), 1, "a counter never decreases");
+    assert_eq!(metric(&after, fell_back), 1, "a counter never decreases");
+}
+
+#[derive(Debug)]
+struct DatabaseDown;
+
+#[async_trait::async_trait]
+impl HealthProbe for DatabaseDown {
+    async fn check(&self) -> Result<(), String> {
+        Err("connection refused".into())
+    }
+
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+}
+
+#[tokio::test]
+async fn healthz_is_liveness_only_and_readyz_checks_the_database() {
+    let state = AppState::new(Arc::new(DatabaseDown), Tokens::default());
+    let live = call(&state, "GET", "/healthz", None, None).await;
+    assert_eq!(live.status, StatusCode::OK, "{}", live.text);
+    assert_eq!(live.json()["status"], "ok");
+    call(&state, "GET", "/readyz", None, None)
+        .await
+        .expect_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+}
+
+#[tokio::test]
+async fn unknown_paths_and_methods_get_typed_json_errors() {
+    let state = AppState::for_tests();
+    for path in ["/nope", "/v1/nope", "/v1/sessions/a/b/c/d"] {
+        let reply = call(&state, "GET", path, None, None).await;
+        reply.expect_error(StatusCode::NOT_FOUND, "not_found");
+        assert!(reply.json()["message"].as_str().unwrap().contains("/v1"));
+    }
+    let request = axum::http::Request::builder()
+        .method("DELETE")
+        .uri("/healthz")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    let response = tower::ServiceExt::oneshot(tether_admin_http::app(state.clone()), request)
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        response.headers().get("allow").is_some(),
+        "405 keeps its Allow header"
+    );
+    call(&state, "POST", "/v1/sessions", None, None)
+        .await
+        .expect_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
+}
+
+#[test]
+fn logs_have_no_colour_codes_off_a_terminal_and_json_is_one_object_a_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    let run = |extra: &[&str], env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
+        command
+            .args(extra)
+            .args(["migrate", "--database-url", &url])
+            .env("RUST_LOG", "debug")
+            .env_remove("TETHER_LOG_FORMAT")
+            .env_remove("TETHER_DATABASE_URL");
+        if let Some(format) = env {
+            command.env("TETHER_LOG_FORMAT", format);
+        }
+        let out = command.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let text = run(&[], None);
+    assert!(!text.trim().is_empty(), "debug logging writes lines");
+    assert!(!text.contains('\u{1b}'), "ANSI codes on a pipe: {text}");
+    for json in [run(&["--log-format", "json"], None), run(&[], Some("json"))] {
+        assert!(!json.trim().is_empty());
+        for line in json.lines().filter(|l| !l.trim().is_empty()) {
+            let value: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            assert!(value["level"].is_string(), "{line}");
+        }
+    }
+}
+
+/// Follows `next_cursor` from the first page to the last, returning every item.
+async fn walk(state: &AppState, path: &str, field: &str) -> Vec<serde_json::Value> {
+    let mut items = Vec::new();
+    let mut cursor = String::new();
+    for _ in 0..100 {
+        let page = call(
+            state,
+            "GET",
+            &format!("{path}?limit=1&cursor={cursor}"),
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(page.status, StatusCode::OK, "{}", page.text);
+        let page = page.json();
+        let got = page[field].as_array().unwrap();
+        assert!(got.len() <= 1);
+        items.extend(got.iter().cloned());
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = next.to_owned(),
+            None => return items,
+        }
+    }
+    panic!("{path} never ended");
+}
+
+#[tokio::test]
+async fn lease_events_and_quarantine_page_with_cursors() {
+    let f = Fixture::new().await;
+    let gamma = f.entry("agent:ops:gamma").await;
+    for key in session_binding_keys(&gamma) {
+        f.bind(&key, Some(("worker", 60))).await;
+    }
+    for (i, key) in session_binding_keys(&gamma).iter().enumerate() {
+        f.store
+            .quarantine(QuarantineEntry {
+                namespace: ns(),
+                key: key.clone(),
+                reason: format!("test {i}"),
+                custody: None,
+                // Two at the same instant: the cursor orders ties by namespace and key.
+                quarantined_at: T0 + std::time::Duration::from_secs(1),
+            })
+            .await
+            .unwrap();
+    }
+    let state = f.state(Tokens::default());
+    let all = call(&state, "GET", "/v1/quarantine", None, None)
+        .await
+        .json();
+    let all = all["quarantine"].as_array().unwrap().clone();
+    assert_eq!(all.len(), 3);
+    assert_eq!(walk(&state, "/v1/quarantine", "quarantine").await, all);
+
+    let events = call(&state, "GET", "/v1/lease-events", None, None)
+        .await
+        .json();
+    let events = events["events"].as_array().unwrap().clone();
+    assert!(events.len() >= 3, "{events:?}");
+    assert_eq!(walk(&state, "/v1/lease-events", "events").await, events);
+
+    for path in ["/v1/quarantine", "/v1/lease-events"] {
+        call(&state, "GET", &format!("{path}?cursor=garbage"), None, None)
+            .await
+            .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    }
+}
