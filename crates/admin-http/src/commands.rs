@@ -7,17 +7,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use tether_core::{AgentId, BindingKey, HarnessId, LeaseEpoch, Namespace, QuarantineStore as _};
-use tether_storage::{
-    ForceExpireOutcome, SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url,
-};
+use tether_core::{AgentId, BindingKey, HarnessId, Namespace};
+use tether_storage::{SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url};
 
+use crate::actions::CLI_ACTOR;
 use crate::config::ServeConfig;
 use crate::database::open_database;
 use crate::dto::{BindingBody, QuarantineBody, SessionSummary};
 use crate::error::ApiError;
 use crate::params::{MAX_PAGE_SIZE, decode_cursor, encode_cursor};
-use crate::routes::sessions::{delete_session, load_session, session_detail};
+use crate::routes::sessions::{load_session, session_detail};
 
 /// A failed command: what to tell the operator and the exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,19 +312,18 @@ pub async fn sessions_show(database_url: &str, key: &str) -> Result<(), CommandE
     json(&session_detail(&store, &entry).await?)
 }
 
-/// `tether sessions delete KEY` (the transactional deletion path; refused under a live lease).
-pub async fn sessions_delete(database_url: &str, key: &str) -> Result<(), CommandError> {
+/// `tether sessions delete KEY --reason WHY` (the transactional deletion path; refused under a
+/// live lease; recorded in the audit trail with actor `cli`).
+pub async fn sessions_delete(
+    database_url: &str,
+    key: &str,
+    reason: &str,
+) -> Result<(), CommandError> {
+    let why = crate::params::reason(reason)?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
-    let entry = load_session(&store, key).await?;
-    if delete_session(&store, &entry).await? {
-        say(&format!(
-            "deleted session {} and its binding rows",
-            entry.session_key
-        ));
-        Ok(())
-    } else {
-        Err(ApiError::NotFound(format!("session `{key}` was deleted meanwhile")).into())
-    }
+    let done = crate::actions::delete_session_action(&store, CLI_ACTOR, key, &why).await?;
+    say(&done.message);
+    Ok(())
 }
 
 /// `tether leases list`.
@@ -372,7 +370,7 @@ pub async fn leases_list(
     Ok(())
 }
 
-/// `tether leases expire`.
+/// `tether leases expire` (recorded in the audit trail with actor `cli`).
 pub async fn leases_expire(
     database_url: &str,
     namespace: &str,
@@ -384,37 +382,10 @@ pub async fn leases_expire(
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
-    match store
-        .force_expire_lease(&ns, &key, epoch.map(LeaseEpoch::new))
-        .await?
-    {
-        ForceExpireOutcome::Expired {
-            previous_epoch,
-            previous_holder,
-            ..
-        } => {
-            tracing::warn!(namespace = %ns, key = %key, reason = %why, "lease force-expired from the CLI");
-            say(&format!(
-                "expired lease epoch {} held by {} on {ns}/{key}; the holder is fenced",
-                previous_epoch.get(),
-                previous_holder.as_deref().unwrap_or("an unknown holder")
-            ));
-            Ok(())
-        }
-        ForceExpireOutcome::Missing => {
-            Err(ApiError::NotFound(format!("no live binding row at {ns}/{key}")).into())
-        }
-        ForceExpireOutcome::NoLease => {
-            Err(ApiError::Conflict(format!("{ns}/{key} holds no live lease")).into())
-        }
-        ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
-            "the lease is now at epoch {}; check it with `tether leases list` and retry with --epoch {}",
-            current.get(),
-            current.get()
-        ))
-        .into()),
-        _ => Err(ApiError::Conflict(format!("{ns}/{key} changed meanwhile; retry")).into()),
-    }
+    let done =
+        crate::actions::expire_lease_action(&store, CLI_ACTOR, &ns, &key, epoch, &why).await?;
+    say(&done.message);
+    Ok(())
 }
 
 /// `tether quarantine list`.
@@ -438,7 +409,7 @@ pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), Co
     Ok(())
 }
 
-/// `tether quarantine release`.
+/// `tether quarantine release` (recorded in the audit trail with actor `cli`).
 pub async fn quarantine_release(
     database_url: &str,
     namespace: &str,
@@ -449,13 +420,8 @@ pub async fn quarantine_release(
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
-    if store.release_quarantine(&ns, &key, &why).await? {
-        say(&format!("released {ns}/{key}"));
-        Ok(())
-    } else {
-        Err(ApiError::NotFound(format!(
-            "{ns}/{key} is not quarantined (see `tether quarantine list`)"
-        ))
-        .into())
-    }
+    let done =
+        crate::actions::release_quarantine_action(&store, CLI_ACTOR, &ns, &key, &why).await?;
+    say(&done.message);
+    Ok(())
 }

@@ -39,6 +39,15 @@ pub enum ConfigError {
         "{0} is set but blank: set it to a secret token, or unset it (a non-loopback bind needs a token)"
     )]
     BlankToken(&'static str),
+    /// A named-token list (`TETHER_ADMIN_TOKENS`, `TETHER_READ_TOKENS`) is malformed; the
+    /// reason never contains a secret.
+    #[error("{variable} is invalid: {reason}; expected `name:secret,name:secret`")]
+    InvalidTokenList {
+        /// The variable.
+        variable: &'static str,
+        /// What is wrong (never the secret).
+        reason: String,
+    },
 }
 
 /// What `tether serve` runs with.

@@ -472,3 +472,51 @@ mod tests {
         assert!(parse(r#"{"reason":"r","expected_epoch":"3"}"#).is_err());
     }
 }
+
+/// One recorded operator action.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntryBody {
+    /// Position in the trail (increasing).
+    pub id: u64,
+    /// When the action started (Unix ms).
+    pub at_ms: i64,
+    /// Who acted: the token's name, `cli`, or `anonymous`.
+    pub actor: String,
+    /// `delete_session`, `expire_lease` or `release_quarantine`.
+    pub action: String,
+    /// The session key or `namespace/key` acted on (sanitized).
+    pub target: String,
+    /// The operator's reason (sanitized).
+    pub reason: String,
+    /// `succeeded`, `refused`, `failed`, or `started` (never completed).
+    pub outcome: String,
+    /// What the service answered (sanitized).
+    pub detail: Option<String>,
+    /// When the action ended (Unix ms).
+    pub finished_at_ms: Option<i64>,
+}
+
+impl From<&tether_storage::AuditEntry> for AuditEntryBody {
+    fn from(e: &tether_storage::AuditEntry) -> Self {
+        Self {
+            id: e.id,
+            at_ms: e.at.as_millis(),
+            actor: sanitize_text(&e.actor),
+            action: e.action.clone(),
+            target: sanitize_text(&e.target),
+            reason: sanitize_text(&e.reason),
+            outcome: e.outcome.as_str().into(),
+            detail: e.detail.as_deref().map(sanitize_text),
+            finished_at_ms: e.finished_at.map(Timestamp::as_millis),
+        }
+    }
+}
+
+/// One page of the audit trail, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditPageBody {
+    /// The entries, newest first.
+    pub entries: Vec<AuditEntryBody>,
+    /// Pass as `cursor` to read the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}

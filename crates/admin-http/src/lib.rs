@@ -36,6 +36,7 @@
 //! This is the only Tether crate that knows HTTP; its JSON DTOs (with `utoipa::ToSchema`) live
 //! here, not in `tether-core`.
 
+pub mod actions;
 pub mod auth;
 pub mod chat;
 pub mod cli;

@@ -145,6 +145,9 @@ enum SessionsCommand {
         db: Db,
         /// The session key.
         key: String,
+        /// Why (required; recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
     },
 }
 
@@ -177,7 +180,7 @@ enum LeasesCommand {
         /// The binding key.
         #[arg(long)]
         key: String,
-        /// Why (required; logged).
+        /// Why (required; recorded in the audit trail).
         #[arg(long)]
         reason: String,
         /// Only expire the lease with this epoch.
@@ -206,7 +209,7 @@ enum QuarantineCommand {
         /// The quarantined key.
         #[arg(long)]
         key: String,
-        /// Why (required; logged).
+        /// Why (required; recorded in the audit trail).
         #[arg(long)]
         reason: String,
     },
@@ -292,8 +295,8 @@ fn main() -> ExitCode {
             Command::Sessions(SessionsCommand::Show { db, key }) => {
                 commands::sessions_show(&db.database_url, &key).await
             }
-            Command::Sessions(SessionsCommand::Delete { db, key }) => {
-                commands::sessions_delete(&db.database_url, &key).await
+            Command::Sessions(SessionsCommand::Delete { db, key, reason }) => {
+                commands::sessions_delete(&db.database_url, &key, &reason).await
             }
             Command::Leases(LeasesCommand::List {
                 db,

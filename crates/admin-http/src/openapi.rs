@@ -14,7 +14,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::params::MAX_BODY_BYTES;
-use crate::routes::{bindings, dashboard, health, ops, quarantine, sessions};
+use crate::routes::{audit, bindings, dashboard, health, ops, quarantine, sessions};
 use crate::state::AppState;
 
 /// Path of the served OpenAPI document.
@@ -31,7 +31,7 @@ impl Modify for BearerAuth {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "TETHER_READ_TOKEN (read scope) or TETHER_ADMIN_TOKEN (admin scope)",
+                        "TETHER_READ_TOKEN / TETHER_READ_TOKENS (read scope) or TETHER_ADMIN_TOKEN / TETHER_ADMIN_TOKENS (admin scope)",
                     ))
                     .build(),
             ),
@@ -77,6 +77,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(quarantine::list_quarantine))
         .routes(routes!(quarantine::get_quarantine))
         .routes(routes!(quarantine::release_quarantine))
+        .routes(routes!(audit::list_audit))
 }
 
 /// The OpenAPI document of the admin API.

@@ -4,8 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Deserialize;
-use tether_core::{BindingKey, LeaseEpoch, Namespace, QuarantineStore as _};
-use tether_storage::ForceExpireOutcome;
+use tether_core::{BindingKey, Namespace, QuarantineStore as _};
 use utoipa::IntoParams;
 
 use crate::auth::{AdminAccess, ReadAccess};
@@ -220,47 +219,22 @@ pub(crate) fn decode_seq_cursor(token: &str) -> Result<u64, ApiError> {
     security(("bearer" = []))
 )]
 pub async fn expire_lease(
-    _: AdminAccess,
+    access: AdminAccess,
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
     ApiJson(body): ApiJson<ExpireLeaseBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let why = reason(&body.reason)?;
-    let outcome = state
-        .store()?
-        .force_expire_lease(&ns, &key, body.expected_epoch.map(LeaseEpoch::new))
-        .await?;
-    match outcome {
-        ForceExpireOutcome::Expired {
-            previous_epoch,
-            previous_holder,
-            ..
-        } => {
-            Counters::bump(&state.counters().force_expirations);
-            tracing::warn!(namespace = %ns, key = %key, epoch = previous_epoch.get(), reason = %why, "lease force-expired by an operator");
-            Ok(Json(ActionResult {
-                outcome: "expired".into(),
-                message: format!(
-                    "lease epoch {} of {} on {ns}/{key} expired; its holder is fenced",
-                    previous_epoch.get(),
-                    previous_holder.as_deref().unwrap_or("an unknown holder")
-                ),
-                previous_epoch: Some(previous_epoch.get()),
-            }))
-        }
-        ForceExpireOutcome::Missing => Err(ApiError::NotFound(format!(
-            "no live binding row at {ns}/{key}"
-        ))),
-        ForceExpireOutcome::NoLease => Err(ApiError::Conflict(format!(
-            "{ns}/{key} holds no live lease: nothing to expire"
-        ))),
-        ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
-            "the lease on {ns}/{key} is now at epoch {}; reload it and confirm before expiring",
-            current.get()
-        ))),
-        _ => Err(ApiError::Conflict(format!(
-            "{ns}/{key} changed while expiring its lease; reload and retry"
-        ))),
-    }
+    let done = crate::actions::expire_lease_action(
+        state.store()?,
+        &access.actor,
+        &ns,
+        &key,
+        body.expected_epoch,
+        &why,
+    )
+    .await?;
+    Counters::bump(&state.counters().force_expirations);
+    Ok(Json(done))
 }

@@ -170,6 +170,25 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             ),
         ],
     );
+    let audit = store.audit_counts().await?;
+    metric(
+        "tether_operator_actions_total",
+        "counter",
+        "Operator actions recorded in the audit trail (API and CLI), by action and outcome.",
+        &audit
+            .iter()
+            .map(|(action, outcome, n)| {
+                (
+                    format!(
+                        "{{action=\"{}\",outcome=\"{}\"}}",
+                        escape_label(action),
+                        outcome.as_str()
+                    ),
+                    *n,
+                )
+            })
+            .collect::<Vec<_>>(),
+    );
     let c = state.counters();
     metric(
         "tether_admin_session_deletions_total",

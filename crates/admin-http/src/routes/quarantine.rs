@@ -114,20 +114,16 @@ pub async fn get_quarantine(
     security(("bearer" = []))
 )]
 pub async fn release_quarantine(
-    _: AdminAccess,
+    access: AdminAccess,
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
     ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let why = reason(&body.reason)?;
-    if !state.store()?.release_quarantine(&ns, &key, &why).await? {
-        return Err(ApiError::NotFound(format!("{ns}/{key} is not quarantined")));
-    }
+    let done =
+        crate::actions::release_quarantine_action(state.store()?, &access.actor, &ns, &key, &why)
+            .await?;
     Counters::bump(&state.counters().quarantine_releases);
-    Ok(Json(ActionResult {
-        outcome: "released".into(),
-        message: format!("{ns}/{key} is released; harnesses may bind it again"),
-        previous_epoch: None,
-    }))
+    Ok(Json(done))
 }

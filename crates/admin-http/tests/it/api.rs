@@ -432,7 +432,14 @@ async fn deletion_refuses_a_live_lease_then_removes_session_and_bindings() {
     let state = f.state(tokens());
     let alpha = f.entry("agent:main:alpha").await;
     let path = format!("/v1/sessions/{}", seg("agent:main:alpha"));
-    let refused = call(&state, "DELETE", &path, Some(ADMIN), None).await;
+    let refused = call(
+        &state,
+        "DELETE",
+        &path,
+        Some(ADMIN),
+        Some(r#"{"reason":"operator test"}"#.into()),
+    )
+    .await;
     refused.expect_error(StatusCode::CONFLICT, "lease_held");
     assert!(
         refused.json()["message"]
@@ -459,7 +466,14 @@ async fn deletion_refuses_a_live_lease_then_removes_session_and_bindings() {
         .status,
         StatusCode::OK
     );
-    let deleted = call(&state, "DELETE", &path, Some(ADMIN), None).await;
+    let deleted = call(
+        &state,
+        "DELETE",
+        &path,
+        Some(ADMIN),
+        Some(r#"{"reason":"operator test"}"#.into()),
+    )
+    .await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
     assert_eq!(deleted.json()["outcome"], "deleted");
     assert!(f.store.session(&alpha.session_key).await.unwrap().is_none());
@@ -471,9 +485,15 @@ async fn deletion_refuses_a_live_lease_then_removes_session_and_bindings() {
             .unwrap()
             .is_empty()
     );
-    call(&state, "DELETE", &path, Some(ADMIN), None)
-        .await
-        .expect_error(StatusCode::NOT_FOUND, "not_found");
+    call(
+        &state,
+        "DELETE",
+        &path,
+        Some(ADMIN),
+        Some(r#"{"reason":"operator test"}"#.into()),
+    )
+    .await
+    .expect_error(StatusCode::NOT_FOUND, "not_found");
     let metrics = call(&state, "GET", "/metrics", Some(READ), None).await.text;
     assert!(
         metrics.contains("tether_admin_session_deletions_total 1"),

@@ -105,8 +105,8 @@ async fn demo_populates_a_database_the_api_then_reads() {
     assert!(page.contains("example-worker-2 (crashed)"));
 }
 
-#[test]
-fn operator_commands_mirror_the_api_with_exit_codes() {
+#[tokio::test(flavor = "multi_thread")]
+async fn operator_commands_mirror_the_api_with_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("ops.db").display());
     assert!(tether(&["demo"], &url).status.success());
@@ -136,7 +136,16 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
     );
 
     // A live lease blocks deletion (4) until it is force-expired.
-    let blocked = tether(&["sessions", "delete", "agent:main:group:release"], &url);
+    let blocked = tether(
+        &[
+            "sessions",
+            "delete",
+            "agent:main:group:release",
+            "--reason",
+            "test",
+        ],
+        &url,
+    );
     assert_eq!(blocked.status.code(), Some(4), "{}", text(&blocked));
     assert!(text(&blocked).contains("tether leases expire"));
     let leases = tether(&["leases", "list", "--json"], &url);
@@ -163,7 +172,16 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
             .code(),
         Some(4)
     );
-    let deleted = tether(&["sessions", "delete", "agent:main:group:release"], &url);
+    let deleted = tether(
+        &[
+            "sessions",
+            "delete",
+            "agent:main:group:release",
+            "--reason",
+            "test",
+        ],
+        &url,
+    );
     assert!(deleted.status.success(), "{}", text(&deleted));
 
     let quarantined = text(&tether(&["quarantine", "list"], &url));
@@ -180,4 +198,44 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
     ];
     assert!(tether(&release, &url).status.success());
     assert_eq!(tether(&release, &url).status.code(), Some(3));
+
+    // Every action above is in the audit trail, by `cli`, with its reason and outcome.
+    let config = ServeConfig::new(&url, "127.0.0.1:0", &Default::default()).unwrap();
+    let state = AppState::from_database(open_database(&config).await.unwrap(), Tokens::default());
+    let audit = call(&state, "GET", "/v1/audit?limit=200", None, None)
+        .await
+        .json();
+    let trail: Vec<(String, String, String, String)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().to_owned(),
+                e["action"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap().to_owned(),
+                e["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let row = |action: &str, reason: &str, outcome: &str| {
+        (
+            "cli".to_owned(),
+            action.to_owned(),
+            reason.to_owned(),
+            outcome.to_owned(),
+        )
+    };
+    assert_eq!(
+        trail,
+        [
+            row("delete_session", "test", "refused"),
+            row("expire_lease", "worker crashed", "succeeded"),
+            row("expire_lease", "again", "refused"),
+            row("delete_session", "test", "succeeded"),
+            row("release_quarantine", "record repaired", "succeeded"),
+            row("release_quarantine", "record repaired", "refused"),
+        ]
+    );
 }

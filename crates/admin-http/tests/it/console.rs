@@ -173,7 +173,12 @@ fn logs_have_no_colour_codes_off_a_terminal_and_json_is_one_object_a_line() {
 }
 
 /// Follows `next_cursor` from the first page to the last, returning every item.
-async fn walk(state: &AppState, path: &str, field: &str) -> Vec<serde_json::Value> {
+async fn walk(
+    state: &AppState,
+    path: &str,
+    field: &str,
+    token: Option<&str>,
+) -> Vec<serde_json::Value> {
     let mut items = Vec::new();
     let mut cursor = String::new();
     for _ in 0..100 {
@@ -181,7 +186,7 @@ async fn walk(state: &AppState, path: &str, field: &str) -> Vec<serde_json::Valu
             state,
             "GET",
             &format!("{path}?limit=1&cursor={cursor}"),
-            None,
+            token,
             None,
         )
         .await;
@@ -224,18 +229,132 @@ async fn lease_events_and_quarantine_page_with_cursors() {
         .json();
     let all = all["quarantine"].as_array().unwrap().clone();
     assert_eq!(all.len(), 3);
-    assert_eq!(walk(&state, "/v1/quarantine", "quarantine").await, all);
+    assert_eq!(
+        walk(&state, "/v1/quarantine", "quarantine", None).await,
+        all
+    );
 
     let events = call(&state, "GET", "/v1/lease-events", None, None)
         .await
         .json();
     let events = events["events"].as_array().unwrap().clone();
     assert!(events.len() >= 3, "{events:?}");
-    assert_eq!(walk(&state, "/v1/lease-events", "events").await, events);
+    assert_eq!(
+        walk(&state, "/v1/lease-events", "events", None).await,
+        events
+    );
 
     for path in ["/v1/quarantine", "/v1/lease-events"] {
         call(&state, "GET", &format!("{path}?cursor=garbage"), None, None)
             .await
             .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    }
+}
+
+#[tokio::test]
+async fn every_api_action_is_audited_with_its_token_name_reason_and_outcome() {
+    let f = Fixture::new().await;
+    let tokens = Tokens::new(None, None)
+        .unwrap()
+        .with_named(Some("viewer:v-secret"), Some("alice:a-secret,bob:b-secret"))
+        .unwrap();
+    let state = f.state(tokens);
+    let alpha = f.entry("agent:main:alpha").await;
+    let leased = session_binding_keys(&alpha)[1].clone();
+    let expire = format!(
+        "/v1/namespaces/{}/bindings/{}/expire-lease",
+        seg(crate::support::NS),
+        seg(leased.as_str())
+    );
+    let delete = format!("/v1/sessions/{}", seg("agent:main:alpha"));
+    let reason = |r: &str| Some(format!(r#"{{"reason":"{r}"}}"#));
+
+    // Refused under the live lease, then expired, then deleted; a reader cannot act.
+    let refused = call(
+        &state,
+        "DELETE",
+        &delete,
+        Some("b-secret"),
+        reason("cleanup"),
+    )
+    .await;
+    refused.expect_error(StatusCode::CONFLICT, "lease_held");
+    call(&state, "DELETE", &delete, Some("v-secret"), reason("x"))
+        .await
+        .expect_error(StatusCode::FORBIDDEN, "forbidden");
+    call(&state, "DELETE", &delete, Some("a-secret"), None)
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    call(&state, "DELETE", &delete, Some("a-secret"), reason(" "))
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    let expired = call(
+        &state,
+        "POST",
+        &expire,
+        Some("a-secret"),
+        reason("worker hung"),
+    )
+    .await;
+    assert_eq!(expired.status, StatusCode::OK, "{}", expired.text);
+    let deleted = call(
+        &state,
+        "DELETE",
+        &delete,
+        Some("b-secret"),
+        reason("user asked"),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+
+    let all = call(&state, "GET", "/v1/audit", Some("v-secret"), None).await;
+    assert_eq!(all.status, StatusCode::OK, "{}", all.text);
+    assert!(
+        !all.text.contains("a-secret") && !all.text.contains("b-secret"),
+        "no credential in the trail"
+    );
+    let all = all.json()["entries"].as_array().unwrap().clone();
+    let summary: Vec<_> = all
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {} {}",
+                e["actor"].as_str().unwrap(),
+                e["action"].as_str().unwrap(),
+                e["reason"].as_str().unwrap(),
+                e["outcome"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            "bob delete_session user asked succeeded",
+            "alice expire_lease worker hung succeeded",
+            "bob delete_session cleanup refused",
+        ],
+        "newest first; requests refused before acting (scope, reason) are not actions"
+    );
+    assert_eq!(
+        all[1]["target"],
+        format!("{}/{}", crate::support::NS, leased)
+    );
+    assert!(all[0]["finished_at_ms"].as_i64().is_some());
+    assert!(all[2]["detail"].as_str().unwrap().starts_with("lease_held"));
+    assert_eq!(
+        walk(&state, "/v1/audit", "entries", Some("v-secret")).await,
+        all,
+        "the trail pages with cursors"
+    );
+
+    let metrics = call(&state, "GET", "/metrics", Some("v-secret"), None)
+        .await
+        .text;
+    for line in [
+        "tether_operator_actions_total{action=\"delete_session\",outcome=\"refused\"} 1",
+        "tether_operator_actions_total{action=\"delete_session\",outcome=\"succeeded\"} 1",
+        "tether_operator_actions_total{action=\"expire_lease\",outcome=\"succeeded\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
 }
