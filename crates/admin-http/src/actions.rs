@@ -125,7 +125,8 @@ pub async fn expire_lease_action(
             } => Ok(ActionResult {
                 outcome: "expired".into(),
                 message: format!(
-                    "lease epoch {} of {} on {ns}/{key} expired; its holder is fenced",
+                    "lease epoch {} ({}) of {} on {ns}/{key} expired; its holder is fenced",
+                    crate::dto::epoch_label(previous_epoch.get()),
                     previous_epoch.get(),
                     previous_holder.as_deref().unwrap_or("an unknown holder")
                 ),

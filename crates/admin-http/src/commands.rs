@@ -54,6 +54,7 @@ impl CommandError {
 impl From<ApiError> for CommandError {
     fn from(err: ApiError) -> Self {
         let code = match &err {
+            ApiError::BadRequest(_) | ApiError::PageSizeTooLarge { .. } => EXIT_USAGE,
             ApiError::NotFound(_) => EXIT_NOT_FOUND,
             ApiError::LeaseHeld(_) | ApiError::Conflict(_) => EXIT_CONFLICT,
             ApiError::Unavailable(_) => EXIT_UNAVAILABLE,
@@ -240,15 +241,19 @@ pub struct ListArgs {
 }
 
 fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
-    CommandError::failure(format!("invalid {field}: {e}"))
+    CommandError {
+        message: format!("invalid {field}: {e}"),
+        code: EXIT_USAGE,
+    }
 }
 
 /// `tether sessions list`.
 pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), CommandError> {
     if args.limit == 0 || args.limit > MAX_PAGE_SIZE {
-        return Err(CommandError::failure(format!(
-            "--limit must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"
-        )));
+        return Err(bad(
+            "--limit",
+            format!("it must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"),
+        ));
     }
     let store = open_store(database_url, Open::ExistingOnly).await?;
     let after = match &args.cursor {
@@ -358,7 +363,8 @@ pub async fn leases_list(
             || "no lease".to_owned(),
             |l| {
                 format!(
-                    "epoch={} holder={} expires_in={}s",
+                    "epoch={} ({}) holder={} expires_in={}s",
+                    l.epoch_label,
                     l.epoch,
                     l.holder.as_deref().unwrap_or("-"),
                     l.expires_in_ms / 1000

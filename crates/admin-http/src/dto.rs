@@ -83,13 +83,23 @@ pub struct Lineage {
     pub lifecycle_revision: u64,
 }
 
+/// A packed lease epoch as operators read it: `g3·2` is the second epoch of the row's third
+/// lifetime (instead of `12884901890`). The packed number stays the fencing value.
+pub fn epoch_label(epoch: u64) -> String {
+    let (generation, number) = tether_storage::epoch_parts(epoch);
+    format!("g{generation}·{number}")
+}
+
 /// A lease on a binding row.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LeaseBody {
     /// The holder label.
     pub holder: Option<String>,
-    /// The lease epoch (fencing number).
+    /// The lease epoch (fencing number; what `expected_epoch` takes).
     pub epoch: u64,
+    /// The epoch for people: `g<generation>·<number>` (row lifetime, then the epoch's number
+    /// in it); never repeats for a key.
+    pub epoch_label: String,
     /// The first eight characters of the token.
     pub token_prefix: String,
     /// When it was acquired (Unix ms).
@@ -151,6 +161,7 @@ impl BindingBody {
             lease: row.lease.as_ref().map(|l| LeaseBody {
                 holder: l.holder.as_deref().map(sanitize_text),
                 epoch: l.epoch.get(),
+                epoch_label: epoch_label(l.epoch.get()),
                 token_prefix: l.token.as_str().chars().take(8).collect(),
                 acquired_at_ms: l.acquired_at.as_millis(),
                 renewed_at_ms: l.renewed_at.as_millis(),
@@ -184,6 +195,8 @@ pub struct LeaseEventBody {
     pub kind: String,
     /// The epoch it is about.
     pub epoch: Option<u64>,
+    /// The epoch for people (see [`epoch_label`]).
+    pub epoch_label: Option<String>,
     /// The token prefix it is about.
     pub token_prefix: Option<String>,
     /// The other token involved (previous holder or refused writer).
@@ -205,6 +218,7 @@ impl From<&LeaseEvent> for LeaseEventBody {
             key: e.key.to_string(),
             kind: e.kind.as_str().into(),
             epoch: e.epoch.map(|x| x.get()),
+            epoch_label: e.epoch.map(|x| epoch_label(x.get())),
             token_prefix: e.token_prefix.clone(),
             other_token_prefix: e.other_token_prefix.clone(),
             holder: e.holder.as_deref().map(sanitize_text),

@@ -80,7 +80,7 @@ pub use sql::CommitFault;
 pub use sql::{
     AuditEntry, AuditOutcome, AuditPage, BindingRecord, FinalizationCounts, ForceExpireOutcome,
     NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram, ServerClock,
-    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, redact_url,
+    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, epoch_parts, redact_url,
     session_binding_keys,
 };
 pub use transcript::{

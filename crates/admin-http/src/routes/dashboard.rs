@@ -172,7 +172,13 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
                     &b.key,
                 ),
                 escape(lease.and_then(|l| l.holder.as_deref()).unwrap_or("—")),
-                lease.map_or_else(String::new, |l| l.epoch.to_string()),
+                lease.map_or_else(String::new, |l| {
+                    format!(
+                        "<span title=\"epoch {}\">{}</span>",
+                        l.epoch,
+                        escape(&l.epoch_label)
+                    )
+                }),
                 lease.map_or_else(String::new, |l| escape(&ago(now, l.acquired_at_ms))),
                 lease.map_or_else(String::new, |l| escape(&ago(now, l.renewed_at_ms))),
                 lease.map_or_else(String::new, |l| {
@@ -268,7 +274,12 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
                 escape(&e.kind),
                 code(&e.namespace),
                 code(&e.key),
-                e.epoch.map_or_else(String::new, |x| x.to_string()),
+                e.epoch.map_or_else(String::new, |x| {
+                    format!(
+                        "<span title=\"epoch {x}\">{}</span>",
+                        escape(&crate::dto::epoch_label(x))
+                    )
+                }),
                 escape(e.holder.as_deref().unwrap_or("—")),
                 escape(&ago(now, e.at_ms)),
             ]

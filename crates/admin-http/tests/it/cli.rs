@@ -122,7 +122,8 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         tether(&["sessions", "list", "--limit", "500"], &url)
             .status
             .code(),
-        Some(1)
+        Some(2),
+        "bad input exits 2"
     );
 
     let show = tether(&["sessions", "show", "agent:main:direct:alice"], &url);
@@ -159,7 +160,8 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         tether(&[&expire[..], &["--reason", " "]].concat(), &url)
             .status
             .code(),
-        Some(1)
+        Some(2),
+        "a blank reason is bad input"
     );
     let expired = tether(
         &[&expire[..], &["--reason", "worker crashed"]].concat(),

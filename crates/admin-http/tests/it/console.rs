@@ -358,3 +358,35 @@ async fn every_api_action_is_audited_with_its_token_name_reason_and_outcome() {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
 }
+
+#[tokio::test]
+async fn epochs_read_as_generation_and_number_while_the_packed_epoch_still_fences() {
+    let f = Fixture::new().await;
+    let state = f.state(Tokens::default());
+    let leases = call(&state, "GET", "/v1/leases", None, None).await.json();
+    let lease = &leases["bindings"][0]["lease"];
+    let epoch = lease["epoch"].as_u64().unwrap();
+    assert!(epoch >= 1 << 32, "the store packs its epochs: {epoch}");
+    let (generation, number) = tether_storage::epoch_parts(epoch);
+    assert_eq!(lease["epoch_label"], format!("g{generation}·{number}"));
+    assert!(
+        generation >= 1 && number < 10,
+        "small numbers: {generation}, {number}"
+    );
+    let events = call(&state, "GET", "/v1/lease-events", None, None)
+        .await
+        .json();
+    assert_eq!(
+        events["events"][0]["epoch_label"],
+        format!("g{generation}·{number}")
+    );
+    let page = call(&state, "GET", "/", None, None).await.text;
+    assert!(
+        page.contains(&format!("title=\"epoch {epoch}\">g{generation}·{number}<")),
+        "the dashboard shows the label with the packed epoch on hover"
+    );
+    assert!(
+        !page.contains(&format!(">{epoch}<")),
+        "no packed epoch as text"
+    );
+}

@@ -28,6 +28,7 @@ pub use self::admin_read::{
     BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, SessionFilter,
     SessionPage, session_binding_keys,
 };
+pub use self::binding::epoch_parts;
 pub use self::clock::ServerClock;
 #[cfg(feature = "test-support")]
 pub use self::commit::CommitFault;
