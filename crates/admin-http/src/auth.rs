@@ -260,14 +260,25 @@ pub struct AdminAccess {
     pub actor: String,
 }
 
-fn principal(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+/// Who a request is: from its bearer token, or else from its dashboard session cookie (then
+/// with that session, whose CSRF token a mutating request must echo).
+fn principal(
+    parts: &Parts,
+    state: &AppState,
+) -> Result<(Principal, Option<crate::signin::UiSession>), ApiError> {
     let header = match parts.headers.get(AUTHORIZATION) {
         None => None,
         Some(v) => Some(v.to_str().map_err(|_| {
             ApiError::Unauthorized("the Authorization header is not valid text".into())
         })?),
     };
-    state.tokens().principal_for(header)
+    if header.is_none()
+        && state.tokens().any()
+        && let Some((_, session)) = crate::signin::current(state, &parts.headers)
+    {
+        return Ok((session.principal.clone(), Some(session)));
+    }
+    state.tokens().principal_for(header).map(|p| (p, None))
 }
 
 impl FromRequestParts<AppState> for ReadAccess {
@@ -282,7 +293,19 @@ impl FromRequestParts<AppState> for AdminAccess {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
-        let who = principal(parts, state)?;
+        let (who, session) = principal(parts, state)?;
+        if let Some(session) = session {
+            let presented = parts
+                .headers
+                .get(crate::signin::CSRF_HEADER)
+                .and_then(|v| v.to_str().ok());
+            if !crate::signin::csrf_ok(&session, presented) {
+                return Err(ApiError::Forbidden(
+                    "an action from a signed-in browser needs its CSRF token (X-CSRF-Token): reload the page and retry"
+                        .into(),
+                ));
+            }
+        }
         match who.scope {
             Scope::Admin => Ok(Self { actor: who.name }),
             Scope::Read if !state.tokens().any() => Err(ApiError::Forbidden(

@@ -50,6 +50,7 @@ pub mod params;
 pub mod routes;
 pub mod sanitize;
 pub mod server;
+pub mod signin;
 pub mod state;
 
 pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};

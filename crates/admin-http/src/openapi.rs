@@ -161,6 +161,11 @@ pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
     router
         .route("/", axum::routing::get(dashboard::dashboard))
+        .route(
+            "/signin",
+            axum::routing::get(crate::signin::signin_page).post(crate::signin::signin),
+        )
+        .route("/signout", axum::routing::post(crate::signin::signout))
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)

@@ -50,6 +50,7 @@ struct Inner {
     started: Instant,
     store: Option<Store>,
     counters: Counters,
+    ui_sessions: crate::signin::UiSessions,
 }
 
 /// Counts of the actions this process took (exported by `/metrics`).
@@ -87,6 +88,7 @@ impl AppState {
                 started: Instant::now(),
                 store: None,
                 counters: Counters::default(),
+                ui_sessions: crate::signin::UiSessions::default(),
             }),
         }
     }
@@ -101,6 +103,7 @@ impl AppState {
                 started: Instant::now(),
                 store: Some(store),
                 counters: Counters::default(),
+                ui_sessions: crate::signin::UiSessions::default(),
             }),
         }
     }
@@ -110,6 +113,11 @@ impl AppState {
         self.inner.store.as_ref().ok_or_else(|| {
             ApiError::Unavailable("this service has no database configured; start it with `tether serve --database-url URL`".into())
         })
+    }
+
+    /// The dashboard's signed-in browser sessions.
+    pub fn ui_sessions(&self) -> &crate::signin::UiSessions {
+        &self.inner.ui_sessions
     }
 
     /// The action counters.

@@ -295,12 +295,49 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
     Ok(out)
 }
 
-/// The dashboard page (read scope).
+/// The dashboard page (read scope). A browser without a token or session is sent to the
+/// sign-in page instead of a JSON 401.
 pub async fn dashboard(
-    _: ReadAccess,
+    access: Result<ReadAccess, ApiError>,
     State(state): State<AppState>,
-) -> Result<Html<String>, ApiError> {
-    render(&state).await.map(Html)
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match access {
+        Err(ApiError::Unauthorized(_))
+            if headers.get(axum::http::header::AUTHORIZATION).is_none() =>
+        {
+            (
+                axum::http::StatusCode::SEE_OTHER,
+                [(axum::http::header::LOCATION, "/signin")],
+            )
+                .into_response()
+        }
+        Err(e) => e.into_response(),
+        Ok(_) => {
+            let session = crate::signin::current(&state, &headers).map(|(_, s)| s);
+            match render(&state).await {
+                Ok(mut html) => {
+                    if let Some(session) = session {
+                        let bar = format!(
+                            "<form class=\"signout\" method=\"post\" action=\"/signout\">\
+                             Signed in as <b>{}</b> <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+                             <button type=\"submit\">Sign out</button></form>",
+                            escape(&session.principal.name),
+                            escape(&session.csrf)
+                        );
+                        html = html.replacen(
+                            "<h1>Tether admin</h1>",
+                            &format!("<h1>Tether admin</h1>{bar}"),
+                            1,
+                        );
+                    }
+                    Html(html).into_response()
+                }
+                Err(e) => e.into_response(),
+            }
+        }
+    }
 }
 
 #[cfg(test)]

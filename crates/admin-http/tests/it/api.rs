@@ -203,9 +203,18 @@ async fn tokens_and_scopes_are_enforced() {
         "/v1/namespaces",
         "/v1/namespaces/codex-bindings/bindings/session:main:x",
     ] {
-        call(&state, "GET", path, None, None)
-            .await
-            .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        let anonymous = call(&state, "GET", path, None, None).await;
+        if path == "/" {
+            // A browser without a token is sent to the sign-in form.
+            assert_eq!(
+                anonymous.status,
+                StatusCode::SEE_OTHER,
+                "{}",
+                anonymous.text
+            );
+        } else {
+            anonymous.expect_error(StatusCode::UNAUTHORIZED, "unauthorized");
+        }
         call(&state, "GET", path, Some("wrong"), None)
             .await
             .expect_error(StatusCode::UNAUTHORIZED, "unauthorized");

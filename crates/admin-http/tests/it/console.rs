@@ -390,3 +390,194 @@ async fn epochs_read_as_generation_and_number_while_the_packed_epoch_still_fence
         "no packed epoch as text"
     );
 }
+
+/// A request with extra headers and a body; returns status, headers and body text.
+async fn send(
+    state: &AppState,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (StatusCode, axum::http::HeaderMap, String) {
+    use http_body_util::BodyExt as _;
+    let mut request = axum::http::Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = tower::ServiceExt::oneshot(
+        tether_admin_http::app(state.clone()),
+        request
+            .body(axum::body::Body::from(body.to_owned()))
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (
+        status,
+        headers,
+        String::from_utf8_lossy(&bytes).into_owned(),
+    )
+}
+
+const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+
+#[tokio::test]
+async fn a_browser_signs_in_with_a_token_gets_a_strict_cookie_and_signs_out_with_csrf() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+
+    // No token, no session: the dashboard sends the browser to the sign-in form.
+    let (status, headers, _) = send(&state, "GET", "/", &[], "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/signin");
+    let (status, _, form) = send(&state, "GET", "/signin", &[], "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(form.contains("type=\"password\"") && form.contains("action=\"/signin\""));
+
+    // A wrong token: the form again with 401 and no cookie.
+    let (status, headers, page) = send(&state, "POST", "/signin", &[FORM], "token=nope").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(headers.get("set-cookie").is_none());
+    assert!(page.contains("not valid"));
+
+    // The read token: a session cookie, HttpOnly and SameSite=Strict; Secure behind TLS.
+    let (status, headers, _) =
+        send(&state, "POST", "/signin", &[FORM], &format!("token={READ}")).await;
+    assert_eq!(status, StatusCode::SEE_OTHER, "{headers:?}");
+    let set = headers["set-cookie"].to_str().unwrap().to_owned();
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    assert!(!set.contains("Secure") && !set.contains(READ), "{set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let (_, tls, _) = send(
+        &state,
+        "POST",
+        "/signin",
+        &[FORM, ("x-forwarded-proto", "https")],
+        &format!("token={READ}"),
+    )
+    .await;
+    assert!(tls["set-cookie"].to_str().unwrap().contains("; Secure"));
+
+    // Signed in: the dashboard and the API answer; the page offers a sign-out with its CSRF.
+    let (status, _, page) = send(&state, "GET", "/", &[("cookie", &cookie)], "").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.contains("Signed in as <b>read</b>"), "{page}");
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, _, _) = send(&state, "GET", "/v1/sessions", &[("cookie", &cookie)], "").await;
+    assert_eq!(status, StatusCode::OK);
+
+    // A read session cannot act; actions through a cookie need the CSRF token anyway.
+    let delete = format!("/v1/sessions/{}", seg("agent:ops:gamma"));
+    let json = ("content-type", "application/json");
+    let body = r#"{"reason":"browser"}"#;
+    let (status, _, _) = send(
+        &state,
+        "DELETE",
+        &delete,
+        &[("cookie", &cookie), json],
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // Sign-out needs the CSRF token; then the cookie no longer works.
+    let (status, _, _) = send(&state, "POST", "/signout", &[FORM, ("cookie", &cookie)], "").await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, headers, _) = send(
+        &state,
+        "POST",
+        "/signout",
+        &[FORM, ("cookie", &cookie)],
+        &format!("csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert!(
+        headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    let (status, headers, _) = send(&state, "GET", "/", &[("cookie", &cookie)], "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/signin");
+    let (status, _, _) = send(&state, "GET", "/v1/sessions", &[("cookie", &cookie)], "").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn an_admin_browser_session_acts_only_with_its_csrf_token_and_is_audited_by_name() {
+    let f = Fixture::new().await;
+    let state = f.state(
+        Tokens::new(None, None)
+            .unwrap()
+            .with_named(None, Some("carol:c-secret"))
+            .unwrap(),
+    );
+    let (_, headers, _) = send(&state, "POST", "/signin", &[FORM], "token=c-secret").await;
+    let cookie = headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (_, _, page) = send(&state, "GET", "/", &[("cookie", &cookie)], "").await;
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    let delete = format!("/v1/sessions/{}", seg("agent:ops:gamma"));
+    let json = ("content-type", "application/json");
+    let body = r#"{"reason":"from the browser"}"#;
+    let (status, _, text) = send(
+        &state,
+        "DELETE",
+        &delete,
+        &[("cookie", &cookie), json],
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    assert!(text.contains("CSRF"));
+    let (status, _, text) = send(
+        &state,
+        "DELETE",
+        &delete,
+        &[("cookie", &cookie), json, ("x-csrf-token", "wrong")],
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{text}");
+    let (status, _, text) = send(
+        &state,
+        "DELETE",
+        &delete,
+        &[("cookie", &cookie), json, ("x-csrf-token", &csrf)],
+        body,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{text}");
+    let audit = call(&state, "GET", "/v1/audit", Some("c-secret"), None)
+        .await
+        .json();
+    assert_eq!(audit["entries"][0]["actor"], "carol");
+    assert_eq!(audit["entries"][0]["reason"], "from the browser");
+}
