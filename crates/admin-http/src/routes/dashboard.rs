@@ -77,7 +77,19 @@ function tick(){document.querySelectorAll('[data-expires]').forEach(function(el)
 var left=Math.round((Number(el.dataset.expires)-(Date.now()+off))/1000);\
 if(left>0){el.textContent='expires in '+left+'s';el.className='live';}\
 else{el.textContent='expired';el.className='gone';}});}\
-tick();setInterval(tick,1000);setTimeout(function(){location.reload();},10000);})();";
+var paused=false,btn=document.getElementById('pause'),note=document.getElementById('live-state');\
+btn.addEventListener('click',function(){paused=!paused;\
+btn.textContent=paused?'Resume live updates':'Pause live updates';\
+note.textContent=paused?'paused':'';});\
+function poll(){if(paused||document.hidden){return;}\
+fetch(location.pathname,{credentials:'same-origin',headers:{'Accept':'text/html'}})\
+.then(function(r){if(!r.ok||r.redirected){throw new Error('HTTP '+r.status);}return r.text();})\
+.then(function(t){var d=new DOMParser().parseFromString(t,'text/html');var m=d.getElementById('live');\
+if(!m){throw new Error('no content');}document.getElementById('live').replaceWith(m);\
+off=Number(d.body.dataset.now)-Date.now();tick();\
+note.textContent='updated '+new Date().toLocaleTimeString();})\
+.catch(function(e){note.textContent='update failed ('+e.message+'); retrying';});}\
+tick();setInterval(tick,1000);setInterval(poll,10000);})();";
 
 fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>], empty: &str) {
     if rows.is_empty() {
@@ -146,9 +158,11 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
          <title>Tether admin</title><style>{STYLE}</style></head><body data-now=\"{}\">\
-         <h1>Tether admin</h1><div class=\"sub\">Refreshes every 10 s · \
+         <h1>Tether admin</h1><div class=\"sub\">Live: updated every 10 s without reloading \
+         <button type=\"button\" id=\"pause\">Pause live updates</button> \
+         <span id=\"live-state\" aria-live=\"polite\"></span> · \
          <a href=\"/docs/\">API docs</a> · <a href=\"/metrics\">metrics</a></div>\
-         <div class=\"cards\"><div class=\"card\"><b>{n_sessions}</b>sessions</div>\
+         <main id=\"live\"><div class=\"cards\"><div class=\"card\"><b>{n_sessions}</b>sessions</div>\
          <div class=\"card\"><b>{}</b>live leases shown</div>\
          <div class=\"card\"><b>{n_quarantined}</b>quarantined keys</div></div>",
         now.as_millis(),
@@ -291,7 +305,7 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
         &rows,
         "No lease events yet.",
     );
-    let _ = write!(out, "<script>{SCRIPT}</script></body></html>");
+    let _ = write!(out, "</main><script>{SCRIPT}</script></body></html>");
     Ok(out)
 }
 

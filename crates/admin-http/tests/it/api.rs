@@ -725,10 +725,16 @@ async fn dashboard_renders_everything_escaped() {
         "Quarantined keys",
         "Recent lease events",
         "&lt;script&gt;worker&lt;/script&gt;",
-        "location.reload",
+        "<main id=\"live\">",
+        "id=\"pause\"",
+        "fetch(location.pathname",
     ] {
         assert!(page.text.contains(needle), "missing {needle}");
     }
+    assert!(
+        !page.text.contains("location.reload"),
+        "live updates replace the content in place, never the whole page"
+    );
     assert!(
         !page.text.contains("<script>worker"),
         "holder label is escaped"
