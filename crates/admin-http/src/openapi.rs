@@ -166,6 +166,7 @@ pub fn app(state: AppState) -> Router {
             axum::routing::get(crate::signin::signin_page).post(crate::signin::signin),
         )
         .route("/signout", axum::routing::post(crate::signin::signout))
+        .route("/ui/actions", axum::routing::post(crate::signin::ui_action))
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)

@@ -239,3 +239,202 @@ pub async fn signout(
         .insert(SET_COOKIE, cookie("", 0, over_tls(&headers)));
     response
 }
+
+/// The fields of an action form from the dashboard.
+#[derive(Debug, Deserialize)]
+pub struct ActionForm {
+    /// The session's CSRF token.
+    #[serde(default)]
+    pub csrf: Option<String>,
+    /// `delete_session`, `expire_lease` or `release_quarantine`.
+    pub action: String,
+    /// The session key (delete).
+    #[serde(default)]
+    pub session_key: Option<String>,
+    /// The binding namespace (expire, release).
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// The binding key (expire, release).
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The lease epoch the operator saw (expire; the lease is expired only if it is still it).
+    #[serde(default)]
+    pub epoch: Option<String>,
+    /// Why (required).
+    #[serde(default)]
+    pub reason: String,
+    /// `yes` once the operator confirmed on the confirmation page.
+    #[serde(default)]
+    pub confirm: Option<String>,
+}
+
+fn hidden(name: &str, value: Option<&str>) -> String {
+    value.map_or_else(String::new, |v| {
+        format!(
+            "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+            escape(name),
+            escape(v)
+        )
+    })
+}
+
+fn result_page(status: StatusCode, title: &str, body: &str) -> Response {
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>{t} · Tether admin</title></head>\
+         <body style=\"font-family:system-ui,sans-serif;max-width:40rem;margin:3rem auto\">\
+         <h1>{t}</h1>{body}<p><a href=\"/\">Back to the dashboard</a></p></body></html>",
+        t = escape(title)
+    );
+    (status, Html(html)).into_response()
+}
+
+/// `POST /ui/actions`: an action from the dashboard (an admin's signed-in browser, with the
+/// session's CSRF token and a reason). Without `confirm=yes` it answers a confirmation page
+/// naming the action, its target and the reason; with it, the action runs through the same
+/// audited path as the API, under the token's name.
+pub async fn ui_action(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    axum::Form(form): axum::Form<ActionForm>,
+) -> Response {
+    use crate::error::ApiError;
+    let Some((_, session)) = current(&state, &headers) else {
+        return see_other("/signin");
+    };
+    if !csrf_ok(&session, form.csrf.as_deref()) {
+        return ApiError::Forbidden(
+            "the form's CSRF token is missing or wrong: reload the page and retry".into(),
+        )
+        .into_response();
+    }
+    if session.principal.scope != crate::auth::Scope::Admin {
+        return result_page(
+            StatusCode::FORBIDDEN,
+            "Not allowed",
+            "<p>Actions need the admin token: sign out and sign in with it.</p>",
+        );
+    }
+    let reason = match crate::params::reason(&form.reason) {
+        Ok(r) => r,
+        Err(e) => {
+            return result_page(
+                StatusCode::BAD_REQUEST,
+                "A reason is required",
+                &format!("<p>{}</p>", escape(&e.to_string())),
+            );
+        }
+    };
+    let (verb, target) = match (
+        form.action.as_str(),
+        &form.session_key,
+        &form.namespace,
+        &form.key,
+    ) {
+        ("delete_session", Some(k), _, _) => ("Delete session", k.clone()),
+        ("expire_lease", _, Some(ns), Some(k)) => {
+            ("Force-expire the lease on", format!("{ns}/{k}"))
+        }
+        ("release_quarantine", _, Some(ns), Some(k)) => {
+            ("Release quarantined key", format!("{ns}/{k}"))
+        }
+        _ => {
+            return result_page(
+                StatusCode::BAD_REQUEST,
+                "Unknown action",
+                "<p>The form names no known action and target.</p>",
+            );
+        }
+    };
+    if form.confirm.as_deref() != Some("yes") {
+        let epoch_note = form
+            .epoch
+            .as_deref()
+            .filter(|e| !e.is_empty())
+            .and_then(|e| e.parse::<u64>().ok())
+            .map_or_else(String::new, |e| {
+                format!(
+                    " (epoch {}; refused if the lease moved on)",
+                    escape(&crate::dto::epoch_label(e))
+                )
+            });
+        let body = format!(
+            "<p id=\"confirm-text\">{} <code>{}</code>{epoch_note}?</p><p>Reason: <q>{}</q></p>\
+             <form method=\"post\" action=\"/ui/actions\">{}{}{}{}{}{}{}{}\
+             <input type=\"hidden\" name=\"confirm\" value=\"yes\">\
+             <button type=\"submit\" id=\"confirm\">Confirm</button> <a href=\"/\">Cancel</a></form>",
+            escape(verb),
+            escape(&target),
+            escape(&reason),
+            hidden("csrf", Some(&session.csrf)),
+            hidden("action", Some(&form.action)),
+            hidden("session_key", form.session_key.as_deref()),
+            hidden("namespace", form.namespace.as_deref()),
+            hidden("key", form.key.as_deref()),
+            hidden("epoch", form.epoch.as_deref()),
+            hidden("reason", Some(&reason)),
+            "",
+        );
+        return result_page(StatusCode::OK, "Confirm the action", &body);
+    }
+    let result = run_ui_action(&state, &session.principal.name, &form, &reason).await;
+    match result {
+        Ok(done) => result_page(
+            StatusCode::OK,
+            "Done",
+            &format!("<p id=\"outcome\">{}</p>", escape(&done.message)),
+        ),
+        Err(e) => result_page(
+            e.status(),
+            "Refused",
+            &format!(
+                "<p id=\"outcome\"><code>{}</code>: {}</p>",
+                escape(e.code()),
+                escape(&e.to_string())
+            ),
+        ),
+    }
+}
+
+async fn run_ui_action(
+    state: &AppState,
+    actor: &str,
+    form: &ActionForm,
+    reason: &str,
+) -> Result<crate::dto::ActionResult, crate::error::ApiError> {
+    use crate::error::ApiError;
+    let store = state.store()?;
+    let ns_key = || {
+        crate::routes::bindings::parse_ns_key(
+            form.namespace.as_deref().unwrap_or_default(),
+            form.key.as_deref().unwrap_or_default(),
+        )
+    };
+    match form.action.as_str() {
+        "delete_session" => {
+            crate::actions::delete_session_action(
+                store,
+                actor,
+                form.session_key.as_deref().unwrap_or_default(),
+                reason,
+            )
+            .await
+        }
+        "expire_lease" => {
+            let (ns, key) = ns_key()?;
+            let epoch = match form.epoch.as_deref().filter(|e| !e.is_empty()) {
+                None => None,
+                Some(e) => Some(
+                    e.parse::<u64>()
+                        .map_err(|_| ApiError::BadRequest("invalid `epoch`".into()))?,
+                ),
+            };
+            crate::actions::expire_lease_action(store, actor, &ns, &key, epoch, reason).await
+        }
+        "release_quarantine" => {
+            let (ns, key) = ns_key()?;
+            crate::actions::release_quarantine_action(store, actor, &ns, &key, reason).await
+        }
+        other => Err(ApiError::BadRequest(format!("unknown action `{other}`"))),
+    }
+}

@@ -81,7 +81,8 @@ var paused=false,btn=document.getElementById('pause'),note=document.getElementBy
 btn.addEventListener('click',function(){paused=!paused;\
 btn.textContent=paused?'Resume live updates':'Pause live updates';\
 note.textContent=paused?'paused':'';});\
-function poll(){if(paused||document.hidden){return;}\
+function poll(){if(paused||document.hidden||[].some.call(document.querySelectorAll('#live input[name=reason]'),\
+function(i){return i.value||i===document.activeElement;})){return;}\
 fetch(location.pathname,{credentials:'same-origin',headers:{'Accept':'text/html'}})\
 .then(function(r){if(!r.ok||r.redirected){throw new Error('HTTP '+r.status);}return r.text();})\
 .then(function(t){var d=new DOMParser().parseFromString(t,'text/html');var m=d.getElementById('live');\
@@ -90,6 +91,15 @@ off=Number(d.body.dataset.now)-Date.now();tick();\
 note.textContent='updated '+new Date().toLocaleTimeString();})\
 .catch(function(e){note.textContent='update failed ('+e.message+'); retrying';});}\
 tick();setInterval(tick,1000);setInterval(poll,10000);})();";
+
+/// `headers`, plus an "Action" column when actions are offered.
+fn with_action<'a>(admin_csrf: Option<&str>, headers: &[&'a str]) -> Vec<&'a str> {
+    let mut all = headers.to_vec();
+    if admin_csrf.is_some() {
+        all.push("Action");
+    }
+    all
+}
 
 fn table(out: &mut String, headers: &[&str], rows: &[Vec<String>], empty: &str) {
     if rows.is_empty() {
@@ -137,8 +147,40 @@ fn code(text: &str) -> String {
     format!("<code>{}</code>", escape(text))
 }
 
+/// A small form posting an operator action to the confirmation step (`/ui/actions`): hidden
+/// target fields, the session's CSRF token and a required reason.
+fn action_form(csrf: &str, action: &str, fields: &[(&str, &str)], label: &str) -> String {
+    let mut form = format!(
+        "<form method=\"post\" action=\"/ui/actions\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"action\" value=\"{}\">",
+        escape(csrf),
+        escape(action)
+    );
+    for (name, value) in fields {
+        let _ = write!(
+            form,
+            "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+            escape(name),
+            escape(value)
+        );
+    }
+    let _ = write!(
+        form,
+        "<input name=\"reason\" required maxlength=\"500\" placeholder=\"reason\" aria-label=\"reason\">\
+         <button type=\"submit\">{}…</button></form>",
+        escape(label)
+    );
+    form
+}
+
 /// Renders the dashboard from the store.
 pub async fn render(state: &AppState) -> Result<String, ApiError> {
+    render_for(state, None).await
+}
+
+/// Renders the dashboard; with `admin_csrf` (an admin's signed-in browser) each row offers its
+/// action (force-expire, delete, release) behind a confirmation step and a required reason.
+pub async fn render_for(state: &AppState, admin_csrf: Option<&str>) -> Result<String, ApiError> {
     let store = state.store()?;
     let now = store.clock().now();
     let sessions = store
@@ -203,19 +245,37 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
                     )
                 }),
             ]
+            .into_iter()
+            .chain(admin_csrf.map(|csrf| {
+                let epoch = lease.map(|l| l.epoch.to_string()).unwrap_or_default();
+                action_form(
+                    csrf,
+                    "expire_lease",
+                    &[
+                        ("namespace", &b.namespace),
+                        ("key", &b.key),
+                        ("epoch", &epoch),
+                    ],
+                    "Force-expire",
+                )
+            }))
+            .collect()
         })
         .collect();
     table(
         &mut out,
-        &[
-            "Namespace",
-            "Key",
-            "Holder",
-            "Epoch",
-            "Acquired",
-            "Renewed",
-            "Expiry",
-        ],
+        &with_action(
+            admin_csrf,
+            &[
+                "Namespace",
+                "Key",
+                "Holder",
+                "Epoch",
+                "Acquired",
+                "Renewed",
+                "Expiry",
+            ],
+        ),
         &rows,
         "No live leases.",
     );
@@ -240,19 +300,32 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
                 escape(s.agent_harness_id.as_deref().unwrap_or("—")),
                 escape(&ago(now, s.updated_at_ms)),
             ]
+            .into_iter()
+            .chain(admin_csrf.map(|csrf| {
+                action_form(
+                    csrf,
+                    "delete_session",
+                    &[("session_key", &s.session_key)],
+                    "Delete",
+                )
+            }))
+            .collect()
         })
         .collect();
     table(
         &mut out,
-        &[
-            "Session key",
-            "Agent",
-            "Generation",
-            "Previous",
-            "Revision",
-            "Harness",
-            "Updated",
-        ],
+        &with_action(
+            admin_csrf,
+            &[
+                "Session key",
+                "Agent",
+                "Generation",
+                "Previous",
+                "Revision",
+                "Harness",
+                "Updated",
+            ],
+        ),
         &rows,
         "No sessions yet. Populate a database with `tether demo`.",
     );
@@ -269,11 +342,24 @@ pub async fn render(state: &AppState) -> Result<String, ApiError> {
                 escape(q.custody.as_deref().unwrap_or("—")),
                 escape(&ago(now, q.quarantined_at_ms)),
             ]
+            .into_iter()
+            .chain(admin_csrf.map(|csrf| {
+                action_form(
+                    csrf,
+                    "release_quarantine",
+                    &[("namespace", &q.namespace), ("key", &q.key)],
+                    "Release",
+                )
+            }))
+            .collect()
         })
         .collect();
     table(
         &mut out,
-        &["Namespace", "Key", "Reason", "Custody", "Since"],
+        &with_action(
+            admin_csrf,
+            &["Namespace", "Key", "Reason", "Custody", "Since"],
+        ),
         &rows,
         "No quarantined keys.",
     );
@@ -330,7 +416,11 @@ pub async fn dashboard(
         Err(e) => e.into_response(),
         Ok(_) => {
             let session = crate::signin::current(&state, &headers).map(|(_, s)| s);
-            match render(&state).await {
+            let admin_csrf = session
+                .as_ref()
+                .filter(|s| s.principal.scope == crate::auth::Scope::Admin)
+                .map(|s| s.csrf.clone());
+            match render_for(&state, admin_csrf.as_deref()).await {
                 Ok(mut html) => {
                     if let Some(session) = session {
                         let bar = format!(

@@ -581,3 +581,122 @@ async fn an_admin_browser_session_acts_only_with_its_csrf_token_and_is_audited_b
     assert_eq!(audit["entries"][0]["actor"], "carol");
     assert_eq!(audit["entries"][0]["reason"], "from the browser");
 }
+
+/// Signs in with `token`; returns the cookie and the dashboard's CSRF token (if it shows one).
+async fn sign_in(state: &AppState, token: &str) -> (String, String) {
+    let (_, headers, _) = send(state, "POST", "/signin", &[FORM], &format!("token={token}")).await;
+    let cookie = headers["set-cookie"]
+        .to_str()
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (_, _, page) = send(state, "GET", "/", &[("cookie", &cookie)], "").await;
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .to_owned();
+    (cookie, csrf)
+}
+
+#[tokio::test]
+async fn dashboard_actions_need_admin_a_reason_and_a_confirmation() {
+    let f = Fixture::new().await;
+    let state = f.state(
+        Tokens::new(Some(READ.into()), None)
+            .unwrap()
+            .with_named(None, Some("carol:c-secret"))
+            .unwrap(),
+    );
+    // A reader's dashboard offers no actions, and a forged form is refused.
+    let (reader, reader_csrf) = sign_in(&state, READ).await;
+    let (_, _, page) = send(&state, "GET", "/", &[("cookie", &reader)], "").await;
+    assert!(!page.contains("/ui/actions"));
+    let delete = "action=delete_session&session_key=agent%3Aops%3Agamma&reason=gone";
+    let (status, _, _) = send(
+        &state,
+        "POST",
+        "/ui/actions",
+        &[FORM, ("cookie", &reader)],
+        &format!("{delete}&confirm=yes&csrf={reader_csrf}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+
+    // An admin's dashboard offers each action with a required reason.
+    let (admin, csrf) = sign_in(&state, "c-secret").await;
+    let (_, _, page) = send(&state, "GET", "/", &[("cookie", &admin)], "").await;
+    for action in ["delete_session", "expire_lease", "release_quarantine"] {
+        assert!(
+            page.contains(&format!("name=\"action\" value=\"{action}\"")),
+            "{action}"
+        );
+    }
+    assert!(page.contains("name=\"reason\" required"));
+    let post = |body: String| {
+        let state = state.clone();
+        let admin = admin.clone();
+        async move {
+            send(
+                &state,
+                "POST",
+                "/ui/actions",
+                &[FORM, ("cookie", &admin)],
+                &body,
+            )
+            .await
+        }
+    };
+    // Wrong CSRF, blank reason: refused, nothing changes.
+    assert_eq!(
+        post(format!("{delete}&csrf=wrong")).await.0,
+        StatusCode::FORBIDDEN
+    );
+    let blank = "action=delete_session&session_key=agent%3Aops%3Agamma&reason=+";
+    assert_eq!(
+        post(format!("{blank}&csrf={csrf}")).await.0,
+        StatusCode::BAD_REQUEST
+    );
+    // The first step only asks for confirmation.
+    let (status, _, confirm) = post(format!("{delete}&csrf={csrf}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        confirm.contains("Delete session <code>agent:ops:gamma</code>"),
+        "{confirm}"
+    );
+    assert!(confirm.contains("name=\"confirm\" value=\"yes\""));
+    assert!(
+        f.store
+            .session(&SessionKey::new("agent:ops:gamma").unwrap())
+            .await
+            .unwrap()
+            .is_some()
+    );
+    // Confirmed: done, audited under the token's name.
+    let (status, _, done) = post(format!("{delete}&csrf={csrf}&confirm=yes")).await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(done.contains("were deleted"), "{done}");
+    assert!(
+        f.store
+            .session(&SessionKey::new("agent:ops:gamma").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A refused action shows its typed error.
+    let (status, _, refused) = post(format!("{delete}&csrf={csrf}&confirm=yes")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{refused}");
+    assert!(refused.contains("not_found"));
+    let audit = call(&state, "GET", "/v1/audit", Some("c-secret"), None)
+        .await
+        .json();
+    assert_eq!(audit["entries"][1]["actor"], "carol");
+    assert_eq!(audit["entries"][1]["reason"], "gone");
+    assert_eq!(audit["entries"][1]["outcome"], "succeeded");
+    assert_eq!(audit["entries"][0]["outcome"], "refused");
+}
