@@ -167,6 +167,10 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/signout", axum::routing::post(crate::signin::signout))
         .route("/ui/actions", axum::routing::post(crate::signin::ui_action))
+        .route(
+            "/ui/sessions/{key}",
+            axum::routing::get(dashboard::session_page),
+        )
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)

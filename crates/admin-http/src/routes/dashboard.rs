@@ -288,7 +288,7 @@ pub async fn render_for(state: &AppState, admin_csrf: Option<&str>) -> Result<St
         .map(|s| {
             vec![
                 link(
-                    &format!("/v1/sessions/{}", encode_segment(&s.session_key)),
+                    &format!("/ui/sessions/{}", encode_segment(&s.session_key)),
                     &s.session_key,
                 ),
                 escape(&s.agent_id),
@@ -441,6 +441,211 @@ pub async fn dashboard(
                 Err(e) => e.into_response(),
             }
         }
+    }
+}
+
+/// A relative time with the absolute UTC time on hover.
+fn when(now: Timestamp, at_ms: i64) -> String {
+    format!(
+        "<span title=\"{}\">{}</span>",
+        escape(&Timestamp::from_millis(at_ms).to_string()),
+        escape(&ago(now, at_ms))
+    )
+}
+
+/// Renders one session: lineage, bindings with their leases, quarantine, the lease history as a
+/// timeline, the transcript tail, the last tool outcomes and the finalization records (all
+/// sanitized).
+pub async fn render_session(state: &AppState, raw_key: &str) -> Result<String, ApiError> {
+    let store = state.store()?;
+    let now = store.clock().now();
+    let entry = crate::routes::sessions::load_session(store, raw_key).await?;
+    let d = crate::routes::sessions::session_detail(store, &entry).await?;
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>{key} · Tether admin</title><style>{STYLE}</style></head><body>\
+         <div class=\"sub\"><a href=\"/\">← Dashboard</a> · \
+         <a href=\"/v1/sessions/{seg}\">JSON</a></div><h1>Session <code>{key}</code></h1>",
+        key = escape(&d.session.session_key),
+        seg = encode_segment(&d.session.session_key),
+    );
+    out.push_str("<h2>Lineage</h2>");
+    table(
+        &mut out,
+        &[
+            "Agent",
+            "Generation",
+            "Previous",
+            "Revision",
+            "Harness",
+            "Created",
+            "Updated",
+            "Upstream",
+        ],
+        &[vec![
+            escape(&d.session.agent_id),
+            code(&d.lineage.session_id),
+            d.lineage
+                .previous_session_id
+                .as_deref()
+                .map_or_else(String::new, code),
+            d.lineage.lifecycle_revision.to_string(),
+            escape(d.session.agent_harness_id.as_deref().unwrap_or("—")),
+            when(now, d.session.created_at_ms),
+            when(now, d.session.updated_at_ms),
+            escape(d.upstream.as_deref().unwrap_or("—")),
+        ]],
+        "",
+    );
+    out.push_str("<h2>Bindings</h2>");
+    let rows: Vec<Vec<String>> = d
+        .bindings
+        .iter()
+        .map(|b| {
+            let l = b.lease.as_ref();
+            vec![
+                code(&b.namespace),
+                code(&b.key),
+                escape(&b.key_kind),
+                escape(l.and_then(|l| l.holder.as_deref()).unwrap_or("—")),
+                l.map_or_else(String::new, |l| {
+                    format!(
+                        "<span title=\"epoch {}\">{}</span>",
+                        l.epoch,
+                        escape(&l.epoch_label)
+                    )
+                }),
+                l.map_or_else(String::new, |l| when(now, l.acquired_at_ms)),
+                l.map_or_else(String::new, |l| when(now, l.renewed_at_ms)),
+                l.map_or_else(
+                    || "no lease".to_owned(),
+                    |l| {
+                        format!(
+                            "<span title=\"{}\">{}</span>",
+                            escape(&Timestamp::from_millis(l.expires_at_ms).to_string()),
+                            if l.live {
+                                format!("expires in {}s", l.expires_in_ms / 1000)
+                            } else {
+                                "expired".into()
+                            }
+                        )
+                    },
+                ),
+                l.map_or_else(String::new, |l| {
+                    format!("{}s", (l.expires_at_ms - l.renewed_at_ms).max(0) / 1000)
+                }),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &[
+            "Namespace",
+            "Key",
+            "Kind",
+            "Holder",
+            "Epoch",
+            "Acquired",
+            "Renewed",
+            "Expiry",
+            "Granted TTL",
+        ],
+        &rows,
+        "No binding rows.",
+    );
+    if !d.quarantine.is_empty() {
+        out.push_str("<h2>Quarantined keys</h2>");
+        let rows: Vec<Vec<String>> = d
+            .quarantine
+            .iter()
+            .map(|q| {
+                vec![
+                    code(&q.key),
+                    escape(&q.reason),
+                    when(now, q.quarantined_at_ms),
+                ]
+            })
+            .collect();
+        table(&mut out, &["Key", "Reason", "Since"], &rows, "");
+    }
+    out.push_str("<h2>Lease history</h2>");
+    let rows: Vec<Vec<String>> = d
+        .lease_events
+        .iter()
+        .map(|e| {
+            vec![
+                when(now, e.at_ms),
+                escape(&e.kind),
+                code(&e.key),
+                e.epoch_label.as_deref().map_or_else(String::new, escape),
+                escape(e.holder.as_deref().unwrap_or("—")),
+                e.token_prefix.as_deref().map_or_else(String::new, code),
+            ]
+        })
+        .collect();
+    table(
+        &mut out,
+        &["When", "Event", "Key", "Epoch", "Holder", "Token"],
+        &rows,
+        "No lease events.",
+    );
+    for (title, entries, empty) in [
+        (
+            "Finalization records",
+            &d.finalizations,
+            "No finalization records.",
+        ),
+        ("Last tool outcomes", &d.tool_outcomes, "No tool outcomes."),
+        (
+            "Transcript tail",
+            &d.transcript_tail,
+            "No transcript entries.",
+        ),
+    ] {
+        let _ = write!(out, "<h2>{}</h2>", escape(title));
+        let rows: Vec<Vec<String>> = entries
+            .iter()
+            .map(|t| {
+                vec![
+                    when(now, t.created_at_ms),
+                    escape(&t.role),
+                    escape(&t.content),
+                ]
+            })
+            .collect();
+        table(&mut out, &["When", "Role", "Content"], &rows, empty);
+    }
+    out.push_str("</body></html>");
+    Ok(out)
+}
+
+/// `GET /ui/sessions/{key}`: one session's page (read scope; a browser without credentials is
+/// sent to the sign-in form).
+pub async fn session_page(
+    access: Result<ReadAccess, ApiError>,
+    State(state): State<AppState>,
+    axum::extract::Path(key): axum::extract::Path<String>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match access {
+        Err(ApiError::Unauthorized(_))
+            if headers.get(axum::http::header::AUTHORIZATION).is_none() =>
+        {
+            (
+                axum::http::StatusCode::SEE_OTHER,
+                [(axum::http::header::LOCATION, "/signin")],
+            )
+                .into_response()
+        }
+        Err(e) => e.into_response(),
+        Ok(_) => match render_session(&state, &key).await {
+            Ok(html) => Html(html).into_response(),
+            Err(e) => e.into_response(),
+        },
     }
 }
 

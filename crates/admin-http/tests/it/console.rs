@@ -700,3 +700,48 @@ async fn dashboard_actions_need_admin_a_reason_and_a_confirmation() {
     assert_eq!(audit["entries"][1]["outcome"], "succeeded");
     assert_eq!(audit["entries"][0]["outcome"], "refused");
 }
+
+#[tokio::test]
+async fn a_session_page_shows_lineage_bindings_history_and_transcript_sanitized() {
+    let f = Fixture::new().await;
+    let state = f.state(Tokens::default());
+    let (_, _, dashboard) = send(&state, "GET", "/", &[], "").await;
+    assert!(dashboard.contains("href=\"/ui/sessions/agent:main:alpha\""));
+    let (status, headers, page) =
+        send(&state, "GET", "/ui/sessions/agent:main:alpha", &[], "").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    for needle in [
+        "Session <code>agent:main:alpha</code>",
+        "<h2>Lineage</h2>",
+        "&lt;script&gt;worker&lt;/script&gt;",
+        "title=\"2023-11-14T22:13:20",
+        "acquired",
+        "Granted TTL",
+        "deploy the service please",
+        "<h2>Finalization records</h2>",
+    ] {
+        assert!(page.contains(needle), "missing {needle} in {page}");
+    }
+    assert!(
+        page.contains("g") && page.contains("·"),
+        "epoch label shown"
+    );
+    assert!(
+        !page.contains(crate::support::SECRET),
+        "transcript is sanitized"
+    );
+    assert!(!page.contains("<script>worker"));
+    let (status, _, missing) = send(&state, "GET", "/ui/sessions/agent:main:nope", &[], "").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+
+    let locked = f.state(tokens());
+    let (status, headers, _) = send(&locked, "GET", "/ui/sessions/agent:main:alpha", &[], "").await;
+    assert_eq!(status, StatusCode::SEE_OTHER);
+    assert_eq!(headers["location"], "/signin");
+}
