@@ -310,11 +310,93 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
     Ok(())
 }
 
-/// `tether sessions show KEY` (JSON, sanitized, like `GET /v1/sessions/{key}`).
-pub async fn sessions_show(database_url: &str, key: &str) -> Result<(), CommandError> {
+/// Asks the operator to confirm `what` on the terminal unless `yes`; without a terminal (a
+/// script) the command is refused with exit 2 unless `--yes` is given.
+#[allow(clippy::print_stderr)]
+pub fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if yes {
+        return Ok(());
+    }
+    let usage = |message: String| CommandError {
+        message,
+        code: EXIT_USAGE,
+    };
+    if !std::io::stdin().is_terminal() {
+        return Err(usage(format!(
+            "refusing to {what} without confirmation: stdin is not a terminal; pass --yes"
+        )));
+    }
+    eprint!("tether: {what}? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| usage(format!("cannot read the confirmation: {e}")))?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
+        Ok(())
+    } else {
+        Err(CommandError::failure("not confirmed; nothing was changed"))
+    }
+}
+
+/// `tether sessions show KEY`: a human summary, or the whole detail as JSON (sanitized, like
+/// `GET /v1/sessions/{key}`).
+pub async fn sessions_show(
+    database_url: &str,
+    key: &str,
+    as_json: bool,
+) -> Result<(), CommandError> {
     let store = open_store(database_url, Open::ExistingOnly).await?;
     let entry = load_session(&store, key).await?;
-    json(&session_detail(&store, &entry).await?)
+    let d = session_detail(&store, &entry).await?;
+    if as_json {
+        return json(&d);
+    }
+    say(&format!("session     {}", d.session.session_key));
+    say(&format!("agent       {}", d.session.agent_id));
+    say(&format!(
+        "generation  {} (revision {}, previous {})",
+        d.lineage.session_id,
+        d.lineage.lifecycle_revision,
+        d.lineage.previous_session_id.as_deref().unwrap_or("-")
+    ));
+    say(&format!(
+        "harness     {}",
+        d.session.agent_harness_id.as_deref().unwrap_or("-")
+    ));
+    for b in &d.bindings {
+        let lease = b.lease.as_ref().map_or_else(
+            || "no lease".to_owned(),
+            |l| {
+                format!(
+                    "epoch={} holder={} {}",
+                    l.epoch_label,
+                    l.holder.as_deref().unwrap_or("-"),
+                    if l.live {
+                        format!("expires_in={}s", l.expires_in_ms / 1000)
+                    } else {
+                        "expired".into()
+                    }
+                )
+            },
+        );
+        say(&format!("binding     {}  {}  {lease}", b.namespace, b.key));
+    }
+    for q in &d.quarantine {
+        say(&format!("quarantined {}  reason: {}", q.key, q.reason));
+    }
+    for f in &d.finalizations {
+        say(&format!("finalized   {}", f.content));
+    }
+    say(&format!(
+        "transcript  {} recent entries, {} tool outcomes, {} lease events (--output json for all)",
+        d.transcript_tail.len(),
+        d.tool_outcomes.len(),
+        d.lease_events.len()
+    ));
+    Ok(())
 }
 
 /// `tether sessions delete KEY --reason WHY` (the transactional deletion path; refused under a

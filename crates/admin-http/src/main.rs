@@ -37,6 +37,40 @@ struct Db {
     database_url: String,
 }
 
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// Human-readable lines.
+    #[default]
+    Table,
+    /// JSON (sanitized, like the API).
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+struct OutputArg {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Same as `--output json`.
+    #[arg(long, hide = true)]
+    json: bool,
+}
+
+impl OutputArg {
+    fn json(&self) -> bool {
+        self.json || self.output == Output::Json
+    }
+}
+
+/// Confirmation of a destructive command.
+#[derive(Debug, Clone, Args)]
+struct Confirm {
+    /// Do not ask for confirmation (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    yes: bool,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Start the admin service (creates and migrates the database on first start).
@@ -128,16 +162,17 @@ enum SessionsCommand {
         /// The cursor printed by the previous page.
         #[arg(long)]
         cursor: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
-    /// Show one session (JSON, sanitized).
+    /// Show one session (sanitized): a human summary, or everything with `--output json`.
     Show {
         #[command(flatten)]
         db: Db,
         /// The session key.
         key: String,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Delete a session, its transcript and its binding rows (refused under a live lease).
     Delete {
@@ -148,6 +183,8 @@ enum SessionsCommand {
         /// Why (required; recorded in the audit trail).
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        confirm: Confirm,
     },
 }
 
@@ -166,9 +203,8 @@ enum LeasesCommand {
         /// At most this many rows (1-200).
         #[arg(long, default_value_t = 50)]
         limit: usize,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Force-expire a lease: the holder is fenced and the epoch bumped.
     Expire {
@@ -186,6 +222,8 @@ enum LeasesCommand {
         /// Only expire the lease with this epoch.
         #[arg(long)]
         epoch: Option<u64>,
+        #[command(flatten)]
+        confirm: Confirm,
     },
 }
 
@@ -195,9 +233,8 @@ enum QuarantineCommand {
     List {
         #[command(flatten)]
         db: Db,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Release a quarantined key.
     Release {
@@ -212,6 +249,8 @@ enum QuarantineCommand {
         /// Why (required; recorded in the audit trail).
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        confirm: Confirm,
     },
 }
 
@@ -279,7 +318,7 @@ fn main() -> ExitCode {
                 quarantined,
                 limit,
                 cursor,
-                json,
+                output,
             }) => {
                 let args = ListArgs {
                     agent,
@@ -288,14 +327,20 @@ fn main() -> ExitCode {
                     quarantined,
                     limit,
                     cursor,
-                    json,
+                    json: output.json(),
                 };
                 commands::sessions_list(&db.database_url, args).await
             }
-            Command::Sessions(SessionsCommand::Show { db, key }) => {
-                commands::sessions_show(&db.database_url, &key).await
+            Command::Sessions(SessionsCommand::Show { db, key, output }) => {
+                commands::sessions_show(&db.database_url, &key, output.json()).await
             }
-            Command::Sessions(SessionsCommand::Delete { db, key, reason }) => {
+            Command::Sessions(SessionsCommand::Delete {
+                db,
+                key,
+                reason,
+                confirm,
+            }) => {
+                commands::confirm(confirm.yes, &format!("delete session {key}"))?;
                 commands::sessions_delete(&db.database_url, &key, &reason).await
             }
             Command::Leases(LeasesCommand::List {
@@ -303,10 +348,16 @@ fn main() -> ExitCode {
                 namespace,
                 all,
                 limit,
-                json,
+                output,
             }) => {
-                commands::leases_list(&db.database_url, namespace.as_deref(), all, limit, json)
-                    .await
+                commands::leases_list(
+                    &db.database_url,
+                    namespace.as_deref(),
+                    all,
+                    limit,
+                    output.json(),
+                )
+                .await
             }
             Command::Leases(LeasesCommand::Expire {
                 db,
@@ -314,16 +365,27 @@ fn main() -> ExitCode {
                 key,
                 reason,
                 epoch,
-            }) => commands::leases_expire(&db.database_url, &namespace, &key, &reason, epoch).await,
-            Command::Quarantine(QuarantineCommand::List { db, json }) => {
-                commands::quarantine_list(&db.database_url, json).await
+                confirm,
+            }) => {
+                commands::confirm(
+                    confirm.yes,
+                    &format!("force-expire the lease on {namespace}/{key}"),
+                )?;
+                commands::leases_expire(&db.database_url, &namespace, &key, &reason, epoch).await
+            }
+            Command::Quarantine(QuarantineCommand::List { db, output }) => {
+                commands::quarantine_list(&db.database_url, output.json()).await
             }
             Command::Quarantine(QuarantineCommand::Release {
                 db,
                 namespace,
                 key,
                 reason,
-            }) => commands::quarantine_release(&db.database_url, &namespace, &key, &reason).await,
+                confirm,
+            }) => {
+                commands::confirm(confirm.yes, &format!("release {namespace}/{key}"))?;
+                commands::quarantine_release(&db.database_url, &namespace, &key, &reason).await
+            }
         }
     });
     match result {

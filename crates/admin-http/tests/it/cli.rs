@@ -126,7 +126,24 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         "bad input exits 2"
     );
 
-    let show = tether(&["sessions", "show", "agent:main:direct:alice"], &url);
+    let human = text(&tether(
+        &["sessions", "show", "agent:main:direct:alice"],
+        &url,
+    ));
+    assert!(
+        human.contains("session     agent:main:direct:alice") && human.contains("generation"),
+        "{human}"
+    );
+    let show = tether(
+        &[
+            "sessions",
+            "show",
+            "agent:main:direct:alice",
+            "--output",
+            "json",
+        ],
+        &url,
+    );
     let detail: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(detail["session"]["agent_id"], "main");
     assert_eq!(
@@ -134,6 +151,27 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
             .status
             .code(),
         Some(3)
+    );
+
+    // A destructive command without a terminal and without --yes changes nothing (exit 2).
+    let unconfirmed = tether(
+        &[
+            "sessions",
+            "delete",
+            "agent:main:direct:alice",
+            "--reason",
+            "test",
+        ],
+        &url,
+    );
+    assert_eq!(unconfirmed.status.code(), Some(2), "{}", text(&unconfirmed));
+    assert!(text(&unconfirmed).contains("--yes"));
+    assert_eq!(
+        tether(&["sessions", "show", "agent:main:direct:alice"], &url)
+            .status
+            .code(),
+        Some(0),
+        "still there"
     );
 
     // A live lease blocks deletion (4) until it is force-expired.
@@ -144,18 +182,27 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
             "agent:main:group:release",
             "--reason",
             "test",
+            "--yes",
         ],
         &url,
     );
     assert_eq!(blocked.status.code(), Some(4), "{}", text(&blocked));
     assert!(text(&blocked).contains("tether leases expire"));
-    let leases = tether(&["leases", "list", "--json"], &url);
+    let leases = tether(&["leases", "list", "--output", "json"], &url);
     let leases: serde_json::Value = serde_json::from_slice(&leases.stdout).unwrap();
     let (ns, key) = (
         leases[0]["namespace"].as_str().unwrap().to_owned(),
         leases[0]["key"].as_str().unwrap().to_owned(),
     );
-    let expire = ["leases", "expire", "--namespace", &ns, "--key", &key];
+    let expire = [
+        "leases",
+        "expire",
+        "--yes",
+        "--namespace",
+        &ns,
+        "--key",
+        &key,
+    ];
     assert_eq!(
         tether(&[&expire[..], &["--reason", " "]].concat(), &url)
             .status
@@ -181,6 +228,7 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
             "agent:main:group:release",
             "--reason",
             "test",
+            "--yes",
         ],
         &url,
     );
@@ -195,6 +243,7 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         "example-threads",
         "--key",
         "conversation:legacy-42",
+        "--yes",
         "--reason",
         "record repaired",
     ];
