@@ -2,6 +2,7 @@
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -155,6 +156,28 @@ async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiEr
     ))
 }
 
+/// Counts every request and its latency by method and route template.
+async fn http_metrics(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    state.http_metrics().record(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
 /// The admin router: API routes, the dashboard at `/`, `/api-docs/openapi.json` and Swagger UI
 /// at `/docs`. Request bodies are limited to [`MAX_BODY_BYTES`].
 pub fn app(state: AppState) -> Router {
@@ -178,6 +201,10 @@ pub fn app(state: AppState) -> Router {
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(typed_too_large))
         .layer(axum::middleware::from_fn(security_headers))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http_metrics,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

@@ -745,3 +745,34 @@ async fn a_session_page_shows_lineage_bindings_history_and_transcript_sanitized(
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers["location"], "/signin");
 }
+
+#[tokio::test]
+async fn metrics_count_requests_per_route_template_with_latency_and_build_info() {
+    let f = Fixture::new().await;
+    let state = f.state(Tokens::default());
+    for _ in 0..2 {
+        call(&state, "GET", "/v1/sessions", None, None).await;
+    }
+    call(&state, "GET", "/v1/sessions/agent:main:alpha", None, None).await;
+    call(&state, "GET", "/v1/sessions/agent:main:nope", None, None).await;
+    let metrics = call(&state, "GET", "/metrics", None, None).await.text;
+    for line in [
+        "tether_http_requests_total{method=\"GET\",route=\"/v1/sessions\",status=\"200\"} 2",
+        "tether_http_requests_total{method=\"GET\",route=\"/v1/sessions/{session_key}\",status=\"200\"} 1",
+        "tether_http_requests_total{method=\"GET\",route=\"/v1/sessions/{session_key}\",status=\"404\"} 1",
+        "tether_http_request_duration_seconds_count{method=\"GET\",route=\"/v1/sessions\"} 2",
+        "tether_http_request_duration_seconds_bucket{method=\"GET\",route=\"/v1/sessions\",le=\"+Inf\"} 2",
+        "# TYPE tether_http_request_duration_seconds histogram",
+        "tether_process_uptime_seconds ",
+    ] {
+        assert!(metrics.contains(line), "missing {line} in\n{metrics}");
+    }
+    assert!(metrics.contains(&format!(
+        "tether_build_info{{version=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    )));
+    assert!(
+        !metrics.contains("agent:main:alpha"),
+        "raw paths never become labels"
+    );
+}
