@@ -10,13 +10,35 @@ use crate::openapi::app;
 use crate::server::ServeLimits;
 use crate::state::AppState;
 
-/// Initialises `tracing` output on stderr (`RUST_LOG`, default `info`).
-pub fn init_logging() {
+/// How log lines are written on stderr.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines; coloured only when stderr is a terminal.
+    #[default]
+    Text,
+    /// One JSON object per line (for log collectors), never coloured.
+    Json,
+}
+
+/// Initialises `tracing` output on stderr (`RUST_LOG`, default `info`) in `format`. Terminal
+/// colour codes are written only when stderr is a terminal: a log file or a collector reading a
+/// pipe gets plain text.
+pub fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder
+            .json()
+            .with_ansi(false)
+            .with_current_span(true)
+            .try_init(),
+    };
 }
 
 /// Prints a user-facing error and returns the failure exit code.

@@ -7,17 +7,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
-use tether_core::{AgentId, BindingKey, HarnessId, LeaseEpoch, Namespace, QuarantineStore as _};
-use tether_storage::{
-    ForceExpireOutcome, SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url,
-};
+use tether_core::{AgentId, BindingKey, HarnessId, Namespace};
+use tether_storage::{SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url};
 
+use crate::actions::CLI_ACTOR;
 use crate::config::ServeConfig;
 use crate::database::open_database;
 use crate::dto::{BindingBody, QuarantineBody, SessionSummary};
 use crate::error::ApiError;
 use crate::params::{MAX_PAGE_SIZE, decode_cursor, encode_cursor};
-use crate::routes::sessions::{delete_session, load_session, session_detail};
+use crate::routes::sessions::{load_session, session_detail};
 
 /// A failed command: what to tell the operator and the exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +54,7 @@ impl CommandError {
 impl From<ApiError> for CommandError {
     fn from(err: ApiError) -> Self {
         let code = match &err {
+            ApiError::BadRequest(_) | ApiError::PageSizeTooLarge { .. } => EXIT_USAGE,
             ApiError::NotFound(_) => EXIT_NOT_FOUND,
             ApiError::LeaseHeld(_) | ApiError::Conflict(_) => EXIT_CONFLICT,
             ApiError::Unavailable(_) => EXIT_UNAVAILABLE,
@@ -241,15 +241,19 @@ pub struct ListArgs {
 }
 
 fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
-    CommandError::failure(format!("invalid {field}: {e}"))
+    CommandError {
+        message: format!("invalid {field}: {e}"),
+        code: EXIT_USAGE,
+    }
 }
 
 /// `tether sessions list`.
 pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), CommandError> {
     if args.limit == 0 || args.limit > MAX_PAGE_SIZE {
-        return Err(CommandError::failure(format!(
-            "--limit must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"
-        )));
+        return Err(bad(
+            "--limit",
+            format!("it must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"),
+        ));
     }
     let store = open_store(database_url, Open::ExistingOnly).await?;
     let after = match &args.cursor {
@@ -306,26 +310,107 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
     Ok(())
 }
 
-/// `tether sessions show KEY` (JSON, sanitized, like `GET /v1/sessions/{key}`).
-pub async fn sessions_show(database_url: &str, key: &str) -> Result<(), CommandError> {
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let entry = load_session(&store, key).await?;
-    json(&session_detail(&store, &entry).await?)
-}
-
-/// `tether sessions delete KEY` (the transactional deletion path; refused under a live lease).
-pub async fn sessions_delete(database_url: &str, key: &str) -> Result<(), CommandError> {
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let entry = load_session(&store, key).await?;
-    if delete_session(&store, &entry).await? {
-        say(&format!(
-            "deleted session {} and its binding rows",
-            entry.session_key
-        ));
+/// Asks the operator to confirm `what` on the terminal unless `yes`; without a terminal (a
+/// script) the command is refused with exit 2 unless `--yes` is given.
+#[allow(clippy::print_stderr)]
+pub fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if yes {
+        return Ok(());
+    }
+    let usage = |message: String| CommandError {
+        message,
+        code: EXIT_USAGE,
+    };
+    if !std::io::stdin().is_terminal() {
+        return Err(usage(format!(
+            "refusing to {what} without confirmation: stdin is not a terminal; pass --yes"
+        )));
+    }
+    eprint!("tether: {what}? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| usage(format!("cannot read the confirmation: {e}")))?;
+    if matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes") {
         Ok(())
     } else {
-        Err(ApiError::NotFound(format!("session `{key}` was deleted meanwhile")).into())
+        Err(CommandError::failure("not confirmed; nothing was changed"))
     }
+}
+
+/// `tether sessions show KEY`: a human summary, or the whole detail as JSON (sanitized, like
+/// `GET /v1/sessions/{key}`).
+pub async fn sessions_show(
+    database_url: &str,
+    key: &str,
+    as_json: bool,
+) -> Result<(), CommandError> {
+    let store = open_store(database_url, Open::ExistingOnly).await?;
+    let entry = load_session(&store, key).await?;
+    let d = session_detail(&store, &entry).await?;
+    if as_json {
+        return json(&d);
+    }
+    say(&format!("session     {}", d.session.session_key));
+    say(&format!("agent       {}", d.session.agent_id));
+    say(&format!(
+        "generation  {} (revision {}, previous {})",
+        d.lineage.session_id,
+        d.lineage.lifecycle_revision,
+        d.lineage.previous_session_id.as_deref().unwrap_or("-")
+    ));
+    say(&format!(
+        "harness     {}",
+        d.session.agent_harness_id.as_deref().unwrap_or("-")
+    ));
+    for b in &d.bindings {
+        let lease = b.lease.as_ref().map_or_else(
+            || "no lease".to_owned(),
+            |l| {
+                format!(
+                    "epoch={} holder={} {}",
+                    l.epoch_label,
+                    l.holder.as_deref().unwrap_or("-"),
+                    if l.live {
+                        format!("expires_in={}s", l.expires_in_ms / 1000)
+                    } else {
+                        "expired".into()
+                    }
+                )
+            },
+        );
+        say(&format!("binding     {}  {}  {lease}", b.namespace, b.key));
+    }
+    for q in &d.quarantine {
+        say(&format!("quarantined {}  reason: {}", q.key, q.reason));
+    }
+    for f in &d.finalizations {
+        say(&format!("finalized   {}", f.content));
+    }
+    say(&format!(
+        "transcript  {} recent entries, {} tool outcomes, {} lease events (--output json for all)",
+        d.transcript_tail.len(),
+        d.tool_outcomes.len(),
+        d.lease_events.len()
+    ));
+    Ok(())
+}
+
+/// `tether sessions delete KEY --reason WHY` (the transactional deletion path; refused under a
+/// live lease; recorded in the audit trail with actor `cli`).
+pub async fn sessions_delete(
+    database_url: &str,
+    key: &str,
+    reason: &str,
+) -> Result<(), CommandError> {
+    let why = crate::params::reason(reason)?;
+    let store = open_store(database_url, Open::ExistingOnly).await?;
+    let done = crate::actions::delete_session_action(&store, CLI_ACTOR, key, &why).await?;
+    say(&done.message);
+    Ok(())
 }
 
 /// `tether leases list`.
@@ -360,7 +445,8 @@ pub async fn leases_list(
             || "no lease".to_owned(),
             |l| {
                 format!(
-                    "epoch={} holder={} expires_in={}s",
+                    "epoch={} ({}) holder={} expires_in={}s",
+                    l.epoch_label,
                     l.epoch,
                     l.holder.as_deref().unwrap_or("-"),
                     l.expires_in_ms / 1000
@@ -372,7 +458,7 @@ pub async fn leases_list(
     Ok(())
 }
 
-/// `tether leases expire`.
+/// `tether leases expire` (recorded in the audit trail with actor `cli`).
 pub async fn leases_expire(
     database_url: &str,
     namespace: &str,
@@ -384,37 +470,10 @@ pub async fn leases_expire(
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
-    match store
-        .force_expire_lease(&ns, &key, epoch.map(LeaseEpoch::new))
-        .await?
-    {
-        ForceExpireOutcome::Expired {
-            previous_epoch,
-            previous_holder,
-            ..
-        } => {
-            tracing::warn!(namespace = %ns, key = %key, reason = %why, "lease force-expired from the CLI");
-            say(&format!(
-                "expired lease epoch {} held by {} on {ns}/{key}; the holder is fenced",
-                previous_epoch.get(),
-                previous_holder.as_deref().unwrap_or("an unknown holder")
-            ));
-            Ok(())
-        }
-        ForceExpireOutcome::Missing => {
-            Err(ApiError::NotFound(format!("no live binding row at {ns}/{key}")).into())
-        }
-        ForceExpireOutcome::NoLease => {
-            Err(ApiError::Conflict(format!("{ns}/{key} holds no live lease")).into())
-        }
-        ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
-            "the lease is now at epoch {}; check it with `tether leases list` and retry with --epoch {}",
-            current.get(),
-            current.get()
-        ))
-        .into()),
-        _ => Err(ApiError::Conflict(format!("{ns}/{key} changed meanwhile; retry")).into()),
-    }
+    let done =
+        crate::actions::expire_lease_action(&store, CLI_ACTOR, &ns, &key, epoch, &why).await?;
+    say(&done.message);
+    Ok(())
 }
 
 /// `tether quarantine list`.
@@ -438,7 +497,7 @@ pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), Co
     Ok(())
 }
 
-/// `tether quarantine release`.
+/// `tether quarantine release` (recorded in the audit trail with actor `cli`).
 pub async fn quarantine_release(
     database_url: &str,
     namespace: &str,
@@ -449,13 +508,8 @@ pub async fn quarantine_release(
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
-    if store.release_quarantine(&ns, &key, &why).await? {
-        say(&format!("released {ns}/{key}"));
-        Ok(())
-    } else {
-        Err(ApiError::NotFound(format!(
-            "{ns}/{key} is not quarantined (see `tether quarantine list`)"
-        ))
-        .into())
-    }
+    let done =
+        crate::actions::release_quarantine_action(&store, CLI_ACTOR, &ns, &key, &why).await?;
+    say(&done.message);
+    Ok(())
 }

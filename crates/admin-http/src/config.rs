@@ -17,8 +17,10 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://tether-data/tether.db";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
-    /// The bind address does not parse.
-    #[error("invalid bind address `{0}`: expected IP:PORT, for example 127.0.0.1:8765")]
+    /// The bind address does not parse or its host name does not resolve.
+    #[error(
+        "invalid bind address `{0}`: expected IP:PORT or HOST:PORT that resolves, for example 127.0.0.1:8765 or localhost:8765"
+    )]
     InvalidBind(String),
     /// A non-loopback address was asked for without any token configured.
     #[error(
@@ -37,6 +39,15 @@ pub enum ConfigError {
         "{0} is set but blank: set it to a secret token, or unset it (a non-loopback bind needs a token)"
     )]
     BlankToken(&'static str),
+    /// A named-token list (`TETHER_ADMIN_TOKENS`, `TETHER_READ_TOKENS`) is malformed; the
+    /// reason never contains a secret.
+    #[error("{variable} is invalid: {reason}; expected `name:secret,name:secret`")]
+    InvalidTokenList {
+        /// The variable.
+        variable: &'static str,
+        /// What is wrong (never the secret).
+        reason: String,
+    },
 }
 
 /// What `tether serve` runs with.
@@ -50,16 +61,32 @@ pub struct ServeConfig {
     pub has_token: bool,
 }
 
+/// The addresses of `bind` (`IP:PORT` as is, `HOST:PORT` resolved); at least one.
+fn resolve_bind(bind: &str) -> Result<Vec<SocketAddr>, ConfigError> {
+    use std::net::ToSocketAddrs as _;
+    let invalid = || ConfigError::InvalidBind(bind.to_owned());
+    if let Ok(addr) = bind.parse::<SocketAddr>() {
+        return Ok(vec![addr]);
+    }
+    let addresses: Vec<SocketAddr> = bind.to_socket_addrs().map_err(|_| invalid())?.collect();
+    if addresses.is_empty() {
+        return Err(invalid());
+    }
+    Ok(addresses)
+}
+
 impl ServeConfig {
-    /// Checks and builds a configuration; a non-loopback `bind` needs a token in `tokens`.
+    /// Checks and builds a configuration. `bind` is `IP:PORT` or `HOST:PORT`; a host name is
+    /// resolved and the service listens on its first address. Without a token in `tokens`,
+    /// **every** resolved address must be loopback (a name that also resolves to a public
+    /// address is refused, whichever address comes first).
     pub fn new(database_url: &str, bind: &str, tokens: &Tokens) -> Result<Self, ConfigError> {
         let has_token = tokens.any();
-        let bind: SocketAddr = bind
-            .parse()
-            .map_err(|_| ConfigError::InvalidBind(bind.to_owned()))?;
-        if !bind.ip().is_loopback() && !has_token {
-            return Err(ConfigError::NonLoopbackWithoutToken(bind));
+        let addresses = resolve_bind(bind)?;
+        if !has_token && let Some(public) = addresses.iter().find(|a| !a.ip().is_loopback()) {
+            return Err(ConfigError::NonLoopbackWithoutToken(*public));
         }
+        let bind = addresses[0];
         if !(database_url.starts_with("sqlite:")
             || database_url.starts_with("postgres://")
             || database_url.starts_with("postgresql://"))
@@ -106,6 +133,26 @@ mod tests {
         assert!(matches!(
             ServeConfig::new(DEFAULT_DATABASE_URL, "nope", &none),
             Err(ConfigError::InvalidBind(_))
+        ));
+    }
+
+    #[test]
+    fn a_host_name_bind_resolves_and_every_address_must_be_loopback_without_a_token() {
+        let none = Tokens::default();
+        let c = ServeConfig::new(DEFAULT_DATABASE_URL, "localhost:8765", &none).unwrap();
+        assert!(c.bind.ip().is_loopback(), "{c:?}");
+        assert_eq!(c.bind.port(), 8765);
+        assert!(matches!(
+            ServeConfig::new(DEFAULT_DATABASE_URL, "localhost", &none),
+            Err(ConfigError::InvalidBind(_))
+        ));
+        assert!(matches!(
+            ServeConfig::new(DEFAULT_DATABASE_URL, "no-such-host.invalid:8765", &none),
+            Err(ConfigError::InvalidBind(_))
+        ));
+        assert!(matches!(
+            ServeConfig::new(DEFAULT_DATABASE_URL, "[::]:8765", &none),
+            Err(ConfigError::NonLoopbackWithoutToken(_))
         ));
     }
 

@@ -83,13 +83,23 @@ pub struct Lineage {
     pub lifecycle_revision: u64,
 }
 
+/// A packed lease epoch as operators read it: `g3·2` is the second epoch of the row's third
+/// lifetime (instead of `12884901890`). The packed number stays the fencing value.
+pub fn epoch_label(epoch: u64) -> String {
+    let (generation, number) = tether_storage::epoch_parts(epoch);
+    format!("g{generation}·{number}")
+}
+
 /// A lease on a binding row.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LeaseBody {
     /// The holder label.
     pub holder: Option<String>,
-    /// The lease epoch (fencing number).
+    /// The lease epoch (fencing number; what `expected_epoch` takes).
     pub epoch: u64,
+    /// The epoch for people: `g<generation>·<number>` (row lifetime, then the epoch's number
+    /// in it); never repeats for a key.
+    pub epoch_label: String,
     /// The first eight characters of the token.
     pub token_prefix: String,
     /// When it was acquired (Unix ms).
@@ -151,6 +161,7 @@ impl BindingBody {
             lease: row.lease.as_ref().map(|l| LeaseBody {
                 holder: l.holder.as_deref().map(sanitize_text),
                 epoch: l.epoch.get(),
+                epoch_label: epoch_label(l.epoch.get()),
                 token_prefix: l.token.as_str().chars().take(8).collect(),
                 acquired_at_ms: l.acquired_at.as_millis(),
                 renewed_at_ms: l.renewed_at.as_millis(),
@@ -184,6 +195,8 @@ pub struct LeaseEventBody {
     pub kind: String,
     /// The epoch it is about.
     pub epoch: Option<u64>,
+    /// The epoch for people (see [`epoch_label`]).
+    pub epoch_label: Option<String>,
     /// The token prefix it is about.
     pub token_prefix: Option<String>,
     /// The other token involved (previous holder or refused writer).
@@ -205,6 +218,7 @@ impl From<&LeaseEvent> for LeaseEventBody {
             key: e.key.to_string(),
             kind: e.kind.as_str().into(),
             epoch: e.epoch.map(|x| x.get()),
+            epoch_label: e.epoch.map(|x| epoch_label(x.get())),
             token_prefix: e.token_prefix.clone(),
             other_token_prefix: e.other_token_prefix.clone(),
             holder: e.holder.as_deref().map(sanitize_text),
@@ -214,6 +228,24 @@ impl From<&LeaseEvent> for LeaseEventBody {
                 .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
         }
     }
+}
+
+/// One page of the lease history, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeaseEventPageBody {
+    /// The events, newest first.
+    pub events: Vec<LeaseEventBody>,
+    /// Pass as `cursor` to read the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
+}
+
+/// One page of quarantined keys, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct QuarantinePageBody {
+    /// The quarantined keys, oldest first.
+    pub quarantine: Vec<QuarantineBody>,
+    /// Pass as `cursor` to read the next page; absent on the last page.
+    pub next_cursor: Option<String>,
 }
 
 /// A binding row with its lease history.
@@ -453,4 +485,52 @@ mod tests {
         assert!(parse(r#"{"reason":"r","expected_epoch":-1}"#).is_err());
         assert!(parse(r#"{"reason":"r","expected_epoch":"3"}"#).is_err());
     }
+}
+
+/// One recorded operator action.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditEntryBody {
+    /// Position in the trail (increasing).
+    pub id: u64,
+    /// When the action started (Unix ms).
+    pub at_ms: i64,
+    /// Who acted: the token's name, `cli`, or `anonymous`.
+    pub actor: String,
+    /// `delete_session`, `expire_lease` or `release_quarantine`.
+    pub action: String,
+    /// The session key or `namespace/key` acted on (sanitized).
+    pub target: String,
+    /// The operator's reason (sanitized).
+    pub reason: String,
+    /// `succeeded`, `refused`, `failed`, or `started` (never completed).
+    pub outcome: String,
+    /// What the service answered (sanitized).
+    pub detail: Option<String>,
+    /// When the action ended (Unix ms).
+    pub finished_at_ms: Option<i64>,
+}
+
+impl From<&tether_storage::AuditEntry> for AuditEntryBody {
+    fn from(e: &tether_storage::AuditEntry) -> Self {
+        Self {
+            id: e.id,
+            at_ms: e.at.as_millis(),
+            actor: sanitize_text(&e.actor),
+            action: e.action.clone(),
+            target: sanitize_text(&e.target),
+            reason: sanitize_text(&e.reason),
+            outcome: e.outcome.as_str().into(),
+            detail: e.detail.as_deref().map(sanitize_text),
+            finished_at_ms: e.finished_at.map(Timestamp::as_millis),
+        }
+    }
+}
+
+/// One page of the audit trail, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AuditPageBody {
+    /// The entries, newest first.
+    pub entries: Vec<AuditEntryBody>,
+    /// Pass as `cursor` to read the next (older) page; absent on the last page.
+    pub next_cursor: Option<String>,
 }

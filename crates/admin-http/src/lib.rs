@@ -36,6 +36,7 @@
 //! This is the only Tether crate that knows HTTP; its JSON DTOs (with `utoipa::ToSchema`) live
 //! here, not in `tether-core`.
 
+pub mod actions;
 pub mod auth;
 pub mod chat;
 pub mod cli;
@@ -49,6 +50,7 @@ pub mod params;
 pub mod routes;
 pub mod sanitize;
 pub mod server;
+pub mod signin;
 pub mod state;
 
 pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};

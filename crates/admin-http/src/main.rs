@@ -18,6 +18,9 @@ use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLi
 #[derive(Debug, Parser)]
 #[command(name = "tether", version, about)]
 struct Cli {
+    /// Log lines on stderr as human-readable text or one JSON object per line.
+    #[arg(long, global = true, env = "TETHER_LOG_FORMAT", value_enum, default_value_t = cli::LogFormat::Text)]
+    log_format: cli::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -32,6 +35,40 @@ struct Db {
         default_value = DEFAULT_DATABASE_URL
     )]
     database_url: String,
+}
+
+/// How a command prints its result.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    /// Human-readable lines.
+    #[default]
+    Table,
+    /// JSON (sanitized, like the API).
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+struct OutputArg {
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Same as `--output json`.
+    #[arg(long, hide = true)]
+    json: bool,
+}
+
+impl OutputArg {
+    fn json(&self) -> bool {
+        self.json || self.output == Output::Json
+    }
+}
+
+/// Confirmation of a destructive command.
+#[derive(Debug, Clone, Args)]
+struct Confirm {
+    /// Do not ask for confirmation (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    yes: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -125,16 +162,17 @@ enum SessionsCommand {
         /// The cursor printed by the previous page.
         #[arg(long)]
         cursor: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
-    /// Show one session (JSON, sanitized).
+    /// Show one session (sanitized): a human summary, or everything with `--output json`.
     Show {
         #[command(flatten)]
         db: Db,
         /// The session key.
         key: String,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Delete a session, its transcript and its binding rows (refused under a live lease).
     Delete {
@@ -142,6 +180,11 @@ enum SessionsCommand {
         db: Db,
         /// The session key.
         key: String,
+        /// Why (required; recorded in the audit trail).
+        #[arg(long)]
+        reason: String,
+        #[command(flatten)]
+        confirm: Confirm,
     },
 }
 
@@ -160,9 +203,8 @@ enum LeasesCommand {
         /// At most this many rows (1-200).
         #[arg(long, default_value_t = 50)]
         limit: usize,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Force-expire a lease: the holder is fenced and the epoch bumped.
     Expire {
@@ -174,12 +216,14 @@ enum LeasesCommand {
         /// The binding key.
         #[arg(long)]
         key: String,
-        /// Why (required; logged).
+        /// Why (required; recorded in the audit trail).
         #[arg(long)]
         reason: String,
         /// Only expire the lease with this epoch.
         #[arg(long)]
         epoch: Option<u64>,
+        #[command(flatten)]
+        confirm: Confirm,
     },
 }
 
@@ -189,9 +233,8 @@ enum QuarantineCommand {
     List {
         #[command(flatten)]
         db: Db,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        output: OutputArg,
     },
     /// Release a quarantined key.
     Release {
@@ -203,15 +246,17 @@ enum QuarantineCommand {
         /// The quarantined key.
         #[arg(long)]
         key: String,
-        /// Why (required; logged).
+        /// Why (required; recorded in the audit trail).
         #[arg(long)]
         reason: String,
+        #[command(flatten)]
+        confirm: Confirm,
     },
 }
 
 fn main() -> ExitCode {
     let args = Cli::parse();
-    cli::init_logging();
+    cli::init_logging(args.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -273,7 +318,7 @@ fn main() -> ExitCode {
                 quarantined,
                 limit,
                 cursor,
-                json,
+                output,
             }) => {
                 let args = ListArgs {
                     agent,
@@ -282,25 +327,37 @@ fn main() -> ExitCode {
                     quarantined,
                     limit,
                     cursor,
-                    json,
+                    json: output.json(),
                 };
                 commands::sessions_list(&db.database_url, args).await
             }
-            Command::Sessions(SessionsCommand::Show { db, key }) => {
-                commands::sessions_show(&db.database_url, &key).await
+            Command::Sessions(SessionsCommand::Show { db, key, output }) => {
+                commands::sessions_show(&db.database_url, &key, output.json()).await
             }
-            Command::Sessions(SessionsCommand::Delete { db, key }) => {
-                commands::sessions_delete(&db.database_url, &key).await
+            Command::Sessions(SessionsCommand::Delete {
+                db,
+                key,
+                reason,
+                confirm,
+            }) => {
+                commands::confirm(confirm.yes, &format!("delete session {key}"))?;
+                commands::sessions_delete(&db.database_url, &key, &reason).await
             }
             Command::Leases(LeasesCommand::List {
                 db,
                 namespace,
                 all,
                 limit,
-                json,
+                output,
             }) => {
-                commands::leases_list(&db.database_url, namespace.as_deref(), all, limit, json)
-                    .await
+                commands::leases_list(
+                    &db.database_url,
+                    namespace.as_deref(),
+                    all,
+                    limit,
+                    output.json(),
+                )
+                .await
             }
             Command::Leases(LeasesCommand::Expire {
                 db,
@@ -308,16 +365,27 @@ fn main() -> ExitCode {
                 key,
                 reason,
                 epoch,
-            }) => commands::leases_expire(&db.database_url, &namespace, &key, &reason, epoch).await,
-            Command::Quarantine(QuarantineCommand::List { db, json }) => {
-                commands::quarantine_list(&db.database_url, json).await
+                confirm,
+            }) => {
+                commands::confirm(
+                    confirm.yes,
+                    &format!("force-expire the lease on {namespace}/{key}"),
+                )?;
+                commands::leases_expire(&db.database_url, &namespace, &key, &reason, epoch).await
+            }
+            Command::Quarantine(QuarantineCommand::List { db, output }) => {
+                commands::quarantine_list(&db.database_url, output.json()).await
             }
             Command::Quarantine(QuarantineCommand::Release {
                 db,
                 namespace,
                 key,
                 reason,
-            }) => commands::quarantine_release(&db.database_url, &namespace, &key, &reason).await,
+                confirm,
+            }) => {
+                commands::confirm(confirm.yes, &format!("release {namespace}/{key}"))?;
+                commands::quarantine_release(&db.database_url, &namespace, &key, &reason).await
+            }
         }
     });
     match result {

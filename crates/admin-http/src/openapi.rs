@@ -2,6 +2,7 @@
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -14,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::params::MAX_BODY_BYTES;
-use crate::routes::{bindings, dashboard, health, ops, quarantine, sessions};
+use crate::routes::{audit, bindings, dashboard, health, ops, quarantine, sessions};
 use crate::state::AppState;
 
 /// Path of the served OpenAPI document.
@@ -31,7 +32,7 @@ impl Modify for BearerAuth {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "TETHER_READ_TOKEN (read scope) or TETHER_ADMIN_TOKEN (admin scope)",
+                        "TETHER_READ_TOKEN / TETHER_READ_TOKENS (read scope) or TETHER_ADMIN_TOKEN / TETHER_ADMIN_TOKENS (admin scope)",
                     ))
                     .build(),
             ),
@@ -77,6 +78,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(quarantine::list_quarantine))
         .routes(routes!(quarantine::get_quarantine))
         .routes(routes!(quarantine::release_quarantine))
+        .routes(routes!(audit::list_audit))
 }
 
 /// The OpenAPI document of the admin API.
@@ -99,19 +101,21 @@ async fn typed_too_large(response: Response) -> Response {
     response
 }
 
-/// The policy of HTML pages other than the dashboard (Swagger UI sets inline styles at run time).
+/// The policy of Swagger UI's pages (Swagger UI sets inline styles at run time).
 const DOCS_CSP: &str = "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; \
      object-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
 
 /// Security headers on every response: `X-Content-Type-Options: nosniff`, no framing
 /// (`X-Frame-Options: DENY`), no referrer; HTML pages also get a Content-Security-Policy
-/// (the dashboard's allows only its own hashed inline style and script).
+/// (Tether's own pages allow only the dashboard's hashed inline style and script).
 async fn security_headers(
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     use axum::http::{HeaderValue, header};
-    let dashboard = request.uri().path() == "/";
+    // Every page Tether renders itself (dashboard, sign-in, session pages, confirmations) uses
+    // only the dashboard's hashed inline style and script; Swagger UI gets its own policy.
+    let dashboard = !request.uri().path().starts_with("/docs");
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
     headers.insert(
@@ -138,17 +142,71 @@ async fn security_headers(
     response
 }
 
+/// Any path the service does not serve: a typed 404 (the body says where to look).
+async fn unknown_path(uri: axum::http::Uri) -> ApiError {
+    ApiError::NotFound(format!(
+        "no route for `{}`: the API is under /v1 (see {OPENAPI_PATH} or /docs)",
+        uri.path()
+    ))
+}
+
+/// A served path asked with a method it does not take: a typed 405 (axum adds `Allow`).
+async fn wrong_method(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!(
+        "`{}` does not take {method}: see the `Allow` header or {OPENAPI_PATH}",
+        uri.path()
+    ))
+}
+
+/// Counts every request and its latency by method and route template.
+async fn http_metrics(
+    State(state): State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let response = next.run(request).await;
+    state.http_metrics().record(
+        &method,
+        &route,
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
+}
+
 /// The admin router: API routes, the dashboard at `/`, `/api-docs/openapi.json` and Swagger UI
 /// at `/docs`. Request bodies are limited to [`MAX_BODY_BYTES`].
 pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
     router
         .route("/", axum::routing::get(dashboard::dashboard))
+        .route(
+            "/signin",
+            axum::routing::get(crate::signin::signin_page).post(crate::signin::signin),
+        )
+        .route("/signout", axum::routing::post(crate::signin::signout))
+        .route("/ui/actions", axum::routing::post(crate::signin::ui_action))
+        .route(
+            "/ui/sessions/{key}",
+            axum::routing::get(dashboard::session_page),
+        )
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
+        .fallback(unknown_path)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(typed_too_large))
         .layer(axum::middleware::from_fn(security_headers))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http_metrics,
+        ))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

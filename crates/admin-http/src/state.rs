@@ -50,6 +50,8 @@ struct Inner {
     started: Instant,
     store: Option<Store>,
     counters: Counters,
+    ui_sessions: crate::signin::UiSessions,
+    http: HttpMetrics,
 }
 
 /// Counts of the actions this process took (exported by `/metrics`).
@@ -63,6 +65,60 @@ pub struct Counters {
     pub force_expirations: AtomicU64,
     /// Quarantined keys released.
     pub quarantine_releases: AtomicU64,
+}
+
+/// Upper bounds of the request-latency histogram, in seconds.
+pub const HTTP_LATENCY_BOUNDS: [f64; 10] =
+    [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+
+/// One route's requests: a count per status and a latency histogram.
+#[derive(Debug, Default, Clone)]
+pub struct RouteStats {
+    /// Requests by status code.
+    pub by_status: std::collections::BTreeMap<u16, u64>,
+    /// Requests at or under each bound of [`HTTP_LATENCY_BOUNDS`] (cumulative).
+    pub buckets: [u64; HTTP_LATENCY_BOUNDS.len()],
+    /// All requests.
+    pub count: u64,
+    /// Their total latency, in seconds.
+    pub sum_seconds: f64,
+}
+
+/// HTTP request counts and latencies by (method, route template), since the process started.
+/// Routes are the router's templates (`/v1/sessions/{session_key}`), never raw paths, so the
+/// label set stays bounded; paths matching no route (the 404 fallback) are not counted.
+#[derive(Debug, Default)]
+pub struct HttpMetrics {
+    routes: std::sync::Mutex<std::collections::BTreeMap<(String, String), RouteStats>>,
+}
+
+impl HttpMetrics {
+    /// Records one request.
+    pub fn record(&self, method: &str, route: &str, status: u16, elapsed: std::time::Duration) {
+        let seconds = elapsed.as_secs_f64();
+        let mut routes = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        let stats = routes
+            .entry((method.to_owned(), route.to_owned()))
+            .or_default();
+        *stats.by_status.entry(status).or_default() += 1;
+        for (bucket, bound) in stats.buckets.iter_mut().zip(HTTP_LATENCY_BOUNDS) {
+            if seconds <= bound {
+                *bucket += 1;
+            }
+        }
+        stats.count += 1;
+        stats.sum_seconds += seconds;
+    }
+
+    /// A copy of every route's statistics, keyed by (method, route).
+    pub fn snapshot(&self) -> Vec<((String, String), RouteStats)> {
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
 }
 
 impl Counters {
@@ -87,6 +143,8 @@ impl AppState {
                 started: Instant::now(),
                 store: None,
                 counters: Counters::default(),
+                ui_sessions: crate::signin::UiSessions::default(),
+                http: HttpMetrics::default(),
             }),
         }
     }
@@ -101,6 +159,8 @@ impl AppState {
                 started: Instant::now(),
                 store: Some(store),
                 counters: Counters::default(),
+                ui_sessions: crate::signin::UiSessions::default(),
+                http: HttpMetrics::default(),
             }),
         }
     }
@@ -110,6 +170,16 @@ impl AppState {
         self.inner.store.as_ref().ok_or_else(|| {
             ApiError::Unavailable("this service has no database configured; start it with `tether serve --database-url URL`".into())
         })
+    }
+
+    /// Request counts and latencies per route.
+    pub fn http_metrics(&self) -> &HttpMetrics {
+        &self.inner.http
+    }
+
+    /// The dashboard's signed-in browser sessions.
+    pub fn ui_sessions(&self) -> &crate::signin::UiSessions {
+        &self.inner.ui_sessions
     }
 
     /// The action counters.

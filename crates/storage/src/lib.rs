@@ -79,11 +79,12 @@ pub use sea_orm;
 #[cfg(feature = "test-support")]
 pub use sql::CommitFault;
 pub use sql::{
-    BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, ServerClock,
-    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, redact_url,
+    AuditEntry, AuditOutcome, AuditPage, BindingRecord, FinalizationCounts, ForceExpireOutcome,
+    NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram, ServerClock,
+    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, epoch_parts, redact_url,
     session_binding_keys,
 };
 pub use transcript::{
-    Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
-    TranscriptRole,
+    Cut, CutStatus, FINALIZATION_PREFIX, FinalizationOutcome, NewHostSession, NewTranscriptEntry,
+    TranscriptEntry, TranscriptHit, TranscriptRole,
 };

@@ -178,3 +178,40 @@ impl fmt::Display for CutStatus {
         f.write_str(self.as_str())
     }
 }
+
+/// Prefix of the `system` transcript entries that record how a settled turn's finalization
+/// ended (`finalization: succeeded`, `finalization: fell back …`).
+pub const FINALIZATION_PREFIX: &str = "finalization:";
+
+/// How a recorded finalization ended, read from its transcript entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizationOutcome {
+    /// The finalization turn produced the visible answer.
+    Succeeded,
+    /// The host's fallback answer was used.
+    FellBack,
+}
+
+impl FinalizationOutcome {
+    /// The outcome recorded by a transcript entry, when the entry is a finalization record (a
+    /// `system` entry starting with [`FINALIZATION_PREFIX`]).
+    pub fn of_entry(role: TranscriptRole, content: &str) -> Option<Self> {
+        let rest = content.strip_prefix(FINALIZATION_PREFIX)?;
+        if role != TranscriptRole::System {
+            return None;
+        }
+        Some(if rest.starts_with(" succeeded") {
+            Self::Succeeded
+        } else {
+            Self::FellBack
+        })
+    }
+
+    /// The name of the store counter of this outcome.
+    pub(crate) fn counter(self) -> &'static str {
+        match self {
+            Self::Succeeded => "finalizations_succeeded",
+            Self::FellBack => "finalizations_fell_back",
+        }
+    }
+}

@@ -4,14 +4,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::Deserialize;
-use tether_core::{BindingKey, LeaseEpoch, Namespace, QuarantineStore as _};
-use tether_storage::ForceExpireOutcome;
+use tether_core::{BindingKey, Namespace, QuarantineStore as _};
 use utoipa::IntoParams;
 
 use crate::auth::{AdminAccess, ReadAccess};
 use crate::dto::{
     ActionResult, BindingBody, BindingDetail, BindingPageBody, ExpireLeaseBody, LeaseEventBody,
-    NamespaceBody, QuarantineBody,
+    LeaseEventPageBody, NamespaceBody, QuarantineBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
 use crate::params::{
@@ -152,23 +151,25 @@ pub async fn get_binding(
     }))
 }
 
-/// Paging of the lease history.
+/// Cursor paging of a list (the lease history, the quarantine list, the audit trail).
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventQuery {
-    /// At most this many events, newest first (default 50, at most 200).
+    /// Page size (default 50, at most 200).
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
+    /// The `next_cursor` of the previous page (absent or empty: the first page).
+    pub cursor: Option<String>,
 }
 
-/// The newest lease events of the whole store.
+/// The lease events of the whole store, newest first, one page at a time.
 #[utoipa::path(
     get,
     path = "/v1/lease-events",
     tag = "bindings",
     params(EventQuery),
     responses(
-        (status = 200, description = "Lease events, newest first", body = Vec<LeaseEventBody>),
+        (status = 200, description = "One page of lease events, newest first", body = LeaseEventPageBody),
         ListErrors,
     )
 )]
@@ -176,10 +177,27 @@ pub async fn list_lease_events(
     _: ReadAccess,
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<EventQuery>,
-) -> Result<Json<Vec<LeaseEventBody>>, ApiError> {
+) -> Result<Json<LeaseEventPageBody>, ApiError> {
     let limit = page_size(q.limit)?;
-    let events = state.store()?.recent_lease_events(None, limit).await?;
-    Ok(Json(events.iter().map(LeaseEventBody::from).collect()))
+    let before = match cursor(q.cursor.as_deref()) {
+        None => None,
+        Some(token) => Some(decode_seq_cursor(token)?),
+    };
+    let (events, next) = state.store()?.lease_events_page(before, limit).await?;
+    Ok(Json(LeaseEventPageBody {
+        events: events.iter().map(LeaseEventBody::from).collect(),
+        next_cursor: next.map(|seq| encode_cursor(&[&seq.to_string()])),
+    }))
+}
+
+/// The position (a sequence number) of a cursor made by [`encode_cursor`] from one number.
+pub(crate) fn decode_seq_cursor(token: &str) -> Result<u64, ApiError> {
+    let parts = decode_cursor(token, 1)?;
+    parts[0].parse().map_err(|_| {
+        ApiError::BadRequest(
+            "invalid `cursor`: pass back the `next_cursor` of the previous page unchanged".into(),
+        )
+    })
 }
 
 /// Force-expires the lease of a binding row (admin scope): the lease is removed, the epoch
@@ -201,47 +219,22 @@ pub async fn list_lease_events(
     security(("bearer" = []))
 )]
 pub async fn expire_lease(
-    _: AdminAccess,
+    access: AdminAccess,
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
     ApiJson(body): ApiJson<ExpireLeaseBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let why = reason(&body.reason)?;
-    let outcome = state
-        .store()?
-        .force_expire_lease(&ns, &key, body.expected_epoch.map(LeaseEpoch::new))
-        .await?;
-    match outcome {
-        ForceExpireOutcome::Expired {
-            previous_epoch,
-            previous_holder,
-            ..
-        } => {
-            Counters::bump(&state.counters().force_expirations);
-            tracing::warn!(namespace = %ns, key = %key, epoch = previous_epoch.get(), reason = %why, "lease force-expired by an operator");
-            Ok(Json(ActionResult {
-                outcome: "expired".into(),
-                message: format!(
-                    "lease epoch {} of {} on {ns}/{key} expired; its holder is fenced",
-                    previous_epoch.get(),
-                    previous_holder.as_deref().unwrap_or("an unknown holder")
-                ),
-                previous_epoch: Some(previous_epoch.get()),
-            }))
-        }
-        ForceExpireOutcome::Missing => Err(ApiError::NotFound(format!(
-            "no live binding row at {ns}/{key}"
-        ))),
-        ForceExpireOutcome::NoLease => Err(ApiError::Conflict(format!(
-            "{ns}/{key} holds no live lease: nothing to expire"
-        ))),
-        ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
-            "the lease on {ns}/{key} is now at epoch {}; reload it and confirm before expiring",
-            current.get()
-        ))),
-        _ => Err(ApiError::Conflict(format!(
-            "{ns}/{key} changed while expiring its lease; reload and retry"
-        ))),
-    }
+    let done = crate::actions::expire_lease_action(
+        state.store()?,
+        &access.actor,
+        &ns,
+        &key,
+        body.expected_epoch,
+        &why,
+    )
+    .await?;
+    Counters::bump(&state.counters().force_expirations);
+    Ok(Json(done))
 }

@@ -1,5 +1,6 @@
 //! Route handlers, one module per area.
 
+pub mod audit;
 pub mod bindings;
 pub mod dashboard;
 pub mod health;

@@ -153,28 +153,103 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             })
             .collect::<Vec<_>>(),
     );
-    let (mut succeeded, mut fell_back) = (0, 0);
-    for hit in store
-        .search_transcripts("finalization", None, 100_000)
-        .await?
-    {
-        if crate::routes::sessions::is_finalization_record(hit.role, &hit.content) {
-            if hit.content.contains("succeeded") {
-                succeeded += 1;
-            } else {
-                fell_back += 1;
-            }
-        }
-    }
+    let finalizations = store.finalization_counts().await?;
     metric(
         "tether_finalizations_total",
         "counter",
-        "Settled-turn finalization records in stored transcripts, by outcome.",
+        "Settled-turn finalizations recorded, by outcome (counted when each record is \
+         written; deleting a session does not lower it).",
         &[
-            ("{outcome=\"succeeded\"}".to_owned(), succeeded),
-            ("{outcome=\"fell_back\"}".to_owned(), fell_back),
+            (
+                "{outcome=\"succeeded\"}".to_owned(),
+                finalizations.succeeded,
+            ),
+            (
+                "{outcome=\"fell_back\"}".to_owned(),
+                finalizations.fell_back,
+            ),
         ],
     );
+    let audit = store.audit_counts().await?;
+    metric(
+        "tether_operator_actions_total",
+        "counter",
+        "Operator actions recorded in the audit trail (API and CLI), by action and outcome.",
+        &audit
+            .iter()
+            .map(|(action, outcome, n)| {
+                (
+                    format!(
+                        "{{action=\"{}\",outcome=\"{}\"}}",
+                        escape_label(action),
+                        outcome.as_str()
+                    ),
+                    *n,
+                )
+            })
+            .collect::<Vec<_>>(),
+    );
+    metric(
+        "tether_build_info",
+        "gauge",
+        "The running build (always 1).",
+        &[(format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")), 1)],
+    );
+    metric(
+        "tether_process_uptime_seconds",
+        "gauge",
+        "Seconds since this service started.",
+        &[(String::new(), state.uptime_seconds())],
+    );
+    let routes = state.http_metrics().snapshot();
+    metric(
+        "tether_http_requests_total",
+        "counter",
+        "HTTP requests served by this process, by method, route template and status.",
+        &routes
+            .iter()
+            .flat_map(|((method, route), stats)| {
+                stats.by_status.iter().map(move |(status, n)| {
+                    (
+                        format!(
+                            "{{method=\"{}\",route=\"{}\",status=\"{status}\"}}",
+                            escape_label(method),
+                            escape_label(route)
+                        ),
+                        *n,
+                    )
+                })
+            })
+            .collect::<Vec<_>>(),
+    );
+    // Written apart and appended last: `metric` holds `out` until then.
+    let mut hist = String::new();
+    let _ = writeln!(
+        hist,
+        "# HELP tether_http_request_duration_seconds Time to answer HTTP requests in this process, by method and route template.\n\
+         # TYPE tether_http_request_duration_seconds histogram"
+    );
+    for ((method, route), stats) in &routes {
+        let labels = format!(
+            "method=\"{}\",route=\"{}\"",
+            escape_label(method),
+            escape_label(route)
+        );
+        for (bound, n) in crate::state::HTTP_LATENCY_BOUNDS.iter().zip(stats.buckets) {
+            let _ = writeln!(
+                hist,
+                "tether_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            hist,
+            "tether_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {count}\n\
+             tether_http_request_duration_seconds_sum{{{labels}}} {sum}\n\
+             tether_http_request_duration_seconds_count{{{labels}}} {count}",
+            count = stats.count,
+            sum = stats.sum_seconds,
+        );
+    }
     let c = state.counters();
     metric(
         "tether_admin_session_deletions_total",
@@ -200,6 +275,7 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
         "Quarantined keys released through this service.",
         &[(String::new(), Counters::get(&c.quarantine_releases))],
     );
+    out.push_str(&hist);
     Ok(out)
 }
 

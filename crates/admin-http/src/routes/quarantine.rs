@@ -2,24 +2,26 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use tether_core::QuarantineStore as _;
-use tether_storage::StoreAdmin as _;
+use tether_core::{BindingKey, Namespace, QuarantineStore as _, Timestamp};
+use tether_storage::QuarantineCursor;
 
 use crate::auth::{AdminAccess, ReadAccess};
-use crate::dto::{ActionResult, BindingBody, QuarantineBody, QuarantineDetail, ReasonBody};
+use crate::dto::{
+    ActionResult, BindingBody, QuarantineBody, QuarantineDetail, QuarantinePageBody, ReasonBody,
+};
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
-use crate::params::{ApiJson, ApiQuery, page_size, reason};
+use crate::params::{ApiJson, ApiQuery, cursor, decode_cursor, encode_cursor, page_size, reason};
 use crate::routes::bindings::{EventQuery, parse_ns_key};
 use crate::state::{AppState, Counters};
 
-/// Quarantined keys, oldest first.
+/// Quarantined keys, oldest first, one page at a time.
 #[utoipa::path(
     get,
     path = "/v1/quarantine",
     tag = "quarantine",
     params(EventQuery),
     responses(
-        (status = 200, description = "Quarantined keys, oldest first", body = Vec<QuarantineBody>),
+        (status = 200, description = "One page of quarantined keys, oldest first", body = QuarantinePageBody),
         ListErrors,
     )
 )]
@@ -27,10 +29,40 @@ pub async fn list_quarantine(
     _: ReadAccess,
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<EventQuery>,
-) -> Result<Json<Vec<QuarantineBody>>, ApiError> {
+) -> Result<Json<QuarantinePageBody>, ApiError> {
     let limit = page_size(q.limit)?;
-    let keys = state.store()?.quarantined_keys(limit).await?;
-    Ok(Json(keys.iter().map(QuarantineBody::from).collect()))
+    let after = match cursor(q.cursor.as_deref()) {
+        None => None,
+        Some(token) => Some(decode_quarantine_cursor(token)?),
+    };
+    let (keys, next) = state
+        .store()?
+        .quarantine_page(after.as_ref(), limit)
+        .await?;
+    Ok(Json(QuarantinePageBody {
+        quarantine: keys.iter().map(QuarantineBody::from).collect(),
+        next_cursor: next.map(|c| {
+            encode_cursor(&[
+                &c.quarantined_at.as_millis().to_string(),
+                c.namespace.as_str(),
+                c.key.as_str(),
+            ])
+        }),
+    }))
+}
+
+fn decode_quarantine_cursor(token: &str) -> Result<QuarantineCursor, ApiError> {
+    let invalid = || {
+        ApiError::BadRequest(
+            "invalid `cursor`: pass back the `next_cursor` of the previous page unchanged".into(),
+        )
+    };
+    let parts = decode_cursor(token, 3)?;
+    Ok(QuarantineCursor {
+        quarantined_at: Timestamp::from_millis(parts[0].parse().map_err(|_| invalid())?),
+        namespace: Namespace::new(parts[1].clone()).map_err(|_| invalid())?,
+        key: BindingKey::parse(&parts[2]).map_err(|_| invalid())?,
+    })
 }
 
 /// One quarantined key with the binding row it blocks.
@@ -82,20 +114,16 @@ pub async fn get_quarantine(
     security(("bearer" = []))
 )]
 pub async fn release_quarantine(
-    _: AdminAccess,
+    access: AdminAccess,
     State(state): State<AppState>,
     Path((namespace, key)): Path<(String, String)>,
     ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let why = reason(&body.reason)?;
-    if !state.store()?.release_quarantine(&ns, &key, &why).await? {
-        return Err(ApiError::NotFound(format!("{ns}/{key} is not quarantined")));
-    }
+    let done =
+        crate::actions::release_quarantine_action(state.store()?, &access.actor, &ns, &key, &why)
+            .await?;
     Counters::bump(&state.counters().quarantine_releases);
-    Ok(Json(ActionResult {
-        outcome: "released".into(),
-        message: format!("{ns}/{key} is released; harnesses may bind it again"),
-        previous_epoch: None,
-    }))
+    Ok(Json(done))
 }

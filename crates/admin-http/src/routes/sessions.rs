@@ -13,11 +13,13 @@ use tether_storage::{
 use utoipa::IntoParams;
 
 use crate::auth::{AdminAccess, ReadAccess};
+use crate::dto::ReasonBody;
 use crate::dto::{
     ActionResult, BindingBody, LeaseEventBody, Lineage, QuarantineBody, SearchBody, SessionDetail,
     SessionPageBody, SessionSummary, TranscriptEntryBody, TranscriptHitBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
+use crate::params::{ApiJson, reason};
 use crate::params::{ApiQuery, cursor, decode_cursor, encode_cursor, page_size, parse_id};
 use crate::state::{AppState, Counters};
 
@@ -250,13 +252,15 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
     Ok(!deleted.is_empty())
 }
 
-/// Deletes a session, its transcript and its binding rows in one transaction (admin scope).
-/// Refused with `lease_held` while its binding holds a live lease.
+/// Deletes a session, its transcript and its binding rows in one transaction (admin scope; the
+/// operator's reason is required and recorded in the audit trail). Refused with `lease_held`
+/// while its binding holds a live lease.
 #[utoipa::path(
     delete,
     path = "/v1/sessions/{session_key}",
     tag = "actions",
     params(("session_key" = String, Path, description = "The logical session key (no control characters, not blank)", pattern = "^[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*$", max_length = 512)),
+    request_body = ReasonBody,
     responses(
         (status = 200, description = "The session is gone", body = ActionResult),
         ActionErrors,
@@ -264,34 +268,23 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
     security(("bearer" = []))
 )]
 pub async fn delete_session_route(
-    _: AdminAccess,
+    access: AdminAccess,
     State(state): State<AppState>,
     Path(session_key): Path<String>,
+    ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
+    let why = reason(&body.reason)?;
     let store = state.store()?;
-    let entry = load_session(store, &session_key).await?;
-    match delete_session(store, &entry).await {
-        Ok(true) => {
-            Counters::bump(&state.counters().deletions);
-            tracing::info!(session = %entry.session_key, "session deleted by an operator");
-            Ok(Json(ActionResult {
-                outcome: "deleted".into(),
-                message: format!(
-                    "session `{}` and its binding rows were deleted",
-                    entry.session_key
-                ),
-                previous_epoch: None,
-            }))
-        }
-        Ok(false) => Err(ApiError::NotFound(format!(
-            "session `{}` was deleted meanwhile",
-            entry.session_key
-        ))),
-        Err(err) => {
+    let result =
+        crate::actions::delete_session_action(store, &access.actor, &session_key, &why).await;
+    match &result {
+        Ok(_) => Counters::bump(&state.counters().deletions),
+        Err(ApiError::LeaseHeld(_) | ApiError::Conflict(_) | ApiError::Internal(_)) => {
             Counters::bump(&state.counters().deletion_failures);
-            Err(err)
         }
+        Err(_) => {}
     }
+    result.map(Json)
 }
 
 /// Transcript search parameters.

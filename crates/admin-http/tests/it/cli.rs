@@ -84,7 +84,7 @@ async fn demo_populates_a_database_the_api_then_reads() {
     assert_eq!(
         call(&state, "GET", "/v1/quarantine", None, None)
             .await
-            .json()
+            .json()["quarantine"]
             .as_array()
             .unwrap()
             .len(),
@@ -93,8 +93,9 @@ async fn demo_populates_a_database_the_api_then_reads() {
     let metrics = call(&state, "GET", "/metrics", None, None).await.text;
     assert!(metrics.contains("tether_sessions 4"), "{metrics}");
     assert!(
-        metrics.contains("tether_finalizations_total{outcome=\"fell_back\"} 1"),
-        "carol's record went with her session: {metrics}"
+        metrics.contains("tether_finalizations_total{outcome=\"fell_back\"} 2"),
+        "carol's record is still counted after her session was deleted (a counter never \
+         decreases): {metrics}"
     );
     assert!(
         metrics.contains("tether_finalizations_total{outcome=\"succeeded\"} 3"),
@@ -104,8 +105,8 @@ async fn demo_populates_a_database_the_api_then_reads() {
     assert!(page.contains("example-worker-2 (crashed)"));
 }
 
-#[test]
-fn operator_commands_mirror_the_api_with_exit_codes() {
+#[tokio::test(flavor = "multi_thread")]
+async fn operator_commands_mirror_the_api_with_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("ops.db").display());
     assert!(tether(&["demo"], &url).status.success());
@@ -121,10 +122,28 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
         tether(&["sessions", "list", "--limit", "500"], &url)
             .status
             .code(),
-        Some(1)
+        Some(2),
+        "bad input exits 2"
     );
 
-    let show = tether(&["sessions", "show", "agent:main:direct:alice"], &url);
+    let human = text(&tether(
+        &["sessions", "show", "agent:main:direct:alice"],
+        &url,
+    ));
+    assert!(
+        human.contains("session     agent:main:direct:alice") && human.contains("generation"),
+        "{human}"
+    );
+    let show = tether(
+        &[
+            "sessions",
+            "show",
+            "agent:main:direct:alice",
+            "--output",
+            "json",
+        ],
+        &url,
+    );
     let detail: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(detail["session"]["agent_id"], "main");
     assert_eq!(
@@ -134,22 +153,62 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
         Some(3)
     );
 
+    // A destructive command without a terminal and without --yes changes nothing (exit 2).
+    let unconfirmed = tether(
+        &[
+            "sessions",
+            "delete",
+            "agent:main:direct:alice",
+            "--reason",
+            "test",
+        ],
+        &url,
+    );
+    assert_eq!(unconfirmed.status.code(), Some(2), "{}", text(&unconfirmed));
+    assert!(text(&unconfirmed).contains("--yes"));
+    assert_eq!(
+        tether(&["sessions", "show", "agent:main:direct:alice"], &url)
+            .status
+            .code(),
+        Some(0),
+        "still there"
+    );
+
     // A live lease blocks deletion (4) until it is force-expired.
-    let blocked = tether(&["sessions", "delete", "agent:main:group:release"], &url);
+    let blocked = tether(
+        &[
+            "sessions",
+            "delete",
+            "agent:main:group:release",
+            "--reason",
+            "test",
+            "--yes",
+        ],
+        &url,
+    );
     assert_eq!(blocked.status.code(), Some(4), "{}", text(&blocked));
     assert!(text(&blocked).contains("tether leases expire"));
-    let leases = tether(&["leases", "list", "--json"], &url);
+    let leases = tether(&["leases", "list", "--output", "json"], &url);
     let leases: serde_json::Value = serde_json::from_slice(&leases.stdout).unwrap();
     let (ns, key) = (
         leases[0]["namespace"].as_str().unwrap().to_owned(),
         leases[0]["key"].as_str().unwrap().to_owned(),
     );
-    let expire = ["leases", "expire", "--namespace", &ns, "--key", &key];
+    let expire = [
+        "leases",
+        "expire",
+        "--yes",
+        "--namespace",
+        &ns,
+        "--key",
+        &key,
+    ];
     assert_eq!(
         tether(&[&expire[..], &["--reason", " "]].concat(), &url)
             .status
             .code(),
-        Some(1)
+        Some(2),
+        "a blank reason is bad input"
     );
     let expired = tether(
         &[&expire[..], &["--reason", "worker crashed"]].concat(),
@@ -162,7 +221,17 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
             .code(),
         Some(4)
     );
-    let deleted = tether(&["sessions", "delete", "agent:main:group:release"], &url);
+    let deleted = tether(
+        &[
+            "sessions",
+            "delete",
+            "agent:main:group:release",
+            "--reason",
+            "test",
+            "--yes",
+        ],
+        &url,
+    );
     assert!(deleted.status.success(), "{}", text(&deleted));
 
     let quarantined = text(&tether(&["quarantine", "list"], &url));
@@ -174,9 +243,50 @@ fn operator_commands_mirror_the_api_with_exit_codes() {
         "example-threads",
         "--key",
         "conversation:legacy-42",
+        "--yes",
         "--reason",
         "record repaired",
     ];
     assert!(tether(&release, &url).status.success());
     assert_eq!(tether(&release, &url).status.code(), Some(3));
+
+    // Every action above is in the audit trail, by `cli`, with its reason and outcome.
+    let config = ServeConfig::new(&url, "127.0.0.1:0", &Default::default()).unwrap();
+    let state = AppState::from_database(open_database(&config).await.unwrap(), Tokens::default());
+    let audit = call(&state, "GET", "/v1/audit?limit=200", None, None)
+        .await
+        .json();
+    let trail: Vec<(String, String, String, String)> = audit["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().to_owned(),
+                e["action"].as_str().unwrap().to_owned(),
+                e["reason"].as_str().unwrap().to_owned(),
+                e["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let row = |action: &str, reason: &str, outcome: &str| {
+        (
+            "cli".to_owned(),
+            action.to_owned(),
+            reason.to_owned(),
+            outcome.to_owned(),
+        )
+    };
+    assert_eq!(
+        trail,
+        [
+            row("delete_session", "test", "refused"),
+            row("expire_lease", "worker crashed", "succeeded"),
+            row("expire_lease", "again", "refused"),
+            row("delete_session", "test", "succeeded"),
+            row("release_quarantine", "record repaired", "succeeded"),
+            row("release_quarantine", "record repaired", "refused"),
+        ]
+    );
 }

@@ -3,6 +3,7 @@
 mod api;
 mod chat;
 mod cli;
+mod console;
 mod hardening;
 mod robustness;
 mod serve;

@@ -44,7 +44,7 @@ async fn openapi_document_is_valid_and_lists_healthz() {
     assert_eq!(doc["info"]["title"], "Tether admin API");
     assert!(doc["paths"]["/healthz"]["get"].is_object());
     assert!(
-        doc["paths"]["/healthz"]["get"]["responses"]["503"].is_object(),
+        doc["paths"]["/readyz"]["get"]["responses"]["503"].is_object(),
         "typed errors appear in the document"
     );
 }

@@ -87,6 +87,15 @@ impl WriteTime {
 /// Revisions and epochs of one row lifetime count up from `draw << 32`.
 const ROW_SPAN_BITS: u32 = 32;
 
+/// An SQL store's lease epoch split for people: `(generation, number)`, where `generation` is the
+/// row lifetime's draw from the store-wide counter (a new one each time the row is created) and
+/// `number` counts the epochs handed out in that lifetime (acquisitions and operator expiries;
+/// the lifetime's first epoch is number 0). The pair never repeats for a key and orders like the epoch itself; fencing still
+/// compares the whole epoch.
+pub fn epoch_parts(epoch: u64) -> (u64, u64) {
+    (epoch >> ROW_SPAN_BITS, epoch & ((1 << ROW_SPAN_BITS) - 1))
+}
+
 impl Store {
     fn now(&self) -> Timestamp {
         self.inner.clock.now()
@@ -764,7 +773,7 @@ impl BindingStore for Store {
     }
 }
 
-fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
+pub(crate) fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
     let ns: String = r.try_get("", "namespace").map_err(db_error)?;
     let key: String = r.try_get("", "key").map_err(db_error)?;
     Ok(QuarantineEntry {
@@ -938,6 +947,23 @@ impl Store {
             .await
             .map_err(db_error)?;
         rows.iter().map(decode_quarantine).collect()
+    }
+}
+
+#[cfg(test)]
+mod epoch_parts_tests {
+    use super::epoch_parts;
+
+    #[test]
+    fn epoch_parts_split_the_packed_epoch_and_keep_its_order() {
+        assert_eq!(epoch_parts(12_884_901_891), (3, 3));
+        assert_eq!(epoch_parts((7 << 32) | 1), (7, 1));
+        let a = epoch_parts((3 << 32) | 9);
+        let b = epoch_parts(4 << 32 | 1);
+        assert!(
+            a < b,
+            "a later lifetime orders after every epoch of an earlier one"
+        );
     }
 }
 

@@ -367,6 +367,13 @@ impl Store {
             let id = self
                 .insert_entry(&tx, key, session.active_leaf, &entry, now)
                 .await?;
+            if let Some(outcome) =
+                crate::transcript::FinalizationOutcome::of_entry(entry.role, &entry.content)
+            {
+                // Counted in the transaction that records it: the metric is maintained at write
+                // time and never decreases when the session is deleted later.
+                self.bump_counter(&tx, outcome.counter()).await?;
+            }
             tx.execute_raw(self.stmt(
                 "UPDATE host_sessions SET active_leaf = $1, updated_at = $2 WHERE session_key = $3",
                 vec![id.into(), now.as_millis().into(), key.as_str().into()],

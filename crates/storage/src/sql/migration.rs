@@ -22,6 +22,8 @@ impl MigratorTrait for Migrator {
             Box::new(HostSessions),
             Box::new(LeaseEventLatency),
             Box::new(RenewalHotUpdates),
+            Box::new(FinalizationCounters),
+            Box::new(OperatorAudit),
         ]
     }
 }
@@ -314,6 +316,98 @@ impl MigrationTrait for RenewalHotUpdates {
             statements.push("ALTER TABLE binding_records RESET (fillfactor)".into());
         }
         run_all(manager, &statements).await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
+/// Finalization outcomes counted when their transcript record is appended (two rows of
+/// `tether_counters`), so the metric never decreases when a session is deleted and no scrape
+/// reads transcripts. The counters start from the records already stored.
+struct FinalizationCounters;
+
+impl MigrationName for FinalizationCounters {
+    fn name(&self) -> &str {
+        "m0005_finalization_counters"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for FinalizationCounters {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        // `substr`, not `LIKE`: SQLite's `LIKE` ignores ASCII case, PostgreSQL's does not.
+        let record = "role = 'system' AND substr(content, 1, 13) = 'finalization:'";
+        let succeeded = "substr(content, 1, 23) = 'finalization: succeeded'";
+        run_all(
+            manager,
+            &[
+                format!(
+                    "INSERT INTO tether_counters (name, value) SELECT 'finalizations_succeeded', \
+                     COUNT(*) FROM transcript_entries WHERE {record} AND {succeeded}"
+                ),
+                format!(
+                    "INSERT INTO tether_counters (name, value) SELECT 'finalizations_fell_back', \
+                     COUNT(*) FROM transcript_entries WHERE {record} AND NOT ({succeeded})"
+                ),
+            ],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["DELETE FROM tether_counters WHERE name IN ('finalizations_succeeded', 'finalizations_fell_back')".into()],
+        )
+        .await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
+/// The operators' audit trail: one row per action taken through the API or the CLI, written
+/// before the action runs (outcome `started`) and completed with its outcome afterwards, so no
+/// action goes unrecorded even when the process dies half-way.
+struct OperatorAudit;
+
+impl MigrationName for OperatorAudit {
+    fn name(&self) -> &str {
+        "m0006_operator_audit"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for OperatorAudit {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        let id = serial_id(manager.get_database_backend());
+        run_all(
+            manager,
+            &[
+                format!(
+                    "CREATE TABLE operator_audit (
+                        id {id},
+                        at BIGINT NOT NULL,
+                        actor TEXT NOT NULL,
+                        action TEXT NOT NULL,
+                        target TEXT NOT NULL,
+                        reason TEXT NOT NULL,
+                        outcome TEXT NOT NULL,
+                        detail TEXT,
+                        finished_at BIGINT
+                    )"
+                ),
+                "CREATE INDEX operator_audit_outcome ON operator_audit (action, outcome)".into(),
+            ],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(manager, &["DROP TABLE operator_audit".into()]).await
     }
 
     fn use_transaction(&self) -> Option<bool> {

@@ -28,14 +28,19 @@ pub use self::admin_read::{
     BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, SessionFilter,
     SessionPage, session_binding_keys,
 };
+pub use self::binding::epoch_parts;
 pub use self::clock::ServerClock;
 #[cfg(feature = "test-support")]
 pub use self::commit::CommitFault;
 #[cfg(feature = "test-support")]
 pub(crate) use self::commit::commit_failed;
 pub(crate) use self::commit::for_key;
+pub use self::operator::{
+    AuditEntry, AuditOutcome, AuditPage, FinalizationCounts, NewAuditEntry, QuarantineCursor,
+};
 pub use self::row_tx::SqlRowTransaction;
 mod migration;
+mod operator;
 
 use std::collections::HashMap;
 use std::fmt;
