@@ -6,6 +6,8 @@
 //! - `arch-check`: only the architecture check.
 //! - `codex-install`: the pinned Codex CLI into `.tether-cache/codex/` (for `tether-codex` tests).
 //! - `bench-report [--quick]`: every benchmark and scale harness, `target/bench-report.json`.
+//! - `faults [--quick]`: the resource-fault suite (disk full, read-only file system, PostgreSQL
+//!   backends terminated, connections refused, server restart) under the chaos workload.
 //!
 //! This crate has no dependencies so it builds first and fast.
 
@@ -18,6 +20,7 @@ mod arch;
 mod bench_report;
 mod chaos;
 mod codex;
+mod faults;
 mod ui_check;
 
 fn main() -> ExitCode {
@@ -26,6 +29,7 @@ fn main() -> ExitCode {
     let result = match task {
         "ci" => ci(),
         "chaos" => return chaos::main(&args[1..]),
+        "faults" => faults::faults(&args[1..]).map(|()| Summary::default()),
         "api-fuzz" => chaos::api_fuzz(&args[1..]).map(|()| Summary::default()),
         "arch-check" => arch::check().map(|()| Summary::default()),
         "codex-install" => codex::install().map(|()| Summary::default()),
@@ -66,6 +70,9 @@ fn usage() {
          codex-install  install the pinned Codex CLI with npm into .tether-cache/codex/\n  \
          openapi     write crates/admin-http/openapi.json; `--check` compares instead\n  \
          ui-check    screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)\n  \
+         faults      chaos workers and tether serve under disk full, a read-only file system,\n              \
+                     terminated backends, refused connections and a PostgreSQL restart (root;\n              \
+                     `--quick`: the short version ci runs; `--seconds S`, `--only KIND`)\n  \
          bench-report  run every benchmark and scale harness; write target/bench-report.json \
          (`--quick`: within 10 minutes)");
 }
@@ -119,6 +126,8 @@ fn ci() -> Result<Summary, String> {
     openapi(Some("--check"))?;
     let summary = test()?;
     chaos::ci()?;
+    say("==> faults --quick");
+    faults::ci()?;
     run(
         "doc",
         cargo()

@@ -131,10 +131,71 @@ enum Inject {
     AfterCommit,
 }
 
+/// The worker's outcome log (`--acks FILE`, used by `cargo xtask faults`): one line per
+/// operation, written only after the operation returned, so a line `ack` is a write the worker
+/// was told is committed. Lines: `ok <unix ms>`, `fail <unix ms> <class>`,
+/// `ack <unix ms> <key> <epoch> <writer> <seq>`. Kept outside the database's file system.
+#[derive(Clone)]
+pub(crate) struct Acks(Arc<std::sync::Mutex<std::fs::File>>);
+
+impl Acks {
+    pub(crate) fn open(path: &str) -> Result<Self, Error> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::other(format!("cannot open the ack log {path}: {e}")))?;
+        Ok(Self(Arc::new(std::sync::Mutex::new(file))))
+    }
+
+    fn line(&self, text: &str) {
+        use std::io::Write as _;
+        let line = format!("{text}\n");
+        // One write per line (O_APPEND): a SIGKILL never leaves half a line behind a whole one.
+        if let Ok(mut file) = self.0.lock()
+            && let Err(e) = file.write_all(line.as_bytes())
+        {
+            tracing::warn!(error = %e, "cannot write the ack log");
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// A short class of an operation's error, for the ack log.
+fn class(error: &Error) -> &'static str {
+    if error.is_outcome_unknown() {
+        "unknown"
+    } else if error.is_busy() {
+        "busy"
+    } else if error.is_lost_lease() {
+        "lost-lease"
+    } else if error.is_retryable() {
+        "unavailable"
+    } else if matches!(
+        error,
+        Error::Store {
+            kind: tether_core::StoreErrorKind::Unusable { .. }
+        }
+    ) {
+        "unusable"
+    } else if error.to_string().contains("fence refused") {
+        "fenced"
+    } else {
+        "other"
+    }
+}
+
 /// One worker's state.
 pub(crate) struct Worker {
     store: Store,
     name: String,
+    acks: Option<Acks>,
     lc: Lifecycle<JsonObjectCodec>,
     registry: Arc<HarnessRegistry>,
     rng: Rng,
@@ -174,7 +235,14 @@ impl Worker {
             rng: Rng::seeded(name.len() as u64),
             seq: 0,
             sessions: 0,
+            acks: None,
         })
+    }
+
+    /// Logs every operation's outcome to `acks`.
+    pub(crate) fn with_acks(mut self, acks: Acks) -> Self {
+        self.acks = Some(acks);
+        self
     }
 
     /// Loops until `deadline`; returns the number of operations attempted.
@@ -194,8 +262,19 @@ impl Worker {
                     self.session_op(rewind, Inject::AfterCommit).await
                 }
             };
+            match (&result, &self.acks) {
+                (Ok(()), Some(acks)) => acks.line(&format!("ok {}", unix_ms())),
+                (Err(error), Some(acks)) => {
+                    acks.line(&format!("fail {} {}", unix_ms(), class(error)));
+                }
+                (_, None) => {}
+            }
             if let Err(error) = result {
                 tracing::debug!(worker = %self.name, error = %error, "chaos operation failed");
+                if self.acks.is_some() {
+                    // Under resource faults most operations fail at once: do not spin.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
             ops += 1;
         }
@@ -215,12 +294,16 @@ impl Worker {
         let key = lease_key(self.rng.below(KEYS as u64) as usize);
         self.seq += 1;
         let (seq, name, store, lc) = (self.seq, self.name.clone(), &self.store, &self.lc);
+        let acks = self.acks.clone();
         let key_ref = &key;
         lc.with_lease(key_ref, LeaseOptions::default(), |guard| async move {
             let epoch = guard.epoch().get();
             // Hold the lease a little so that contention and kills overlap.
             tokio::time::sleep(Duration::from_millis(5)).await;
             fence_and_log(store, key_ref, epoch, &name, seq).await?;
+            if let Some(acks) = &acks {
+                acks.line(&format!("ack {} {key_ref} {epoch} {name} {seq}", unix_ms()));
+            }
             lc.transact(key_ref, TransactOptions::default(), |current, _| {
                 let mut next = current.cloned().unwrap_or_default();
                 next.insert("writer".into(), json!(name));

@@ -1,0 +1,727 @@
+//! `cargo xtask faults [--quick] [--seconds S] [--processes N] [--only KIND]`: the resource-fault
+//! suite. Chaos workers (binary `chaos_worker` of `tether-benches`, the workload and write-log
+//! checker of `cargo xtask chaos`) and one `tether serve` share a database while this task
+//! breaks the resources under them, without restarting any of them:
+//!
+//! - `disk-full` (SQLite): the database lives on a small tmpfs the task mounts; a filler file
+//!   takes every free byte for a while and is deleted again, several times;
+//! - `read-only` (SQLite): the database lives on a small ext4 image the task mounts with
+//!   `errors=remount-ro`; midway the task raises a file-system error, and the kernel turns the
+//!   file system read-only under the open files, as it does in production;
+//! - `postgres`: on a fresh database, the task terminates every backend (`pg_terminate_backend`),
+//!   refuses connections for a while (`ALLOW_CONNECTIONS false`), and restarts the server
+//!   (`pg_ctlcluster … restart`).
+//!
+//! Every worker logs each outcome to an ack log outside the database's file system. Afterwards
+//! the checker verifies the chaos invariants (one writer per lease epoch, no stale epoch, no lost
+//! binding, no half-applied deletion or reset, unknown outcomes quarantined) and: every
+//! acknowledged write is in the database, no write half-applied (fence and log disagree),
+//! `PRAGMA integrity_check` ok. The task itself checks that every worker and the service ran to
+//! the end without a restart, that workers succeeded again after each recoverable fault (and how
+//! long that took), and that `/readyz` answered 200 again. Needs root (mounts, the server
+//! restart); elsewhere it says what it skipped.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, sleep};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::chaos::{Rng, output, worker_binary};
+use crate::{cargo, run, say};
+
+struct Options {
+    quick: bool,
+    seconds: u64,
+    processes: usize,
+    only: Option<String>,
+}
+
+const KINDS: [&str; 3] = ["disk-full", "read-only", "postgres"];
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let quick = args.iter().any(|a| a == "--quick");
+    let number = |name: &str, default: u64| -> Result<u64, String> {
+        value(name).map_or(Ok(default), |v| {
+            v.parse()
+                .map_err(|_| format!("{name} needs a number, got `{v}`"))
+        })
+    };
+    let only = value("--only");
+    if let Some(kind) = &only
+        && !KINDS.contains(&kind.as_str())
+    {
+        return Err(format!("--only must be one of {KINDS:?}, not `{kind}`"));
+    }
+    Ok(Options {
+        quick,
+        seconds: number("--seconds", if quick { 20 } else { 60 })?.max(10),
+        processes: usize::try_from(number("--processes", 3)?.max(1)).unwrap_or(3),
+        only,
+    })
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+pub(crate) fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|euid| euid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Runs a command quietly; its stderr in the error.
+fn quiet(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {program}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{program} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// One fault: when it started and ended (ms since the Unix epoch; `end` = `None` when the
+/// fault is never lifted), and whether workers must recover from it without a restart.
+struct Window {
+    what: &'static str,
+    start: u128,
+    end: Option<u128>,
+}
+
+/// What one phase measured.
+pub(crate) struct Phase {
+    kind: &'static str,
+    backend: &'static str,
+    seconds: u64,
+    ops: u64,
+    failed: u64,
+    acks: u64,
+    quarantined: usize,
+    faults: usize,
+    failed_during_faults: u64,
+    violations: Vec<String>,
+    worst_recovery_ms: Option<u128>,
+    worst_ready_ms: Option<u128>,
+    checker: String,
+}
+
+/// A scratch folder removed on drop.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(what: &str) -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "tether-faults-{what}-{}-{}",
+            std::process::id(),
+            Rng::new().below(1 << 40)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        Ok(Self(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A file system the task mounted, unmounted on drop (lazily if something still holds it).
+struct Mount(PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let path = self.0.display().to_string();
+        if quiet("umount", &[&path]).is_err() {
+            let _ = quiet("umount", &["-l", &path]);
+        }
+    }
+}
+
+/// Polls `/readyz` of the service every 250 ms: (ms since the epoch, HTTP status or 0).
+struct Readiness {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<(u128, u16)>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+fn readyz(addr: &str) -> u16 {
+    let Ok(parsed) = addr.parse() else { return 0 };
+    let Ok(mut stream) = TcpStream::connect_timeout(&parsed, Duration::from_secs(2)) else {
+        return 0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
+    let request = format!("GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return 0;
+    }
+    let mut head = [0u8; 12];
+    if stream.read_exact(&mut head).is_err() {
+        return 0;
+    }
+    std::str::from_utf8(&head[9..12])
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Readiness {
+    fn start(addr: String) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (stop2, seen2) = (stop.clone(), seen.clone());
+        let thread = thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                let status = readyz(&addr);
+                if let Ok(mut seen) = seen2.lock() {
+                    seen.push((now_ms(), status));
+                }
+                sleep(Duration::from_millis(250));
+            }
+        });
+        Self {
+            stop,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn finish(mut self) -> Vec<(u128, u16)> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+}
+
+/// The workers and the service of one phase.
+struct Workload {
+    bin: PathBuf,
+    url: String,
+    acks: PathBuf,
+    workers: Vec<Child>,
+    service: Child,
+    readiness: Readiness,
+}
+
+impl Workload {
+    fn start(
+        bin: &Path,
+        tether: &Path,
+        url: &str,
+        acks: &Path,
+        options: &Options,
+    ) -> Result<Self, String> {
+        output(Command::new(bin).args(["setup", "--url", url]))?;
+        let mut workers = Vec::new();
+        for i in 0..options.processes {
+            let log = acks.join(format!("w{i}.acks"));
+            let child = Command::new(bin)
+                .args(["run", "--url", url, "--name", &format!("w{i}"), "--seconds"])
+                .arg(options.seconds.to_string())
+                .arg("--acks")
+                .arg(&log)
+                .stdout(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("cannot start chaos worker w{i}: {e}"))?;
+            workers.push(child);
+        }
+        let port = 20_000 + Rng::new().below(20_000);
+        let bind = format!("127.0.0.1:{port}");
+        let service = Command::new(tether)
+            .args(["serve", "--database-url", url, "--bind", &bind])
+            .env("TETHER_ADMIN_TOKEN", "faults-admin-token")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start tether serve: {e}"))?;
+        Ok(Self {
+            bin: bin.to_owned(),
+            url: url.to_owned(),
+            acks: acks.to_owned(),
+            workers,
+            service,
+            readiness: Readiness::start(bind),
+        })
+    }
+
+    /// Waits for the workers' deadline, stops the service, and reads what happened.
+    fn finish(
+        mut self,
+        kind: &'static str,
+        backend: &'static str,
+        options: &Options,
+        windows: &[Window],
+        before_check: impl FnOnce() -> Result<(), String>,
+    ) -> Result<Phase, String> {
+        let mut violations = Vec::new();
+        for (i, worker) in self.workers.iter_mut().enumerate() {
+            match worker.wait() {
+                Ok(status) if status.success() => {}
+                Ok(status) => violations.push(format!("worker w{i} ended with {status}")),
+                Err(e) => violations.push(format!("worker w{i}: {e}")),
+            }
+        }
+        let seen = self.readiness.finish();
+        match self.service.try_wait() {
+            Ok(None) => {
+                let _ = self.service.kill();
+                let _ = self.service.wait();
+            }
+            Ok(Some(status)) => violations.push(format!("tether serve exited ({status})")),
+            Err(e) => violations.push(format!("tether serve: {e}")),
+        }
+        before_check()?;
+
+        // The ack logs: outcomes in time, for the faults' effect and the recovery times.
+        let mut outcomes: Vec<(u128, bool, String)> = Vec::new();
+        for i in 0..options.processes {
+            let path = self.acks.join(format!("w{i}.acks"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            for line in text.lines() {
+                let mut fields = line.split(' ');
+                let (tag, at) = (fields.next(), fields.next().and_then(|t| t.parse().ok()));
+                match (tag, at) {
+                    (Some("ok"), Some(at)) => outcomes.push((at, true, format!("w{i}"))),
+                    (Some("fail"), Some(at)) => outcomes.push((at, false, format!("w{i}"))),
+                    _ => {}
+                }
+            }
+        }
+        let ops = outcomes.len() as u64;
+        let failed = outcomes.iter().filter(|(_, ok, _)| !ok).count() as u64;
+        let failed_during_faults = outcomes
+            .iter()
+            .filter(|(at, ok, _)| {
+                !ok && windows
+                    .iter()
+                    .any(|w| *at >= w.start && w.end.is_none_or(|end| *at <= end + 1_000))
+            })
+            .count() as u64;
+        let mut worst_recovery_ms = None;
+        let mut worst_ready_ms = None;
+        for window in windows {
+            let Some(end) = window.end else { continue };
+            // Every worker succeeds again after the fault is lifted.
+            for i in 0..options.processes {
+                let name = format!("w{i}");
+                match outcomes
+                    .iter()
+                    .filter(|(at, ok, who)| *ok && *at > end && *who == name)
+                    .map(|(at, _, _)| *at)
+                    .min()
+                {
+                    Some(at) => {
+                        worst_recovery_ms = Some(worst_recovery_ms.unwrap_or(0).max(at - end));
+                    }
+                    None => violations.push(format!(
+                        "worker {name} never succeeded again after {} ended",
+                        window.what
+                    )),
+                }
+            }
+            match seen.iter().find(|(at, status)| *at > end && *status == 200) {
+                Some((at, _)) => worst_ready_ms = Some(worst_ready_ms.unwrap_or(0).max(at - end)),
+                None => violations.push(format!(
+                    "/readyz never answered 200 again after {} ended",
+                    window.what
+                )),
+            }
+        }
+        if windows.iter().all(|w| w.end.is_some())
+            && seen.last().is_none_or(|(_, status)| *status != 200)
+        {
+            violations.push(format!(
+                "/readyz did not answer 200 at the end (last: {:?})",
+                seen.last()
+            ));
+        }
+
+        let out = Command::new(&self.bin)
+            .args(["check", "--url", &self.url, "--kills", "0", "--acks"])
+            .arg(&self.acks)
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| format!("chaos_worker check: {e}"))?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        for line in text.lines() {
+            say(&format!("    {line}"));
+            if let Some(v) = line.strip_prefix("violation: ") {
+                violations.push(v.to_owned());
+            }
+        }
+        if !text.lines().last().is_some_and(|l| l.starts_with("chaos: ")) {
+            return Err(format!("the checker failed ({})", out.status));
+        }
+        let acks = text
+            .lines()
+            .find_map(|l| l.strip_prefix("acks: "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let quarantined = text
+            .lines()
+            .filter(|l| l.starts_with("quarantined after an unknown outcome"))
+            .count();
+        Ok(Phase {
+            kind,
+            backend,
+            seconds: options.seconds,
+            ops,
+            failed,
+            acks,
+            quarantined,
+            faults: windows.len(),
+            failed_during_faults,
+            violations,
+            worst_recovery_ms,
+            worst_ready_ms,
+            checker: text.lines().last().unwrap_or_default().to_owned(),
+        })
+    }
+}
+
+/// Fills the file system at `dir` with one file until it refuses another byte.
+fn fill(dir: &Path) -> Result<u64, String> {
+    let path = dir.join("filler");
+    let mut file =
+        std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let chunk = vec![0x5a_u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(_) => break,
+        }
+    }
+    // The last partial pages too.
+    while file.write(&chunk[..512]).is_ok_and(|n| n > 0) {
+        written += 512;
+    }
+    Ok(written)
+}
+
+/// Sleeps until `deadline`, or not at all when it is past.
+fn sleep_until(deadline: Instant) {
+    sleep(deadline.saturating_duration_since(Instant::now()));
+}
+
+fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, String> {
+    let scratch = Scratch::new("disk-full")?;
+    let mnt = scratch.0.join("tmpfs");
+    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+    let mnt_s = mnt.display().to_string();
+    quiet("mount", &["-t", "tmpfs", "-o", "size=24m", "tmpfs", &mnt_s])?;
+    let mount = Mount(mnt.clone());
+    let acks = scratch.0.join("acks");
+    std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
+    let url = format!("sqlite://{}/chaos.db?mode=rwc", mnt.display());
+    say(&format!(
+        "==> faults disk-full: {} workers and tether serve on SQLite on a 24 MiB tmpfs, {} s",
+        options.processes, options.seconds
+    ));
+    let start = Instant::now();
+    let workload = Workload::start(bin, tether, &url, &acks, options)?;
+    let deadline = start + Duration::from_secs(options.seconds);
+    let hold = Duration::from_secs(if options.quick { 2 } else { 3 });
+    let mut windows = Vec::new();
+    let mut at = start + Duration::from_secs(3);
+    while at + hold + Duration::from_secs(4) < deadline {
+        sleep_until(at);
+        let begin = now_ms();
+        let bytes = fill(&mnt)?;
+        sleep(hold);
+        std::fs::remove_file(mnt.join("filler")).map_err(|e| format!("free: {e}"))?;
+        windows.push(Window {
+            what: "disk full",
+            start: begin,
+            end: Some(now_ms()),
+        });
+        say(&format!(
+            "    disk full for {hold:?} ({} KiB filler), then freed",
+            bytes / 1024
+        ));
+        at += Duration::from_secs(if options.quick { 6 } else { 8 });
+    }
+    let phase = workload.finish("disk-full", "SQLite", options, &windows, || Ok(()))?;
+    drop(mount);
+    Ok(phase)
+}
+
+fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, String> {
+    let scratch = Scratch::new("read-only")?;
+    let image = scratch.0.join("ext4.img");
+    let image_s = image.display().to_string();
+    let mnt = scratch.0.join("ext4");
+    std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
+    let mnt_s = mnt.display().to_string();
+    quiet("truncate", &["-s", "64M", &image_s])?;
+    quiet("mkfs.ext4", &["-q", "-F", &image_s])?;
+    quiet("mount", &["-o", "loop,errors=remount-ro", &image_s, &mnt_s])?;
+    let mount = Mount(mnt.clone());
+    let device = quiet("findmnt", &["-no", "SOURCE", &mnt_s])?;
+    let device = device.trim().rsplit('/').next().unwrap_or_default().to_owned();
+    let trigger = PathBuf::from(format!("/sys/fs/ext4/{device}/trigger_fs_error"));
+    if !trigger.exists() {
+        return Err(format!(
+            "{} is missing: the kernel cannot raise an ext4 error on demand",
+            trigger.display()
+        ));
+    }
+    let acks = scratch.0.join("acks");
+    std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
+    let url = format!("sqlite://{}/chaos.db?mode=rwc", mnt.display());
+    say(&format!(
+        "==> faults read-only: {} workers and tether serve on SQLite on an ext4 image \
+         (errors=remount-ro), {} s; the file system turns read-only midway",
+        options.processes, options.seconds
+    ));
+    let start = Instant::now();
+    let workload = Workload::start(bin, tether, &url, &acks, options)?;
+    sleep_until(start + Duration::from_secs(options.seconds / 2));
+    let begin = now_ms();
+    std::fs::write(&trigger, "1").map_err(|e| format!("{}: {e}", trigger.display()))?;
+    let options_now = quiet("findmnt", &["-no", "OPTIONS", &mnt_s])?;
+    say(&format!(
+        "    ext4 error raised; mount options now {}",
+        options_now.trim()
+    ));
+    if !options_now.trim().split(',').any(|o| o == "ro" || o == "emergency_ro") {
+        return Err(format!(
+            "the file system did not turn read-only: {}",
+            options_now.trim()
+        ));
+    }
+    // A file system the kernel made read-only cannot be made writable again while files are
+    // open on it: the fault is not lifted during the run.
+    let windows = [Window {
+        what: "read-only file system",
+        start: begin,
+        end: None,
+    }];
+    let repair = || {
+        // The operator's repair: unmount, e2fsck, mount again (the checker needs to write).
+        drop(mount);
+        let fsck = Command::new("e2fsck")
+            .args(["-fy", &image_s])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run e2fsck: {e}"))?;
+        // 0: clean, 1: errors corrected.
+        if !matches!(fsck.code(), Some(0 | 1)) {
+            return Err(format!("e2fsck could not repair the image ({fsck})"));
+        }
+        quiet("mount", &["-o", "loop", &image_s, &mnt_s])?;
+        Ok(())
+    };
+    let phase = workload.finish("read-only", "SQLite", options, &windows, repair);
+    let _ = quiet("umount", &[&mnt_s]);
+    phase
+}
+
+/// The PostgreSQL cluster to restart: `TETHER_PG_CLUSTER` ("15 main"), or the first one
+/// `pg_lsclusters` lists.
+fn pg_cluster() -> Option<(String, String)> {
+    let text = std::env::var("TETHER_PG_CLUSTER")
+        .ok()
+        .or_else(|| quiet("pg_lsclusters", &["-h"]).ok())?;
+    let mut fields = text.lines().next()?.split_whitespace();
+    Some((fields.next()?.to_owned(), fields.next()?.to_owned()))
+}
+
+/// Makes the database accept connections again whatever happened.
+struct AllowAgain<'a> {
+    bin: &'a Path,
+    url: &'a str,
+}
+
+impl Drop for AllowAgain<'_> {
+    fn drop(&mut self) {
+        let _ = output(Command::new(self.bin).args([
+            "pg-allow", "--url", self.url, "--allow", "true",
+        ]));
+    }
+}
+
+fn postgres(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, String> {
+    let printed = output(Command::new(bin).arg("pg-create"))?;
+    let url = printed
+        .lines()
+        .last()
+        .map(str::trim)
+        .filter(|l| l.starts_with("postgres"))
+        .ok_or_else(|| format!("pg-create printed no URL (is PostgreSQL running?): {printed}"))?
+        .to_owned();
+    let result = postgres_on(bin, tether, &url, options);
+    if let Err(e) = output(Command::new(bin).args(["pg-drop", "--url", &url])) {
+        say(&format!("    could not drop the chaos database: {e}"));
+    }
+    result
+}
+
+fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Result<Phase, String> {
+    let scratch = Scratch::new("postgres")?;
+    let acks = scratch.0.join("acks");
+    std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
+    let cluster = pg_cluster();
+    say(&format!(
+        "==> faults postgres: {} workers and tether serve on a fresh PostgreSQL database, {} s",
+        options.processes, options.seconds
+    ));
+    let start = Instant::now();
+    let workload = Workload::start(bin, tether, url, &acks, options)?;
+    let _allow = AllowAgain { bin, url };
+    let deadline = start + Duration::from_secs(options.seconds);
+    let mut windows = Vec::new();
+    let mut at = start + Duration::from_secs(3);
+    let mut round = 0usize;
+    while at + Duration::from_secs(6) <= deadline {
+        sleep_until(at);
+        let begin = now_ms();
+        let what = match round % 3 {
+            0 => {
+                let said = output(Command::new(bin).args(["pg-terminate", "--url", url]))?;
+                say(&format!("    {}", said.trim()));
+                "backends terminated"
+            }
+            1 => {
+                output(Command::new(bin).args(["pg-allow", "--url", url, "--allow", "false"]))?;
+                sleep(Duration::from_secs(3));
+                output(Command::new(bin).args(["pg-allow", "--url", url, "--allow", "true"]))?;
+                say("    connections refused for 3 s");
+                "connections refused"
+            }
+            _ => {
+                let Some((version, name)) = &cluster else {
+                    say("    no pg_ctlcluster cluster found: server restart skipped");
+                    round += 1;
+                    continue;
+                };
+                quiet("pg_ctlcluster", &[version, name, "restart"])?;
+                say(&format!("    server restarted (cluster {version} {name})"));
+                "server restart"
+            }
+        };
+        windows.push(Window {
+            what,
+            start: begin,
+            end: Some(now_ms()),
+        });
+        round += 1;
+        at += Duration::from_secs(if options.quick { 5 } else { 9 });
+    }
+    workload.finish("postgres", "PostgreSQL", options, &windows, || Ok(()))
+}
+
+/// `cargo xtask faults`: `Ok` only when every phase ran without a violation.
+pub(crate) fn faults(args: &[String]) -> Result<(), String> {
+    let options = parse(args)?;
+    if !is_root() {
+        say(
+            "faults: skipped: the suite mounts file systems and restarts PostgreSQL, which needs \
+             root (run it as root, as `cargo xtask ci` does on CI)",
+        );
+        return Ok(());
+    }
+    run(
+        "build chaos_worker and tether",
+        cargo().args([
+            "build",
+            "-p",
+            "tether-benches",
+            "--bin",
+            "chaos_worker",
+            "-p",
+            "tether-admin-http",
+            "--bin",
+            "tether",
+        ]),
+    )?;
+    let bin = worker_binary();
+    let tether = bin.with_file_name("tether");
+    let wanted = |kind: &str| options.only.as_deref().is_none_or(|only| only == kind);
+    let mut phases = Vec::new();
+    if wanted("disk-full") {
+        phases.push(disk_full(&bin, &tether, &options)?);
+    }
+    if wanted("read-only") {
+        phases.push(read_only(&bin, &tether, &options)?);
+    }
+    if wanted("postgres") {
+        phases.push(postgres(&bin, &tether, &options)?);
+    }
+    say(
+        "faults: kind | backend | s | ops (failed) | acked writes | lease keys quarantined | \
+         faults | failed ops during faults | worst worker recovery | worst /readyz recovery | \
+         violations",
+    );
+    let mut total = 0;
+    for p in &phases {
+        let ms = |v: Option<u128>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
+        say(&format!(
+            "faults: {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {}",
+            p.kind,
+            p.backend,
+            p.seconds,
+            p.ops,
+            p.failed,
+            p.acks,
+            p.quarantined,
+            p.faults,
+            p.failed_during_faults,
+            ms(p.worst_recovery_ms),
+            ms(p.worst_ready_ms),
+            p.violations.len()
+        ));
+        say(&format!("        checker: {}", p.checker));
+        for v in &p.violations {
+            say(&format!("        violation: {v}"));
+        }
+        if p.faults > 0 && p.failed_during_faults == 0 {
+            say(&format!(
+                "        note: no operation failed during the {} faults",
+                p.kind
+            ));
+        }
+        total += p.violations.len();
+    }
+    if total == 0 {
+        Ok(())
+    } else {
+        Err(format!("{total} violations"))
+    }
+}
+
+/// The `ci` step: the short version.
+pub(crate) fn ci() -> Result<(), String> {
+    faults(&["--quick".to_owned()])
+}
