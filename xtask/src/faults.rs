@@ -123,6 +123,7 @@ pub(crate) struct Phase {
     failed: u64,
     acks: u64,
     quarantined: usize,
+    released: usize,
     faults: usize,
     failed_during_faults: u64,
     violations: Vec<String>,
@@ -164,6 +165,9 @@ impl Drop for Mount {
     }
 }
 
+/// The admin token of the service the task starts (a throwaway value for a local service).
+const ADMIN_TOKEN: &str = "faults-admin-token";
+
 /// Polls `/readyz` of the service every 250 ms: (ms since the epoch, HTTP status or 0).
 struct Readiness {
     stop: Arc<AtomicBool>,
@@ -172,12 +176,23 @@ struct Readiness {
 }
 
 fn readyz(addr: &str) -> u16 {
+    http(addr, "GET", "/readyz", "")
+}
+
+/// One HTTP/1.1 request to the service with the admin token; the response status, 0 when
+/// there was no answer.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> u16 {
     let Ok(parsed) = addr.parse() else { return 0 };
     let Ok(mut stream) = TcpStream::connect_timeout(&parsed, Duration::from_secs(2)) else {
         return 0;
     };
     let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
-    let request = format!("GET /readyz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Authorization: Bearer {ADMIN_TOKEN}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     if stream.write_all(request.as_bytes()).is_err() {
         return 0;
     }
@@ -228,7 +243,10 @@ struct Workload {
     acks: PathBuf,
     workers: Vec<Child>,
     service: Child,
+    addr: String,
     readiness: Readiness,
+    /// Lease keys the operator released through the service, and when.
+    released: Vec<(String, u128)>,
 }
 
 impl Workload {
@@ -257,7 +275,7 @@ impl Workload {
         let bind = format!("127.0.0.1:{port}");
         let service = Command::new(tether)
             .args(["serve", "--database-url", url, "--bind", &bind])
-            .env("TETHER_ADMIN_TOKEN", "faults-admin-token")
+            .env("TETHER_ADMIN_TOKEN", ADMIN_TOKEN)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -268,8 +286,34 @@ impl Workload {
             acks: acks.to_owned(),
             workers,
             service,
+            addr: bind.clone(),
             readiness: Readiness::start(bind),
+            released: Vec::new(),
         })
+    }
+
+    /// The operator's step after faults that left lease keys quarantined: release each
+    /// through the running service (`POST /v1/quarantine/{ns}/{key}/release`).
+    fn release_quarantined(&mut self) -> Result<(), String> {
+        for i in 0..4 {
+            let key = format!("conversation:chaos-k{i}");
+            let status = http(
+                &self.addr,
+                "POST",
+                &format!("/v1/quarantine/chaos-leases/{key}/release"),
+                r#"{"reason":"faults: the operator checked the row after the disk was freed"}"#,
+            );
+            match status {
+                200 => self.released.push((key, now_ms())),
+                404 => {}
+                other => return Err(format!("releasing {key} answered {other}")),
+            }
+        }
+        say(&format!(
+            "    operator released {} quarantined lease keys through the service",
+            self.released.len()
+        ));
+        Ok(())
     }
 
     /// Waits for the workers' deadline, stops the service, and reads what happened.
@@ -313,6 +357,26 @@ impl Workload {
                     (Some("fail"), Some(at)) => outcomes.push((at, false, format!("w{i}"))),
                     _ => {}
                 }
+            }
+        }
+        // Every released key is written again by some worker.
+        for (key, at) in &self.released {
+            let written_again = (0..options.processes).any(|i| {
+                std::fs::read_to_string(self.acks.join(format!("w{i}.acks")))
+                    .unwrap_or_default()
+                    .lines()
+                    .any(|l| {
+                        let f: Vec<&str> = l.split(' ').collect();
+                        f.len() == 6
+                            && f[0] == "ack"
+                            && f[2] == key
+                            && f[1].parse::<u128>().is_ok_and(|t| t > *at)
+                    })
+            });
+            if !written_again {
+                violations.push(format!(
+                    "lease key {key} was released but no worker wrote it again"
+                ));
             }
         }
         let ops = outcomes.len() as u64;
@@ -377,7 +441,11 @@ impl Workload {
                 violations.push(v.to_owned());
             }
         }
-        if !text.lines().last().is_some_and(|l| l.starts_with("chaos: ")) {
+        if !text
+            .lines()
+            .last()
+            .is_some_and(|l| l.starts_with("chaos: "))
+        {
             return Err(format!("the checker failed ({})", out.status));
         }
         let acks = text
@@ -398,6 +466,7 @@ impl Workload {
             failed,
             acks,
             quarantined,
+            released: self.released.len(),
             faults: windows.len(),
             failed_during_faults,
             violations,
@@ -411,8 +480,7 @@ impl Workload {
 /// Fills the file system at `dir` with one file until it refuses another byte.
 fn fill(dir: &Path) -> Result<u64, String> {
     let path = dir.join("filler");
-    let mut file =
-        std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let chunk = vec![0x5a_u8; 64 * 1024];
     let mut written = 0u64;
     loop {
@@ -454,7 +522,7 @@ fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
     let hold = Duration::from_secs(if options.quick { 2 } else { 3 });
     let mut windows = Vec::new();
     let mut at = start + Duration::from_secs(3);
-    while at + hold + Duration::from_secs(4) < deadline {
+    while at + hold + Duration::from_secs(6) < deadline {
         sleep_until(at);
         let begin = now_ms();
         let bytes = fill(&mnt)?;
@@ -471,6 +539,9 @@ fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
         ));
         at += Duration::from_secs(if options.quick { 6 } else { 8 });
     }
+    sleep(Duration::from_secs(1));
+    let mut workload = workload;
+    workload.release_quarantined()?;
     let phase = workload.finish("disk-full", "SQLite", options, &windows, || Ok(()))?;
     drop(mount);
     Ok(phase)
@@ -488,7 +559,12 @@ fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
     quiet("mount", &["-o", "loop,errors=remount-ro", &image_s, &mnt_s])?;
     let mount = Mount(mnt.clone());
     let device = quiet("findmnt", &["-no", "SOURCE", &mnt_s])?;
-    let device = device.trim().rsplit('/').next().unwrap_or_default().to_owned();
+    let device = device
+        .trim()
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     let trigger = PathBuf::from(format!("/sys/fs/ext4/{device}/trigger_fs_error"));
     if !trigger.exists() {
         return Err(format!(
@@ -514,7 +590,11 @@ fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
         "    ext4 error raised; mount options now {}",
         options_now.trim()
     ));
-    if !options_now.trim().split(',').any(|o| o == "ro" || o == "emergency_ro") {
+    if !options_now
+        .trim()
+        .split(',')
+        .any(|o| o == "ro" || o == "emergency_ro")
+    {
         return Err(format!(
             "the file system did not turn read-only: {}",
             options_now.trim()
@@ -566,9 +646,8 @@ struct AllowAgain<'a> {
 
 impl Drop for AllowAgain<'_> {
     fn drop(&mut self) {
-        let _ = output(Command::new(self.bin).args([
-            "pg-allow", "--url", self.url, "--allow", "true",
-        ]));
+        let _ =
+            output(Command::new(self.bin).args(["pg-allow", "--url", self.url, "--allow", "true"]));
     }
 }
 
@@ -680,7 +759,7 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
         phases.push(postgres(&bin, &tether, &options)?);
     }
     say(
-        "faults: kind | backend | s | ops (failed) | acked writes | lease keys quarantined | \
+        "faults: kind | backend | s | ops (failed) | acked writes | lease keys still quarantined / released | \
          faults | failed ops during faults | worst worker recovery | worst /readyz recovery | \
          violations",
     );
@@ -688,7 +767,7 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
     for p in &phases {
         let ms = |v: Option<u128>| v.map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms"));
         say(&format!(
-            "faults: {} | {} | {} | {} ({}) | {} | {} | {} | {} | {} | {} | {}",
+            "faults: {} | {} | {} | {} ({}) | {} | {} / {} | {} | {} | {} | {} | {}",
             p.kind,
             p.backend,
             p.seconds,
@@ -696,6 +775,7 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
             p.failed,
             p.acks,
             p.quarantined,
+            p.released,
             p.faults,
             p.failed_during_faults,
             ms(p.worst_recovery_ms),

@@ -290,7 +290,12 @@ pub(crate) async fn check_faults(
     // A lease key the lifecycle quarantined: in custody of a worker that was told an outcome
     // was unknown (the lifecycle quarantines exactly such keys).
     let mut quarantined = Vec::new();
-    for row in rows(store, "SELECT namespace, key, reason, custody FROM quarantined_keys").await? {
+    for row in rows(
+        store,
+        "SELECT namespace, key, reason, custody FROM quarantined_keys",
+    )
+    .await?
+    {
         let (ns, key, reason): (String, String, String) = (
             get(&row, "namespace")?,
             get(&row, "key")?,

@@ -201,6 +201,10 @@ pub(crate) struct Worker {
     rng: Rng,
     seq: u64,
     sessions: u64,
+    /// Lease keys this process saw durably quarantined after an unknown outcome: when an
+    /// operator releases the record, the worker lifts its in-process block
+    /// (`Lifecycle::unblock`), as a harness must.
+    quarantined: std::collections::HashSet<BindingKey>,
 }
 
 impl Worker {
@@ -236,6 +240,7 @@ impl Worker {
             seq: 0,
             sessions: 0,
             acks: None,
+            quarantined: std::collections::HashSet::new(),
         })
     }
 
@@ -289,9 +294,29 @@ impl Worker {
         }
     }
 
-    /// Acquires a lease on a random key and writes through it to the fenced log.
+    /// [`Worker::fenced_write`] on a random key; a key blocked after an unknown outcome is
+    /// unblocked once an operator released the quarantine record this worker saw.
     async fn fenced_write(&mut self) -> Result<(), Error> {
         let key = lease_key(self.rng.below(KEYS as u64) as usize);
+        if self.quarantined.contains(&key)
+            && self.store.quarantined(&lease_ns(), &key).await?.is_none()
+        {
+            self.quarantined.remove(&key);
+            self.lc.unblock(&key);
+        }
+        let result = self.fenced_write_on(&key).await;
+        if let Err(error) = &result
+            && error.is_outcome_unknown()
+            && self.store.quarantined(&lease_ns(), &key).await?.is_some()
+        {
+            self.quarantined.insert(key);
+        }
+        result
+    }
+
+    /// Acquires the lease of `key` and writes through it to the fenced log.
+    async fn fenced_write_on(&mut self, key: &BindingKey) -> Result<(), Error> {
+        let key = key.clone();
         self.seq += 1;
         let (seq, name, store, lc) = (self.seq, self.name.clone(), &self.store, &self.lc);
         let acks = self.acks.clone();
