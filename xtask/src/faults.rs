@@ -40,7 +40,7 @@ struct Options {
     only: Option<String>,
 }
 
-const KINDS: [&str; 3] = ["disk-full", "read-only", "postgres"];
+const KINDS: [&str; 4] = ["disk-full", "read-only", "postgres", "partition"];
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let value = |name: &str| {
@@ -112,6 +112,8 @@ struct Window {
     what: &'static str,
     start: u128,
     end: Option<u128>,
+    /// The worker the fault cut off, when it hit one worker.
+    of: Option<&'static str>,
 }
 
 /// What one phase measured.
@@ -129,6 +131,8 @@ pub(crate) struct Phase {
     violations: Vec<String>,
     worst_recovery_ms: Option<u128>,
     worst_ready_ms: Option<u128>,
+    /// For each cut of a lease holder's link: how long it took to learn it lost its lease.
+    learned_ms: Vec<u128>,
     checker: String,
 }
 
@@ -242,6 +246,7 @@ struct Workload {
     url: String,
     acks: PathBuf,
     workers: Vec<Child>,
+    names: Vec<String>,
     service: Child,
     addr: String,
     readiness: Readiness,
@@ -257,18 +262,41 @@ impl Workload {
         acks: &Path,
         options: &Options,
     ) -> Result<Self, String> {
+        let names: Vec<String> = (0..options.processes).map(|i| format!("w{i}")).collect();
+        Self::start_with(bin, tether, url, acks, options, &names, |_| None)
+    }
+
+    /// Starts the named workers; `inside(name)` gives a worker's network namespace and URL
+    /// when it runs in one.
+    fn start_with(
+        bin: &Path,
+        tether: &Path,
+        url: &str,
+        acks: &Path,
+        options: &Options,
+        names: &[String],
+        inside: impl Fn(&str) -> Option<(String, String)>,
+    ) -> Result<Self, String> {
         output(Command::new(bin).args(["setup", "--url", url]))?;
         let mut workers = Vec::new();
-        for i in 0..options.processes {
-            let log = acks.join(format!("w{i}.acks"));
-            let child = Command::new(bin)
-                .args(["run", "--url", url, "--name", &format!("w{i}"), "--seconds"])
+        for name in names {
+            let log = acks.join(format!("{name}.acks"));
+            let (mut cmd, worker_url) = match inside(name) {
+                Some((netns, worker_url)) => {
+                    let mut cmd = Command::new("ip");
+                    cmd.args(["netns", "exec", &netns]).arg(bin);
+                    (cmd, worker_url)
+                }
+                None => (Command::new(bin), url.to_owned()),
+            };
+            let child = cmd
+                .args(["run", "--url", &worker_url, "--name", name, "--seconds"])
                 .arg(options.seconds.to_string())
                 .arg("--acks")
                 .arg(&log)
                 .stdout(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("cannot start chaos worker w{i}: {e}"))?;
+                .map_err(|e| format!("cannot start chaos worker {name}: {e}"))?;
             workers.push(child);
         }
         let port = 20_000 + Rng::new().below(20_000);
@@ -285,6 +313,7 @@ impl Workload {
             url: url.to_owned(),
             acks: acks.to_owned(),
             workers,
+            names: names.to_vec(),
             service,
             addr: bind.clone(),
             readiness: Readiness::start(bind),
@@ -326,11 +355,11 @@ impl Workload {
         before_check: impl FnOnce() -> Result<(), String>,
     ) -> Result<Phase, String> {
         let mut violations = Vec::new();
-        for (i, worker) in self.workers.iter_mut().enumerate() {
+        for (name, worker) in self.names.iter().zip(self.workers.iter_mut()) {
             match worker.wait() {
                 Ok(status) if status.success() => {}
-                Ok(status) => violations.push(format!("worker w{i} ended with {status}")),
-                Err(e) => violations.push(format!("worker w{i}: {e}")),
+                Ok(status) => violations.push(format!("worker {name} ended with {status}")),
+                Err(e) => violations.push(format!("worker {name}: {e}")),
             }
         }
         let seen = self.readiness.finish();
@@ -346,23 +375,42 @@ impl Workload {
 
         // The ack logs: outcomes in time, for the faults' effect and the recovery times.
         let mut outcomes: Vec<(u128, bool, String)> = Vec::new();
-        for i in 0..options.processes {
-            let path = self.acks.join(format!("w{i}.acks"));
+        let mut lost: Vec<(u128, String)> = Vec::new();
+        for name in &self.names {
+            let path = self.acks.join(format!("{name}.acks"));
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             for line in text.lines() {
                 let mut fields = line.split(' ');
                 let (tag, at) = (fields.next(), fields.next().and_then(|t| t.parse().ok()));
                 match (tag, at) {
-                    (Some("ok"), Some(at)) => outcomes.push((at, true, format!("w{i}"))),
-                    (Some("fail"), Some(at)) => outcomes.push((at, false, format!("w{i}"))),
+                    (Some("ok"), Some(at)) => outcomes.push((at, true, name.clone())),
+                    (Some("fail"), Some(at)) => {
+                        outcomes.push((at, false, name.clone()));
+                        if fields.next() == Some("lost-lease") {
+                            lost.push((at, name.clone()));
+                        }
+                    }
                     _ => {}
                 }
             }
         }
+        // A cut-off worker's first lost-lease error after each cut (`Window::of` names it).
+        let mut learned_ms = Vec::new();
+        for window in windows {
+            let Some(of) = window.of else { continue };
+            if let Some(at) = lost
+                .iter()
+                .filter(|(at, who)| *who == of && *at >= window.start)
+                .map(|(at, _)| *at)
+                .min()
+            {
+                learned_ms.push(at - window.start);
+            }
+        }
         // Every released key is written again by some worker.
         for (key, at) in &self.released {
-            let written_again = (0..options.processes).any(|i| {
-                std::fs::read_to_string(self.acks.join(format!("w{i}.acks")))
+            let written_again = self.names.iter().any(|name| {
+                std::fs::read_to_string(self.acks.join(format!("{name}.acks")))
                     .unwrap_or_default()
                     .lines()
                     .any(|l| {
@@ -394,8 +442,8 @@ impl Workload {
         for window in windows {
             let Some(end) = window.end else { continue };
             // Every worker succeeds again after the fault is lifted.
-            for i in 0..options.processes {
-                let name = format!("w{i}");
+            for name in &self.names {
+                let name = name.clone();
                 match outcomes
                     .iter()
                     .filter(|(at, ok, who)| *ok && *at > end && *who == name)
@@ -472,6 +520,7 @@ impl Workload {
             violations,
             worst_recovery_ms,
             worst_ready_ms,
+            learned_ms,
             checker: text.lines().last().unwrap_or_default().to_owned(),
         })
     }
@@ -532,6 +581,7 @@ fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
             what: "disk full",
             start: begin,
             end: Some(now_ms()),
+            of: None,
         });
         say(&format!(
             "    disk full for {hold:?} ({} KiB filler), then freed",
@@ -606,6 +656,7 @@ fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
         what: "read-only file system",
         start: begin,
         end: None,
+        of: None,
     }];
     let repair = || {
         // The operator's repair: unmount, e2fsck, mount again (the checker needs to write).
@@ -714,11 +765,273 @@ fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resul
             what,
             start: begin,
             end: Some(now_ms()),
+            of: None,
         });
         round += 1;
         at += Duration::from_secs(if options.quick { 5 } else { 9 });
     }
     workload.finish("postgres", "PostgreSQL", options, &windows, || Ok(()))
+}
+
+/// `ip` and `tc` (iproute2), installed with apt-get when missing.
+fn partition_tools() -> Result<(), String> {
+    let have = |tool: &str| {
+        Command::new(tool)
+            .arg("-V")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if have("ip") && have("tc") {
+        return Ok(());
+    }
+    say("    iproute2 is missing: apt-get install -y iproute2");
+    quiet("apt-get", &["update", "-q"])?;
+    quiet("apt-get", &["install", "-y", "-q", "iproute2"])?;
+    if have("ip") && have("tc") {
+        Ok(())
+    } else {
+        Err("iproute2 could not be installed (no `ip` / `tc`)".to_owned())
+    }
+}
+
+/// A network namespace joined to this one by a veth pair on a private /30 link, removed (with
+/// its veth pair) on drop.
+struct Netns {
+    name: String,
+    outer: String,
+    inner: String,
+    outer_ip: String,
+    inner_ip: String,
+}
+
+impl Netns {
+    fn create() -> Result<Self, String> {
+        let tag = std::process::id() % 100_000;
+        let octet = Rng::new().below(250) + 1;
+        let netns = Self {
+            name: format!("tether-faults-{tag}"),
+            outer: format!("tfo{tag}"),
+            inner: format!("tfi{tag}"),
+            outer_ip: format!("10.231.{octet}.1"),
+            inner_ip: format!("10.231.{octet}.2"),
+        };
+        quiet("ip", &["netns", "add", &netns.name])?;
+        let setup = || -> Result<(), String> {
+            let (ns, outer, inner) = (&netns.name, &netns.outer, &netns.inner);
+            quiet(
+                "ip",
+                &["link", "add", outer, "type", "veth", "peer", "name", inner],
+            )?;
+            quiet("ip", &["link", "set", inner, "netns", ns])?;
+            quiet(
+                "ip",
+                &[
+                    "addr",
+                    "add",
+                    &format!("{}/30", netns.outer_ip),
+                    "dev",
+                    outer,
+                ],
+            )?;
+            quiet("ip", &["link", "set", outer, "up"])?;
+            let in_ns = |args: &[&str]| {
+                let mut all = vec!["netns", "exec", ns.as_str(), "ip"];
+                all.extend_from_slice(args);
+                quiet("ip", &all)
+            };
+            in_ns(&[
+                "addr",
+                "add",
+                &format!("{}/30", netns.inner_ip),
+                "dev",
+                inner,
+            ])?;
+            in_ns(&["link", "set", inner, "up"])?;
+            in_ns(&["link", "set", "lo", "up"])?;
+            Ok(())
+        };
+        setup()?;
+        Ok(netns)
+    }
+
+    /// `tc qdisc` on both ends of the link: `netem` with `args`, or none.
+    fn netem(&self, args: Option<&[&str]>) -> Result<(), String> {
+        let outer = |extra: &[&str]| {
+            let mut all = vec!["qdisc"];
+            all.extend_from_slice(extra);
+            quiet("tc", &all)
+        };
+        let inner = |extra: &[&str]| {
+            let mut all = vec!["netns", "exec", self.name.as_str(), "tc", "qdisc"];
+            all.extend_from_slice(extra);
+            quiet("ip", &all)
+        };
+        match args {
+            Some(args) => {
+                let mut o = vec!["replace", "dev", self.outer.as_str(), "root", "netem"];
+                o.extend_from_slice(args);
+                outer(&o)?;
+                let mut i = vec!["replace", "dev", self.inner.as_str(), "root", "netem"];
+                i.extend_from_slice(args);
+                inner(&i).map(|_| ())
+            }
+            None => {
+                let _ = outer(&["del", "dev", &self.outer, "root"]);
+                let _ = inner(&["del", "dev", &self.inner, "root"]);
+                Ok(())
+            }
+        }
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = quiet("ip", &["link", "del", &self.outer]);
+        let _ = quiet("ip", &["netns", "del", &self.name]);
+    }
+}
+
+/// Forwards TCP connections from `listen` (on the private link) to PostgreSQL on loopback,
+/// so that the server's own configuration stays untouched.
+struct Forwarder {
+    stop: Arc<AtomicBool>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Forwarder {
+    fn start(listen: &str, upstream: &str) -> Result<Self, String> {
+        let listener =
+            std::net::TcpListener::bind(listen).map_err(|e| format!("bind {listen}: {e}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("nonblocking: {e}"))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let upstream = upstream.to_owned();
+        let thread = thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                let Ok((client, _)) = listener.accept() else {
+                    sleep(Duration::from_millis(20));
+                    continue;
+                };
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(&upstream) else {
+                    continue;
+                };
+                let pipe = |mut from: TcpStream, mut to: TcpStream| {
+                    thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                        let _ = from.shutdown(std::net::Shutdown::Both);
+                    });
+                };
+                if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {
+                    pipe(client, s2);
+                    pipe(server, c2);
+                }
+            }
+        });
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `url` with its `host:port` replaced.
+fn with_host(url: &str, host_port: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (authority, path) = rest.split_once('/')?;
+    let user = authority.rsplit_once('@').map(|(u, _)| u);
+    Some(match user {
+        Some(user) => format!("{scheme}://{user}@{host_port}/{path}"),
+        None => format!("{scheme}://{host_port}/{path}"),
+    })
+}
+
+fn partition(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, String> {
+    let printed = output(Command::new(bin).arg("pg-create"))?;
+    let url = printed
+        .lines()
+        .last()
+        .map(str::trim)
+        .filter(|l| l.starts_with("postgres"))
+        .ok_or_else(|| format!("pg-create printed no URL (is PostgreSQL running?): {printed}"))?
+        .to_owned();
+    let result = partition_on(bin, tether, &url, options);
+    if let Err(e) = output(Command::new(bin).args(["pg-drop", "--url", &url])) {
+        say(&format!("    could not drop the chaos database: {e}"));
+    }
+    result
+}
+
+fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Result<Phase, String> {
+    let scratch = Scratch::new("partition")?;
+    let acks = scratch.0.join("acks");
+    std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
+    let upstream = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map(|(authority, _)| authority.rsplit('@').next().unwrap_or(authority).to_owned())
+        .ok_or_else(|| "cannot read host and port of the database URL".to_owned())?;
+    let netns = Netns::create()?;
+    let listen = format!("{}:{}", netns.outer_ip, 15_432);
+    let _forwarder = Forwarder::start(&listen, &upstream)?;
+    let inner_url =
+        with_host(url, &listen).ok_or_else(|| "cannot rewrite the database URL".to_owned())?;
+    let mut names: Vec<String> = (0..options.processes).map(|i| format!("w{i}")).collect();
+    names.push("p0".to_owned());
+    say(&format!(
+        "==> faults partition: worker p0 in network namespace {} (reaching PostgreSQL over          {} -> {listen}), {} workers and tether serve outside, {} s; p0's link cut, delayed          and made lossy with tc netem",
+        netns.name, netns.inner_ip, options.processes, options.seconds
+    ));
+    let start = Instant::now();
+    let ns_name = netns.name.clone();
+    let workload = Workload::start_with(bin, tether, url, &acks, options, &names, |name| {
+        (name == "p0").then(|| (ns_name.clone(), inner_url.clone()))
+    })?;
+    let deadline = start + Duration::from_secs(options.seconds);
+    let mut windows = Vec::new();
+    let mut at = start + Duration::from_secs(3);
+    let mut round = 0usize;
+    // A cut longer than the workers' 3 s lease; a delay and a loss rate that keep the link up.
+    let faults: [(&'static str, &[&str], u64); 3] = [
+        ("link cut", &["loss", "100%"], 6),
+        ("link delayed 700 ms", &["delay", "700ms"], 5),
+        ("link 30% lossy", &["loss", "30%"], 5),
+    ];
+    loop {
+        let (what, args, hold) = faults[round % faults.len()];
+        if at + Duration::from_secs(hold + 5) > deadline {
+            break;
+        }
+        sleep_until(at);
+        let begin = now_ms();
+        netns.netem(Some(args))?;
+        sleep(Duration::from_secs(hold));
+        netns.netem(None)?;
+        say(&format!("    p0: {what} for {hold} s"));
+        windows.push(Window {
+            what,
+            start: begin,
+            end: Some(now_ms()),
+            of: Some("p0"),
+        });
+        round += 1;
+        at = Instant::now() + Duration::from_secs(if options.quick { 3 } else { 4 });
+    }
+    workload.finish("partition", "PostgreSQL", options, &windows, || Ok(()))
 }
 
 /// `cargo xtask faults`: `Ok` only when every phase ran without a violation.
@@ -758,6 +1071,12 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
     if wanted("postgres") {
         phases.push(postgres(&bin, &tether, &options)?);
     }
+    if wanted("partition") {
+        match partition_tools() {
+            Ok(()) => phases.push(partition(&bin, &tether, &options)?),
+            Err(why) => say(&format!("faults partition: skipped: {why}")),
+        }
+    }
     say(
         "faults: kind | backend | s | ops (failed) | acked writes | lease keys still quarantined / released | \
          faults | failed ops during faults | worst worker recovery | worst /readyz recovery | \
@@ -783,6 +1102,12 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
             p.violations.len()
         ));
         say(&format!("        checker: {}", p.checker));
+        if !p.learned_ms.is_empty() {
+            say(&format!(
+                "        cut-off holder learned it lost its lease after (ms): {:?}",
+                p.learned_ms
+            ));
+        }
         for v in &p.violations {
             say(&format!("        violation: {v}"));
         }
@@ -804,4 +1129,42 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
 /// The `ci` step: the short version.
 pub(crate) fn ci() -> Result<(), String> {
     faults(&["--quick".to_owned()])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse, with_host};
+
+    #[test]
+    fn the_database_url_is_rewritten_to_the_private_link() {
+        assert_eq!(
+            with_host(
+                "postgres://postgres@127.0.0.1:5432/tether_chaos_1",
+                "10.231.7.1:15432"
+            )
+            .as_deref(),
+            Some("postgres://postgres@10.231.7.1:15432/tether_chaos_1")
+        );
+        assert_eq!(
+            with_host("postgres://127.0.0.1:5432/db?sslmode=disable", "10.0.0.1:1").as_deref(),
+            Some("postgres://10.0.0.1:1/db?sslmode=disable")
+        );
+        assert_eq!(with_host("not a url", "10.0.0.1:1"), None);
+    }
+
+    #[test]
+    fn options_default_quick_and_refuse_unknown_kinds() {
+        let args = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let quick = parse(&args(&["--quick"])).unwrap_or_else(|e| panic!("{e}"));
+        assert!(quick.quick);
+        assert_eq!(quick.seconds, 20);
+        let full = parse(&args(&["--seconds", "600", "--only", "partition"]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (full.seconds, full.only.as_deref()),
+            (600, Some("partition"))
+        );
+        assert!(parse(&args(&["--only", "meteor"])).is_err());
+        assert!(parse(&args(&["--seconds", "many"])).is_err());
+    }
 }
