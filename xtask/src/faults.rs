@@ -133,6 +133,8 @@ pub(crate) struct Phase {
     worst_ready_ms: Option<u128>,
     /// For each cut of a lease holder's link: how long it took to learn it lost its lease.
     learned_ms: Vec<u128>,
+    /// Failed operations by error class.
+    classes: String,
     checker: String,
 }
 
@@ -228,6 +230,15 @@ impl Readiness {
             stop,
             seen,
             thread: Some(thread),
+        }
+    }
+
+    /// A poller that polls nothing (what a finished workload keeps).
+    fn idle() -> Self {
+        Self {
+            stop: Arc::new(AtomicBool::new(true)),
+            seen: Arc::new(Mutex::new(Vec::new())),
+            thread: None,
         }
     }
 
@@ -362,7 +373,7 @@ impl Workload {
                 Err(e) => violations.push(format!("worker {name}: {e}")),
             }
         }
-        let seen = self.readiness.finish();
+        let seen = std::mem::replace(&mut self.readiness, Readiness::idle()).finish();
         match self.service.try_wait() {
             Ok(None) => {
                 let _ = self.service.kill();
@@ -376,6 +387,7 @@ impl Workload {
         // The ack logs: outcomes in time, for the faults' effect and the recovery times.
         let mut outcomes: Vec<(u128, bool, String)> = Vec::new();
         let mut lost: Vec<(u128, String)> = Vec::new();
+        let mut classes = std::collections::BTreeMap::new();
         for name in &self.names {
             let path = self.acks.join(format!("{name}.acks"));
             let text = std::fs::read_to_string(&path).unwrap_or_default();
@@ -386,9 +398,11 @@ impl Workload {
                     (Some("ok"), Some(at)) => outcomes.push((at, true, name.clone())),
                     (Some("fail"), Some(at)) => {
                         outcomes.push((at, false, name.clone()));
-                        if fields.next() == Some("lost-lease") {
+                        let class = fields.next().unwrap_or("?").to_owned();
+                        if class == "lost-lease" {
                             lost.push((at, name.clone()));
                         }
+                        *classes.entry(class).or_insert(0u64) += 1;
                     }
                     _ => {}
                 }
@@ -521,8 +535,25 @@ impl Workload {
             worst_recovery_ms,
             worst_ready_ms,
             learned_ms,
+            classes: classes
+                .iter()
+                .map(|(class, n)| format!("{class} {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             checker: text.lines().last().unwrap_or_default().to_owned(),
         })
+    }
+}
+
+impl Drop for Workload {
+    /// A phase that failed half-way leaves no worker or service behind.
+    fn drop(&mut self) {
+        for child in self.workers.iter_mut().chain(std::iter::once(&mut self.service)) {
+            if child.try_wait().is_ok_and(|s| s.is_none()) {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
     }
 }
 
@@ -836,11 +867,7 @@ impl Netns {
                 ],
             )?;
             quiet("ip", &["link", "set", outer, "up"])?;
-            let in_ns = |args: &[&str]| {
-                let mut all = vec!["netns", "exec", ns.as_str(), "ip"];
-                all.extend_from_slice(args);
-                quiet("ip", &all)
-            };
+            let in_ns = |args: &[&str]| netns.ip_inside(args);
             in_ns(&[
                 "addr",
                 "add",
@@ -856,33 +883,50 @@ impl Netns {
         Ok(netns)
     }
 
-    /// `tc qdisc` on both ends of the link: `netem` with `args`, or none.
-    fn netem(&self, args: Option<&[&str]>) -> Result<(), String> {
-        let outer = |extra: &[&str]| {
-            let mut all = vec!["qdisc"];
-            all.extend_from_slice(extra);
-            quiet("tc", &all)
-        };
-        let inner = |extra: &[&str]| {
-            let mut all = vec!["netns", "exec", self.name.as_str(), "tc", "qdisc"];
-            all.extend_from_slice(extra);
-            quiet("ip", &all)
-        };
-        match args {
-            Some(args) => {
-                let mut o = vec!["replace", "dev", self.outer.as_str(), "root", "netem"];
-                o.extend_from_slice(args);
-                outer(&o)?;
-                let mut i = vec!["replace", "dev", self.inner.as_str(), "root", "netem"];
-                i.extend_from_slice(args);
-                inner(&i).map(|_| ())
-            }
-            None => {
-                let _ = outer(&["del", "dev", &self.outer, "root"]);
-                let _ = inner(&["del", "dev", &self.inner, "root"]);
-                Ok(())
-            }
-        }
+    /// Runs `ip` inside the namespace.
+    fn ip_inside(&self, args: &[&str]) -> Result<String, String> {
+        let mut all = vec!["netns", "exec", self.name.as_str(), "ip"];
+        all.extend_from_slice(args);
+        quiet("ip", &all)
+    }
+
+    /// A root `tc qdisc` (`args`: its kind and parameters) on both ends of the link.
+    fn qdisc(&self, args: &[&str]) -> Result<(), String> {
+        let mut outer = vec!["qdisc", "replace", "dev", self.outer.as_str(), "root"];
+        outer.extend_from_slice(args);
+        quiet("tc", &outer)?;
+        let mut inner = vec![
+            "netns",
+            "exec",
+            self.name.as_str(),
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            self.inner.as_str(),
+            "root",
+        ];
+        inner.extend_from_slice(args);
+        quiet("ip", &inner).map(|_| ())
+    }
+
+    /// Removes the qdiscs of [`Netns::qdisc`].
+    fn clear(&self) {
+        let _ = quiet("tc", &["qdisc", "del", "dev", &self.outer, "root"]);
+        let _ = quiet(
+            "ip",
+            &[
+                "netns", "exec", &self.name, "tc", "qdisc", "del", "dev", &self.inner, "root",
+            ],
+        );
+    }
+
+    /// Both ends of the link up (`true`) or down: a cut.
+    fn link(&self, up: bool) -> Result<(), String> {
+        let state = if up { "up" } else { "down" };
+        quiet("ip", &["link", "set", &self.outer, state])?;
+        self.ip_inside(&["link", "set", &self.inner, state])?;
+        Ok(())
     }
 }
 
@@ -993,7 +1037,7 @@ fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resu
     let mut names: Vec<String> = (0..options.processes).map(|i| format!("w{i}")).collect();
     names.push("p0".to_owned());
     say(&format!(
-        "==> faults partition: worker p0 in network namespace {} (reaching PostgreSQL over          {} -> {listen}), {} workers and tether serve outside, {} s; p0's link cut, delayed          and made lossy with tc netem",
+        "==> faults partition: worker p0 in network namespace {} (reaching PostgreSQL over {} -> {listen}), {} workers and tether serve outside, {} s; p0's link cut, then delayed or throttled (tc)",
         netns.name, netns.inner_ip, options.processes, options.seconds
     ));
     let start = Instant::now();
@@ -1005,22 +1049,41 @@ fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resu
     let mut windows = Vec::new();
     let mut at = start + Duration::from_secs(3);
     let mut round = 0usize;
-    // A cut longer than the workers' 3 s lease; a delay and a loss rate that keep the link up.
-    let faults: [(&'static str, &[&str], u64); 3] = [
-        ("link cut", &["loss", "100%"], 6),
-        ("link delayed 700 ms", &["delay", "700ms"], 5),
-        ("link 30% lossy", &["loss", "30%"], 5),
-    ];
+    // The cut (both ends of the veth pair down) outlasts the workers' 3 s lease. With netem
+    // (when the kernel has it) the link is also delayed and made lossy; without it, throttled
+    // by a token bucket (tbf), and the loss fault is skipped.
+    let netem = netns.qdisc(&["netem", "delay", "1ms"]).is_ok();
+    netns.clear();
+    if !netem {
+        say("    this kernel has no netem qdisc: the link is throttled with tbf instead of delayed, and never made lossy");
+    }
+    let mut faults: Vec<(&'static str, Option<&[&str]>, u64)> = vec![("link cut", None, 6)];
+    if netem {
+        faults.push(("link delayed 700 ms", Some(&["netem", "delay", "700ms"]), 5));
+        faults.push(("link 30% lossy", Some(&["netem", "loss", "30%"]), 5));
+    } else {
+        faults.push((
+            "link throttled to 16 kbit/s",
+            Some(&["tbf", "rate", "16kbit", "burst", "1600", "latency", "3s"]),
+            5,
+        ));
+    }
     loop {
-        let (what, args, hold) = faults[round % faults.len()];
+        let (what, qdisc, hold) = faults[round % faults.len()];
         if at + Duration::from_secs(hold + 5) > deadline {
             break;
         }
         sleep_until(at);
         let begin = now_ms();
-        netns.netem(Some(args))?;
+        match qdisc {
+            Some(args) => netns.qdisc(args)?,
+            None => netns.link(false)?,
+        }
         sleep(Duration::from_secs(hold));
-        netns.netem(None)?;
+        match qdisc {
+            Some(_) => netns.clear(),
+            None => netns.link(true)?,
+        }
         say(&format!("    p0: {what} for {hold} s"));
         windows.push(Window {
             what,
@@ -1102,6 +1165,7 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
             p.violations.len()
         ));
         say(&format!("        checker: {}", p.checker));
+        say(&format!("        failures by class: {}", p.classes));
         if !p.learned_ms.is_empty() {
             say(&format!(
                 "        cut-off holder learned it lost its lease after (ms): {:?}",
