@@ -548,7 +548,11 @@ impl Workload {
 impl Drop for Workload {
     /// A phase that failed half-way leaves no worker or service behind.
     fn drop(&mut self) {
-        for child in self.workers.iter_mut().chain(std::iter::once(&mut self.service)) {
+        for child in self
+            .workers
+            .iter_mut()
+            .chain(std::iter::once(&mut self.service))
+        {
             if child.try_wait().is_ok_and(|s| s.is_none()) {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -916,7 +920,15 @@ impl Netns {
         let _ = quiet(
             "ip",
             &[
-                "netns", "exec", &self.name, "tc", "qdisc", "del", "dev", &self.inner, "root",
+                "netns",
+                "exec",
+                &self.name,
+                "tc",
+                "qdisc",
+                "del",
+                "dev",
+                &self.inner,
+                "root",
             ],
         );
     }
@@ -1055,7 +1067,9 @@ fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resu
     let netem = netns.qdisc(&["netem", "delay", "1ms"]).is_ok();
     netns.clear();
     if !netem {
-        say("    this kernel has no netem qdisc: the link is throttled with tbf instead of delayed, and never made lossy");
+        say(
+            "    this kernel has no netem qdisc: the link is throttled with tbf instead of delayed, and never made lossy",
+        );
     }
     let mut faults: Vec<(&'static str, Option<&[&str]>, u64)> = vec![("link cut", None, 6)];
     if netem {
