@@ -4,6 +4,7 @@
 //! chaos_worker setup  --url URL                 create the drill's tables and rows
 //! chaos_worker run    --url URL --name W --seconds S
 //! chaos_worker run    --url URL --name W --seconds S --acks FILE   (also log every outcome)
+//!                     [--hold-ms MS]             (hold each lease MS before writing; default 5)
 //! chaos_worker check  --url URL --kills K       print `chaos: <ops> ops, <kills> kills, <violations> violations`
 //! chaos_worker check  --url URL --kills K --acks DIR   also: every acknowledged write is
 //!                                               logged, no half-applied write, integrity ok
@@ -51,6 +52,12 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
             let deadline = Instant::now() + Duration::from_secs(seconds);
             let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
             let mut worker = chaos::worker::Worker::new(store, &name).map_err(|e| e.to_string())?;
+            if let Some(ms) = arg(&args, "--hold-ms") {
+                let ms: u64 = ms
+                    .parse()
+                    .map_err(|_| format!("--hold-ms needs a number, got `{ms}`"))?;
+                worker = worker.with_hold(Duration::from_millis(ms));
+            }
             if let Some(path) = arg(&args, "--acks") {
                 let acks = chaos::worker::Acks::open(&path).map_err(|e| e.to_string())?;
                 worker = worker.with_acks(acks);

@@ -134,7 +134,8 @@ enum Inject {
 /// The worker's outcome log (`--acks FILE`, used by `cargo xtask faults`): one line per
 /// operation, written only after the operation returned, so a line `ack` is a write the worker
 /// was told is committed. Lines: `ok <unix ms>`, `fail <unix ms> <class>`,
-/// `ack <unix ms> <key> <epoch> <writer> <seq>`. Kept outside the database's file system.
+/// `ack <unix ms> <key> <epoch> <writer> <seq>`, `lost <unix ms>` (a held lease lapsed while
+/// the worker held it). Kept outside the database's file system.
 #[derive(Clone)]
 pub(crate) struct Acks(Arc<std::sync::Mutex<std::fs::File>>);
 
@@ -205,6 +206,9 @@ pub(crate) struct Worker {
     /// operator releases the record, the worker lifts its in-process block
     /// (`Lifecycle::unblock`), as a harness must.
     quarantined: std::collections::HashSet<BindingKey>,
+    /// How long a fenced write holds its lease before writing (`--hold-ms`; 5 ms by default),
+    /// giving up at once when the lease lapses (`LeaseGuard::lost`, the local expiry clock).
+    hold: Duration,
 }
 
 impl Worker {
@@ -241,7 +245,14 @@ impl Worker {
             sessions: 0,
             acks: None,
             quarantined: std::collections::HashSet::new(),
+            hold: Duration::from_millis(5),
         })
+    }
+
+    /// Holds each lease `hold` before its fenced write.
+    pub(crate) fn with_hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
     }
 
     /// Logs every operation's outcome to `acks`.
@@ -320,11 +331,23 @@ impl Worker {
         self.seq += 1;
         let (seq, name, store, lc) = (self.seq, self.name.clone(), &self.store, &self.lc);
         let acks = self.acks.clone();
+        let hold = self.hold;
         let key_ref = &key;
         lc.with_lease(key_ref, LeaseOptions::default(), |guard| async move {
             let epoch = guard.epoch().get();
-            // Hold the lease a little so that contention and kills overlap.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Hold the lease a little so that contention and kills overlap; a holder cut off
+            // from the database learns here that its lease lapsed.
+            tokio::select! {
+                () = tokio::time::sleep(hold) => {}
+                lost = guard.lost() => {
+                    // When the holder learned it (`with_lease` returns only after its
+                    // release, which waits for the database).
+                    if let Some(acks) = &acks {
+                        acks.line(&format!("lost {}", unix_ms()));
+                    }
+                    return Err(lost);
+                }
+            }
             fence_and_log(store, key_ref, epoch, &name, seq).await?;
             if let Some(acks) = &acks {
                 acks.line(&format!("ack {} {key_ref} {epoch} {name} {seq}", unix_ms()));
