@@ -48,17 +48,17 @@ fn parse(args: &[String]) -> Result<Options, String> {
 }
 
 /// A tiny xorshift generator seeded from the clock (no dependency).
-struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(7, |d| d.as_nanos() as u64);
         Self(nanos | 1)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         let mut x = self.0;
         x ^= x << 13;
         x ^= x >> 7;
@@ -68,12 +68,12 @@ impl Rng {
     }
 }
 
-fn worker_binary() -> PathBuf {
+pub(crate) fn worker_binary() -> PathBuf {
     let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
     PathBuf::from(target).join("debug").join("chaos_worker")
 }
 
-fn output(cmd: &mut Command) -> Result<String, String> {
+pub(crate) fn output(cmd: &mut Command) -> Result<String, String> {
     let out = cmd
         .stderr(Stdio::inherit())
         .output()

@@ -16,6 +16,7 @@ mod arch;
 mod bench_report;
 mod chaos;
 mod codex;
+mod faults;
 mod ui_check;
 
 /// One `cargo xtask` task: its name, its arguments, what it does, and how it runs.
@@ -55,8 +56,8 @@ static TASKS: &[Task] = &[
         name: "ci",
         args: "",
         about: "fmt --check, clippy -D warnings, the OpenAPI snapshot, all tests, chaos on SQLite \
-                and PostgreSQL, docs -D warnings, the architecture check, each storage backend \
-                built alone",
+                and PostgreSQL, faults --quick, docs -D warnings, the architecture check, each \
+                storage backend built alone",
         run: |_| ci().map_or_else(Outcome::Failed, Outcome::Ci),
     },
     Task {
@@ -84,6 +85,14 @@ static TASKS: &[Task] = &[
         about: "SIGKILL chaos workers sharing one database at random, then check the invariants \
                 from their write log",
         run: |args| Outcome::Exit(chaos::main(args)),
+    },
+    Task {
+        name: "faults",
+        args: "[--quick] [--seconds S] [--only KIND]",
+        about: "chaos workers and tether serve under disk full, a read-only file system, terminated \
+                backends, refused connections, a PostgreSQL restart and a network partition (root; \
+                `--quick`: the short version ci runs)",
+        run: |args| faults::faults(args).into(),
     },
     Task {
         name: "bench-report",
@@ -217,6 +226,8 @@ fn ci() -> Result<Summary, String> {
     openapi(Some("--check"))?;
     let summary = test()?;
     chaos::ci()?;
+    say("==> faults --quick");
+    faults::ci()?;
     run(
         "doc",
         cargo()

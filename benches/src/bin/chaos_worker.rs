@@ -3,9 +3,16 @@
 //! ```text
 //! chaos_worker setup  --url URL                 create the drill's tables and rows
 //! chaos_worker run    --url URL --name W --seconds S
+//! chaos_worker run    --url URL --name W --seconds S --acks FILE   (also log every outcome)
+//!                     [--hold-ms MS]             (hold each lease MS before writing; default 5)
 //! chaos_worker check  --url URL --kills K       print `chaos: <ops> ops, <kills> kills, <violations> violations`
+//! chaos_worker check  --url URL --kills K --acks DIR   also: every acknowledged write is
+//!                                               logged, no half-applied write, integrity ok
 //! chaos_worker pg-create                        create a fresh PostgreSQL database, print its URL
 //! chaos_worker pg-drop --url URL                drop that database
+//! chaos_worker pg-terminate --url URL           terminate every backend of that database
+//! chaos_worker pg-allow --url URL --allow B     allow (true) or refuse (false, and terminate)
+//!                                               new connections to that database
 //! ```
 
 #[path = "../chaos/mod.rs"]
@@ -45,6 +52,16 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
             let deadline = Instant::now() + Duration::from_secs(seconds);
             let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
             let mut worker = chaos::worker::Worker::new(store, &name).map_err(|e| e.to_string())?;
+            if let Some(ms) = arg(&args, "--hold-ms") {
+                let ms: u64 = ms
+                    .parse()
+                    .map_err(|_| format!("--hold-ms needs a number, got `{ms}`"))?;
+                worker = worker.with_hold(Duration::from_millis(ms));
+            }
+            if let Some(path) = arg(&args, "--acks") {
+                let acks = chaos::worker::Acks::open(&path).map_err(|e| e.to_string())?;
+                worker = worker.with_acks(acks);
+            }
             let ops = worker.run(deadline).await;
             say(&format!("chaos worker {name}: {ops} ops"));
             Ok(true)
@@ -54,9 +71,23 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0);
             let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
-            let (ops, violations) = chaos::check::check(&store)
+            let acks = arg(&args, "--acks");
+            let (ops, mut violations) = chaos::check::check(&store, acks.is_some())
                 .await
                 .map_err(|e| e.to_string())?;
+            if let Some(dir) = acks {
+                let acked =
+                    chaos::check::check_faults(&store, std::path::Path::new(&dir), &mut violations)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                say(&format!(
+                    "acks: {} acknowledged writes, {} logged writes whose answer was lost",
+                    acked.acks, acked.unacknowledged
+                ));
+                for entry in &acked.quarantined {
+                    say(&format!("quarantined after an unknown outcome: {entry}"));
+                }
+            }
             let refused = chaos::check::count(&store, "chaos_rejects")
                 .await
                 .map_err(|e| e.to_string())?;
@@ -77,6 +108,43 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
             say(db.url());
             // The database outlives this process; `pg-drop` removes it.
             std::mem::forget(db);
+            Ok(true)
+        }
+        "pg-terminate" | "pg-allow" => {
+            // Faults of `cargo xtask faults`, run from the server's maintenance database:
+            // terminate every backend of the chaos database, or stop (and allow again) new
+            // connections to it.
+            let url = url()?;
+            let name = url.rsplit('/').next().unwrap_or_default().to_owned();
+            if !name.starts_with("tether_chaos_") {
+                return Err(format!("refusing to touch `{name}`: not a chaos database"));
+            }
+            let admin = sea_orm::Database::connect(tether_storage::testing::pg_server_url())
+                .await
+                .map_err(|e| e.to_string())?;
+            if command == "pg-allow" {
+                let allow = arg(&args, "--allow").ok_or("--allow true|false is required")?;
+                if allow != "true" && allow != "false" {
+                    return Err(format!("--allow must be true or false, not `{allow}`"));
+                }
+                admin
+                    .execute_unprepared(&format!(
+                        "ALTER DATABASE \"{name}\" WITH ALLOW_CONNECTIONS {allow}"
+                    ))
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            if command == "pg-terminate" || arg(&args, "--allow").as_deref() == Some("false") {
+                let rows = admin
+                    .query_all_raw(sea_orm::Statement::from_sql_and_values(
+                        sea_orm::DbBackend::Postgres,
+                        "SELECT pg_terminate_backend(pid) AS t FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()",
+                        vec![name.clone().into()],
+                    ))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                say(&format!("terminated {} backends of {name}", rows.len()));
+            }
             Ok(true)
         }
         "pg-drop" => {

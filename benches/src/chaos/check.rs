@@ -27,7 +27,10 @@ pub(crate) async fn count(store: &Store, table: &str) -> Result<u64, Error> {
 }
 
 /// The number of operations the log records, and every violation found.
-pub(crate) async fn check(store: &Store) -> Result<(u64, Vec<String>), Error> {
+///
+/// With `faults`, quarantined lease keys are left to [`check_faults`]: under resource faults
+/// the lifecycle itself quarantines a key whose write's outcome it cannot know.
+pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<String>), Error> {
     let mut violations = Vec::new();
 
     // 1. Never two writers in one lease epoch.
@@ -150,6 +153,9 @@ pub(crate) async fn check(store: &Store) -> Result<(u64, Vec<String>), Error> {
         .collect::<Result<_, _>>()?;
     for row in rows(store, "SELECT namespace, key FROM quarantined_keys").await? {
         let (ns, key): (String, String) = (get(&row, "namespace")?, get(&row, "key")?);
+        if faults && ns == lease_ns().as_str() {
+            continue;
+        }
         let known = explained
             .iter()
             .filter_map(|s| SessionKey::new(s).ok())
@@ -163,4 +169,156 @@ pub(crate) async fn check(store: &Store) -> Result<(u64, Vec<String>), Error> {
         + count(store, "chaos_rejects").await?
         + count(store, "chaos_sessions").await?;
     Ok((ops, violations))
+}
+
+/// What the ack logs of `cargo xtask faults` show beside the store.
+pub(crate) struct Acked {
+    /// Writes the workers were told are committed.
+    pub(crate) acks: u64,
+    /// Logged writes no worker was told about (their COMMIT's answer was lost): allowed.
+    pub(crate) unacknowledged: u64,
+    /// Lease keys the lifecycle quarantined (an outcome it could not know), with its reason.
+    pub(crate) quarantined: Vec<String>,
+}
+
+/// The resource-fault checks: every acknowledged write (an `ack` line in any `*.acks` file of
+/// `dir`) is in the write log; each key's fence is exactly the last logged write (fence and log
+/// move in one transaction, so anything else is a half-applied write); on SQLite,
+/// `PRAGMA integrity_check` answers `ok`.
+pub(crate) async fn check_faults(
+    store: &Store,
+    dir: &std::path::Path,
+    violations: &mut Vec<String>,
+) -> Result<Acked, Error> {
+    use std::collections::HashSet;
+
+    let mut logged = HashSet::new();
+    for row in rows(store, "SELECT key, epoch, writer, seq FROM chaos_log").await? {
+        let entry: (String, i64, String, i64) = (
+            get(&row, "key")?,
+            get(&row, "epoch")?,
+            get(&row, "writer")?,
+            get(&row, "seq")?,
+        );
+        logged.insert(entry);
+    }
+    let mut acked = HashSet::new();
+    let mut unknown_by = HashSet::new();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| Error::other(format!("cannot read {}: {e}", dir.display())))?;
+    for entry in entries {
+        let path = entry.map_err(|e| Error::other(e.to_string()))?.path();
+        if path.extension().is_none_or(|e| e != "acks") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Error::other(format!("cannot read {}: {e}", path.display())))?;
+        let worker = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for line in text.lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            if let ["fail", _, "unknown"] = fields[..] {
+                unknown_by.insert(worker.clone());
+            }
+            let ["ack", _, key, epoch, writer, seq] = fields[..] else {
+                continue;
+            };
+            let (Ok(epoch), Ok(seq)) = (epoch.parse::<i64>(), seq.parse::<i64>()) else {
+                violations.push(format!("unreadable ack line `{line}`"));
+                continue;
+            };
+            let entry = (key.to_owned(), epoch, writer.to_owned(), seq);
+            if !logged.contains(&entry) {
+                violations.push(format!(
+                    "acknowledged write lost: {writer} seq {seq} on {key} in epoch {epoch}"
+                ));
+            }
+            acked.insert(entry);
+        }
+    }
+
+    for i in 0..KEYS {
+        let key = lease_key(i);
+        let fence = store
+            .connection()
+            .query_one_raw(stmt(
+                store,
+                "SELECT epoch, writer FROM chaos_fence WHERE key = ?",
+                vec![key.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        let Some(fence) = fence else {
+            violations.push(format!("the fence of {key} is gone"));
+            continue;
+        };
+        let fence: (i64, String) = (get(&fence, "epoch")?, get(&fence, "writer")?);
+        let last = store
+            .connection()
+            .query_one_raw(stmt(
+                store,
+                "SELECT epoch, writer FROM chaos_log WHERE key = ? ORDER BY id DESC LIMIT 1",
+                vec![key.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        let last: (i64, String) = match last {
+            Some(row) => (get(&row, "epoch")?, get(&row, "writer")?),
+            None => (0, String::new()),
+        };
+        if fence != last {
+            violations.push(format!(
+                "half-applied write on {key}: fence at epoch {} by {:?}, last logged write epoch {} by {:?}",
+                fence.0, fence.1, last.0, last.1
+            ));
+        }
+    }
+
+    if store.connection().get_database_backend() == sea_orm::DbBackend::Sqlite {
+        let answers: Vec<String> = rows(store, "PRAGMA integrity_check")
+            .await?
+            .iter()
+            .map(|r| get::<String>(r, "integrity_check"))
+            .collect::<Result<_, _>>()?;
+        if answers != ["ok"] {
+            violations.push(format!("PRAGMA integrity_check: {}", answers.join("; ")));
+        }
+    }
+
+    // A lease key the lifecycle quarantined: in custody of a worker that was told an outcome
+    // was unknown (the lifecycle quarantines exactly such keys).
+    let mut quarantined = Vec::new();
+    for row in rows(
+        store,
+        "SELECT namespace, key, reason, custody FROM quarantined_keys",
+    )
+    .await?
+    {
+        let (ns, key, reason): (String, String, String) = (
+            get(&row, "namespace")?,
+            get(&row, "key")?,
+            get(&row, "reason")?,
+        );
+        if ns != lease_ns().as_str() {
+            continue;
+        }
+        let custody: Option<String> = get(&row, "custody")?;
+        match custody {
+            Some(worker) if unknown_by.contains(&worker) => {
+                quarantined.push(format!("{key} (custody {worker}): {reason}"));
+            }
+            other => violations.push(format!(
+                "lease key {key} quarantined (custody {other:?}) without an unknown outcome reported: {reason}"
+            )),
+        }
+    }
+
+    let unacknowledged = logged.difference(&acked).count() as u64;
+    Ok(Acked {
+        acks: acked.len() as u64,
+        unacknowledged,
+        quarantined,
+    })
 }

@@ -131,15 +131,84 @@ enum Inject {
     AfterCommit,
 }
 
+/// The worker's outcome log (`--acks FILE`, used by `cargo xtask faults`): one line per
+/// operation, written only after the operation returned, so a line `ack` is a write the worker
+/// was told is committed. Lines: `ok <unix ms>`, `fail <unix ms> <class>`,
+/// `ack <unix ms> <key> <epoch> <writer> <seq>`, `lost <unix ms>` (a held lease lapsed while
+/// the worker held it). Kept outside the database's file system.
+#[derive(Clone)]
+pub(crate) struct Acks(Arc<std::sync::Mutex<std::fs::File>>);
+
+impl Acks {
+    pub(crate) fn open(path: &str) -> Result<Self, Error> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| Error::other(format!("cannot open the ack log {path}: {e}")))?;
+        Ok(Self(Arc::new(std::sync::Mutex::new(file))))
+    }
+
+    fn line(&self, text: &str) {
+        use std::io::Write as _;
+        let line = format!("{text}\n");
+        // One write per line (O_APPEND): a SIGKILL never leaves half a line behind a whole one.
+        if let Ok(mut file) = self.0.lock()
+            && let Err(e) = file.write_all(line.as_bytes())
+        {
+            tracing::warn!(error = %e, "cannot write the ack log");
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
+/// A short class of an operation's error, for the ack log.
+fn class(error: &Error) -> &'static str {
+    if error.is_outcome_unknown() {
+        "unknown"
+    } else if error.is_busy() {
+        "busy"
+    } else if error.is_lost_lease() {
+        "lost-lease"
+    } else if error.is_retryable() {
+        "unavailable"
+    } else if matches!(
+        error,
+        Error::Store {
+            kind: tether_core::StoreErrorKind::Unusable { .. }
+        }
+    ) {
+        "unusable"
+    } else if error.to_string().contains("fence refused") {
+        "fenced"
+    } else {
+        "other"
+    }
+}
+
 /// One worker's state.
 pub(crate) struct Worker {
     store: Store,
     name: String,
+    acks: Option<Acks>,
     lc: Lifecycle<JsonObjectCodec>,
     registry: Arc<HarnessRegistry>,
     rng: Rng,
     seq: u64,
     sessions: u64,
+    /// Lease keys this process saw durably quarantined after an unknown outcome: when an
+    /// operator releases the record, the worker lifts its in-process block
+    /// (`Lifecycle::unblock`), as a harness must.
+    quarantined: std::collections::HashSet<BindingKey>,
+    /// How long a fenced write holds its lease before writing (`--hold-ms`; 5 ms by default),
+    /// giving up at once when the lease lapses (`LeaseGuard::lost`, the local expiry clock).
+    hold: Duration,
 }
 
 impl Worker {
@@ -174,7 +243,22 @@ impl Worker {
             rng: Rng::seeded(name.len() as u64),
             seq: 0,
             sessions: 0,
+            acks: None,
+            quarantined: std::collections::HashSet::new(),
+            hold: Duration::from_millis(5),
         })
+    }
+
+    /// Holds each lease `hold` before its fenced write.
+    pub(crate) fn with_hold(mut self, hold: Duration) -> Self {
+        self.hold = hold;
+        self
+    }
+
+    /// Logs every operation's outcome to `acks`.
+    pub(crate) fn with_acks(mut self, acks: Acks) -> Self {
+        self.acks = Some(acks);
+        self
     }
 
     /// Loops until `deadline`; returns the number of operations attempted.
@@ -194,8 +278,19 @@ impl Worker {
                     self.session_op(rewind, Inject::AfterCommit).await
                 }
             };
+            match (&result, &self.acks) {
+                (Ok(()), Some(acks)) => acks.line(&format!("ok {}", unix_ms())),
+                (Err(error), Some(acks)) => {
+                    acks.line(&format!("fail {} {}", unix_ms(), class(error)));
+                }
+                (_, None) => {}
+            }
             if let Err(error) = result {
                 tracing::debug!(worker = %self.name, error = %error, "chaos operation failed");
+                if self.acks.is_some() {
+                    // Under resource faults most operations fail at once: do not spin.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
             }
             ops += 1;
         }
@@ -210,17 +305,53 @@ impl Worker {
         }
     }
 
-    /// Acquires a lease on a random key and writes through it to the fenced log.
+    /// [`Worker::fenced_write`] on a random key; a key blocked after an unknown outcome is
+    /// unblocked once an operator released the quarantine record this worker saw.
     async fn fenced_write(&mut self) -> Result<(), Error> {
         let key = lease_key(self.rng.below(KEYS as u64) as usize);
+        if self.quarantined.contains(&key)
+            && self.store.quarantined(&lease_ns(), &key).await?.is_none()
+        {
+            self.quarantined.remove(&key);
+            self.lc.unblock(&key);
+        }
+        let result = self.fenced_write_on(&key).await;
+        if let Err(error) = &result
+            && error.is_outcome_unknown()
+            && self.store.quarantined(&lease_ns(), &key).await?.is_some()
+        {
+            self.quarantined.insert(key);
+        }
+        result
+    }
+
+    /// Acquires the lease of `key` and writes through it to the fenced log.
+    async fn fenced_write_on(&mut self, key: &BindingKey) -> Result<(), Error> {
+        let key = key.clone();
         self.seq += 1;
         let (seq, name, store, lc) = (self.seq, self.name.clone(), &self.store, &self.lc);
+        let acks = self.acks.clone();
+        let hold = self.hold;
         let key_ref = &key;
         lc.with_lease(key_ref, LeaseOptions::default(), |guard| async move {
             let epoch = guard.epoch().get();
-            // Hold the lease a little so that contention and kills overlap.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Hold the lease a little so that contention and kills overlap; a holder cut off
+            // from the database learns here that its lease lapsed.
+            tokio::select! {
+                () = tokio::time::sleep(hold) => {}
+                lost = guard.lost() => {
+                    // When the holder learned it (`with_lease` returns only after its
+                    // release, which waits for the database).
+                    if let Some(acks) = &acks {
+                        acks.line(&format!("lost {}", unix_ms()));
+                    }
+                    return Err(lost);
+                }
+            }
             fence_and_log(store, key_ref, epoch, &name, seq).await?;
+            if let Some(acks) = &acks {
+                acks.line(&format!("ack {} {key_ref} {epoch} {name} {seq}", unix_ms()));
+            }
             lc.transact(key_ref, TransactOptions::default(), |current, _| {
                 let mut next = current.cloned().unwrap_or_default();
                 next.insert("writer".into(), json!(name));
