@@ -76,14 +76,14 @@ pub use memory::{MemoryStore, MemoryTransaction};
 /// The sea-orm crate the SQL store is built on, re-exported so a host's own SQL inside Tether's
 /// transaction ([`HostTransaction::sql`]) uses the same version.
 pub use sea_orm;
-#[cfg(feature = "test-support")]
-pub use sql::CommitFault;
 pub use sql::{
     AuditEntry, AuditOutcome, AuditPage, BindingRecord, FinalizationCounts, ForceExpireOutcome,
-    NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram, ServerClock,
-    SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, epoch_parts, redact_url,
-    session_binding_keys,
+    GroupCommitStats, NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram,
+    ServerClock, SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, epoch_parts,
+    redact_url, session_binding_keys,
 };
+#[cfg(feature = "test-support")]
+pub use sql::{CommitFault, GroupCommitHold};
 pub use transcript::{
     Cut, CutStatus, FINALIZATION_PREFIX, FinalizationOutcome, NewHostSession, NewTranscriptEntry,
     TranscriptEntry, TranscriptHit, TranscriptRole,

@@ -16,6 +16,9 @@ use crate::admin::StoreAdmin;
 use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
 use crate::plan;
 
+/// The placeholder of a lease epoch that the single-statement path counts up in SQL.
+const EPOCH_FROM_SQL: LeaseEpoch = LeaseEpoch::new(u64::MAX);
+
 const ROW_COLUMNS: &str = "value, revision, lease_token, lease_epoch, lease_expires_at, \
      lease_acquired_at, lease_renewed_at, holder, created_at, expires_at";
 
@@ -94,6 +97,24 @@ const ROW_SPAN_BITS: u32 = 32;
 /// compares the whole epoch.
 pub fn epoch_parts(epoch: u64) -> (u64, u64) {
     (epoch >> ROW_SPAN_BITS, epoch & ((1 << ROW_SPAN_BITS) - 1))
+}
+
+/// Runs the single-statement write of [`Store::write_observed`] on `conn`: the epoch written
+/// when it applied (`Some(None)` when it drew none, or on SQLite), `None` when the row moved.
+async fn observed_statement(
+    conn: &impl ConnectionTrait,
+    stmt: sea_orm::Statement,
+    postgres: bool,
+) -> Result<Option<Option<i64>>, sea_orm::DbErr> {
+    if postgres {
+        let found = conn.query_one_raw(stmt).await?;
+        found
+            .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
+            .transpose()
+    } else {
+        let done = conn.execute_raw(stmt).await?;
+        Ok((done.rows_affected() == 1).then_some(None))
+    }
 }
 
 impl Store {
@@ -451,15 +472,14 @@ impl Store {
         if let Intent::Set { row, .. } = &intent {
             plan::check_write(config, row)?;
         }
-        let tx = self.begin_write().await?;
-        let result = self
-            .cas_in(&tx, config, key, comparison, intent, admission, started)
-            .await;
-        match self
-            .finish(tx, result)
+        let written = self
+            .write_in(true, async |tx| {
+                self.cas_in(tx, config, key, comparison, intent, admission, started)
+                    .await
+            })
             .await
-            .map_err(|e| super::for_key(key, e))?
-        {
+            .map_err(|e| super::for_key(key, e))?;
+        match written {
             Some(applied) => Ok(applied),
             // A concurrent writer created the row first: nothing was written.
             None => Ok(ObservedOutcome::unreported(ApplyOutcome::Conflict {
@@ -469,11 +489,16 @@ impl Store {
     }
 
     /// The single-statement path of [`BindingStore::apply_observed`]: a set over the observed
-    /// live row that needs no new lease epoch and records no lease event — above all an owner
-    /// writing under its own lease — planned from the observed row and written by one
-    /// conditional `UPDATE … WHERE revision = <observed>` in autocommit. The revision names
-    /// exactly one row state (revisions never repeat, even across a delete and re-create), so
-    /// the write is the one the transactional path would make.
+    /// live row, planned from the observed row and written by one conditional
+    /// `UPDATE … WHERE revision = <observed>`. The revision names exactly one row state
+    /// (revisions never repeat, even across a delete and re-create), so the write is the one the
+    /// transactional path would make.
+    ///
+    /// On SQLite it takes the writes that need no new lease epoch and record no lease event
+    /// (above all an owner writing under its own lease). On PostgreSQL it also takes
+    /// acquisitions, renewals and releases over a live row: the new epoch is counted up in SQL
+    /// from the row's epoch floor and the lease events are inserted by the same statement (a
+    /// data-modifying `WITH`), so each is one round trip in autocommit.
     ///
     /// Returns the written row, or `None` when the path does not apply, when the speculative
     /// admission fails, or when the row moved: the caller then runs the transactional path,
@@ -486,12 +511,15 @@ impl Store {
         observed: &Observation,
         intent: &Intent,
         admission: Admission<'_>,
+        started: Instant,
     ) -> Result<Option<StoredRow>, Error> {
         let (Intent::Set { row: write, ttl }, Some(current)) = (intent, observed.row.as_ref())
         else {
             return Ok(None);
         };
-        if plan::needs_new_epoch(current.lease.as_ref(), write.lease.as_ref()) {
+        let postgres = self.inner.backend == DbBackend::Postgres;
+        let new_epoch = plan::needs_new_epoch(current.lease.as_ref(), write.lease.as_ref());
+        if new_epoch && !postgres {
             return Ok(None);
         }
         let now = self.now();
@@ -506,44 +534,121 @@ impl Store {
             expires_at,
             now,
             current.revision.next(),
-            None,
+            new_epoch.then_some(EPOCH_FROM_SQL),
         )?;
-        if planned.events().next().is_some() || admission().is_err() {
+        let events: Vec<PendingEvent> = planned.events().collect();
+        if (!events.is_empty() && !postgres) || events.len() > 2 || admission().is_err() {
             return Ok(None);
         }
-        let row = planned.row;
+        let mut row = planned.row;
         let lease = row.lease.as_ref();
-        // `lease_epoch` stays: without a new epoch it already holds the lease's epoch, or the
-        // epoch floor of a row without a lease.
-        let affected = self
-            .inner
-            .db
-            .execute_raw(self.stmt(
-                "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, \
-                 lease_expires_at = $6, lease_acquired_at = $7, lease_renewed_at = $8, holder = $9, \
-                 created_at = $10, expires_at = $11 \
-                 WHERE namespace = $1 AND key = $2 AND revision = $12 \
-                 AND (expires_at IS NULL OR expires_at > $13)",
-                vec![
-                    config.namespace.as_str().into(),
-                    key.as_str().into(),
-                    row.value.clone().into(),
-                    to_i64(row.revision.get()).into(),
-                    Value::from(lease.map(|l| l.token.as_str().to_owned())),
-                    opt_ts(lease.map(|l| l.expires_at)),
-                    opt_ts(lease.map(|l| l.acquired_at)),
-                    opt_ts(lease.map(|l| l.renewed_at)),
-                    Value::from(lease.and_then(|l| l.holder.clone())),
-                    row.created_at.as_millis().into(),
-                    opt_ts(row.expires_at),
-                    to_i64(current.revision.get()).into(),
-                    now.as_millis().into(),
-                ],
-            ))
-            .await
-            .map_err(|e| super::for_key(key, super::autocommit_error(e)))?
-            .rows_affected();
-        Ok((affected == 1).then_some(row))
+        let mut values: Vec<Value> = vec![
+            config.namespace.as_str().into(),
+            key.as_str().into(),
+            row.value.clone().into(),
+            to_i64(row.revision.get()).into(),
+            Value::from(lease.map(|l| l.token.as_str().to_owned())),
+            opt_ts(lease.map(|l| l.expires_at)),
+            opt_ts(lease.map(|l| l.acquired_at)),
+            opt_ts(lease.map(|l| l.renewed_at)),
+            Value::from(lease.and_then(|l| l.holder.clone())),
+            row.created_at.as_millis().into(),
+            opt_ts(row.expires_at),
+            to_i64(current.revision.get()).into(),
+            now.as_millis().into(),
+        ];
+        // Without a new epoch `lease_epoch` stays: it already holds the lease's epoch, or the
+        // epoch floor of a row without a lease. With one, it counts up from that floor.
+        let epoch = if new_epoch {
+            "lease_epoch = COALESCE(lease_epoch, 0) + 1, "
+        } else {
+            ""
+        };
+        let update = format!(
+            "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, {epoch}\
+             lease_expires_at = $6, lease_acquired_at = $7, lease_renewed_at = $8, holder = $9, \
+             created_at = $10, expires_at = $11 \
+             WHERE namespace = $1 AND key = $2 AND revision = $12 \
+             AND (expires_at IS NULL OR expires_at > $13)"
+        );
+        let sql = if postgres {
+            let mut sql = format!("WITH w AS ({update} RETURNING lease_epoch)");
+            for (i, event) in events.iter().enumerate() {
+                let mut param = |value: Value| {
+                    values.push(value);
+                    format!("${}", values.len())
+                };
+                let epoch = if event.epoch == Some(EPOCH_FROM_SQL) {
+                    "w.lease_epoch".to_owned()
+                } else {
+                    param(Value::from(event.epoch.map(|e| to_i64(e.get()))))
+                };
+                let latency =
+                    (event.kind == LeaseEventKind::Renewed).then(|| micros(started.elapsed()));
+                let kind = param(event.kind.as_str().into());
+                let token = param(Value::from(event.token_prefix.clone()));
+                let other = param(Value::from(event.other_token_prefix.clone()));
+                let holder = param(Value::from(event.holder.clone()));
+                let latency = param(Value::from(latency));
+                sql.push_str(&format!(
+                    ", e{i} AS (INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, \
+                     other_token_prefix, holder, at, latency_us) \
+                     SELECT $1, $2, {kind}, {epoch}, {token}, {other}, {holder}, $13, {latency} FROM w)"
+                ));
+            }
+            sql.push_str(" SELECT lease_epoch FROM w");
+            sql
+        } else {
+            update
+        };
+        let stmt = self.stmt(&sql, values);
+        let applied = if self.grouped() {
+            let mut member = self
+                .join_group(!events.is_empty())
+                .await
+                .map_err(|e| super::for_key(key, e))?;
+            match member.solo.take() {
+                // Alone: one statement in autocommit, in the write slot.
+                Some(_slot) => observed_statement(&self.inner.db, stmt, postgres)
+                    .await
+                    .map_err(|e| super::for_key(key, super::autocommit_error(e)))?,
+                // In a batch: one statement needs no savepoint on SQLite, where a failed
+                // statement undoes only itself (and a failure that ends the transaction ends
+                // the batch); PostgreSQL gives every member its savepoint.
+                None => {
+                    let result = observed_statement(member.tx(), stmt, postgres)
+                        .await
+                        .map_err(db_error)
+                        .map(|w| {
+                            let end = if w.is_some() {
+                                End::Commit
+                            } else {
+                                End::Rollback
+                            };
+                            (w, end)
+                        });
+                    member
+                        .finish(result)
+                        .await
+                        .map_err(|e| super::for_key(key, e))?
+                }
+            }
+        } else {
+            observed_statement(&self.inner.db, stmt, postgres)
+                .await
+                .map_err(|e| super::for_key(key, super::autocommit_error(e)))?
+        };
+        let Some(epoch) = applied else {
+            return Ok(None);
+        };
+        if let (Some(epoch), Some(lease)) = (epoch, row.lease.as_mut())
+            && new_epoch
+        {
+            lease.epoch = LeaseEpoch::new(
+                u64::try_from(epoch).map_err(|_| ErrorTexts::default().invalid_row(key))?,
+            );
+        }
+        Ok(Some(row))
     }
 
     async fn fresh_observation(
@@ -616,7 +721,7 @@ impl BindingStore for Store {
         let started = Instant::now();
         let config = self.config(ns)?;
         if let Some(written) = self
-            .write_observed(&config, key, observed, &intent, admission)
+            .write_observed(&config, key, observed, &intent, admission, started)
             .await?
         {
             return Ok(ObservedOutcome::applied_set(written));
@@ -642,10 +747,9 @@ impl BindingStore for Store {
         let started = Instant::now();
         let config = self.config(ns)?;
         plan::check_write(&config, &row)?;
-        let tx = self.begin_write().await?;
-        let result = async {
+        self.write_in(true, async |tx| {
             let now = self.now();
-            let physical = self.physical(&tx, ns, key).await?;
+            let physical = self.physical(tx, ns, key).await?;
             if physical
                 .as_ref()
                 .is_some_and(|p| plan::row_is_live(&p.row, now))
@@ -655,7 +759,7 @@ impl BindingStore for Store {
             Ok(
                 match self
                     .set_tx(
-                        &tx,
+                        tx,
                         &config,
                         key,
                         physical.as_ref(),
@@ -669,11 +773,9 @@ impl BindingStore for Store {
                     None => (false, End::Rollback),
                 },
             )
-        }
-        .await;
-        self.finish(tx, result)
-            .await
-            .map_err(|e| super::for_key(key, e))
+        })
+        .await
+        .map_err(|e| super::for_key(key, e))
     }
 
     async fn delete_if(
@@ -683,16 +785,15 @@ impl BindingStore for Store {
         predicate: RowPredicate<'_>,
     ) -> Result<Option<StoredRow>, Error> {
         self.config(ns)?;
-        let tx = self.begin_write().await?;
-        let result = async {
+        self.write_in(true, async |tx| {
             let now = self.now();
             let live = self
-                .physical_row(&tx, ns, key)
+                .physical_row(tx, ns, key)
                 .await?
                 .filter(|r| plan::row_is_live(r, now));
             Ok(match live {
                 Some(row) if predicate(&row) => {
-                    if self.delete_tx(&tx, ns, key, &row, now).await? {
+                    if self.delete_tx(tx, ns, key, &row, now).await? {
                         (Some(row), End::Commit)
                     } else {
                         (None, End::Rollback)
@@ -700,11 +801,9 @@ impl BindingStore for Store {
                 }
                 _ => (None, End::Rollback),
             })
-        }
-        .await;
-        self.finish(tx, result)
-            .await
-            .map_err(|e| super::for_key(key, e))
+        })
+        .await
+        .map_err(|e| super::for_key(key, e))
     }
 
     async fn scan(
@@ -1010,7 +1109,7 @@ mod tests {
             let (store, config, key) = (&store, &config, &key);
             async move {
                 store
-                    .write_observed(config, key, &observed, &intent, &admit_all)
+                    .write_observed(config, key, &observed, &intent, &admit_all, Instant::now())
                     .await
                     .unwrap()
             }
@@ -1074,6 +1173,7 @@ mod tests {
                 &current,
                 &set(write("c", "tok", 60_000)),
                 &refuse,
+                Instant::now(),
             )
             .await
             .unwrap();

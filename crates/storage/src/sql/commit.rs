@@ -16,9 +16,9 @@
 //! transaction that never commits: writes acknowledged and never saved, and the write lock
 //! held against every other connection.
 
-use sea_orm::DatabaseTransaction;
 use tether_core::{BindingKey, Error, StoreErrorKind};
 
+use super::group::WriteTx;
 use super::{End, Store};
 
 /// What the next COMMIT of a store does instead of its normal work (feature `test-support`),
@@ -77,7 +77,9 @@ impl Store {
     /// Commits `tx`. A failure is [`StoreErrorKind::CommitFailed`]: the outcome is unknown,
     /// and the connection goes through the pool's release check (its rollback flushed, closed
     /// if it is still inside a transaction) before it serves anyone again.
-    pub(crate) async fn commit(&self, tx: DatabaseTransaction) -> Result<(), Error> {
+    pub(crate) async fn commit(&self, tx: WriteTx) -> Result<(), Error> {
+        // The write slot (SQLite) is freed once the COMMIT answered, never before.
+        let (tx, _slot) = tx.into_parts();
         #[cfg(feature = "test-support")]
         match self.inner.commit_faults.next() {
             Some(CommitFault::Fail) => {
@@ -104,7 +106,7 @@ impl Store {
     /// back too, but only when the connection is next used.
     pub(crate) async fn finish<T>(
         &self,
-        tx: DatabaseTransaction,
+        tx: WriteTx,
         result: Result<(T, End), Error>,
     ) -> Result<T, Error> {
         match result {

@@ -180,7 +180,7 @@ impl Store {
     ) -> Result<Option<HostSessionEntry>, Error> {
         let tx = self.begin_write().await?;
         let result = async {
-            let Some(row) = self.session_row(&tx, key).await? else {
+            let Some(row) = self.session_row(&*tx, key).await? else {
                 return Ok((None, End::Rollback));
             };
             if row.entry.session_id != *expected {
@@ -265,7 +265,7 @@ impl Store {
     pub async fn link_upstream(&self, key: &SessionKey, upstream: &str) -> Result<bool, Error> {
         let tx = self.begin_write().await?;
         let result = self
-            .link_upstream_in(&tx, key, upstream)
+            .link_upstream_in(&*tx, key, upstream)
             .await
             .map(|linked| (linked, End::Commit));
         self.finish(tx, result).await
@@ -341,7 +341,7 @@ impl Store {
         entry.check()?;
         let tx = self.begin_write().await?;
         let result = async {
-            let Some(session) = self.session_row(&tx, key).await? else {
+            let Some(session) = self.session_row(&*tx, key).await? else {
                 return Err(HostErrorKind::SessionNotFound {
                     key: key.to_string(),
                 }
@@ -503,10 +503,10 @@ impl Store {
     ) -> Result<CutStatus, Error> {
         let tx = self.begin_write().await?;
         let result = async {
-            let Some(session) = self.session_row(&tx, key).await? else {
+            let Some(session) = self.session_row(&*tx, key).await? else {
                 return Ok((CutStatus::MissingEntry, End::Rollback));
             };
-            let leaf = match self.plan_cut_in(&tx, &session, cut).await? {
+            let leaf = match self.plan_cut_in(&*tx, &session, cut).await? {
                 Ok(leaf) => leaf,
                 Err(status) => return Ok((status, End::Rollback)),
             };
@@ -536,10 +536,10 @@ impl Store {
     ) -> Result<CutStatus, Error> {
         let tx = self.begin_write().await?;
         let result = async {
-            if self.session_row(&tx, source).await?.is_none() {
+            if self.session_row(&*tx, source).await?.is_none() {
                 return Ok((CutStatus::MissingEntry, End::Rollback));
             }
-            let entries = self.entries_in(&tx, source).await?;
+            let entries = self.entries_in(&*tx, source).await?;
             let Some(target) = entries.get(&at.0) else {
                 return Ok((CutStatus::MissingEntry, End::Rollback));
             };

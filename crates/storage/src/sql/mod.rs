@@ -20,6 +20,7 @@ mod admin_read;
 mod binding;
 mod clock;
 mod commit;
+mod group;
 mod host;
 mod renew;
 mod row_tx;
@@ -35,6 +36,9 @@ pub use self::commit::CommitFault;
 #[cfg(feature = "test-support")]
 pub(crate) use self::commit::commit_failed;
 pub(crate) use self::commit::for_key;
+#[cfg(feature = "test-support")]
+pub use self::group::GroupCommitHold;
+pub use self::group::GroupCommitStats;
 pub use self::operator::{
     AuditEntry, AuditOutcome, AuditPage, FinalizationCounts, NewAuditEntry, QuarantineCursor,
 };
@@ -48,8 +52,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sea_orm::{
-    ConnectOptions, Database, DatabaseConnection, DatabaseTransaction, DbBackend, DbErr, Statement,
-    TransactionTrait, Value,
+    ConnectOptions, Database, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait,
+    Value,
 };
 use sea_orm_migration::MigratorTrait;
 use tether_core::{Clock, Error, Namespace, NamespaceConfig, StoreErrorKind, SystemClock};
@@ -67,6 +71,7 @@ pub struct StoreOptions {
     busy_timeout: Duration,
     connect_timeout: Duration,
     existing_only: bool,
+    group_commit: bool,
 }
 
 impl fmt::Debug for StoreOptions {
@@ -80,6 +85,7 @@ impl fmt::Debug for StoreOptions {
             .field("busy_timeout", &self.busy_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("existing_only", &self.existing_only)
+            .field("group_commit", &self.group_commit)
             .finish()
     }
 }
@@ -97,6 +103,7 @@ impl StoreOptions {
             busy_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(10),
             existing_only: false,
+            group_commit: true,
         }
     }
 
@@ -146,7 +153,19 @@ impl StoreOptions {
         self
     }
 
-    /// SQLite busy timeout.
+    /// Group commit of lifecycle writes (acquisitions, writes under a lease, renewals and
+    /// releases, conditional registrations and deletions), on by default: concurrent writes
+    /// share one transaction and one COMMIT, each with its own compare-and-swap and its own
+    /// outcome, and no write is acknowledged before the COMMIT that carries it. A write alone
+    /// writes as before (one owner pays nothing for it). Turn it off to give every write its
+    /// own transaction.
+    #[must_use]
+    pub fn group_commit(mut self, yes: bool) -> Self {
+        self.group_commit = yes;
+        self
+    }
+
+    /// SQLite busy timeout (also how long a writer waits for the store's write slot).
     #[must_use]
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
@@ -175,6 +194,9 @@ struct Inner {
     clock: Arc<dyn Clock>,
     namespaces: RwLock<HashMap<Namespace, NamespaceConfig>>,
     url: String,
+    group: group::GroupCommit,
+    /// Whether lifecycle writes go through group commit.
+    grouped: bool,
     #[cfg(feature = "test-support")]
     commit_faults: commit::CommitFaults,
 }
@@ -518,6 +540,11 @@ impl Store {
                 clock: options.clock,
                 namespaces: RwLock::new(HashMap::new()),
                 url: redact_url(&options.url),
+                group: group::GroupCommit::new(
+                    matches!(kind, Kind::Sqlite { .. }),
+                    options.busy_timeout,
+                ),
+                grouped: options.group_commit,
                 #[cfg(feature = "test-support")]
                 commit_faults: commit::CommitFaults::default(),
             }),
@@ -643,9 +670,20 @@ impl Store {
         Statement::from_sql_and_values(self.inner.backend, sql, values)
     }
 
-    /// Starts a writer transaction: `BEGIN IMMEDIATE` on SQLite.
-    pub(crate) async fn begin_write(&self) -> Result<DatabaseTransaction, Error> {
-        match self.inner.backend {
+    /// Starts a writer transaction: on SQLite it first takes the store's write slot (writers
+    /// of one process queue in order; see the `group` module), then `BEGIN IMMEDIATE`.
+    pub(crate) async fn begin_write(&self) -> Result<group::WriteTx, Error> {
+        let slot = self.inner.group.slot().await?;
+        self.begin_in_slot(slot).await
+    }
+
+    /// Starts a writer transaction in the write slot already taken (`slot`, `None` when the
+    /// store has none).
+    pub(crate) async fn begin_in_slot(
+        &self,
+        slot: Option<tokio::sync::OwnedMutexGuard<()>>,
+    ) -> Result<group::WriteTx, Error> {
+        let tx = match self.inner.backend {
             DbBackend::Sqlite => self
                 .inner
                 .db
@@ -655,9 +693,15 @@ impl Store {
                     sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
                 })
                 .await
-                .map_err(db_error),
-            _ => self.inner.db.begin().await.map_err(db_error),
-        }
+                .map_err(db_error)?,
+            _ => self.inner.db.begin().await.map_err(db_error)?,
+        };
+        Ok(group::WriteTx::new(tx, slot))
+    }
+
+    /// Whether lifecycle writes of this store go through group commit.
+    pub(crate) fn grouped(&self) -> bool {
+        self.inner.grouped
     }
 
     /// Deletes expired rows in batches of `batch` every `interval` until the returned handle

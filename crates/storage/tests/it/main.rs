@@ -6,6 +6,7 @@ mod conformance;
 pub(crate) mod deletion;
 mod disk_full;
 mod fault_walk;
+mod group_commit;
 mod memory_hooks;
 mod memory_transaction;
 mod sql_store;

@@ -1,0 +1,661 @@
+//! Group commit: concurrent lifecycle writes of one store share one database transaction and
+//! one COMMIT, each keeping its own compare-and-swap and its own outcome.
+//!
+//! A write joins the *open batch* (or opens one) and waits for its turn at the batch's shared
+//! transaction, where it reads its row, compares and writes exactly as it would alone. The last
+//! member to finish seals the batch and ends it with one COMMIT; every member then learns the
+//! outcome of that COMMIT:
+//!
+//! - COMMIT succeeded: each member's own result stands (applied, unchanged, conflict, or its
+//!   own error).
+//! - COMMIT failed: a member that wrote gets [`StoreErrorKind::CommitFailed`] (its outcome is
+//!   unknown; the keyed writes report it as [`Error::OutcomeUnknown`] for their key); a member
+//!   that wrote nothing keeps its own error, or gets a retryable
+//!   [`StoreErrorKind::Unavailable`] when its answer was read in a batch that never committed.
+//! - The batch was rolled back (see below): every member gets [`StoreErrorKind::Unavailable`]
+//!   or its own error — nothing of the batch was saved.
+//!
+//! A write's own refusal (its admission, the namespace capacity, a changed row, an invalid
+//! value) is decided before it writes anything and never touches its neighbours. A failure of
+//! the database under a write (disk full, an I/O error, a broken connection) may leave that
+//! write half applied or end the transaction (PostgreSQL aborts a transaction on any failed
+//! statement, and answers its COMMIT with a silent rollback), so it stops the batch: members
+//! after it do not run and get its error, and the batch is rolled back — except on SQLite
+//! after a failed single statement, which undid only itself: there the writes before it are
+//! still committed. A member dropped in the middle of its write rolls the batch back too.
+//!
+//! A write that finds itself alone when its turn comes (no one joined while it waited for the
+//! write slot) writes as a plain transaction, or a single statement in autocommit: one owner
+//! pays nothing for group commit. Batches form under concurrency, while the previous one
+//! commits.
+//!
+//! No member returns before the COMMIT (or rollback) that ends its batch has answered, so no
+//! write is acknowledged early, and nothing is ever replayed.
+//!
+//! One batch writes at a time. On SQLite that is the store's *write slot*, an in-process fair
+//! lock held from `BEGIN IMMEDIATE` to the end of the COMMIT and taken by every writer
+//! transaction of the store ([`Store::begin_write`]), so writers queue in order instead of
+//! polling SQLite's busy handler. On PostgreSQL a batch slot orders the batches only; other
+//! writer transactions (host transactions, sweeps) run beside them, and row locks order them.
+//!
+//! Architecture Invariant: a member's result leaves this module only after the COMMIT (or
+//! rollback) of its batch has answered.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use sea_orm::DatabaseTransaction;
+use tether_core::{Error, StoreErrorKind};
+use tokio::sync::{OwnedMutexGuard, watch};
+
+use super::{End, Store};
+
+/// The most members one batch takes; later writers open the next batch.
+pub(crate) const MAX_MEMBERS: usize = 64;
+
+/// Counts of a store's group commit since it was opened ([`Store::group_commit_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupCommitStats {
+    /// Writes that found themselves alone and wrote by themselves.
+    pub solo_writes: u64,
+    /// Batches of two or more writes that ended (committed, failed or rolled back).
+    pub batches: u64,
+    /// Writes that ran in those batches.
+    pub batched_writes: u64,
+    /// The most writes one batch carried.
+    pub largest_batch: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    solo_writes: AtomicU64,
+    batches: AtomicU64,
+    batched_writes: AtomicU64,
+    largest_batch: AtomicU64,
+}
+
+/// The group-commit state of one store.
+pub(crate) struct GroupCommit {
+    /// The batch new writers join, while it takes members.
+    open: Mutex<Option<Arc<Batch>>>,
+    /// SQLite: the write slot (see the module documentation); `None` on PostgreSQL.
+    slot: Option<Arc<tokio::sync::Mutex<()>>>,
+    /// PostgreSQL: the batch slot, held by the one batch that writes at a time.
+    batch_slot: Arc<tokio::sync::Mutex<()>>,
+    /// How long a writer waits for the write slot before it is told the database is busy.
+    slot_timeout: Duration,
+    counters: Counters,
+}
+
+/// A writer transaction of the store: the transaction and, on SQLite, the write slot it holds
+/// until it ends. Dereferences to the transaction.
+pub(crate) struct WriteTx {
+    tx: DatabaseTransaction,
+    _slot: Option<OwnedMutexGuard<()>>,
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = DatabaseTransaction;
+
+    fn deref(&self) -> &DatabaseTransaction {
+        &self.tx
+    }
+}
+
+impl WriteTx {
+    /// A writer transaction holding `slot` until it ends.
+    pub(crate) fn new(tx: DatabaseTransaction, slot: Option<OwnedMutexGuard<()>>) -> Self {
+        Self { tx, _slot: slot }
+    }
+
+    /// The transaction and the slot guard, which must live until the transaction ended.
+    pub(crate) fn into_parts(self) -> (DatabaseTransaction, Option<OwnedMutexGuard<()>>) {
+        (self.tx, self._slot)
+    }
+
+    /// Rolls the transaction back (and frees the write slot).
+    pub(crate) async fn rollback(self) -> Result<(), sea_orm::DbErr> {
+        self.tx.rollback().await
+    }
+}
+
+impl GroupCommit {
+    /// Group commit for a store; `single_writer` on SQLite.
+    pub(crate) fn new(single_writer: bool, slot_timeout: Duration) -> Self {
+        Self {
+            open: Mutex::new(None),
+            slot: single_writer.then(|| Arc::new(tokio::sync::Mutex::new(()))),
+            batch_slot: Arc::new(tokio::sync::Mutex::new(())),
+            slot_timeout,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Takes the write slot (SQLite), waiting at most the busy timeout.
+    pub(crate) async fn slot(&self) -> Result<Option<OwnedMutexGuard<()>>, Error> {
+        let Some(slot) = &self.slot else {
+            return Ok(None);
+        };
+        match tokio::time::timeout(self.slot_timeout, Arc::clone(slot).lock_owned()).await {
+            Ok(guard) => Ok(Some(guard)),
+            Err(_) => Err(Error::store(StoreErrorKind::Unavailable {
+                message: format!(
+                    "the database is busy: no write slot within {:?} (another writer of this process holds it); retry",
+                    self.slot_timeout
+                ),
+            })),
+        }
+    }
+
+    /// Counts one ended batch of `members` writes.
+    fn count_batch(&self, members: usize) {
+        let members = members as u64;
+        let c = &self.counters;
+        c.batches.fetch_add(1, Ordering::Relaxed);
+        c.batched_writes.fetch_add(members, Ordering::Relaxed);
+        c.largest_batch.fetch_max(members, Ordering::Relaxed);
+    }
+
+    /// Takes the slot a batch writes in: the write slot on SQLite, the batch slot elsewhere
+    /// (one batch at a time; other writer transactions run beside it).
+    async fn batch_slot(&self) -> Result<Option<OwnedMutexGuard<()>>, Error> {
+        if self.slot.is_some() {
+            return self.slot().await;
+        }
+        match tokio::time::timeout(self.slot_timeout, Arc::clone(&self.batch_slot).lock_owned())
+            .await
+        {
+            Ok(guard) => Ok(Some(guard)),
+            Err(_) => Err(Error::store(StoreErrorKind::Unavailable {
+                message: format!(
+                    "the database is busy: the previous group commit did not end within {:?}; retry",
+                    self.slot_timeout
+                ),
+            })),
+        }
+    }
+
+    /// Joins the open batch, or opens a new one.
+    fn join(&self) -> Arc<Batch> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(batch) = open.as_ref() {
+            let mut members = batch.members();
+            if !members.sealed && members.joined < MAX_MEMBERS {
+                members.joined += 1;
+                if members.joined == MAX_MEMBERS {
+                    drop(members);
+                    return open.take().unwrap_or_else(|| unreachable!("checked above"));
+                }
+                drop(members);
+                return Arc::clone(batch);
+            }
+        }
+        let batch = Arc::new(Batch::new());
+        *open = Some(Arc::clone(&batch));
+        batch
+    }
+
+    /// Stops `batch` taking members, if it still does.
+    fn close(&self, batch: &Arc<Batch>) {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if open.as_ref().is_some_and(|b| Arc::ptr_eq(b, batch)) {
+            *open = None;
+        }
+    }
+}
+
+/// How the shared transaction of a batch stands.
+enum TxState {
+    /// No member has begun it yet.
+    Idle,
+    /// Open: members write into it.
+    Open(WriteTx),
+    /// It can take no more writes: `error` says why (members after this get it). `tx` is
+    /// committed at the end when `commit` is set (the writes released into it before the break
+    /// may still be saved), rolled back otherwise.
+    Broken {
+        tx: Option<WriteTx>,
+        error: Error,
+        commit: bool,
+    },
+    /// Committed or rolled back.
+    Ended,
+}
+
+#[derive(Debug, Default)]
+struct Members {
+    joined: usize,
+    finished: usize,
+    sealed: bool,
+}
+
+/// How a batch ended, as its members learn it.
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// COMMIT succeeded.
+    Committed,
+    /// COMMIT failed: the writes may or may not be saved.
+    Unknown(Error),
+    /// Rolled back: nothing of the batch was saved.
+    Abandoned(Error),
+}
+
+struct Batch {
+    tx: Arc<tokio::sync::Mutex<TxState>>,
+    members: Mutex<Members>,
+    outcome: watch::Sender<Option<Outcome>>,
+}
+
+impl Batch {
+    fn new() -> Self {
+        Self {
+            tx: Arc::new(tokio::sync::Mutex::new(TxState::Idle)),
+            members: Mutex::new(Members {
+                joined: 1,
+                ..Members::default()
+            }),
+            outcome: watch::channel(None).0,
+        }
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One write's membership of a batch: joined, then (with [`Member::turn`]) holding the shared
+/// transaction, then finished. Dropping it at any point leaves the batch consistent: a member
+/// dropped in the middle of its write dooms the batch (rolled back, nothing saved).
+pub(crate) struct Member {
+    store: Store,
+    batch: Arc<Batch>,
+    turn: Option<OwnedMutexGuard<TxState>>,
+    /// Alone in its batch: the write slot it writes under, as a plain transaction.
+    pub(crate) solo: Option<Option<OwnedMutexGuard<()>>>,
+    /// Its write may run more than one write statement.
+    multi_statement: bool,
+    finished: bool,
+}
+
+impl Store {
+    /// Joins the group commit of this store for one write and waits for its turn. A member
+    /// with [`Member::solo`] set is alone and writes by itself in that write slot; otherwise
+    /// it writes into [`Member::tx`] and ends with [`Member::finish`]. `multi_statement`
+    /// says whether the write may run more than one write statement.
+    pub(crate) async fn join_group(&self, multi_statement: bool) -> Result<Member, Error> {
+        let batch = self.inner.group.join();
+        let mut member = Member {
+            store: self.clone(),
+            batch,
+            turn: None,
+            solo: None,
+            multi_statement,
+            finished: false,
+        };
+        let mut guard = Arc::clone(&member.batch.tx).lock_owned().await;
+        if matches!(*guard, TxState::Idle) {
+            // The batch's first member: take the write slot, then see whether anyone joined
+            // while it waited. Alone, it writes as a plain transaction (no savepoint, no
+            // shared COMMIT) and the batch takes nobody else.
+            let slot = match self.inner.group.batch_slot().await {
+                Ok(slot) => slot,
+                Err(error) => {
+                    *guard = TxState::Broken {
+                        tx: None,
+                        error: error.clone(),
+                        commit: false,
+                    };
+                    drop(guard);
+                    member.leave().await;
+                    return Err(error);
+                }
+            };
+            let alone = {
+                let mut members = member.batch.members();
+                if members.joined == 1 {
+                    members.sealed = true;
+                }
+                members.sealed
+            };
+            if alone {
+                self.inner.group.close(&member.batch);
+                self.inner
+                    .group
+                    .counters
+                    .solo_writes
+                    .fetch_add(1, Ordering::Relaxed);
+                *guard = TxState::Ended;
+                member.solo = Some(slot);
+                return Ok(member);
+            }
+            *guard = match self.begin_in_slot(slot).await {
+                Ok(tx) => TxState::Open(tx),
+                Err(error) => TxState::Broken {
+                    tx: None,
+                    error,
+                    commit: false,
+                },
+            };
+        }
+        let begun = match &*guard {
+            TxState::Open(_) => Ok(()),
+            TxState::Broken { error, .. } => Err(error.clone()),
+            TxState::Idle | TxState::Ended => Err(Error::other(
+                "a group-commit batch was used after it ended (a Tether bug)",
+            )),
+        };
+        if let Err(error) = begun {
+            break_batch(&mut guard, error.clone(), true);
+            drop(guard);
+            member.leave().await;
+            return Err(error);
+        }
+        member.turn = Some(guard);
+        Ok(member)
+    }
+}
+
+impl Store {
+    /// What group commit did on this store since it was opened: writes that wrote alone, and
+    /// batches with the writes they carried.
+    pub fn group_commit_stats(&self) -> GroupCommitStats {
+        let c = &self.inner.group.counters;
+        GroupCommitStats {
+            solo_writes: c.solo_writes.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+            batched_writes: c.batched_writes.load(Ordering::Relaxed),
+            largest_batch: c.largest_batch.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Holds back every group-commit batch of this store until the returned guard is dropped
+    /// (feature `test-support`): writes started meanwhile gather in one batch. On SQLite this
+    /// holds the write slot, so every writer transaction of the store waits.
+    #[cfg(feature = "test-support")]
+    pub async fn hold_group_commit(&self) -> GroupCommitHold {
+        let slot = self
+            .inner
+            .group
+            .batch_slot()
+            .await
+            .unwrap_or_else(|e| panic!("hold_group_commit: {e}"));
+        GroupCommitHold(slot)
+    }
+
+    /// Runs `body` as one writer transaction's work: through group commit when the store uses
+    /// it, else in a transaction of its own. What it wrote is kept when it returns
+    /// `Ok((_, End::Commit))`. `multi_statement`: `body` may run more than one write statement.
+    pub(crate) async fn write_in<T>(
+        &self,
+        multi_statement: bool,
+        body: impl AsyncFnOnce(&DatabaseTransaction) -> Result<(T, End), Error>,
+    ) -> Result<T, Error> {
+        if !self.grouped() {
+            let tx = self.begin_write().await?;
+            let result = body(&tx).await;
+            return self.finish(tx, result).await;
+        }
+        let mut member = self.join_group(multi_statement).await?;
+        match member.solo.take() {
+            Some(slot) => {
+                let tx = self.begin_in_slot(slot).await?;
+                let result = body(&tx).await;
+                self.finish(tx, result).await
+            }
+            None => {
+                let result = body(member.tx()).await;
+                member.finish(result).await
+            }
+        }
+    }
+}
+
+/// Holds back a store's group-commit batches while it lives (feature `test-support`, from
+/// [`Store::hold_group_commit`]).
+#[cfg(feature = "test-support")]
+#[derive(Debug)]
+pub struct GroupCommitHold(#[allow(dead_code)] Option<OwnedMutexGuard<()>>);
+
+/// Whether `error` may come from the database failing under a write (rather than the write's
+/// own refusal, decided before it wrote anything).
+fn touched_database(error: &Error) -> bool {
+    match error {
+        Error::Store { kind } => matches!(
+            kind,
+            StoreErrorKind::Unavailable { .. }
+                | StoreErrorKind::Unusable { .. }
+                | StoreErrorKind::Backend { .. }
+                | StoreErrorKind::CommitFailed { .. }
+        ),
+        Error::Other { .. } => true,
+        _ => false,
+    }
+}
+
+/// Marks the open transaction broken: later members get `error`; `commit` says whether what
+/// earlier members released into it is still committed.
+fn break_batch(state: &mut TxState, error: Error, commit: bool) {
+    let taken = std::mem::replace(state, TxState::Ended);
+    *state = match taken {
+        TxState::Open(tx) => TxState::Broken {
+            tx: Some(tx),
+            error,
+            commit,
+        },
+        TxState::Broken {
+            tx,
+            error: first,
+            commit: was,
+        } => TxState::Broken {
+            tx,
+            error: first,
+            commit: was && commit,
+        },
+        TxState::Idle | TxState::Ended => TxState::Broken {
+            tx: None,
+            error,
+            commit: false,
+        },
+    };
+}
+
+impl Member {
+    /// The shared transaction (valid until [`Member::finish`]).
+    pub(crate) fn tx(&self) -> &DatabaseTransaction {
+        match self.turn.as_deref() {
+            Some(TxState::Open(tx)) => tx,
+            _ => unreachable!("a member holds an open transaction from join_group until finish"),
+        }
+    }
+
+    /// Ends this write with `result` (what it wrote is kept on `Ok((_, End::Commit))`), waits for the batch's COMMIT and returns what the write may
+    /// report: its own result once the batch committed; see the module documentation for a
+    /// failed or abandoned batch.
+    pub(crate) async fn finish<T>(mut self, result: Result<(T, End), Error>) -> Result<T, Error> {
+        let wrote = matches!(result, Ok((_, End::Commit)));
+        let mut guard = self
+            .turn
+            .take()
+            .unwrap_or_else(|| unreachable!("finish is called once, on a member with its turn"));
+        // A write's own refusals (admission, capacity, comparison, an invalid row) come before
+        // its first write statement and leave nothing to undo. A failure of the database under
+        // a write may have left it half applied, or ended the transaction (PostgreSQL aborts it
+        // on any failed statement; SQLite may roll it back on a full disk or an I/O error), so
+        // no later member runs in it.
+        if let (TxState::Open(_), Err(error)) = (&*guard, &result)
+            && touched_database(error)
+        {
+            // On SQLite a failed single statement undid only itself: what earlier members
+            // wrote is still committed. Otherwise the batch is rolled back as a whole.
+            let commit =
+                self.store.inner.backend == sea_orm::DbBackend::Sqlite && !self.multi_statement;
+            if !commit {
+                tracing::warn!(error = %error, "a write of a group commit failed in the database; the batch is rolled back");
+            }
+            break_batch(&mut guard, error.clone(), commit);
+        }
+        drop(guard);
+        let outcome = self.leave().await;
+        match (outcome, result) {
+            (Outcome::Committed, result) => result.map(|(value, _)| value),
+            (_, Err(own)) => Err(own),
+            (Outcome::Unknown(error), Ok(_)) if wrote => Err(error),
+            (Outcome::Unknown(error) | Outcome::Abandoned(error), Ok(_)) => {
+                Err(Error::store(StoreErrorKind::Unavailable {
+                    message: format!(
+                        "the group commit this call's answer was read in did not commit ({error}); nothing of this call was saved; retry"
+                    ),
+                }))
+            }
+        }
+    }
+
+    /// Counts this member finished and waits for the batch's outcome; the last member ends the
+    /// batch itself (a guard reports the outcome unknown should this future be dropped in the
+    /// middle of the COMMIT).
+    async fn leave(&mut self) -> Outcome {
+        let mut outcome = self.batch.outcome.subscribe();
+        if self.mark_finished() {
+            let mut pending = Pending(Some(Arc::clone(&self.batch)));
+            let done = end_batch(&self.store, &self.batch).await;
+            pending.0 = None;
+            self.batch.outcome.send_replace(Some(done.clone()));
+            return done;
+        }
+        loop {
+            if let Some(done) = outcome.borrow_and_update().clone() {
+                return done;
+            }
+            if outcome.changed().await.is_err() {
+                return Outcome::Abandoned(Error::other(
+                    "a group-commit batch ended without an outcome (a Tether bug)",
+                ));
+            }
+        }
+    }
+
+    /// Counts this member finished; `true` for the last one, which seals the batch and must
+    /// end it.
+    fn mark_finished(&mut self) -> bool {
+        if std::mem::replace(&mut self.finished, true) {
+            return false;
+        }
+        let last = {
+            let mut members = self.batch.members();
+            members.finished += 1;
+            let last = members.finished == members.joined;
+            if last {
+                members.sealed = true;
+            }
+            last
+        };
+        if last {
+            self.store.inner.group.close(&self.batch);
+        }
+        last
+    }
+}
+
+/// Reports a batch's outcome unknown if the member ending it is dropped before it finished.
+struct Pending(Option<Arc<Batch>>);
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(batch) = self.0.take() {
+            batch
+                .outcome
+                .send_replace(Some(Outcome::Unknown(super::commit_failed(
+                    &"the group commit was interrupted while it ended",
+                ))));
+        }
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if let Some(mut guard) = self.turn.take() {
+            // Dropped in the middle of its write: what it wrote cannot be undone from here.
+            break_batch(
+                &mut guard,
+                Error::store(StoreErrorKind::Unavailable {
+                    message: "a write of this group commit was cancelled in the middle; the batch was rolled back and nothing of it was saved; retry".into(),
+                }),
+                false,
+            );
+        }
+        if self.mark_finished() {
+            let idle = self
+                .batch
+                .tx
+                .try_lock()
+                .is_ok_and(|state| matches!(*state, TxState::Idle | TxState::Ended));
+            if idle {
+                // A solo write, or a batch nobody began: nothing to end.
+                self.batch.outcome.send_replace(Some(Outcome::Committed));
+            } else {
+                let (store, batch) = (self.store.clone(), Arc::clone(&self.batch));
+                // Spawned: a destructor cannot wait for the COMMIT.
+                tokio::spawn(async move {
+                    let done = end_batch(&store, &batch).await;
+                    batch.outcome.send_replace(Some(done));
+                });
+            }
+        }
+    }
+}
+
+/// Commits (or rolls back) a sealed batch; returns what its members learn.
+async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
+    let members = batch.members().joined;
+    if members > 1 {
+        store.inner.group.count_batch(members);
+    }
+    let state = {
+        let mut guard = batch.tx.lock().await;
+        std::mem::replace(&mut *guard, TxState::Ended)
+    };
+    match state {
+        TxState::Open(tx)
+        | TxState::Broken {
+            tx: Some(tx),
+            commit: true,
+            ..
+        } => match store.commit(tx).await {
+            Ok(()) => Outcome::Committed,
+            Err(error) => Outcome::Unknown(error),
+        },
+        TxState::Broken {
+            tx: Some(tx),
+            error,
+            commit: false,
+        } => {
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback of an abandoned group commit failed");
+            }
+            Outcome::Abandoned(error)
+        }
+        TxState::Broken {
+            tx: None, error, ..
+        } => Outcome::Abandoned(error),
+        TxState::Idle | TxState::Ended => Outcome::Committed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_batch_takes_no_more_members() {
+        let group = GroupCommit::new(true, Duration::from_secs(1));
+        let first = group.join();
+        for _ in 1..MAX_MEMBERS {
+            assert!(Arc::ptr_eq(&first, &group.join()));
+        }
+        assert_eq!(first.members().joined, MAX_MEMBERS);
+        let next = group.join();
+        assert!(!Arc::ptr_eq(&first, &next), "the full batch is closed");
+    }
+}

@@ -1,0 +1,438 @@
+//! Group commit on the SQL store, on SQLite and PostgreSQL: concurrent writes gathered into
+//! one batch keep their own outcomes, a failed COMMIT reports an unknown outcome to exactly
+//! the writes it carried, a refused or cancelled write leaves its neighbours alone, and many
+//! owners interleaved through the batcher behave like a model of compare-and-swap registers.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tether_core::{
+    ApplyOutcome, BindingKey, BindingStore, Error, Intent, Namespace, NamespaceConfig,
+    StoreErrorKind, admit_all,
+};
+use tether_storage::testing::PgTestDatabase;
+use tether_storage::{CommitFault, Store};
+
+use crate::support::{START, key, leased, open_store, sqlite_store, text, unique_ns, value};
+
+fn set(row: tether_core::RowWrite) -> Intent {
+    Intent::Set { row, ttl: None }
+}
+
+async fn namespace(store: &Store, label: &str) -> Namespace {
+    let ns = unique_ns(label);
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    ns
+}
+
+/// Runs `check` on a SQLite file store and, when a server answers, a PostgreSQL store.
+async fn on_both<F, Fut>(label: &str, check: F)
+where
+    F: Fn(Store) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let (sqlite, _dir) = sqlite_store().await;
+    check(sqlite).await;
+    if let Some(db) = PgTestDatabase::create(label).await {
+        let store = open_store(db.url()).await;
+        check(store.clone()).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+}
+
+/// An acquisition of `k` (absent before) by `token`, through the store's observed-write path.
+async fn acquire(
+    store: &Store,
+    ns: &Namespace,
+    k: &BindingKey,
+    token: &str,
+) -> Result<ApplyOutcome, Error> {
+    let seen = store.observe(ns, k).await?;
+    store
+        .apply_observed(
+            ns,
+            k,
+            &seen,
+            set(leased(token, token, START + Duration::from_secs(60))),
+            &admit_all,
+        )
+        .await
+        .map(|o| o.outcome)
+}
+
+/// Lets the spawned writers join the held batch.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_gathers_concurrent_writes_and_each_keeps_its_outcome() {
+    on_both("group_outcomes", |store| async move {
+        let ns = namespace(&store, "group").await;
+        let before = store.group_commit_stats();
+        let hold = store.hold_group_commit().await;
+        let mut own = Vec::new();
+        for i in 0..10 {
+            let (store, ns) = (store.clone(), ns.clone());
+            own.push(tokio::spawn(async move {
+                acquire(&store, &ns, &key(&format!("own-{i}")), &format!("tok-{i}")).await
+            }));
+        }
+        // Three writers race for one key from the same observation: one applies.
+        let shared = key("shared");
+        let seen = store.observe(&ns, &shared).await.unwrap();
+        let mut racers = Vec::new();
+        for i in 0..3 {
+            let (store, ns, shared, seen) =
+                (store.clone(), ns.clone(), shared.clone(), seen.clone());
+            racers.push(tokio::spawn(async move {
+                store
+                    .compare_and_apply(
+                        &ns,
+                        &shared,
+                        &seen.comparison,
+                        set(value(&format!("racer-{i}"))),
+                        &admit_all,
+                    )
+                    .await
+            }));
+        }
+        // A write refused by its own admission, in the middle of the batch.
+        let refused = {
+            let (store, ns) = (store.clone(), ns.clone());
+            tokio::spawn(async move {
+                let k = key("refused");
+                let seen = store.observe(&ns, &k).await.unwrap();
+                store
+                    .compare_and_apply(&ns, &k, &seen.comparison, set(value("no")), &|| {
+                        Err(Error::revoked("refused by the test"))
+                    })
+                    .await
+            })
+        };
+        settle().await;
+        assert_eq!(
+            store.group_commit_stats(),
+            before,
+            "nothing committed while held"
+        );
+        drop(hold);
+
+        for (i, task) in own.into_iter().enumerate() {
+            let outcome = task.await.unwrap().unwrap();
+            assert!(
+                matches!(outcome, ApplyOutcome::Applied { epoch: Some(_), .. }),
+                "{outcome:?}"
+            );
+            let row = store
+                .lookup(&ns, &key(&format!("own-{i}")))
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(row.lease.unwrap().token.as_str(), format!("tok-{i}"));
+        }
+        let mut applied = 0;
+        for task in racers {
+            match task.await.unwrap().unwrap() {
+                ApplyOutcome::Applied { .. } => applied += 1,
+                ApplyOutcome::Conflict { current } => {
+                    assert!(text(current.row.as_ref().unwrap()).contains("racer-"));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(applied, 1, "exactly one racer applies");
+        let err = refused.await.unwrap().unwrap_err();
+        assert!(matches!(err, Error::Revoked { .. }), "{err:?}");
+        assert!(store.lookup(&ns, &key("refused")).await.unwrap().is_none());
+
+        let after = store.group_commit_stats();
+        assert!(after.batches > before.batches, "{after:?}");
+        assert!(
+            after.largest_batch >= 10,
+            "the held writes went in one batch: {after:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_a_failed_commit_reports_unknown_to_exactly_the_writes_it_carried() {
+    on_both("group_commit_fault", |store| async move {
+        for fault in [CommitFault::Fail, CommitFault::FailAfterCommit] {
+            let ns = namespace(&store, "group-fault").await;
+            // A row whose observation goes stale before the batch: its writer writes nothing.
+            let stale_key = key("stale");
+            assert!(
+                store
+                    .register_if_absent(&ns, &stale_key, value("v0"), None)
+                    .await
+                    .unwrap()
+            );
+            let stale = store.observe(&ns, &stale_key).await.unwrap();
+            let fresh = store.observe(&ns, &stale_key).await.unwrap();
+            store
+                .compare_and_apply(
+                    &ns,
+                    &stale_key,
+                    &fresh.comparison,
+                    set(value("v1")),
+                    &admit_all,
+                )
+                .await
+                .unwrap();
+
+            let hold = store.hold_group_commit().await;
+            let mut writers = Vec::new();
+            for i in 0..6 {
+                let (store, ns) = (store.clone(), ns.clone());
+                writers.push(tokio::spawn(async move {
+                    acquire(&store, &ns, &key(&format!("w-{i}")), &format!("t-{i}")).await
+                }));
+            }
+            let stale_writer = {
+                let (store, ns, k) = (store.clone(), ns.clone(), stale_key.clone());
+                tokio::spawn(async move {
+                    store
+                        .compare_and_apply(
+                            &ns,
+                            &k,
+                            &stale.comparison,
+                            set(value("late")),
+                            &admit_all,
+                        )
+                        .await
+                })
+            };
+            settle().await;
+            store.arm_commit_fault(fault);
+            drop(hold);
+
+            for (i, task) in writers.into_iter().enumerate() {
+                let k = key(&format!("w-{i}"));
+                match task.await.unwrap() {
+                    Err(Error::OutcomeUnknown { key: named, .. }) => assert_eq!(named, k),
+                    other => panic!("{fault:?}: writer {i} got {other:?}"),
+                }
+                let row = store.lookup(&ns, &k).await.unwrap();
+                assert_eq!(
+                    row.is_some(),
+                    fault == CommitFault::FailAfterCommit,
+                    "{fault:?}: all or nothing"
+                );
+            }
+            // The stale writer wrote nothing: not an unknown outcome, a retryable refusal.
+            match stale_writer.await.unwrap() {
+                Err(Error::Store {
+                    kind: StoreErrorKind::Unavailable { .. },
+                }) => {}
+                other => panic!("{fault:?}: the stale writer got {other:?}"),
+            }
+            assert!(text(&store.lookup(&ns, &stale_key).await.unwrap().unwrap()).contains("v1"));
+            // Nothing is replayed, and the store keeps working.
+            store.disarm_commit_faults();
+            let outcome = acquire(&store, &ns, &key("after"), "after").await.unwrap();
+            assert!(matches!(outcome, ApplyOutcome::Applied { .. }));
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_a_cancelled_writer_leaves_its_batch_intact() {
+    on_both("group_cancel", |store| async move {
+        let ns = namespace(&store, "group-cancel").await;
+        let hold = store.hold_group_commit().await;
+        let mut writers = Vec::new();
+        for i in 0..5 {
+            let (store, ns) = (store.clone(), ns.clone());
+            writers.push(tokio::spawn(async move {
+                acquire(&store, &ns, &key(&format!("c-{i}")), &format!("c-{i}")).await
+            }));
+        }
+        let cancelled = {
+            let (store, ns) = (store.clone(), ns.clone());
+            tokio::spawn(async move { acquire(&store, &ns, &key("gone"), "gone").await })
+        };
+        settle().await;
+        cancelled.abort();
+        assert!(cancelled.await.unwrap_err().is_cancelled());
+        drop(hold);
+        for task in writers {
+            assert!(matches!(
+                task.await.unwrap().unwrap(),
+                ApplyOutcome::Applied { .. }
+            ));
+        }
+        assert!(store.lookup(&ns, &key("gone")).await.unwrap().is_none());
+    })
+    .await;
+}
+
+/// One write of the model test: key index, and what to write.
+#[derive(Debug, Clone)]
+enum ModelOp {
+    Plain(usize, u8),
+    Acquire(usize, u8),
+    Release(usize),
+}
+
+impl ModelOp {
+    fn key(&self) -> usize {
+        match *self {
+            Self::Plain(k, _) | Self::Acquire(k, _) | Self::Release(k) => k,
+        }
+    }
+}
+
+fn model_op() -> impl Strategy<Value = ModelOp> {
+    prop_oneof![
+        (0..4usize, any::<u8>()).prop_map(|(k, v)| ModelOp::Plain(k, v)),
+        (0..4usize, any::<u8>()).prop_map(|(k, t)| ModelOp::Acquire(k, t)),
+        (0..4usize).prop_map(ModelOp::Release),
+    ]
+}
+
+/// Runs `waves` against `store`: each wave observes every key, then runs its writes
+/// concurrently from those observations (gathered in one batch when `held`), and checks them
+/// against the model: per key, exactly one write of the wave applies, the row is what it
+/// wrote, revisions only grow, and every acquisition gets an epoch above all earlier ones.
+async fn run_model(store: &Store, waves: Vec<(bool, Vec<ModelOp>)>) {
+    let ns = namespace(store, "group-model").await;
+    let mut last_revision: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut last_epoch: BTreeMap<usize, u64> = BTreeMap::new();
+    for (held, ops) in waves {
+        let mut seen = BTreeMap::new();
+        for k in 0..4 {
+            seen.insert(
+                k,
+                store.observe(&ns, &key(&format!("m-{k}"))).await.unwrap(),
+            );
+        }
+        let hold = if held {
+            Some(store.hold_group_commit().await)
+        } else {
+            None
+        };
+        let mut tasks = Vec::new();
+        for (n, op) in ops.iter().cloned().enumerate() {
+            let (store, ns) = (store.clone(), ns.clone());
+            let observed = seen[&op.key()].clone();
+            tasks.push(tokio::spawn(async move {
+                let row = match op {
+                    ModelOp::Plain(_, v) => value(&format!("plain-{v}-{n}")),
+                    ModelOp::Acquire(_, t) => leased(
+                        &format!("acq-{n}"),
+                        &format!("tok-{t}-{n}"),
+                        START + Duration::from_secs(60),
+                    ),
+                    ModelOp::Release(_) => value(&format!("released-{n}")),
+                };
+                let k = key(&format!("m-{}", op.key()));
+                let done = store
+                    .apply_observed(&ns, &k, &observed, set(row), &admit_all)
+                    .await;
+                (op, n, done)
+            }));
+        }
+        if hold.is_some() {
+            settle().await;
+        }
+        drop(hold);
+        let mut applied: BTreeMap<usize, (usize, ApplyOutcome)> = BTreeMap::new();
+        for task in tasks {
+            let (op, n, done) = task.await.unwrap();
+            let outcome = done.unwrap_or_else(|e| panic!("{op:?}: {e}")).outcome;
+            match outcome {
+                ApplyOutcome::Applied { .. } => {
+                    let before = applied.insert(op.key(), (n, outcome));
+                    assert!(
+                        before.is_none(),
+                        "two writes of key {} applied from one observation",
+                        op.key()
+                    );
+                }
+                ApplyOutcome::Conflict { .. } => {}
+                other => panic!("{op:?}: {other:?}"),
+            }
+        }
+        let keys: std::collections::BTreeSet<usize> = ops.iter().map(ModelOp::key).collect();
+        for k in keys {
+            let (n, outcome) = applied
+                .get(&k)
+                .unwrap_or_else(|| panic!("no write of key {k} applied"));
+            let row = store
+                .lookup(&ns, &key(&format!("m-{k}")))
+                .await
+                .unwrap()
+                .unwrap();
+            assert!(
+                text(&row).contains(&format!("-{n}\"")),
+                "key {k}: {} is not write {n}",
+                text(&row)
+            );
+            let ApplyOutcome::Applied { revision, epoch } = outcome else {
+                unreachable!()
+            };
+            assert_eq!(*revision, Some(row.revision));
+            let revision = row.revision.get();
+            assert!(
+                last_revision
+                    .insert(k, revision)
+                    .is_none_or(|r| r < revision)
+            );
+            if let Some(epoch) = epoch {
+                assert_eq!(row.lease.as_ref().map(|l| l.epoch), Some(*epoch));
+                let epoch = epoch.get();
+                assert!(
+                    last_epoch.insert(k, epoch).is_none_or(|e| e < epoch),
+                    "epochs only grow"
+                );
+            }
+        }
+    }
+}
+
+fn model_waves() -> impl Strategy<Value = Vec<(bool, Vec<ModelOp>)>> {
+    prop::collection::vec(
+        (any::<bool>(), prop::collection::vec(model_op(), 1..12)),
+        1..5,
+    )
+}
+
+#[test]
+fn group_commit_interleaved_owners_match_the_model_on_sqlite() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (store, _dir) = rt.block_on(sqlite_store());
+    let store = Arc::new(store);
+    proptest!(ProptestConfig::with_cases(24), |(waves in model_waves())| {
+        rt.block_on(run_model(&store, waves));
+    });
+}
+
+#[test]
+fn group_commit_interleaved_owners_match_the_model_on_postgres() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let Some(db) = rt.block_on(PgTestDatabase::create("group_model")) else {
+        return;
+    };
+    let store = rt.block_on(open_store(db.url()));
+    proptest!(ProptestConfig::with_cases(12), |(waves in model_waves())| {
+        rt.block_on(run_model(&store, waves));
+    });
+    rt.block_on(db.cleanup());
+}
