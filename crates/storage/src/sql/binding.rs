@@ -519,9 +519,6 @@ impl Store {
         };
         let postgres = self.inner.backend == DbBackend::Postgres;
         let new_epoch = plan::needs_new_epoch(current.lease.as_ref(), write.lease.as_ref());
-        if new_epoch && !postgres {
-            return Ok(None);
-        }
         let now = self.now();
         if !plan::row_is_live(current, now) {
             return Ok(None);
@@ -537,7 +534,7 @@ impl Store {
             new_epoch.then_some(EPOCH_FROM_SQL),
         )?;
         let events: Vec<PendingEvent> = planned.events().collect();
-        if (!events.is_empty() && !postgres) || events.len() > 2 || admission().is_err() {
+        if events.len() > 2 || admission().is_err() {
             return Ok(None);
         }
         let mut row = planned.row;
@@ -601,42 +598,34 @@ impl Store {
         } else {
             update
         };
-        let stmt = self.stmt(&sql, values);
-        let applied = if self.grouped() {
-            let mut member = self
-                .join_group(!events.is_empty())
-                .await
-                .map_err(|e| super::for_key(key, e))?;
-            match member.solo.take() {
-                // Alone: one statement in autocommit, in the write slot.
-                Some(_slot) => observed_statement(&self.inner.db, stmt, postgres)
-                    .await
-                    .map_err(|e| super::for_key(key, super::autocommit_error(e)))?,
-                // In a batch: one statement needs no savepoint on SQLite, where a failed
-                // statement undoes only itself (and a failure that ends the transaction ends
-                // the batch); PostgreSQL gives every member its savepoint.
-                None => {
-                    let result = observed_statement(member.tx(), stmt, postgres)
-                        .await
-                        .map_err(db_error)
-                        .map(|w| {
-                            let end = if w.is_some() {
-                                End::Commit
-                            } else {
-                                End::Rollback
-                            };
-                            (w, end)
-                        });
-                    member
-                        .finish(result)
-                        .await
-                        .map_err(|e| super::for_key(key, e))?
+        let applied = if !postgres && (new_epoch || !events.is_empty()) {
+            // SQLite: the conditional update reports the epoch it wrote, then the events are
+            // inserted: two statements, one transaction (or one batch).
+            let stmt = self.stmt(&format!("{sql} RETURNING lease_epoch"), values);
+            self.write_in(true, async |tx| {
+                let Some(found) = tx.query_one_raw(stmt).await.map_err(db_error)? else {
+                    return Ok((None, End::Rollback));
+                };
+                let epoch: i64 = found.try_get("", "lease_epoch").map_err(db_error)?;
+                for mut event in events {
+                    if event.epoch == Some(EPOCH_FROM_SQL) {
+                        event.epoch = Some(LeaseEpoch::new(
+                            u64::try_from(epoch)
+                                .map_err(|_| ErrorTexts::default().invalid_row(key))?,
+                        ));
+                    }
+                    let latency =
+                        (event.kind == LeaseEventKind::Renewed).then(|| started.elapsed());
+                    self.insert_event(tx, &config.namespace, key, now, Some(event), latency)
+                        .await?;
                 }
-            }
+                Ok((Some(Some(epoch)), End::Commit))
+            })
+            .await
+            .map_err(|e| super::for_key(key, e))?
         } else {
-            observed_statement(&self.inner.db, stmt, postgres)
-                .await
-                .map_err(|e| super::for_key(key, super::autocommit_error(e)))?
+            let stmt = self.stmt(&sql, values);
+            self.write_statement(key, stmt, postgres).await?
         };
         let Some(epoch) = applied else {
             return Ok(None);
@@ -649,6 +638,47 @@ impl Store {
             );
         }
         Ok(Some(row))
+    }
+
+    /// Runs the single statement of [`Store::write_observed`]: through group commit when the
+    /// store uses it, else in autocommit.
+    async fn write_statement(
+        &self,
+        key: &BindingKey,
+        stmt: sea_orm::Statement,
+        postgres: bool,
+    ) -> Result<Option<Option<i64>>, Error> {
+        let alone = async |stmt| {
+            observed_statement(&self.inner.db, stmt, postgres)
+                .await
+                .map_err(|e| super::for_key(key, super::autocommit_error(e)))
+        };
+        if !self.grouped() {
+            return alone(stmt).await;
+        }
+        let mut member = self
+            .join_group(false)
+            .await
+            .map_err(|e| super::for_key(key, e))?;
+        if let Some(_slot) = member.solo.take() {
+            // Alone: the statement in autocommit, in the batch slot.
+            return alone(stmt).await;
+        }
+        let result = observed_statement(member.tx(), stmt, postgres)
+            .await
+            .map_err(db_error)
+            .map(|w| {
+                let end = if w.is_some() {
+                    End::Commit
+                } else {
+                    End::Rollback
+                };
+                (w, end)
+            });
+        member
+            .finish(result)
+            .await
+            .map_err(|e| super::for_key(key, e))
     }
 
     async fn fresh_observation(
@@ -1090,11 +1120,11 @@ mod tests {
         Intent::Set { row, ttl: None }
     }
 
-    /// The single-statement path takes exactly the writes it can make alone — an owner's write
-    /// under its own lease over an unchanged row — and leaves acquisitions, lease events and
-    /// moved rows to the transactional path.
+    /// The observed-write path takes the writes over the observed live row — an owner's write
+    /// under its own lease, a renewal, a release, an acquisition — and leaves a first
+    /// acquisition (no row), refused admissions and moved rows to the transactional path.
     #[tokio::test]
-    async fn only_an_owners_plain_write_takes_the_single_statement_path() {
+    async fn the_observed_write_path_takes_writes_over_the_observed_live_row() {
         let clock = Arc::new(FakeClock::new(Timestamp::from_millis(1_000)));
         let store = Store::open_with(StoreOptions::new("sqlite::memory:").clock(clock.clone()))
             .await
@@ -1152,19 +1182,8 @@ mod tests {
                 .await
                 .is_none()
         );
-        // A renewal records a lease event, a release too: both left to the transaction.
-        let current = Observation::new(Some(written));
-        assert!(
-            fast(current.clone(), set(write("c", "tok", 90_000)))
-                .await
-                .is_none()
-        );
-        let release = RowWrite {
-            value: b"c".to_vec(),
-            lease: None,
-        };
-        assert!(fast(current.clone(), set(release)).await.is_none());
         // A refusing admission is never reported from here.
+        let current = Observation::new(Some(written));
         let refuse = || Err(Error::revoked("no"));
         let refused = store
             .write_observed(
@@ -1183,5 +1202,53 @@ mod tests {
             current,
             "nothing was written by the refused or stale attempts"
         );
+
+        // A renewal, a release and a new holder's acquisition over the observed live row are
+        // taken too, with their lease events, and write what the transactional path writes.
+        let all = LeaseEventQuery::all(100);
+        let events_before = store.lease_events(&all).await.unwrap().len();
+        let renewed = fast(current.clone(), set(write("c", "tok", 90_000)))
+            .await
+            .expect("a renewal is one conditional update plus its event");
+        assert_eq!(
+            renewed.lease.as_ref().unwrap().expires_at.as_millis(),
+            90_000
+        );
+        let epoch = renewed.lease.as_ref().unwrap().epoch;
+        let release = RowWrite {
+            value: b"c".to_vec(),
+            lease: None,
+        };
+        let released = fast(Observation::new(Some(renewed)), set(release))
+            .await
+            .expect("a release is taken");
+        assert!(released.lease.is_none());
+        let taken = fast(
+            Observation::new(Some(released)),
+            set(write("d", "other", 60_000)),
+        )
+        .await
+        .expect("an acquisition over a live row is taken");
+        let lease = taken.lease.as_ref().unwrap();
+        assert_eq!(
+            lease.epoch.get(),
+            epoch.get() + 1,
+            "the epoch counts up from the floor"
+        );
+        assert_eq!(
+            Some(&taken),
+            store.lookup(&ns, &key).await.unwrap().as_ref()
+        );
+        let events = store.lease_events(&all).await.unwrap();
+        let kinds: Vec<_> = events[events_before..].iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![
+                LeaseEventKind::Renewed,
+                LeaseEventKind::Released,
+                LeaseEventKind::Acquired
+            ]
+        );
+        assert_eq!(events.last().unwrap().epoch, Some(lease.epoch));
     }
 }
