@@ -99,6 +99,16 @@ pub fn epoch_parts(epoch: u64) -> (u64, u64) {
     (epoch >> ROW_SPAN_BITS, epoch & ((1 << ROW_SPAN_BITS) - 1))
 }
 
+/// A lease event row to insert: one row of `lease_events`.
+#[derive(Debug, Clone)]
+pub(crate) struct EventRow {
+    namespace: String,
+    key: String,
+    at: Timestamp,
+    event: PendingEvent,
+    latency: Option<Duration>,
+}
+
 /// Runs the single-statement write of [`Store::write_observed`] on `conn`: the epoch written
 /// when it applied (`Some(None)` when it drew none, or on SQLite), `None` when the row moved.
 async fn observed_statement(
@@ -245,6 +255,52 @@ impl Store {
         ))
         .await
         .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Inserts `rows` into `lease_events` inside `tx`, in order, a bounded number of rows per
+    /// statement.
+    pub(crate) async fn insert_event_rows(
+        &self,
+        tx: &DatabaseTransaction,
+        rows: &[EventRow],
+    ) -> Result<(), Error> {
+        const COLUMNS: usize = 9;
+        for chunk in rows.chunks(100) {
+            let mut sql = String::from(
+                "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us) VALUES ",
+            );
+            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
+            for (i, row) in chunk.iter().enumerate() {
+                let base = i * COLUMNS;
+                if i > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push('(');
+                for c in 1..=COLUMNS {
+                    if c > 1 {
+                        sql.push_str(", ");
+                    }
+                    sql.push_str(&format!("${}", base + c));
+                }
+                sql.push(')');
+                let e = &row.event;
+                values.extend([
+                    row.namespace.clone().into(),
+                    row.key.clone().into(),
+                    e.kind.as_str().into(),
+                    Value::from(e.epoch.map(|x| to_i64(x.get()))),
+                    Value::from(e.token_prefix.clone()),
+                    Value::from(e.other_token_prefix.clone()),
+                    Value::from(e.holder.clone()),
+                    row.at.as_millis().into(),
+                    Value::from(row.latency.map(micros)),
+                ]);
+            }
+            tx.execute_raw(self.stmt(&sql, values))
+                .await
+                .map_err(db_error)?;
+        }
         Ok(())
     }
 
@@ -600,29 +656,84 @@ impl Store {
         };
         let applied = if !postgres && (new_epoch || !events.is_empty()) {
             // SQLite: the conditional update reports the epoch it wrote, then the events are
-            // inserted: two statements, one transaction (or one batch).
+            // written: in a batch they go into the batch's one event insert before its COMMIT,
+            // alone in a transaction of their own.
             let stmt = self.stmt(&format!("{sql} RETURNING lease_epoch"), values);
-            self.write_in(true, async |tx| {
-                let Some(found) = tx.query_one_raw(stmt).await.map_err(db_error)? else {
-                    return Ok((None, End::Rollback));
-                };
-                let epoch: i64 = found.try_get("", "lease_epoch").map_err(db_error)?;
-                for mut event in events {
-                    if event.epoch == Some(EPOCH_FROM_SQL) {
-                        event.epoch = Some(LeaseEpoch::new(
-                            u64::try_from(epoch)
-                                .map_err(|_| ErrorTexts::default().invalid_row(key))?,
-                        ));
-                    }
-                    let latency =
-                        (event.kind == LeaseEventKind::Renewed).then(|| started.elapsed());
-                    self.insert_event(tx, &config.namespace, key, now, Some(event), latency)
-                        .await?;
+            let event_rows = |epoch: i64| -> Result<Vec<EventRow>, Error> {
+                let epoch = LeaseEpoch::new(
+                    u64::try_from(epoch).map_err(|_| ErrorTexts::default().invalid_row(key))?,
+                );
+                Ok(events
+                    .iter()
+                    .cloned()
+                    .map(|mut event| {
+                        if event.epoch == Some(EPOCH_FROM_SQL) {
+                            event.epoch = Some(epoch);
+                        }
+                        let latency =
+                            (event.kind == LeaseEventKind::Renewed).then(|| started.elapsed());
+                        EventRow {
+                            namespace: config.namespace.as_str().to_owned(),
+                            key: key.as_str().to_owned(),
+                            at: now,
+                            event,
+                            latency,
+                        }
+                    })
+                    .collect())
+            };
+            let update = async |tx: &DatabaseTransaction, stmt| -> Result<Option<i64>, Error> {
+                let found = tx.query_one_raw(stmt).await.map_err(db_error)?;
+                found
+                    .map(|r| r.try_get::<i64>("", "lease_epoch").map_err(db_error))
+                    .transpose()
+            };
+            let mut member = if self.grouped() {
+                Some(
+                    self.join_group(false)
+                        .await
+                        .map_err(|e| super::for_key(key, e))?,
+                )
+            } else {
+                None
+            };
+            match member.as_mut().filter(|m| m.solo.is_none()) {
+                Some(_) => {
+                    let member = member
+                        .take()
+                        .unwrap_or_else(|| unreachable!("matched above"));
+                    let result = match update(member.tx(), stmt).await {
+                        Ok(Some(epoch)) => event_rows(epoch).map(|rows| {
+                            member.defer_events(rows);
+                            (Some(Some(epoch)), End::Commit)
+                        }),
+                        Ok(None) => Ok((None, End::Rollback)),
+                        Err(error) => Err(error),
+                    };
+                    member
+                        .finish(result)
+                        .await
+                        .map_err(|e| super::for_key(key, e))?
                 }
-                Ok((Some(Some(epoch)), End::Commit))
-            })
-            .await
-            .map_err(|e| super::for_key(key, e))?
+                None => {
+                    let slot = member.as_mut().and_then(|m| m.solo.take());
+                    let tx = match slot {
+                        Some(slot) => self.begin_in_slot(slot).await?,
+                        None => self.begin_write().await?,
+                    };
+                    let result = async {
+                        let Some(epoch) = update(&tx, stmt).await? else {
+                            return Ok((None, End::Rollback));
+                        };
+                        self.insert_event_rows(&tx, &event_rows(epoch)?).await?;
+                        Ok((Some(Some(epoch)), End::Commit))
+                    }
+                    .await;
+                    self.finish(tx, result)
+                        .await
+                        .map_err(|e| super::for_key(key, e))?
+                }
+            }
         } else {
             let stmt = self.stmt(&sql, values);
             self.write_statement(key, stmt, postgres).await?

@@ -49,6 +49,7 @@ use sea_orm::DatabaseTransaction;
 use tether_core::{Error, StoreErrorKind};
 use tokio::sync::{OwnedMutexGuard, watch};
 
+use super::binding::EventRow;
 use super::{End, Store};
 
 /// The most members one batch takes; later writers open the next batch.
@@ -245,6 +246,8 @@ enum Outcome {
 struct Batch {
     tx: Arc<tokio::sync::Mutex<TxState>>,
     members: Mutex<Members>,
+    /// Lease events of the members' writes, inserted in one statement before the COMMIT.
+    events: Mutex<Vec<EventRow>>,
     outcome: watch::Sender<Option<Outcome>>,
 }
 
@@ -256,6 +259,7 @@ impl Batch {
                 joined: 1,
                 ..Members::default()
             }),
+            events: Mutex::new(Vec::new()),
             outcome: watch::channel(None).0,
         }
     }
@@ -312,6 +316,11 @@ impl Store {
                     return Err(error);
                 }
             };
+            // Writers woken together (by the COMMIT of the previous batch) are often still
+            // on their way: give them one turn of the scheduler to join.
+            if member.batch.members().joined == 1 {
+                tokio::task::yield_now().await;
+            }
             let alone = {
                 let mut members = member.batch.members();
                 if members.joined == 1 {
@@ -470,6 +479,16 @@ impl Member {
         }
     }
 
+    /// Has the lease events of this member's write inserted with the batch's COMMIT (one
+    /// statement for the whole batch); they are saved exactly when the batch commits.
+    pub(crate) fn defer_events(&self, rows: impl IntoIterator<Item = EventRow>) {
+        self.batch
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(rows);
+    }
+
     /// Ends this write with `result` (what it wrote is kept on `Ok((_, End::Commit))`), waits for the batch's COMMIT and returns what the write may
     /// report: its own result once the batch committed; see the module documentation for a
     /// failed or abandoned batch.
@@ -622,10 +641,23 @@ async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
             tx: Some(tx),
             commit: true,
             ..
-        } => match store.commit(tx).await {
-            Ok(()) => Outcome::Committed,
-            Err(error) => Outcome::Unknown(error),
-        },
+        } => {
+            let events =
+                std::mem::take(&mut *batch.events.lock().unwrap_or_else(PoisonError::into_inner));
+            match store.insert_event_rows(&tx, &events).await {
+                Err(error) => {
+                    tracing::warn!(error = %error, "the lease events of a group commit could not be written; the batch is rolled back");
+                    if let Err(rollback) = tx.rollback().await {
+                        tracing::warn!(error = %rollback, "rollback of a group commit failed");
+                    }
+                    Outcome::Abandoned(error)
+                }
+                Ok(()) => match store.commit(tx).await {
+                    Ok(()) => Outcome::Committed,
+                    Err(error) => Outcome::Unknown(error),
+                },
+            }
+        }
         TxState::Broken {
             tx: Some(tx),
             error,
