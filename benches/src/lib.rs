@@ -7,8 +7,9 @@
 //!
 //! This library holds what the benchmarks and harnesses share: opening the stores exactly as
 //! production does ([`stores`]), the raw single-statement baselines ([`raw`]), the inputs
-//! ([`inputs`]), latency statistics and process CPU time ([`stats`]), and the result lines the
-//! report collects ([`report`]).
+//! ([`inputs`]), latency statistics and process CPU time ([`stats`]), the result lines the
+//! report collects ([`report`]), and the concurrent lease harness with its etcd peer
+//! ([`concurrent`], run by `cargo bench --bench lease_concurrent`).
 //!
 //! ```
 //! use tether_benches::stats::Latencies;
@@ -25,6 +26,7 @@
 //! ```
 
 pub mod cli;
+pub mod concurrent;
 pub mod inputs;
 pub mod raw;
 pub mod report;

@@ -1,7 +1,8 @@
 //! The result lines the harnesses print and `cargo xtask bench-report` collects.
 //!
 //! One line per measured value: `bench-result name=<workload> unit=<unit> ours=<number>
-//! baseline=<number|null>`, plus free-form `bench-note <workload>: <text>` lines that the report
+//! baseline=<number|null>`, optionally followed by the latency percentiles of the same
+//! measurement (`p50_ms=<number> p99_ms=<number>`, for throughput rows), plus free-form `bench-note <workload>: <text>` lines that the report
 //! keeps beside the table (for example "PostgreSQL unreachable").
 
 use std::fmt;
@@ -17,6 +18,10 @@ pub struct ResultLine {
     pub baseline: Option<f64>,
     /// `ops/s`, `ms`, `ratio`, `count` or `cpu-share`.
     pub unit: String,
+    /// The median latency of one operation in milliseconds, when the row measured it.
+    pub p50_ms: Option<f64>,
+    /// The 99th-percentile latency of one operation in milliseconds, when the row measured it.
+    pub p99_ms: Option<f64>,
 }
 
 impl ResultLine {
@@ -27,7 +32,17 @@ impl ResultLine {
             ours,
             baseline,
             unit: unit.to_owned(),
+            p50_ms: None,
+            p99_ms: None,
         }
+    }
+
+    /// The same line with the p50 and p99 latency (milliseconds) of its operations.
+    #[must_use]
+    pub fn with_percentiles(mut self, p50_ms: f64, p99_ms: f64) -> Self {
+        self.p50_ms = Some(p50_ms);
+        self.p99_ms = Some(p99_ms);
+        self
     }
 }
 
@@ -39,9 +54,16 @@ impl fmt::Display for ResultLine {
             self.name, self.unit, self.ours
         )?;
         match self.baseline {
-            Some(b) => write!(f, " baseline={b}"),
-            None => f.write_str(" baseline=null"),
+            Some(b) => write!(f, " baseline={b}")?,
+            None => f.write_str(" baseline=null")?,
         }
+        if let Some(p50) = self.p50_ms {
+            write!(f, " p50_ms={p50}")?;
+        }
+        if let Some(p99) = self.p99_ms {
+            write!(f, " p99_ms={p99}")?;
+        }
+        Ok(())
     }
 }
 
@@ -72,6 +94,12 @@ mod tests {
         assert_eq!(
             without.to_string(),
             "bench-result name=held_leases_100k unit=count ours=0 baseline=null"
+        );
+        let timed = ResultLine::new("lease_cycle_concurrent_sqlite_8", 900.0, None, "ops/s")
+            .with_percentiles(2.5, 11.25);
+        assert_eq!(
+            timed.to_string(),
+            "bench-result name=lease_cycle_concurrent_sqlite_8 unit=ops/s ours=900 baseline=null p50_ms=2.5 p99_ms=11.25"
         );
     }
 }

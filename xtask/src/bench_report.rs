@@ -5,9 +5,13 @@
 //! The criterion benchmarks run through `cargo bench -p tether-benches`; their results are read
 //! back from `target/criterion/<workload>/<function>/new/{estimates,benchmark}.json` (only files
 //! written by this run count). The scale harnesses print `bench-result` lines (see
-//! `tether_benches::report`) that are collected as they are. `--quick` shortens the criterion
-//! measurement time and the harnesses' sample counts and budgets so the whole run stays within
-//! ten minutes on a 2-core machine; the workloads and their sizes stay the same.
+//! `tether_benches::report`) that are collected as they are; so does the concurrent lease
+//! harness (`cargo bench --bench lease_concurrent`, a `harness = false` target), built with the
+//! `etcd` feature of `tether-benches` when `etcd` and `protoc` are on PATH so that its etcd peer
+//! rows run (else they say "skipped" and the Tether rows still run). `--quick` shortens the
+//! criterion measurement time, the concurrent rows and the harnesses' sample counts and budgets
+//! so the whole run stays within ten minutes on a 2-core machine; the workloads and their sizes
+//! stay the same.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -38,13 +42,31 @@ const BENCH_TARGETS: &[&str] = &[
     "terminal_accumulator",
 ];
 
+/// The concurrent lease harness (`benches/benches/lease_concurrent.rs`, logic in
+/// `benches/src/concurrent/`).
+const CONCURRENT_TARGET: &str = "lease_concurrent";
+
+/// "No worse than 0.9× today's figure" at 1 owner (issue 17, "Performance under concurrency"):
+/// the ops/s the issue quotes as today's, measured on this machine kind before the concurrency
+/// work (one owner, SQLite WAL + FULL and PostgreSQL 15). The bar is 0.9× these.
+const ONE_OWNER_TODAY: &[(&str, f64)] = &[
+    ("lease_cycle_concurrent_sqlite_1", 1064.0),
+    ("lease_transact_concurrent_sqlite_1", 5127.0),
+    ("lease_cycle_concurrent_postgres_1", 858.0),
+    ("lease_transact_concurrent_postgres_1", 4593.0),
+];
+
 /// One row of the report.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub(crate) struct Workload {
     pub(crate) name: String,
     pub(crate) ours: f64,
     pub(crate) baseline: Option<f64>,
     pub(crate) unit: String,
+    /// Median latency of one operation (ms), for rows that measured it.
+    pub(crate) p50_ms: Option<f64>,
+    /// 99th-percentile latency of one operation (ms), for rows that measured it.
+    pub(crate) p99_ms: Option<f64>,
     /// Extra text for the Markdown table (input, percentiles).
     pub(crate) detail: String,
 }
@@ -95,7 +117,40 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
     notes.extend(collect_notes(&lines));
     workloads.extend(criterion_workloads(&target.join("criterion"), started)?);
 
-    // 2. Scale harnesses (release builds of `tether-benches` binaries).
+    // 2. The concurrent lease harness (a `harness = false` bench target), with its etcd peer
+    //    when it can be built and run here.
+    let missing: Vec<&str> = ["etcd", "protoc"]
+        .into_iter()
+        .filter(|tool| !on_path(tool))
+        .collect();
+    let mut concurrent = cargo();
+    concurrent.current_dir(&root).args([
+        "bench",
+        "-p",
+        "tether-benches",
+        "--bench",
+        CONCURRENT_TARGET,
+    ]);
+    if missing.is_empty() {
+        concurrent.args(["--features", "etcd"]);
+    } else {
+        notes.push(format!(
+            "{CONCURRENT_TARGET}: etcd peer not built: {} not on PATH (install etcd-server and protobuf-compiler: apt-get install etcd-server protobuf-compiler)",
+            missing.join(" and ")
+        ));
+    }
+    concurrent.arg("--");
+    if quick {
+        concurrent.arg("--quick");
+    }
+    collect_harness(
+        CONCURRENT_TARGET,
+        &mut concurrent,
+        &mut workloads,
+        &mut notes,
+    );
+
+    // 3. Scale harnesses (release builds of `tether-benches` binaries).
     let harnesses: Vec<(&str, Vec<&str>)> = vec![
         (
             "held_leases_100k",
@@ -116,6 +171,22 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
             } else {
                 vec!["--production-lease"]
             },
+        ),
+        (
+            "held_leases_100k",
+            // The stress lease of the CPU bar (3 s, renewed every second; rows
+            // `held_leases_100k_{lost,cpu}_stress3s`), acquired on PostgreSQL in both modes:
+            // on SQLite with synchronous=FULL the acquisition alone outlasts many 3 s leases.
+            vec![
+                "--lease-secs",
+                "3",
+                "--backend",
+                "postgres",
+                "--acquire-concurrency",
+                "32",
+                "--acquire-budget-secs",
+                if quick { "240" } else { "600" },
+            ],
         ),
         (
             "acquire_latency_scaling",
@@ -157,20 +228,10 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
             "--",
         ]);
         cmd.args(&extra);
-        match run_collecting(bin, &mut cmd) {
-            Ok(lines) => {
-                notes.extend(collect_notes(&lines));
-                for line in &lines {
-                    if let Some(w) = parse_result_line(line) {
-                        workloads.push(w);
-                    }
-                }
-            }
-            Err(e) => notes.push(format!("{bin}: FAILED: {e}")),
-        }
+        collect_harness(bin, &mut cmd, &mut workloads, &mut notes);
     }
 
-    // 3. Output.
+    // 4. Output.
     let machine = machine();
     let json = render_json(&machine, &workloads);
     let json_path = target.join("bench-report.json");
@@ -188,6 +249,28 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
         clock.elapsed()
     ));
     Ok(())
+}
+
+/// Runs a harness, keeping its `bench-result` rows and `bench-note` notes (a failure is a note).
+fn collect_harness(
+    step: &str,
+    cmd: &mut std::process::Command,
+    workloads: &mut Vec<Workload>,
+    notes: &mut Vec<String>,
+) {
+    match run_collecting(step, cmd) {
+        Ok(lines) => {
+            notes.extend(collect_notes(&lines));
+            workloads.extend(lines.iter().filter_map(|l| parse_result_line(l)));
+        }
+        Err(e) => notes.push(format!("{step}: FAILED: {e}")),
+    }
+}
+
+/// Whether an executable file `name` is in a directory of `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(name).is_file()))
 }
 
 /// Runs `cmd`, echoing and returning its stdout lines (stderr passes through).
@@ -223,7 +306,7 @@ fn collect_notes(lines: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Parses `bench-result name=N unit=U ours=X baseline=Y|null`.
+/// Parses `bench-result name=N unit=U ours=X baseline=Y|null [p50_ms=A] [p99_ms=B]`.
 pub(crate) fn parse_result_line(line: &str) -> Option<Workload> {
     let rest = line.trim().strip_prefix("bench-result ")?;
     let mut fields = BTreeMap::new();
@@ -236,11 +319,19 @@ pub(crate) fn parse_result_line(line: &str) -> Option<Workload> {
         "null" => None,
         b => Some(b.parse().ok()?),
     };
+    let optional = |key: &str| -> Option<Option<f64>> {
+        match fields.get(key) {
+            None => Some(None),
+            Some(v) => v.parse().ok().map(Some),
+        }
+    };
     Some(Workload {
         name: (*fields.get("name")?).to_owned(),
         ours,
         baseline,
         unit: (*fields.get("unit")?).to_owned(),
+        p50_ms: optional("p50_ms")?,
+        p99_ms: optional("p99_ms")?,
         detail: String::new(),
     })
 }
@@ -338,6 +429,8 @@ fn criterion_workloads(dir: &Path, since: SystemTime) -> Result<Vec<Workload>, S
             ours,
             baseline: Some(baseline),
             unit: "ops/s".to_owned(),
+            p50_ms: None,
+            p99_ms: None,
             detail: if input.is_empty() {
                 detail
             } else {
@@ -384,7 +477,8 @@ fn json_string(s: &str) -> String {
     out
 }
 
-/// `{"machine": "...", "workloads": [{"name", "ours", "baseline", "unit", "ratio"}]}`.
+/// `{"machine": "...", "workloads": [{"name", "ours", "baseline", "unit", "ratio", "p50_ms",
+/// "p99_ms"}]}` (the percentiles are `null` for rows that do not measure them).
 pub(crate) fn render_json(machine: &str, workloads: &[Workload]) -> String {
     let mut out = format!(
         "{{\n  \"machine\": {},\n  \"workloads\": [",
@@ -393,31 +487,75 @@ pub(crate) fn render_json(machine: &str, workloads: &[Workload]) -> String {
     for (i, w) in workloads.iter().enumerate() {
         let _ = write!(
             out,
-            "{}\n    {{\"name\": {}, \"ours\": {}, \"baseline\": {}, \"unit\": {}, \"ratio\": {}}}",
+            "{}\n    {{\"name\": {}, \"ours\": {}, \"baseline\": {}, \"unit\": {}, \"ratio\": {}, \"p50_ms\": {}, \"p99_ms\": {}}}",
             if i == 0 { "" } else { "," },
             json_string(&w.name),
             json_number(w.ours),
             w.baseline.map_or_else(|| "null".to_owned(), json_number),
             json_string(&w.unit),
             w.ratio().map_or_else(|| "null".to_owned(), json_number),
+            w.p50_ms.map_or_else(|| "null".to_owned(), json_number),
+            w.p99_ms.map_or_else(|| "null".to_owned(), json_number),
         );
     }
     out.push_str("\n  ]\n}\n");
     out
 }
 
-/// The target of a row (the bars in BENCHMARKS.md), and whether it is met.
-fn target(w: &Workload) -> (&'static str, Option<bool>) {
+/// The target of a row (the bars in BENCHMARKS.md), and whether it is met (`None`: no target,
+/// or it cannot be checked, for example without the etcd peer).
+fn target(w: &Workload) -> (String, Option<bool>) {
     let ratio = w.ratio();
-    match (w.name.as_str(), w.unit.as_str()) {
-        (n, _) if n.starts_with("lease_transact_") => ("ratio ≥ 0.8", ratio.map(|r| r >= 0.8)),
-        ("held_leases_100k", "count") => ("0 lost", Some(w.ours == 0.0)),
-        ("held_leases_100k", "cpu-share") => ("≤ 0.25 core", Some(w.ours <= 0.25)),
-        ("acquire_latency_scaling", _) => ("p50 ratio ≤ 1.3", ratio.map(|r| r <= 1.3)),
-        ("sanitize_tool_args", _) => ("ratio ≥ 0.5", ratio.map(|r| r >= 0.5)),
-        ("admin_sessions_latency", _) => ("p99 ≤ 20 ms", Some(w.ours <= 20.0)),
-        _ => ("—", None),
+    let name = w.name.as_str();
+    if name.starts_with("lease_cycle_concurrent_") || name.starts_with("lease_transact_concurrent_")
+    {
+        return concurrent_target(w);
     }
+    let (goal, met) = match (name, w.unit.as_str()) {
+        (n, _) if n.starts_with("lease_transact_") => ("ratio ≥ 0.8", ratio.map(|r| r >= 0.8)),
+        ("held_leases_100k_lost" | "held_leases_100k_lost_stress3s", "count") => {
+            ("0 lost", Some(w.ours == 0.0))
+        }
+        ("held_leases_100k_cpu", "cpu-share") => ("≤ 0.25 core", Some(w.ours <= 0.25)),
+        ("held_leases_100k_cpu_stress3s", "cpu-share") => ("≤ 0.1 core", Some(w.ours <= 0.1)),
+        ("acquire_latency_scaling", _) => ("p50 ratio ≤ 1.3", ratio.map(|r| r <= 1.3)),
+        ("sanitize_tool_args", _) => ("ratio ≥ 0.7", ratio.map(|r| r >= 0.7)),
+        ("admin_sessions_latency", _) => ("p99 ≤ 10 ms", Some(w.ours <= 10.0)),
+        _ => ("—", None),
+    };
+    (goal.to_owned(), met)
+}
+
+/// The targets of the concurrent lease rows (`lease_{cycle,transact}_concurrent_<system>_<n>`).
+fn concurrent_target(w: &Workload) -> (String, Option<bool>) {
+    let name = w.name.as_str();
+    let is_tether = name.contains("_sqlite_") || name.contains("_postgres_");
+    if name.contains("_etcd_") {
+        return ("peer (etcd)".to_owned(), None);
+    }
+    if name.ends_with("_postgres_scaling") {
+        return (
+            "32 owners ≥ 3× 1 owner".to_owned(),
+            w.ratio().map(|r| r >= 3.0),
+        );
+    }
+    if is_tether && name.ends_with("_32") {
+        let p99_ok = w.p99_ms.is_some_and(|p| p <= 20.0);
+        let met = if p99_ok {
+            w.ratio().map(|r| r >= 3.0)
+        } else {
+            Some(false)
+        };
+        return ("ratio ≥ 3 vs etcd, p99 ≤ 20 ms".to_owned(), met);
+    }
+    if let Some((_, today)) = ONE_OWNER_TODAY.iter().find(|(n, _)| *n == name) {
+        let floor = 0.9 * today;
+        return (
+            format!("≥ {floor:.0} ops/s (0.9 × {today:.0})"),
+            Some(w.ours >= floor),
+        );
+    }
+    ("—".to_owned(), None)
 }
 
 pub(crate) fn render_markdown(
@@ -432,19 +570,23 @@ pub(crate) fn render_markdown(
         "Machine: {machine}{}\n",
         if quick { " (`--quick` run)" } else { "" }
     );
-    out.push_str("| workload | ours | baseline | unit | ratio | target | met |\n");
-    out.push_str("|---|---:|---:|---|---:|---|---|\n");
+    out.push_str(
+        "| workload | ours | baseline | unit | ratio | p50 ms | p99 ms | target | met |\n",
+    );
+    out.push_str("|---|---:|---:|---|---:|---:|---:|---|---|\n");
     for w in workloads {
         let (goal, met) = target(w);
         let _ = writeln!(
             out,
-            "| `{}` | {} | {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
             w.name,
             fmt_num(w.ours),
             w.baseline.map_or_else(|| "—".to_owned(), fmt_num),
             w.unit,
             w.ratio()
                 .map_or_else(|| "—".to_owned(), |r| format!("{r:.2}")),
+            w.p50_ms.map_or_else(|| "—".to_owned(), fmt_num),
+            w.p99_ms.map_or_else(|| "—".to_owned(), fmt_num),
             goal,
             match met {
                 Some(true) => "yes",
@@ -513,13 +655,156 @@ mod tests {
         assert_eq!(w.name, "acquire_latency_scaling");
         assert_eq!(w.unit, "ms");
         assert_eq!(w.ratio(), Some(1.2));
-        let none =
-            parse_result_line("bench-result name=held_leases_100k unit=count ours=0 baseline=null")
-                .unwrap();
+        assert_eq!((w.p50_ms, w.p99_ms), (None, None));
+        let none = parse_result_line(
+            "bench-result name=held_leases_100k_lost unit=count ours=0 baseline=null",
+        )
+        .unwrap();
+        assert_eq!(none.name, "held_leases_100k_lost");
         assert_eq!(none.baseline, None);
         assert_eq!(none.ratio(), None);
         assert!(parse_result_line("Benchmarking foo").is_none());
         assert!(parse_result_line("bench-result name=x unit=ms ours=abc baseline=null").is_none());
+    }
+
+    #[test]
+    fn result_lines_carry_percentiles() {
+        let w = parse_result_line(
+            "bench-result name=lease_cycle_concurrent_postgres_32 unit=ops/s ours=3000 baseline=1000 p50_ms=8.5 p99_ms=19.25",
+        )
+        .unwrap();
+        assert_eq!(w.ratio(), Some(3.0));
+        assert_eq!((w.p50_ms, w.p99_ms), (Some(8.5), Some(19.25)));
+        let etcd = parse_result_line(
+            "bench-result name=lease_cycle_concurrent_etcd_32 unit=ops/s ours=1000 baseline=null p50_ms=30 p99_ms=60",
+        )
+        .unwrap();
+        assert_eq!(etcd.p99_ms, Some(60.0));
+        assert!(
+            parse_result_line(
+                "bench-result name=x unit=ops/s ours=1 baseline=null p50_ms=fast p99_ms=2"
+            )
+            .is_none()
+        );
+    }
+
+    fn row(name: &str, ours: f64, baseline: Option<f64>, p99_ms: Option<f64>) -> Workload {
+        Workload {
+            name: name.into(),
+            ours,
+            baseline,
+            unit: "ops/s".into(),
+            p50_ms: p99_ms.map(|p| p / 2.0),
+            p99_ms,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn concurrent_rows_have_the_issue_targets() {
+        let met = |w: Workload| target(&w).1;
+        // 32 owners: ≥ 3× etcd and p99 ≤ 20 ms, both.
+        let at32 = "lease_transact_concurrent_sqlite_32";
+        assert_eq!(met(row(at32, 3000.0, Some(1000.0), Some(20.0))), Some(true));
+        assert_eq!(met(row(at32, 2999.0, Some(1000.0), Some(5.0))), Some(false));
+        assert_eq!(
+            met(row(at32, 9000.0, Some(1000.0), Some(20.5))),
+            Some(false)
+        );
+        // Without the etcd peer the ratio cannot be checked; a bad p99 still fails.
+        assert_eq!(met(row(at32, 9000.0, None, Some(5.0))), None);
+        assert_eq!(met(row(at32, 9000.0, None, Some(50.0))), Some(false));
+        // Not the criterion `lease_transact_*` bar.
+        assert_eq!(
+            target(&row(at32, 1.0, Some(1.0), Some(1.0))).0,
+            "ratio ≥ 3 vs etcd, p99 ≤ 20 ms"
+        );
+        // 1 owner: ≥ 0.9 × today's figure, whatever etcd did.
+        let one = "lease_cycle_concurrent_postgres_1";
+        assert_eq!(met(row(one, 773.0, Some(10.0), Some(1.0))), Some(true));
+        assert_eq!(met(row(one, 772.0, Some(10.0), Some(1.0))), Some(false));
+        assert_eq!(
+            target(&row(one, 1.0, None, None)).0,
+            "≥ 772 ops/s (0.9 × 858)"
+        );
+        assert_eq!(
+            met(row(
+                "lease_transact_concurrent_sqlite_1",
+                4615.0,
+                None,
+                None
+            )),
+            Some(true)
+        );
+        // Scaling from 1 to 32 owners on PostgreSQL.
+        let scaling = "lease_cycle_concurrent_postgres_scaling";
+        assert_eq!(met(row(scaling, 3000.0, Some(1000.0), None)), Some(true));
+        assert_eq!(met(row(scaling, 2000.0, Some(1000.0), None)), Some(false));
+        // No target: other owner counts, SQLite scaling, the etcd peer.
+        assert_eq!(
+            met(row(
+                "lease_cycle_concurrent_sqlite_128",
+                1.0,
+                Some(9.0),
+                None
+            )),
+            None
+        );
+        assert_eq!(
+            met(row(
+                "lease_cycle_concurrent_sqlite_scaling",
+                1.0,
+                Some(9.0),
+                None
+            )),
+            None
+        );
+        assert_eq!(
+            target(&row("lease_cycle_concurrent_etcd_32", 1.0, None, None)).0,
+            "peer (etcd)"
+        );
+    }
+
+    #[test]
+    fn raised_bars_and_renamed_rows() {
+        let w = |name: &str, ours: f64, baseline: Option<f64>, unit: &str| Workload {
+            name: name.into(),
+            ours,
+            baseline,
+            unit: unit.into(),
+            ..Workload::default()
+        };
+        let check = |x: Workload| target(&x);
+        assert_eq!(
+            check(w("held_leases_100k_lost", 0.0, None, "count")).1,
+            Some(true)
+        );
+        assert_eq!(
+            check(w("held_leases_100k_lost_stress3s", 1.0, None, "count")).1,
+            Some(false)
+        );
+        assert_eq!(
+            check(w("held_leases_100k_cpu", 0.2, None, "cpu-share")).1,
+            Some(true)
+        );
+        assert_eq!(
+            check(w("held_leases_100k_cpu_stress3s", 0.2, None, "cpu-share")),
+            ("≤ 0.1 core".to_owned(), Some(false))
+        );
+        assert_eq!(
+            check(w("held_leases_100k_cpu_stress3s", 0.1, None, "cpu-share")).1,
+            Some(true)
+        );
+        assert_eq!(
+            check(w("sanitize_tool_args", 0.6, Some(1.0), "ops/s")),
+            ("ratio ≥ 0.7".to_owned(), Some(false))
+        );
+        assert_eq!(
+            check(w("admin_sessions_latency", 10.5, None, "ms")),
+            ("p99 ≤ 10 ms".to_owned(), Some(false))
+        );
+        // The old shared name has no target any more.
+        assert_eq!(check(w("held_leases_100k", 0.0, None, "count")).1, None);
     }
 
     #[test]
@@ -543,24 +828,37 @@ mod tests {
                 ours: 800.0,
                 baseline: Some(1000.0),
                 unit: "ops/s".into(),
-                detail: String::new(),
+                ..Workload::default()
             },
             Workload {
-                name: "held_leases_100k".into(),
+                name: "held_leases_100k_lost".into(),
                 ours: 0.0,
                 baseline: None,
                 unit: "count".into(),
-                detail: String::new(),
+                ..Workload::default()
             },
+            row(
+                "lease_cycle_concurrent_sqlite_32",
+                4000.0,
+                Some(1000.0),
+                Some(12.5),
+            ),
         ];
         let json = render_json("test \"box\"", &rows);
         assert!(json.contains(r#""machine": "test \"box\"""#), "{json}");
-        assert!(json.contains(r#"{"name": "lease_transact_sqlite", "ours": 800, "baseline": 1000, "unit": "ops/s", "ratio": 0.8}"#), "{json}");
-        assert!(json.contains(r#"{"name": "held_leases_100k", "ours": 0, "baseline": null, "unit": "count", "ratio": null}"#), "{json}");
+        assert!(json.contains(r#"{"name": "lease_transact_sqlite", "ours": 800, "baseline": 1000, "unit": "ops/s", "ratio": 0.8, "p50_ms": null, "p99_ms": null}"#), "{json}");
+        assert!(json.contains(r#"{"name": "held_leases_100k_lost", "ours": 0, "baseline": null, "unit": "count", "ratio": null, "p50_ms": null, "p99_ms": null}"#), "{json}");
+        assert!(json.contains(r#"{"name": "lease_cycle_concurrent_sqlite_32", "ours": 4000, "baseline": 1000, "unit": "ops/s", "ratio": 4, "p50_ms": 6.25, "p99_ms": 12.5}"#), "{json}");
         let md = render_markdown("m", true, &rows, &["n".into()]);
         assert!(
             md.contains(
-                "| `lease_transact_sqlite` | 800 | 1000 | ops/s | 0.80 | ratio ≥ 0.8 | yes |"
+                "| `lease_transact_sqlite` | 800 | 1000 | ops/s | 0.80 | — | — | ratio ≥ 0.8 | yes |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| `lease_cycle_concurrent_sqlite_32` | 4000 | 1000 | ops/s | 4.00 | 6.25 | 12.50 | ratio ≥ 3 vs etcd, p99 ≤ 20 ms | yes |"
             ),
             "{md}"
         );

@@ -1,6 +1,11 @@
 //! `held_leases_100k`: one process acquires and holds many leases (100,000 by default) for
 //! three lease periods with heartbeats, then reports how many were lost (target 0) and the
-//! heartbeat CPU as a share of one core (target ≤ 0.25).
+//! heartbeat CPU as a share of one core (targets: ≤ 0.25 with the shipped lease, ≤ 0.1 with a
+//! 3 s stress lease).
+//!
+//! Rows: `held_leases_100k_lost` (count) and `held_leases_100k_cpu` (cpu-share) with
+//! `--production-lease`; with a stress lease of S seconds, `held_leases_100k_lost_stress<S>s`
+//! and `held_leases_100k_cpu_stress<S>s` (for example `…_stress3s`).
 //!
 //! Options: `--leases N` (100000), `--lease-secs S` (3; renew every S/3, wait budget S),
 //! `--production-lease` (instead of `--lease-secs`: `LeaseConfig::default()`, a 65 s lease
@@ -62,6 +67,8 @@ Options:
   --help                     this text";
 
 struct Settings {
+    /// The suffix of the row names: empty for the shipped lease, `_stress<S>s` otherwise.
+    row_suffix: String,
     leases: u64,
     lease: LeaseConfig,
     periods: u32,
@@ -78,10 +85,12 @@ fn settings(args: &Args) -> Result<Settings, String> {
         "postgres" => Backend::Postgres,
         other => return Err(format!("--backend: unknown `{other}` (sqlite or postgres)")),
     };
-    let lease = if args.flag("--production-lease") {
+    let production = args.flag("--production-lease");
+    let lease_secs = args.value("--lease-secs", 3.0f64)?;
+    let lease = if production {
         LeaseConfig::default()
     } else {
-        let duration = Duration::from_secs_f64(args.value("--lease-secs", 3.0f64)?);
+        let duration = Duration::from_secs_f64(lease_secs);
         LeaseConfig {
             lease_duration: duration,
             wait_budget: duration,
@@ -91,6 +100,11 @@ fn settings(args: &Args) -> Result<Settings, String> {
     };
     lease.validate().map_err(|e| format!("lease: {e}"))?;
     Ok(Settings {
+        row_suffix: if production {
+            String::new()
+        } else {
+            format!("_stress{lease_secs}s")
+        },
         leases: args.value("--leases", 100_000u64)?,
         lease,
         periods: args.value("--periods", 3u32)?,
@@ -394,11 +408,21 @@ async fn run(s: Settings) -> Result<(), String> {
         }
     }
     let lost = s.leases - kept;
-    emit(&ResultLine::new(NAME, lost as f64, None, "count"));
+    emit(&ResultLine::new(
+        &format!("{NAME}_lost{}", s.row_suffix),
+        lost as f64,
+        None,
+        "count",
+    ));
     match (cpu_before, cpu_after) {
         (Some(before), Some(after)) => {
             let share = after.saturating_sub(before).as_secs_f64() / hold.as_secs_f64();
-            emit(&ResultLine::new(NAME, share, None, "cpu-share"));
+            emit(&ResultLine::new(
+                &format!("{NAME}_cpu{}", s.row_suffix),
+                share,
+                None,
+                "cpu-share",
+            ));
         }
         _ => note(
             NAME,
@@ -511,8 +535,16 @@ mod tests {
         let args = |raw: &[&str]| Args::new(raw.iter().map(|s| (*s).to_owned()));
         let s = settings(&args(&["--production-lease", "--backend", "postgres"])).unwrap();
         assert_eq!(s.lease, LeaseConfig::default());
+        assert_eq!(s.row_suffix, "");
         let s = settings(&args(&["--lease-secs", "3"])).unwrap();
         assert_eq!(s.lease.lease_duration, Duration::from_secs(3));
+        assert_eq!(s.row_suffix, "_stress3s");
+        assert_eq!(
+            settings(&args(&["--lease-secs", "2.5"]))
+                .unwrap()
+                .row_suffix,
+            "_stress2.5s"
+        );
         assert_eq!(s.lease.renew_interval, Duration::from_secs(1));
         assert!(settings(&args(&["--backend", "oracle"])).is_err());
     }
