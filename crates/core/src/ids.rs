@@ -99,6 +99,12 @@ macro_rules! string_id {
                 validate($kind, raw.as_ref()).map(Self)
             }
 
+            /// [`Self::new`] taking ownership of `raw` (validated the same way, not copied).
+            pub fn from_string(raw: String) -> Result<Self, IdError> {
+                text::check_token_like($kind, &raw, MAX_ID_LEN)?;
+                Ok(Self(raw))
+            }
+
             /// The id as a string slice.
             pub fn as_str(&self) -> &str {
                 &self.0
@@ -145,7 +151,7 @@ macro_rules! string_id {
         impl TryFrom<String> for $name {
             type Error = IdError;
             fn try_from(s: String) -> Result<Self, Self::Error> {
-                Self::new(s)
+                Self::from_string(s)
             }
         }
     };

@@ -119,6 +119,18 @@ pub fn is_invisible(c: char) -> bool {
 /// The id and label rule: not blank, within `limit`, no surrounding whitespace, no control or
 /// invisible formatting character.
 pub fn check_token_like(field: &'static str, value: &str, limit: usize) -> Result<(), TextError> {
+    // Fast path for the common case (ids are mostly printable ASCII): every byte printable,
+    // the ends not blank, within the limit — nothing below can fail. Anything else takes the
+    // full check, which picks the error.
+    let bytes = value.as_bytes();
+    if let (Some(&first), Some(&last)) = (bytes.first(), bytes.last())
+        && bytes.len() <= limit
+        && first != b' '
+        && last != b' '
+        && bytes.iter().all(|b| (0x20..0x7f).contains(b))
+    {
+        return Ok(());
+    }
     if value.trim().is_empty() {
         return Err(TextError::Blank { field });
     }

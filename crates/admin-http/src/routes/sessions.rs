@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
+use axum::response::IntoResponse as _;
 use serde::Deserialize;
 use tether_core::{AgentId, HarnessId, HostSessionEntry, SessionKey};
 use tether_storage::{
@@ -72,7 +73,7 @@ pub async fn list_sessions(
     _: ReadAccess,
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<SessionQuery>,
-) -> Result<Json<SessionPageBody>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let limit = page_size(q.limit)?;
     let after = match cursor(q.cursor.as_deref()) {
         Some(token) => {
@@ -100,14 +101,26 @@ pub async fn list_sessions(
         limit,
     };
     let page = state.store()?.list_sessions(&filter).await?;
-    Ok(Json(SessionPageBody {
+    let body = SessionPageBody {
         sessions: page
             .sessions
             .into_iter()
             .map(SessionSummary::from)
             .collect(),
         next_cursor: page.next.map(|k| encode_cursor(&[k.as_str()])),
-    }))
+    };
+    // What `Json` answers, serialized into a buffer sized for the page up front (a page of 200
+    // sessions is tens of kilobytes; growing from `Json`'s 128 bytes copies it repeatedly).
+    let mut out = Vec::with_capacity(256 + body.sessions.len() * 256);
+    serde_json::to_writer(&mut out, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        out,
+    )
+        .into_response())
 }
 
 pub(crate) async fn load_session(store: &Store, raw: &str) -> Result<HostSessionEntry, ApiError> {

@@ -22,7 +22,8 @@
 //! `elapsed_us`, `min_slack_ms`: how much of its first, closest lease was left when the batch
 //! started); a failed batch logs a `warn` with the same fields and `error`.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -55,8 +56,24 @@ pub(crate) struct BatchRenewal {
 #[derive(Debug, Default)]
 struct State {
     owners: HashMap<u64, Arc<OwnerState>>,
+    /// Registered owners by the expiry they had when queued, earliest first. An entry may be
+    /// stale (the owner was renewed or released since); [`BatchRenewal::plan`] re-reads the
+    /// owner when its entry comes up, so a pass touches the due owners only, not every owner.
+    queue: BinaryHeap<Reverse<(Timestamp, u64)>>,
+    /// Owners whose entry came up while they were not held (settling, deleted): re-checked on
+    /// every pass and queued again once held.
+    parked: Vec<u64>,
+    /// An owner's expiry may have moved earlier than its queued entry: rebuild the queue.
+    rescan: bool,
     next_id: u64,
     running: bool,
+}
+
+impl State {
+    fn insert(&mut self, id: u64, owner: Arc<OwnerState>) {
+        self.queue.push(Reverse((owner.expires_at(), id)));
+        self.owners.insert(id, owner);
+    }
 }
 
 /// Removes its owner from the driver's registry when dropped.
@@ -76,7 +93,7 @@ impl Drop for Registration {
 /// What the driver does next: renew `due` (nearest expiry first), then wake at `next` (the
 /// earliest due time of the other owners, if any).
 struct Plan {
-    due: Vec<Arc<OwnerState>>,
+    due: Vec<(u64, Arc<OwnerState>)>,
     next: Option<Timestamp>,
 }
 
@@ -90,7 +107,7 @@ impl BatchRenewal {
         let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
-        state.owners.insert(id, owner);
+        state.insert(id, owner);
         if !state.running {
             state.running = true;
             tokio::spawn(drive(Arc::downgrade(shared)));
@@ -101,32 +118,93 @@ impl BatchRenewal {
         }
     }
 
-    /// The held owners whose lease expires at or before `horizon`, nearest expiry first, and
-    /// the earliest expiry of the others; `None` (and the driver stops) when no owner is
-    /// registered.
-    fn plan(&self, horizon: Timestamp) -> Option<(Vec<Arc<OwnerState>>, Option<Timestamp>)> {
-        let mut due: Vec<(Timestamp, Arc<OwnerState>)> = Vec::new();
-        let mut next: Option<Timestamp> = None;
+    /// Asks the next pass to rebuild the renewal queue from every registered owner: an owner's
+    /// recorded expiry may have moved earlier than its queued entry (a deletion rollback
+    /// restored the row).
+    pub(crate) fn reschedule(&self) {
+        self.lock().rescan = true;
+    }
+
+    /// The held owners whose lease expires at or before `horizon`, nearest expiry first, with
+    /// their registration ids, and the earliest queued expiry of the others (possibly earlier
+    /// than any live owner's: the driver then merely wakes early); `None` (and the driver
+    /// stops) when no owner is registered.
+    ///
+    /// Only queue entries due by `horizon` are looked at: an entry whose owner is gone or has
+    /// failed (failures are sticky) is dropped, one whose owner was renewed past `horizon`
+    /// is queued again with its new expiry, and one whose owner is not held is parked until
+    /// it is held again.
+    #[allow(clippy::type_complexity)]
+    fn plan(&self, horizon: Timestamp) -> Option<(Vec<(u64, Arc<OwnerState>)>, Option<Timestamp>)> {
+        let mut due: Vec<(Timestamp, u64, Arc<OwnerState>)> = Vec::new();
+        let next;
         {
-            let mut state = self.lock();
+            let mut guard = self.lock();
+            let state = &mut *guard;
             if state.owners.is_empty() {
                 state.running = false;
+                state.queue.clear();
+                state.parked.clear();
                 return None;
             }
-            for owner in state.owners.values() {
-                if owner.phase() != OwnerPhase::Held || owner.failure().is_some() {
+            if std::mem::take(&mut state.rescan) {
+                state.parked.clear();
+                state.queue = state
+                    .owners
+                    .iter()
+                    .map(|(id, owner)| Reverse((owner.expires_at(), *id)))
+                    .collect();
+            }
+            let parked = std::mem::take(&mut state.parked);
+            for id in parked {
+                let Some(owner) = state.owners.get(&id) else {
                     continue;
-                }
-                let expires_at = owner.expires_at();
-                if expires_at <= horizon {
-                    due.push((expires_at, owner.clone()));
-                } else if next.is_none_or(|n| expires_at < n) {
-                    next = Some(expires_at);
+                };
+                match owner.schedule() {
+                    (_, true, _) => {}
+                    (OwnerPhase::Held, false, expires_at) => {
+                        state.queue.push(Reverse((expires_at, id)));
+                    }
+                    _ => state.parked.push(id),
                 }
             }
+            while let Some(&Reverse((queued, id))) = state.queue.peek() {
+                if queued > horizon {
+                    break;
+                }
+                state.queue.pop();
+                let Some(owner) = state.owners.get(&id) else {
+                    continue;
+                };
+                match owner.schedule() {
+                    (_, true, _) => {}
+                    (OwnerPhase::Held, false, expires_at) if expires_at <= horizon => {
+                        due.push((expires_at, id, owner.clone()));
+                    }
+                    (OwnerPhase::Held, false, expires_at) => {
+                        state.queue.push(Reverse((expires_at, id)));
+                    }
+                    _ => state.parked.push(id),
+                }
+            }
+            next = state.queue.peek().map(|Reverse((at, _))| *at);
         }
-        due.sort_unstable_by_key(|(expires_at, _)| *expires_at);
-        Some((due.into_iter().map(|(_, owner)| owner).collect(), next))
+        due.sort_unstable_by_key(|(expires_at, id, _)| (*expires_at, *id));
+        Some((
+            due.into_iter().map(|(_, id, owner)| (id, owner)).collect(),
+            next,
+        ))
+    }
+
+    /// Queues the renewed owners again with their new expiries (owners released meanwhile
+    /// are skipped; failed ones are dropped when their entry comes up).
+    fn requeue(&self, owners: &[(u64, Arc<OwnerState>)]) {
+        let mut state = self.lock();
+        for (id, owner) in owners {
+            if state.owners.contains_key(id) {
+                state.queue.push(Reverse((owner.expires_at(), *id)));
+            }
+        }
     }
 }
 
@@ -151,13 +229,20 @@ async fn drive(shared: Weak<Shared>) {
             return;
         };
         let renewed = !plan.due.is_empty();
-        let chunks: Vec<Vec<Arc<OwnerState>>> = plan.due.chunks(BATCH).map(<[_]>::to_vec).collect();
+        let chunks: Vec<Vec<Arc<OwnerState>>> = plan
+            .due
+            .chunks(BATCH)
+            .map(|chunk| chunk.iter().map(|(_, owner)| owner.clone()).collect())
+            .collect();
         futures::stream::iter(chunks)
             .for_each_concurrent(IN_FLIGHT, |chunk| {
                 let s = s.clone();
                 async move { s.renew_batch(&chunk).await }
             })
             .await;
+        if let Some(batch) = &s.batch {
+            batch.requeue(&plan.due);
+        }
         let interval = s.lease.renew_interval;
         let now = s.clock.now();
         wait = match plan.next {
@@ -201,12 +286,20 @@ impl Shared {
         let now = self.clock.now();
         let expires_at = now + self.lease.lease_duration;
         let mut eligible = Vec::with_capacity(owners.len());
+        // Blocked keys are rare: look each key up only when some key is blocked.
+        let any_blocked = self.any_unresolved();
         for owner in owners {
             let check = owner
                 .assert_current
                 .as_ref()
                 .map_or(Ok(()), |assert| assert())
-                .and_then(|()| self.assert_settled(&owner.key))
+                .and_then(|()| {
+                    if any_blocked {
+                        self.assert_settled(&owner.key)
+                    } else {
+                        Ok(())
+                    }
+                })
                 .and_then(|()| owner.assert_held(self));
             match check {
                 Ok(()) => {
@@ -239,11 +332,10 @@ impl Shared {
                 let mut refused = 0usize;
                 for (owner, ok) in eligible.iter().zip(renewed) {
                     if ok {
-                        owner.record_lease(expires_at, None);
                         // The renewal moved the row's revision on: the row the owner's last
-                        // write left is stale now (never patched: only the store knows the
-                        // new row).
-                        owner.forget_observation();
+                        // write left is stale now and is forgotten (never patched: only the
+                        // store knows the new row).
+                        owner.record_renewal(expires_at);
                     } else {
                         refused += 1;
                         owner.fail_if_held(self.lost(&owner.key));
@@ -437,11 +529,11 @@ mod tests {
             .into_iter()
             .enumerate()
             {
-                state.owners.insert(id as u64, o);
+                state.insert(id as u64, o);
             }
         }
         let (due, next) = batch.plan(Timestamp::from_millis(700)).unwrap();
-        let keys: Vec<BindingKey> = due.iter().map(|o| o.key.clone()).collect();
+        let keys: Vec<BindingKey> = due.iter().map(|(_, o)| o.key.clone()).collect();
         assert_eq!(
             keys,
             vec![key(1), key(2), key(0)],

@@ -321,6 +321,10 @@ impl DeletionMutation {
     fn restored(&self, owner: &Arc<OwnerState>) {
         self.state().deleted = None;
         owner.transition(OwnerPhase::Deleted, OwnerPhase::Held);
+        if let Some(batch) = &self.inner.shared.batch {
+            // The restored expiry may be earlier than the owner's queued renewal.
+            batch.reschedule();
+        }
         tracing::debug!(key = %self.inner.key, "binding deletion rolled back");
     }
 }

@@ -152,6 +152,21 @@ impl OwnerState {
         self.lock().expires_at
     }
 
+    /// Phase, whether a failure is recorded, and lease expiry, read under one lock (the
+    /// batched renewal driver's view of an owner).
+    pub(crate) fn schedule(&self) -> (OwnerPhase, bool, Timestamp) {
+        let inner = self.lock();
+        (inner.phase, inner.failure.is_some(), inner.expires_at)
+    }
+
+    /// Records a batched renewal: the new expiry, and the remembered observation dropped (the
+    /// renewal moved the row's revision on).
+    pub(crate) fn record_renewal(&self, expires_at: Timestamp) {
+        let mut inner = self.lock();
+        inner.expires_at = expires_at;
+        inner.last_written = None;
+    }
+
     /// Records a written lease (acquisition, renewal or rollback re-registration).
     pub(crate) fn record_lease(&self, expires_at: Timestamp, epoch: Option<LeaseEpoch>) {
         let mut inner = self.lock();
@@ -177,11 +192,6 @@ impl OwnerState {
             .and_then(|r| r.lease.as_ref())
             .is_some_and(|l| l.token == self.token);
         self.lock().last_written = ours.then_some(written);
-    }
-
-    /// Drops the remembered observation (the row changed behind this owner's back).
-    pub(crate) fn forget_observation(&self) {
-        self.lock().last_written = None;
     }
 
     /// `failure`, or a fresh lost-lease error.

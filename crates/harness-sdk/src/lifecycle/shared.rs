@@ -171,6 +171,16 @@ impl Shared {
         }
     }
 
+    /// Whether any key is blocked in this instance (one lock; lets a batch skip the per-key
+    /// [`Shared::assert_settled`] lookups when none is).
+    pub(crate) fn any_unresolved(&self) -> bool {
+        !self
+            .unresolved
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// [`Shared::assert_settled`], plus the durable quarantine record when a quarantine store
     /// is configured (a key quarantined by another process, or before a restart).
     pub(crate) async fn assert_durably_settled(&self, key: &BindingKey) -> Result<(), Error> {
