@@ -585,7 +585,7 @@ impl Drop for Pending {
         if let Some(batch) = self.0.take() {
             batch
                 .outcome
-                .send_replace(Some(Outcome::Unknown(super::commit_failed(
+                .send_replace(Some(Outcome::Unknown(super::commit::commit_failed(
                     &"the group commit was interrupted while it ended",
                 ))));
         }
