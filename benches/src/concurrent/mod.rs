@@ -12,7 +12,7 @@
 //! capped below the server's `max_connections`; skipped with a note when no server answers).
 //! The lifecycle uses the shipped lease ([`LeaseConfig::default`]: 65 s, renewed every 65/3 s).
 //!
-//! The peer is a single-node etcd (feature `etcd`; see [`etcd`]) started by the harness on
+//! The peer is a single-node etcd (feature `etcd`, module `etcd`) started by the harness on
 //! loopback ports of its own with a scratch data directory beside the SQLite file, doing the
 //! same work as an etcd user writes it with the `etcd-client` crate: `cycle` = lease grant +
 //! txn put-if-absent bound to the lease + txn delete guarded by the lease + revoke; `transact`
