@@ -1573,30 +1573,6 @@ pub(crate) fn redact_field_value_cow<'a>(
     Cow::Owned(mask_token(value))
 }
 
-/// [`redact_field_value_cow`] with the key's sensitivity already decided by the caller
-/// (`sensitive` must equal `is_sensitive_key_in(key, parent_key)`; a caller may remember it
-/// for a key it has seen before).
-pub(crate) fn redact_field_value_decided<'a>(
-    key: &str,
-    sensitive: bool,
-    value: &'a str,
-    config: &RedactionConfig,
-) -> Cow<'a, str> {
-    if !sensitive {
-        return redact_plain_field(key, value, config);
-    }
-    if keeps_sensitive_value(key, value) {
-        return Cow::Borrowed(value);
-    }
-    Cow::Owned(mask_token(value))
-}
-
-/// The part of [`is_sensitive_key_in`] that depends on the parent key: an `id` under a
-/// `publicShare`-like parent.
-pub(crate) fn is_share_id(key: &str, parent_key: Option<&str>) -> bool {
-    key.eq_ignore_ascii_case("id") && parent_key.is_some_and(is_share_parent)
-}
-
 /// [`redact_field_value`] on an owned string, in place (a masked secret reuses its buffer).
 pub(crate) fn redact_field_value_in_place(
     key: &str,

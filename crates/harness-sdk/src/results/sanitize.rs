@@ -16,11 +16,10 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::redact::{
-    MASK, RedactionConfig, is_sensitive_key, is_sensitive_key_in, is_share_id,
-    redact_field_value_cow, redact_field_value_decided, redact_field_value_in_place,
-    redact_text_cow, redact_text_with,
+    MASK, RedactionConfig, is_sensitive_key_in, redact_field_value_cow,
+    redact_field_value_in_place, redact_text_cow, redact_text_with,
 };
-use super::tree::{CLONE_RECURSION_LIMIT, drop_deep, map_scalars};
+use super::tree::{drop_deep, map_scalars};
 
 /// Text blocks of a tool result are cut to this many UTF-16 code units.
 pub const TOOL_RESULT_MAX_CHARS: usize = 8000;
@@ -104,117 +103,10 @@ fn redact_scalar_in_place(
 }
 
 /// A redacted copy of a whole tree.
-///
-/// One pass builds the copy: a kept string is copied once, a masked or rewritten one is
-/// written straight from the input (never copied first and rewritten after). Recursion is
-/// bounded by [`CLONE_RECURSION_LIMIT`] levels; a deeper input is copied without recursion and
-/// redacted in place instead (same result).
 fn redact_tree(value: &Value, mode: ScalarMode, config: &RedactionConfig) -> Value {
-    let mut copier = Copier {
-        mode,
-        config,
-        seen_keys: Vec::new(),
-    };
-    if let Some(out) = copier.copy(value, None, None, 0) {
-        return out;
-    }
     map_scalars(value, |key, parent_key, node| {
         redact_scalar_in_place(node, key, parent_key, mode, config);
     })
-}
-
-/// The one-pass redacting copy of [`redact_tree`].
-struct Copier<'v, 'c> {
-    mode: ScalarMode,
-    config: &'c RedactionConfig,
-    /// Per nesting level, the keys of the last object copied at that level with
-    /// `is_sensitive_key` of each: the objects of an array of records usually repeat the same
-    /// keys in the same order, so a key equal to the one at its position in the previous
-    /// object reuses that answer instead of checking the key again.
-    seen_keys: Vec<Vec<(&'v str, bool)>>,
-}
-
-impl<'v> Copier<'v, '_> {
-    /// The redacted copy of `node`, stored under `key` (with `is_sensitive_key` of it) in an
-    /// object whose own key is `parent_key`; `None` when `node` nests more than
-    /// [`CLONE_RECURSION_LIMIT`] levels below `level`.
-    fn copy(
-        &mut self,
-        node: &'v Value,
-        key: Option<(&str, bool)>,
-        parent_key: Option<&str>,
-        level: usize,
-    ) -> Option<Value> {
-        Some(match node {
-            Value::String(s) => Value::String(match key {
-                Some((k, sensitive)) => {
-                    let sensitive = sensitive || is_share_id(k, parent_key);
-                    redact_field_value_decided(k, sensitive, s, self.config).into_owned()
-                }
-                None => redact_text_cow(s, self.config).0.into_owned(),
-            }),
-            Value::Number(_) | Value::Bool(_) => {
-                if self.mode == ScalarMode::Result
-                    && let Some((k, sensitive)) = key
-                    && (sensitive || is_share_id(k, parent_key))
-                {
-                    Value::String(MASK.to_owned())
-                } else {
-                    node.clone()
-                }
-            }
-            Value::Null => Value::Null,
-            Value::Array(items) => {
-                if level >= CLONE_RECURSION_LIMIT {
-                    return None;
-                }
-                let own_key = key.map(|(k, _)| k);
-                let mut out = Vec::with_capacity(items.len());
-                for item in items {
-                    out.push(self.copy(item, None, own_key, level + 1)?);
-                }
-                Value::Array(out)
-            }
-            Value::Object(map) => {
-                if level >= CLONE_RECURSION_LIMIT {
-                    return None;
-                }
-                let own_key = key.map(|(k, _)| k);
-                let mut out = Vec::with_capacity(map.len());
-                for (position, (k, child)) in map.iter().enumerate() {
-                    let sensitive = self.key_sensitivity(level + 1, position, k);
-                    out.push((
-                        k.clone(),
-                        self.copy(child, Some((k, sensitive)), own_key, level + 1)?,
-                    ));
-                }
-                // The entries come in key order: the map is built without re-sorting.
-                Value::Object(out.into_iter().collect::<Map<String, Value>>())
-            }
-        })
-    }
-
-    /// `is_sensitive_key(key)` for the key at `position` of an object copied at `level`,
-    /// taken from the previous object at that level when it had the same key there.
-    fn key_sensitivity(&mut self, level: usize, position: usize, key: &'v str) -> bool {
-        if self.seen_keys.len() <= level {
-            self.seen_keys.resize_with(level + 1, Vec::new);
-        }
-        let row = &mut self.seen_keys[level];
-        match row.get_mut(position) {
-            Some((seen, sensitive)) if *seen == key => *sensitive,
-            Some(entry) => {
-                *entry = (key, is_sensitive_key(key));
-                entry.1
-            }
-            None => {
-                let sensitive = is_sensitive_key(key);
-                row.truncate(position);
-                row.push((key, sensitive));
-                sensitive
-            }
-        }
-    }
 }
 
 /// Sanitizes tool arguments for diagnostics, event payloads and UI tool cards.

@@ -72,7 +72,7 @@ pub(crate) fn deep_equal(a: &Value, b: &Value) -> bool {
 /// Values nested at most this deep are copied with `Value::clone`, whose recursion is then
 /// bounded (the limit equals `serde_json`'s own parser recursion limit); deeper values are
 /// copied iteratively.
-pub(crate) const CLONE_RECURSION_LIMIT: usize = 128;
+const CLONE_RECURSION_LIMIT: usize = 128;
 
 /// Whether no array or object in `value` is nested more than `limit` levels deep (a scalar
 /// has depth 0, `[1]` depth 1). Recurses at most `limit` levels.
