@@ -236,26 +236,15 @@ impl Store {
         event: Option<PendingEvent>,
         latency: Option<Duration>,
     ) -> Result<(), Error> {
-        let Some(e) = event else { return Ok(()) };
-        let latency_us = latency.map(micros);
-        tx.execute_raw(self.stmt(
-            "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            vec![
-                ns.as_str().into(),
-                key.as_str().into(),
-                e.kind.as_str().into(),
-                Value::from(e.epoch.map(|x| to_i64(x.get()))),
-                Value::from(e.token_prefix),
-                Value::from(e.other_token_prefix),
-                Value::from(e.holder),
-                now.as_millis().into(),
-                Value::from(latency_us),
-            ],
-        ))
-        .await
-        .map_err(db_error)?;
-        Ok(())
+        let Some(event) = event else { return Ok(()) };
+        let row = EventRow {
+            namespace: ns.as_str().to_owned(),
+            key: key.as_str().to_owned(),
+            at: now,
+            event,
+            latency,
+        };
+        self.insert_event_rows(tx, std::slice::from_ref(&row)).await
     }
 
     /// Inserts `rows` into `lease_events` inside `tx`, in order, a bounded number of rows per

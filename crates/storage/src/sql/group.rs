@@ -136,18 +136,34 @@ impl GroupCommit {
 
     /// Takes the write slot (SQLite), waiting at most the busy timeout.
     pub(crate) async fn slot(&self) -> Result<Option<OwnedMutexGuard<()>>, Error> {
-        let Some(slot) = &self.slot else {
-            return Ok(None);
-        };
-        match tokio::time::timeout(self.slot_timeout, Arc::clone(slot).lock_owned()).await {
-            Ok(guard) => Ok(Some(guard)),
-            Err(_) => Err(Error::store(StoreErrorKind::Unavailable {
-                message: format!(
-                    "the database is busy: no write slot within {:?} (another writer of this process holds it); retry",
-                    self.slot_timeout
-                ),
-            })),
+        match &self.slot {
+            Some(slot) => self
+                .lock_within(
+                    slot,
+                    "no write slot (another writer of this process holds it)",
+                )
+                .await
+                .map(Some),
+            None => Ok(None),
         }
+    }
+
+    /// Locks `slot`, waiting at most the busy timeout; `waited_for` says what did not come.
+    async fn lock_within(
+        &self,
+        slot: &Arc<tokio::sync::Mutex<()>>,
+        waited_for: &str,
+    ) -> Result<OwnedMutexGuard<()>, Error> {
+        tokio::time::timeout(self.slot_timeout, Arc::clone(slot).lock_owned())
+            .await
+            .map_err(|_| {
+                Error::store(StoreErrorKind::Unavailable {
+                    message: format!(
+                        "the database is busy: {waited_for} within {:?}; retry",
+                        self.slot_timeout
+                    ),
+                })
+            })
     }
 
     /// Counts one ended batch of `members` writes.
@@ -165,17 +181,9 @@ impl GroupCommit {
         if self.slot.is_some() {
             return self.slot().await;
         }
-        match tokio::time::timeout(self.slot_timeout, Arc::clone(&self.batch_slot).lock_owned())
+        self.lock_within(&self.batch_slot, "the previous group commit did not end")
             .await
-        {
-            Ok(guard) => Ok(Some(guard)),
-            Err(_) => Err(Error::store(StoreErrorKind::Unavailable {
-                message: format!(
-                    "the database is busy: the previous group commit did not end within {:?}; retry",
-                    self.slot_timeout
-                ),
-            })),
-        }
+            .map(Some)
     }
 
     /// Joins the open batch, or opens a new one.
