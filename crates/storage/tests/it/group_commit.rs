@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use sea_orm::ConnectionTrait;
 use tether_core::{
     ApplyOutcome, BindingKey, BindingStore, Error, Intent, Namespace, NamespaceConfig,
     StoreErrorKind, admit_all,
@@ -271,6 +272,143 @@ async fn group_commit_a_cancelled_writer_leaves_its_batch_intact() {
             ));
         }
         assert!(store.lookup(&ns, &key("gone")).await.unwrap().is_none());
+    })
+    .await;
+}
+
+/// Makes every insert or update of a binding row whose key contains `poison` fail inside the
+/// database (a trigger raising an error), so a write can fail mid-batch for real.
+async fn poison_rows(store: &Store) {
+    use sea_orm::DbBackend;
+    let sql = match store.connection().get_database_backend() {
+        DbBackend::Postgres => {
+            "CREATE OR REPLACE FUNCTION tether_test_poison() RETURNS trigger AS $$ \
+             BEGIN IF NEW.key LIKE '%poison%' THEN RAISE EXCEPTION 'poisoned row'; END IF; \
+             RETURN NEW; END $$ LANGUAGE plpgsql; \
+             CREATE TRIGGER tether_test_poison BEFORE INSERT OR UPDATE ON binding_records \
+             FOR EACH ROW EXECUTE FUNCTION tether_test_poison();"
+        }
+        _ => {
+            "CREATE TRIGGER tether_test_poison_insert BEFORE INSERT ON binding_records \
+             WHEN NEW.key LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END; \
+             CREATE TRIGGER tether_test_poison_update BEFORE UPDATE ON binding_records \
+             WHEN NEW.key LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END;"
+        }
+    };
+    store.connection().execute_unprepared(sql).await.unwrap();
+}
+
+async fn cure_rows(store: &Store) {
+    use sea_orm::DbBackend;
+    let sql = match store.connection().get_database_backend() {
+        DbBackend::Postgres => "DROP TRIGGER tether_test_poison ON binding_records",
+        _ => "DROP TRIGGER tether_test_poison_insert; DROP TRIGGER tether_test_poison_update",
+    };
+    store.connection().execute_unprepared(sql).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_a_statement_failing_mid_batch_acknowledges_only_what_was_saved() {
+    on_both("group_mid_batch", |store| async move {
+        // Fresh rows are written by several statements (a multi-statement member); live rows
+        // by one conditional statement (on SQLite, a failed one undoes only itself).
+        for existing in [false, true] {
+            let ns = namespace(&store, "group-mid").await;
+            let names: Vec<String> = (0..7)
+                .map(|i| {
+                    if i == 3 {
+                        format!("poison-{existing}")
+                    } else {
+                        format!("mid-{existing}-{i}")
+                    }
+                })
+                .collect();
+            if existing {
+                for name in &names {
+                    assert!(
+                        store
+                            .register_if_absent(&ns, &key(name), value("v0"), None)
+                            .await
+                            .unwrap()
+                    );
+                }
+            }
+            poison_rows(&store).await;
+            let before = store.group_commit_stats();
+            let hold = store.hold_group_commit().await;
+            let mut writers = Vec::new();
+            for name in &names {
+                let (store, ns, name) = (store.clone(), ns.clone(), name.clone());
+                writers.push((
+                    name.clone(),
+                    tokio::spawn(async move { acquire(&store, &ns, &key(&name), &name).await }),
+                ));
+                // Spread the writers over the batch, the poisoned one in the middle.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            settle().await;
+            drop(hold);
+
+            let mut failed = Vec::new();
+            for (name, task) in writers {
+                let done = task.await.unwrap();
+                let row = store.lookup(&ns, &key(&name)).await.unwrap();
+                let saved = row
+                    .as_ref()
+                    .and_then(|r| r.lease.as_ref())
+                    .is_some_and(|l| l.token.as_str() == name);
+                match done {
+                    Ok(outcome) => {
+                        assert!(
+                            matches!(outcome, ApplyOutcome::Applied { .. }),
+                            "{name}: {outcome:?}"
+                        );
+                        assert!(saved, "{name} was acknowledged but not saved");
+                    }
+                    Err(error) => {
+                        assert!(!saved, "{name} failed ({error}) but was saved");
+                        assert!(
+                            !matches!(error, Error::OutcomeUnknown { .. }),
+                            "{name}: a failed statement before the COMMIT is a known outcome: {error:?}"
+                        );
+                        if existing {
+                            assert!(text(row.as_ref().unwrap()).contains("v0"), "{name}");
+                        } else {
+                            assert!(row.is_none(), "{name}: half-applied");
+                        }
+                        failed.push(name);
+                    }
+                }
+            }
+            assert!(
+                failed.contains(&format!("poison-{existing}")),
+                "the poisoned write failed: {failed:?}"
+            );
+            // PostgreSQL aborts the transaction on a failed statement, and a multi-statement
+            // write may have been half applied: the whole batch is rolled back. On SQLite a
+            // failed single statement undid only itself; what ran before it stays committed.
+            let sqlite = store.connection().get_database_backend() == sea_orm::DbBackend::Sqlite;
+            if !(sqlite && existing) {
+                assert_eq!(failed.len(), names.len(), "the batch was rolled back: {failed:?}");
+            }
+            let after = store.group_commit_stats();
+            assert!(
+                after.largest_batch >= 2 && after.batches > before.batches,
+                "the writes met in a batch: {after:?}"
+            );
+
+            // Nothing is replayed: once the cause is gone, every failed write is written again
+            // by its owner, exactly once, and the store keeps working.
+            cure_rows(&store).await;
+            for name in &failed {
+                let outcome = acquire(&store, &ns, &key(name), name).await.unwrap();
+                assert!(matches!(outcome, ApplyOutcome::Applied { .. }), "{name}");
+            }
+            for name in &names {
+                let row = store.lookup(&ns, &key(name)).await.unwrap().unwrap();
+                assert_eq!(row.lease.unwrap().token.as_str(), name);
+            }
+        }
     })
     .await;
 }
