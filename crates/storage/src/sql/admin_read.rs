@@ -9,10 +9,10 @@
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
-    LifecycleRevision, Namespace, Revision, SessionId, SessionKey, StoredRow, Timestamp,
+    Namespace, Revision, SessionKey, StoredRow, Timestamp,
 };
 
-use super::host::HostEntryColumns;
+use super::host::{HostEntryColumns, host_entry_from_columns};
 use super::{End, Store, corrupt, db_error, micros, to_i64};
 use crate::events::{LeaseEvent, LeaseEventKind};
 use crate::plan;
@@ -258,25 +258,6 @@ fn list_sessions_query(
     (sql, values)
 }
 
-/// [`host_entry_from_columns`](super::host::host_entry_from_columns) (the same rule, the same errors) moving the decoded strings
-/// into the ids instead of copying them: a page decodes hundreds of them.
-fn entry_from_owned_columns(
-    (key, agent, session, previous, revision, harness, created, updated): HostEntryColumns,
-) -> Result<HostSessionEntry, Error> {
-    Ok(HostSessionEntry {
-        session_key: SessionKey::from_string(key)?,
-        agent_id: AgentId::from_string(agent)?,
-        session_id: SessionId::from_string(session)?,
-        previous_session_id: previous.map(SessionId::from_string).transpose()?,
-        lifecycle_revision: LifecycleRevision::new(
-            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
-        ),
-        agent_harness_id: harness.map(HarnessId::from_string).transpose()?,
-        created_at: Timestamp::from_millis(created),
-        updated_at: Timestamp::from_millis(updated),
-    })
-}
-
 /// Decodes the JSON page of [`list_sessions_query`] (`None`: PostgreSQL's aggregate of no rows),
 /// in session-key order: keys compare as bytes on both backends (SQLite's `BINARY` collation,
 /// PostgreSQL's `COLLATE "C"` key columns), as Rust strings do.
@@ -288,7 +269,7 @@ fn decode_session_batch(page: Option<&str>) -> Result<Vec<HostSessionEntry>, Err
         serde_json::from_str(page).map_err(|e| corrupt("host session", e))?;
     tuples
         .into_iter()
-        .map(entry_from_owned_columns)
+        .map(host_entry_from_columns)
         .collect::<Result<Vec<_>, Error>>()
         .map(|mut entries| {
             if !entries.is_sorted_by(|a, b| a.session_key < b.session_key) {

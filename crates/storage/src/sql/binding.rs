@@ -518,9 +518,17 @@ impl Store {
             plan::check_write(config, row)?;
         }
         let written = self
-            .write_in(true, async |tx| {
-                self.cas_in(tx, config, key, comparison, intent, admission, started)
-                    .await
+            .write_in(true, async |scope| {
+                self.cas_in(
+                    scope.tx(),
+                    config,
+                    key,
+                    comparison,
+                    intent,
+                    admission,
+                    started,
+                )
+                .await
             })
             .await
             .map_err(|e| super::for_key(key, e))?;
@@ -671,58 +679,19 @@ impl Store {
                     })
                     .collect())
             };
-            let update = async |tx: &DatabaseTransaction, stmt| -> Result<Option<i64>, Error> {
-                let found = tx.query_one_raw(stmt).await.map_err(db_error)?;
-                found
+            self.write_in(false, async |scope| {
+                let found = scope.tx().query_one_raw(stmt).await.map_err(db_error)?;
+                let Some(epoch) = found
                     .map(|r| r.try_get::<i64>("", "lease_epoch").map_err(db_error))
-                    .transpose()
-            };
-            let mut member = if self.grouped() {
-                Some(
-                    self.join_group(false)
-                        .await
-                        .map_err(|e| super::for_key(key, e))?,
-                )
-            } else {
-                None
-            };
-            match member.as_mut().filter(|m| m.solo.is_none()) {
-                Some(_) => {
-                    let member = member
-                        .take()
-                        .unwrap_or_else(|| unreachable!("matched above"));
-                    let result = match update(member.tx(), stmt).await {
-                        Ok(Some(epoch)) => event_rows(epoch).map(|rows| {
-                            member.defer_events(rows);
-                            (Some(Some(epoch)), End::Commit)
-                        }),
-                        Ok(None) => Ok((None, End::Rollback)),
-                        Err(error) => Err(error),
-                    };
-                    member
-                        .finish(result)
-                        .await
-                        .map_err(|e| super::for_key(key, e))?
-                }
-                None => {
-                    let slot = member.as_mut().and_then(|m| m.solo.take());
-                    let tx = match slot {
-                        Some(slot) => self.begin_in_slot(slot).await?,
-                        None => self.begin_write().await?,
-                    };
-                    let result = async {
-                        let Some(epoch) = update(&tx, stmt).await? else {
-                            return Ok((None, End::Rollback));
-                        };
-                        self.insert_event_rows(&tx, &event_rows(epoch)?).await?;
-                        Ok((Some(Some(epoch)), End::Commit))
-                    }
-                    .await;
-                    self.finish(tx, result)
-                        .await
-                        .map_err(|e| super::for_key(key, e))?
-                }
-            }
+                    .transpose()?
+                else {
+                    return Ok((None, End::Rollback));
+                };
+                scope.record_events(self, event_rows(epoch)?).await?;
+                Ok((Some(Some(epoch)), End::Commit))
+            })
+            .await
+            .map_err(|e| super::for_key(key, e))?
         } else {
             let stmt = self.stmt(&sql, values);
             self.write_statement(key, stmt, postgres).await?
@@ -877,7 +846,8 @@ impl BindingStore for Store {
         let started = Instant::now();
         let config = self.config(ns)?;
         plan::check_write(&config, &row)?;
-        self.write_in(true, async |tx| {
+        self.write_in(true, async |scope| {
+            let tx = scope.tx();
             let now = self.now();
             let physical = self.physical(tx, ns, key).await?;
             if physical
@@ -915,7 +885,8 @@ impl BindingStore for Store {
         predicate: RowPredicate<'_>,
     ) -> Result<Option<StoredRow>, Error> {
         self.config(ns)?;
-        self.write_in(true, async |tx| {
+        self.write_in(true, async |scope| {
+            let tx = scope.tx();
             let now = self.now();
             let live = self
                 .physical_row(tx, ns, key)

@@ -407,23 +407,59 @@ impl Store {
     pub(crate) async fn write_in<T>(
         &self,
         multi_statement: bool,
-        body: impl AsyncFnOnce(&DatabaseTransaction) -> Result<(T, End), Error>,
+        body: impl AsyncFnOnce(WriteScope<'_>) -> Result<(T, End), Error>,
     ) -> Result<T, Error> {
-        if !self.grouped() {
-            let tx = self.begin_write().await?;
-            let result = body(&tx).await;
-            return self.finish(tx, result).await;
-        }
-        let mut member = self.join_group(multi_statement).await?;
-        match member.solo.take() {
-            Some(slot) => {
-                let tx = self.begin_in_slot(slot).await?;
-                let result = body(&tx).await;
-                self.finish(tx, result).await
+        let slot = if self.grouped() {
+            let mut member = self.join_group(multi_statement).await?;
+            match member.solo.take() {
+                Some(slot) => Some(slot),
+                None => {
+                    let result = body(WriteScope::Batch(&member)).await;
+                    return member.finish(result).await;
+                }
             }
-            None => {
-                let result = body(member.tx()).await;
-                member.finish(result).await
+        } else {
+            None
+        };
+        let tx = match slot {
+            Some(slot) => self.begin_in_slot(slot).await?,
+            None => self.begin_write().await?,
+        };
+        let result = body(WriteScope::Own(&tx)).await;
+        self.finish(tx, result).await
+    }
+}
+
+/// Where the body of [`Store::write_in`] writes: a transaction of its own, or a batch's shared
+/// transaction.
+pub(crate) enum WriteScope<'a> {
+    /// The write's own transaction.
+    Own(&'a DatabaseTransaction),
+    /// Its turn at a batch's transaction.
+    Batch(&'a Member),
+}
+
+impl WriteScope<'_> {
+    /// The transaction to write in.
+    pub(crate) fn tx(&self) -> &DatabaseTransaction {
+        match self {
+            Self::Own(tx) => tx,
+            Self::Batch(member) => member.tx(),
+        }
+    }
+
+    /// Records lease events of the write: in its own transaction now; in a batch, with the
+    /// batch's one event insert before its COMMIT (saved exactly when the batch commits).
+    pub(crate) async fn record_events(
+        &self,
+        store: &Store,
+        rows: Vec<EventRow>,
+    ) -> Result<(), Error> {
+        match self {
+            Self::Own(tx) => store.insert_event_rows(tx, &rows).await,
+            Self::Batch(member) => {
+                member.defer_events(rows);
+                Ok(())
             }
         }
     }

@@ -64,19 +64,19 @@ pub(crate) type HostEntryColumns = (
 );
 
 /// Validates stored host session columns into an entry: one rule for every reader (a row, or
-/// the admin list's JSON page).
+/// the admin list's JSON page), moving the strings into the ids: a page decodes hundreds.
 pub(crate) fn host_entry_from_columns(
     (key, agent, session, previous, revision, harness, created, updated): HostEntryColumns,
 ) -> Result<HostSessionEntry, Error> {
     Ok(HostSessionEntry {
-        session_key: SessionKey::new(key)?,
-        agent_id: AgentId::new(agent)?,
-        session_id: SessionId::new(session)?,
-        previous_session_id: previous.map(SessionId::new).transpose()?,
+        session_key: SessionKey::from_string(key)?,
+        agent_id: AgentId::from_string(agent)?,
+        session_id: SessionId::from_string(session)?,
+        previous_session_id: previous.map(SessionId::from_string).transpose()?,
         lifecycle_revision: LifecycleRevision::new(
             u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
         ),
-        agent_harness_id: harness.map(HarnessId::new).transpose()?,
+        agent_harness_id: harness.map(HarnessId::from_string).transpose()?,
         created_at: Timestamp::from_millis(created),
         updated_at: Timestamp::from_millis(updated),
     })
