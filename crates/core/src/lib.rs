@@ -43,6 +43,7 @@ pub mod host;
 pub mod ids;
 pub mod keys;
 pub mod lease;
+pub mod prelude;
 pub mod registry;
 pub mod store;
 pub mod text;

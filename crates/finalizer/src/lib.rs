@@ -52,6 +52,7 @@ pub mod incomplete;
 pub mod lifecycle;
 pub mod orchestrate;
 pub mod policy;
+pub mod prelude;
 pub mod projection;
 pub mod restricted;
 pub mod result;

@@ -39,5 +39,6 @@ pub mod generation;
 pub mod hooks;
 pub mod initialization;
 pub mod lifecycle;
+pub mod prelude;
 pub mod reset;
 pub mod results;

@@ -60,6 +60,7 @@ pub mod events;
 pub mod fault_injection;
 pub mod memory;
 mod plan;
+pub mod prelude;
 pub mod sql;
 #[cfg(feature = "test-support")]
 pub mod testing;
