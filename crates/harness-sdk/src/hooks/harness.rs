@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use tether_core::{
     AgentHarness, AssertCurrent, Error, HarnessId, InitializationHandle, MutationRun, ResetParams,
     ResetReason, SessionContextResetHook, SessionContextResetParams, SessionDeletionHook,
-    SessionDeletionParams, SessionId, always_current,
+    SessionDeletionParams, SessionId, SettledTurnFinalizer, always_current,
 };
 use tracing::Instrument;
 
@@ -74,6 +74,7 @@ pub struct ThreadBindingHarness {
     generation: GenerationAuthority,
     threads: Option<Arc<dyn NativeThreads>>,
     rollbacks: Option<InitializationRollbacks>,
+    finalizer: Option<Arc<dyn SettledTurnFinalizer>>,
 }
 
 impl fmt::Debug for ThreadBindingHarness {
@@ -83,6 +84,7 @@ impl fmt::Debug for ThreadBindingHarness {
             .field("store", &self.store)
             .field("threads", &self.threads)
             .field("rollbacks", &self.rollbacks.is_some())
+            .field("finalizer", &self.finalizer.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -96,7 +98,17 @@ impl ThreadBindingHarness {
             generation,
             threads: None,
             rollbacks: None,
+            finalizer: None,
         }
+    }
+
+    /// Gives the harness a settled-turn finalizer: [`AgentHarness::settled_turn_finalizer`]
+    /// then returns it, so the host's orchestration can finalize this harness's tool-only
+    /// turns. Without one the harness has no finalization capability and the host falls back.
+    #[must_use]
+    pub fn with_finalizer(mut self, finalizer: Arc<dyn SettledTurnFinalizer>) -> Self {
+        self.finalizer = Some(finalizer);
+        self
     }
 
     /// Sets the native side (claims and subscriptions).
@@ -383,6 +395,10 @@ impl AgentHarness for ThreadBindingHarness {
 
     fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
         Some(self)
+    }
+
+    fn settled_turn_finalizer(&self) -> Option<&dyn SettledTurnFinalizer> {
+        self.finalizer.as_deref()
     }
 }
 

@@ -1107,6 +1107,58 @@ fn the_harness_exposes_both_hooks() {
     assert_eq!(h.id().as_str(), "threads");
 }
 
+/// A harness given a finalizer exposes exactly that finalizer; without one it has none.
+#[tokio::test]
+async fn the_harness_exposes_the_finalizer_it_was_given() {
+    struct Answers;
+    #[async_trait]
+    impl tether_core::SettledTurnFinalizer for Answers {
+        async fn finalize_settled_turn(
+            &self,
+            _attempt: tether_core::FinalizationAttempt,
+            _settled: &tether_core::AttemptResult,
+        ) -> Result<serde_json::Value, Error> {
+            Ok(serde_json::json!({"from": "answers"}))
+        }
+    }
+    let clock = FakeClock::new(START);
+    let mem = tether_storage::MemoryStore::new(Arc::new(clock));
+    let store = ThreadBindingStore::builder(Arc::new(mem.clone()), Namespace::new("n").unwrap())
+        .build()
+        .unwrap();
+    let plain = ThreadBindingHarness::new(
+        HarnessId::new("threads").unwrap(),
+        store,
+        GenerationAuthority::new(Arc::new(mem)),
+    );
+    assert!(plain.settled_turn_finalizer().is_none());
+    let finalizing = plain.clone().with_finalizer(Arc::new(Answers));
+    assert!(
+        finalizing.session_deletion().is_some(),
+        "the other hooks stay"
+    );
+    let finalizer = finalizing
+        .settled_turn_finalizer()
+        .expect("the finalizer it was given");
+    let attempt = tether_core::FinalizationAttempt::new(
+        tether_core::RunId::new("run-1").unwrap(),
+        "Give the final answer.".to_owned(),
+        tether_core::SessionTarget {
+            agent_id: tether_core::AgentId::new("main").unwrap(),
+            session_key: None,
+            session_id: tether_core::SessionId::new("s-1").unwrap(),
+        },
+        tether_core::Cancellation::new(),
+        None,
+        1,
+    );
+    let answer = finalizer
+        .finalize_settled_turn(attempt, &tether_core::AttemptResult::default())
+        .await
+        .unwrap();
+    assert_eq!(answer["from"], "answers");
+}
+
 // --- Initialization rollback through the deletion hook ------------------------------------
 
 mod initialization {
