@@ -78,9 +78,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use tether_core::{
-    AgentMessage, AppendOutcome, AssertCurrent, AttemptResult, AttemptTerminal, Cancellation,
-    Clock, ContentBlock, FinalizationAttempt, HarnessId, ReplayMetadata, RunId, SessionTarget,
-    SettledTurnFinalizer, Usage,
+    AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptResult, AttemptTerminal,
+    Cancellation, Clock, ContentBlock, FinalizationAttempt, HarnessId, ReplayMetadata, RunId,
+    SessionTarget, SettledTurnFinalizer, SystemClock, Usage, always_current,
 };
 use tracing::Instrument;
 
@@ -405,6 +405,94 @@ pub struct FinalizationInput<'a> {
     pub diagnostics: LifecycleOptions,
     /// The operator's model policy, when one is configured, and the harness's support for it.
     pub model_policy: Option<ModelPolicyGate<'a>>,
+}
+
+impl<'a> FinalizationInput<'a> {
+    /// The input for finalizing `settled`, the attempt of run `run_id` that `harness` ran on
+    /// `session`, with the host's turn `facts`, the run's `signal` and the host's fallback
+    /// `transcript`. The harness supplies its id and its finalizer
+    /// ([`AgentHarness::settled_turn_finalizer`]; none: the host falls back).
+    ///
+    /// Defaults, each with a `with_*` setter: the system clock, no writer fence, no per-try
+    /// timeout of its own (zero: only the run's deadline and cancellation bound a try), an
+    /// admission that always holds, default diagnostics, no operator model policy.
+    pub fn new(
+        harness: &'a dyn AgentHarness,
+        run_id: RunId,
+        session: SessionTarget,
+        settled: Arc<AttemptResult>,
+        facts: &'a TurnFacts,
+        signal: &'a RunSignal,
+        transcript: &'a dyn FallbackTranscript,
+    ) -> Self {
+        static SYSTEM_CLOCK: SystemClock = SystemClock;
+        Self {
+            run_id,
+            harness_id: harness.id().clone(),
+            finalizer: harness.settled_turn_finalizer(),
+            settled,
+            facts,
+            session,
+            fence: WriterFence::default(),
+            signal,
+            try_timeout: Duration::ZERO,
+            clock: &SYSTEM_CLOCK,
+            transcript,
+            admission: always_current(),
+            diagnostics: LifecycleOptions::default(),
+            model_policy: None,
+        }
+    }
+
+    /// Reads time from `clock` (the store's clock, so deadlines agree with it).
+    #[must_use]
+    pub fn with_clock(mut self, clock: &'a dyn Clock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Enforces `fence` on the fallback row.
+    #[must_use]
+    pub fn with_fence(mut self, fence: WriterFence) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// Bounds each try by `timeout` (zero: the maximum timer value).
+    #[must_use]
+    pub fn with_try_timeout(mut self, timeout: Duration) -> Self {
+        self.try_timeout = timeout;
+        self
+    }
+
+    /// Checks the run's admitted authority with `admission` before each commit edge.
+    #[must_use]
+    pub fn with_admission(mut self, admission: AssertCurrent) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// Diagnostic options.
+    #[must_use]
+    pub fn with_diagnostics(mut self, diagnostics: LifecycleOptions) -> Self {
+        self.diagnostics = diagnostics;
+        self
+    }
+
+    /// Binds each try's model execution to the operator's model `policy`.
+    #[must_use]
+    pub fn with_model_policy(mut self, policy: ModelPolicyGate<'a>) -> Self {
+        self.model_policy = Some(policy);
+        self
+    }
+
+    /// Uses `finalizer` instead of the harness's own (`None`: no finalizer, the host falls
+    /// back).
+    #[must_use]
+    pub fn with_finalizer(mut self, finalizer: Option<&'a dyn SettledTurnFinalizer>) -> Self {
+        self.finalizer = finalizer;
+        self
+    }
 }
 
 /// An operator model policy binding for one try; released when dropped.

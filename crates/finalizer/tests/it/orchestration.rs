@@ -1390,3 +1390,101 @@ async fn orchestration_opt_in_recovery_notice_crosses_source_suppression_once() 
         );
     }
 }
+
+/// A harness with or without a settled-turn finalizer, as a host registry holds it.
+#[derive(Debug)]
+struct Harness {
+    id: HarnessId,
+    finalizer: Option<Arc<ScriptedFinalizer>>,
+}
+
+impl std::fmt::Debug for ScriptedFinalizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ScriptedFinalizer")
+    }
+}
+
+#[async_trait::async_trait]
+impl tether_core::AgentHarness for Harness {
+    fn id(&self) -> &HarnessId {
+        &self.id
+    }
+
+    async fn reset(&self, _: tether_core::ResetParams) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn settled_turn_finalizer(&self) -> Option<&dyn SettledTurnFinalizer> {
+        self.finalizer
+            .as_deref()
+            .map(|f| f as &dyn SettledTurnFinalizer)
+    }
+}
+
+#[tokio::test]
+async fn orchestration_an_input_built_from_a_harness_takes_its_id_finalizer_and_defaults() {
+    let (settled, facts) = settled_write();
+    let settled = Arc::new(settled);
+    let signal = RunSignal::new();
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let answering = Harness {
+        id: HarnessId::new("answering").unwrap(),
+        finalizer: Some(Arc::new(ScriptedFinalizer::always(answer_json("Saved.")))),
+    };
+    let input = tether_finalizer::FinalizationInput::new(
+        &answering,
+        RunId::new("run-built").unwrap(),
+        crate::harness::target(true),
+        Arc::clone(&settled),
+        &facts,
+        &signal,
+        &transcript,
+    );
+    assert_eq!(input.harness_id.as_str(), "answering");
+    assert_eq!(
+        input.try_timeout,
+        Duration::ZERO,
+        "no per-try timeout of its own"
+    );
+    assert!(!input.fence.is_set() && input.model_policy.is_none());
+    let prepared = tether_finalizer::prepare_terminal_with_settled_turn_finalization(&input)
+        .await
+        .unwrap();
+    assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(prepared.payloads[0].text, "Saved.");
+    assert_eq!(
+        answering.finalizer.as_ref().unwrap().call_count(),
+        1,
+        "the harness's own finalizer ran"
+    );
+    assert!(transcript.appends.lock().unwrap().is_empty());
+
+    // A harness without a finalizer cannot finalize: nothing is asked of any model, and the
+    // setters reach the input.
+    let silent = Harness {
+        id: HarnessId::new("silent").unwrap(),
+        finalizer: None,
+    };
+    let signal = RunSignal::new();
+    let input = tether_finalizer::FinalizationInput::new(
+        &silent,
+        RunId::new("run-fallback").unwrap(),
+        crate::harness::target(true),
+        settled,
+        &facts,
+        &signal,
+        &transcript,
+    )
+    .with_fence(fence())
+    .with_try_timeout(Duration::from_secs(5));
+    assert!(input.finalizer.is_none());
+    assert_eq!(
+        (input.fence.clone(), input.try_timeout),
+        (fence(), Duration::from_secs(5))
+    );
+    let prepared = tether_finalizer::prepare_terminal_with_settled_turn_finalization(&input)
+        .await
+        .unwrap();
+    assert_eq!(prepared.outcome, FinalizationOutcome::NotAttempted);
+    assert_eq!(answering.finalizer.as_ref().unwrap().call_count(), 1);
+}
