@@ -88,6 +88,38 @@ impl AgentMessage {
         }
     }
 
+    /// A tool result for the call `call_id` of `tool_name`, with a single text block.
+    pub fn tool_result(
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
+        Self::text(MessageRole::ToolResult, text)
+            .with_call_id(call_id)
+            .with_tool_name(tool_name)
+    }
+
+    /// Sets the call this (tool result) message answers.
+    #[must_use]
+    pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
+        self.tool_call_id = Some(call_id.into());
+        self
+    }
+
+    /// Sets the tool name (of a tool result).
+    #[must_use]
+    pub fn with_tool_name(mut self, tool_name: impl Into<String>) -> Self {
+        self.tool_name = Some(tool_name.into());
+        self
+    }
+
+    /// Sets why generation stopped (of an assistant message: `stop`, `toolUse`, …).
+    #[must_use]
+    pub fn with_stop_reason(mut self, reason: impl Into<String>) -> Self {
+        self.stop_reason = Some(reason.into());
+        self
+    }
+
     /// The concatenated visible text blocks.
     pub fn visible_text(&self) -> String {
         let mut out = String::new();

@@ -33,12 +33,9 @@
 //!
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let call = ContentBlock::ToolCall { id: "c1".into(), name: "write".into(), arguments: serde_json::json!({}) };
-//! let mut batch = AgentMessage::text(MessageRole::Assistant, "");
+//! let mut batch = AgentMessage::text(MessageRole::Assistant, "").with_stop_reason("toolUse");
 //! batch.content = vec![call];
-//! batch.stop_reason = Some("toolUse".into());
-//! let mut result = AgentMessage::text(MessageRole::ToolResult, "saved");
-//! result.tool_call_id = Some("c1".into());
-//! result.tool_name = Some("write".into());
+//! let result = AgentMessage::tool_result("c1", "write", "saved");
 //! let settled = AttemptResult {
 //!     messages_snapshot: vec![AgentMessage::text(MessageRole::User, "save a note"), batch.clone(), result],
 //!     ..AttemptResult::default()

@@ -132,6 +132,51 @@ impl ToolTerminalObservation {
             ..Self::success(tool_name, arguments)
         }
     }
+
+    /// Sets the protocol call id.
+    #[must_use]
+    pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {
+        self.tool_call_id = Some(call_id.into());
+        self
+    }
+
+    /// Sets the display metadata (never part of the action identity).
+    #[must_use]
+    pub fn with_meta(mut self, meta: impl Into<String>) -> Self {
+        self.meta = Some(meta.into());
+        self
+    }
+
+    /// Sets whether the implementation ran (`false`: a guard stopped the call before it).
+    #[must_use]
+    pub fn with_execution_started(mut self, started: bool) -> Self {
+        self.execution_started = Some(started);
+        self
+    }
+
+    /// Sets the original host result.
+    #[must_use]
+    pub fn with_result(mut self, result: ToolResult) -> Self {
+        self.result = Some(result);
+        self
+    }
+
+    /// Declares the call a mutation of `owner_key` (its identity is the canonical form of its
+    /// arguments under that owner).
+    #[must_use]
+    pub fn with_owner_mutation(mut self, owner_key: impl Into<String>) -> Self {
+        self.owner_mutation = Some(OwnerMutation {
+            owner_key: owner_key.into(),
+        });
+        self
+    }
+
+    /// Sets the mutation facts of a native tool without a host definition.
+    #[must_use]
+    pub fn with_native_mutation(mut self, facts: MutationFacts) -> Self {
+        self.native_mutation = Some(facts);
+        self
+    }
 }
 
 /// What is known about a call's effects.

@@ -596,3 +596,42 @@ fn tool_results_135_native_mutation_bypasses_classifier() {
     assert_eq!(r.effect_receipt, EffectReceipt::ReadCompleted);
     assert!(!r.side_effect_evidence);
 }
+
+/// The builders set exactly the field they name, and a report built with them is the report
+/// built by assigning the fields.
+#[test]
+fn terminal_observation_builders_set_the_fields_they_name() {
+    let built = fail("exec", json!({"command": "rm -rf /tmp/x"}), "denied")
+        .with_call_id("call-1")
+        .with_meta("rm -rf /tmp/x")
+        .with_execution_started(false)
+        .with_owner_mutation("shell")
+        .with_native_mutation(MutationFacts {
+            mutating_action: true,
+            replay_safe: false,
+        })
+        .with_result(ToolResult::new(json!({"status": "denied"})));
+    let mut assigned = fail("exec", json!({"command": "rm -rf /tmp/x"}), "denied");
+    assigned.tool_call_id = Some("call-1".into());
+    assigned.meta = Some("rm -rf /tmp/x".into());
+    assigned.execution_started = Some(false);
+    assigned.owner_mutation = Some(OwnerMutation {
+        owner_key: "shell".into(),
+    });
+    assigned.native_mutation = Some(MutationFacts {
+        mutating_action: true,
+        replay_safe: false,
+    });
+    assigned.result = Some(ToolResult::new(json!({"status": "denied"})));
+    assert_eq!(built, assigned);
+
+    // The tool-result message carries its call id and tool name.
+    let message = tether_core::AgentMessage::tool_result("call-1", "exec", "denied");
+    assert_eq!(message.tool_call_id.as_deref(), Some("call-1"));
+    assert_eq!(message.tool_name.as_deref(), Some("exec"));
+    assert_eq!(message.role, tether_core::MessageRole::ToolResult);
+    assert_eq!(message.visible_text(), "denied");
+    let answer = tether_core::AgentMessage::text(tether_core::MessageRole::Assistant, "ok")
+        .with_stop_reason("stop");
+    assert_eq!(answer.stop_reason.as_deref(), Some("stop"));
+}
