@@ -907,7 +907,7 @@ async fn finalization_phase(
     let request = phase.request.take().filter(|_| {
         let first = input.signal.claim_phase();
         if !first {
-            tracing::warn!(run_id = %input.run_id, "settled-turn finalization already ran for this run — not attempting again");
+            tracing::info!(run_id = %input.run_id, "settled-turn finalization already ran for this run — not attempting again");
         }
         first
     });
@@ -925,7 +925,8 @@ async fn finalization_phase(
     };
     (input.admission)().map_err(|_| FinalizerError::AdmissionInactive)?;
     let fallback_allowed = !facts.silent_expected && settled.last_tool_error.is_none();
-    tracing::warn!(
+    // The normal path: a tool-only turn is what finalization is for.
+    tracing::info!(
         run_id = %input.run_id,
         session_id = %input.session.session_id,
         "settled post-tool turn lacked a final answer — running isolated finalization"

@@ -1488,3 +1488,53 @@ async fn orchestration_an_input_built_from_a_harness_takes_its_id_finalizer_and_
     assert_eq!(prepared.outcome, FinalizationOutcome::NotAttempted);
     assert_eq!(answering.finalizer.as_ref().unwrap().call_count(), 1);
 }
+
+/// A log line buffer for the capturing subscriber.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn orchestration_the_answered_path_logs_nothing_above_info() {
+    let captured = Captured::default();
+    let sink = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_writer(move || sink.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+
+    let (settled, facts) = settled_write();
+    let finalizer = ScriptedFinalizer::always(answer_json("Saved."));
+    let transcript = RecordingTranscript::new(AppendBehavior::Append);
+    let signal = RunSignal::new();
+    let run = Run::new(settled, facts, Some(&finalizer), &transcript, &signal);
+    let prepared = run.prepare().await.unwrap();
+    assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+    // A second call for the same run is a retry loop's, also normal.
+    let again = run.prepare().await.unwrap();
+    assert_eq!(again.outcome, FinalizationOutcome::NotAttempted);
+
+    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        logs.contains("running isolated finalization"),
+        "the phase is logged: {logs}"
+    );
+    for line in logs.lines() {
+        assert!(
+            !line.contains("WARN") && !line.contains("ERROR"),
+            "the answered path logs at info: {line}"
+        );
+    }
+}
