@@ -87,5 +87,5 @@ pub use sql::{
 pub use sql::{CommitFault, GroupCommitHold};
 pub use transcript::{
     Cut, CutStatus, FINALIZATION_PREFIX, FinalizationOutcome, NewHostSession, NewTranscriptEntry,
-    TranscriptEntry, TranscriptHit, TranscriptRole,
+    SessionExpectation, TranscriptEntry, TranscriptHit, TranscriptRole,
 };

@@ -51,6 +51,44 @@ impl FromStr for TranscriptRole {
     }
 }
 
+/// What a transcript append expects of its session when it writes
+/// ([`Store::append_transcript_expecting`](crate::Store::append_transcript_expecting)): the
+/// writer's fence. An empty expectation expects nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SessionExpectation {
+    /// The session's current generation must be this one.
+    pub session_id: Option<tether_core::SessionId>,
+    /// The session's lifecycle revision must be this one.
+    pub lifecycle_revision: Option<tether_core::LifecycleRevision>,
+}
+
+impl SessionExpectation {
+    /// Expects the session's current generation to be `session_id`.
+    #[must_use]
+    pub fn with_session_id(mut self, session_id: tether_core::SessionId) -> Self {
+        self.session_id = Some(session_id);
+        self
+    }
+
+    /// Expects the session's lifecycle revision to be `revision`.
+    #[must_use]
+    pub fn with_lifecycle_revision(mut self, revision: tether_core::LifecycleRevision) -> Self {
+        self.lifecycle_revision = Some(revision);
+        self
+    }
+
+    /// Whether `entry` is what this expects.
+    pub fn holds_for(&self, entry: &tether_core::HostSessionEntry) -> bool {
+        self.session_id
+            .as_ref()
+            .is_none_or(|id| *id == entry.session_id)
+            && self
+                .lifecycle_revision
+                .is_none_or(|rev| rev == entry.lifecycle_revision)
+    }
+}
+
 /// A transcript entry to append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTranscriptEntry {

@@ -12,8 +12,8 @@ use tether_core::{
 use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, corrupt, db_error, to_i64};
 use crate::transcript::{
-    Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptHit,
-    TranscriptRole,
+    Cut, CutStatus, NewHostSession, NewTranscriptEntry, SessionExpectation, TranscriptEntry,
+    TranscriptHit, TranscriptRole,
 };
 
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
@@ -338,6 +338,20 @@ impl Store {
         key: &SessionKey,
         entry: NewTranscriptEntry,
     ) -> Result<AppendOutcome, Error> {
+        self.append_transcript_expecting(key, entry, &SessionExpectation::default())
+            .await
+    }
+
+    /// [`Store::append_transcript`] fenced by what the writer expects of the session: checked
+    /// in the append's own transaction, so a session moved to another generation or revision
+    /// in the meantime gets nothing appended ([`HostErrorKind::SessionChanged`]). An
+    /// idempotency-key hit is checked after the fence: a moved session never confirms a row.
+    pub async fn append_transcript_expecting(
+        &self,
+        key: &SessionKey,
+        entry: NewTranscriptEntry,
+        expect: &SessionExpectation,
+    ) -> Result<AppendOutcome, Error> {
         entry.check()?;
         let tx = self.begin_write().await?;
         let result = async {
@@ -347,6 +361,12 @@ impl Store {
                 }
                 .into());
             };
+            if !expect.holds_for(&session.entry) {
+                return Err(HostErrorKind::SessionChanged {
+                    key: key.to_string(),
+                }
+                .into());
+            }
             if let Some(idem) = &entry.idempotency_key {
                 let found = tx
                     .query_one_raw(self.stmt(

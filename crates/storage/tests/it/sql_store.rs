@@ -342,3 +342,90 @@ async fn read_only_and_corrupt_databases_are_unusable_not_unreachable() {
         "{err:?}"
     );
 }
+
+#[tokio::test]
+async fn a_fenced_transcript_append_writes_only_to_the_session_it_expects() {
+    use tether_core::{AgentId, HostErrorKind, LifecycleRevision, SessionId, SessionKey};
+    use tether_storage::{NewHostSession, NewTranscriptEntry, SessionExpectation, TranscriptRole};
+
+    let check = async |store: Store| {
+        let key = SessionKey::new("agent:main:direct:fenced").unwrap();
+        store
+            .create_session(NewHostSession {
+                session_key: key.clone(),
+                agent_id: AgentId::new("main").unwrap(),
+                session_id: SessionId::new("gen-1").unwrap(),
+                agent_harness_id: None,
+            })
+            .await
+            .unwrap();
+        let entry = |text: &str, idem: &str| NewTranscriptEntry {
+            role: TranscriptRole::Assistant,
+            content: text.into(),
+            idempotency_key: Some(idem.into()),
+        };
+        let revision = store
+            .session(&key)
+            .await
+            .unwrap()
+            .unwrap()
+            .lifecycle_revision;
+        let expected = SessionExpectation::default()
+            .with_session_id(SessionId::new("gen-1").unwrap())
+            .with_lifecycle_revision(revision);
+        let written = store
+            .append_transcript_expecting(&key, entry("answer", "run-1:fallback"), &expected)
+            .await
+            .unwrap();
+        assert!(written.appended);
+
+        // Another generation, or another revision: nothing appended, not even an idempotent hit.
+        for wrong in [
+            SessionExpectation::default().with_session_id(SessionId::new("gen-2").unwrap()),
+            SessionExpectation::default()
+                .with_lifecycle_revision(LifecycleRevision::new(revision.get() + 1)),
+        ] {
+            for idem in ["run-1:fallback", "run-2:fallback"] {
+                let err = store
+                    .append_transcript_expecting(&key, entry("late", idem), &wrong)
+                    .await
+                    .unwrap_err();
+                assert!(
+                    matches!(
+                        err,
+                        Error::Host {
+                            kind: HostErrorKind::SessionChanged { .. }
+                        }
+                    ),
+                    "{err:?}"
+                );
+            }
+        }
+        let entries = store.active_path(&key).await.unwrap();
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        // A missing session is not found, whatever is expected.
+        let err = store
+            .append_transcript_expecting(
+                &SessionKey::new("agent:main:direct:absent").unwrap(),
+                entry("x", "k"),
+                &expected,
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(
+            err,
+            Error::Host {
+                kind: HostErrorKind::SessionNotFound { .. }
+            }
+        ));
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("t.db").display());
+    check(Store::open(&url).await.unwrap()).await;
+    if let Some(db) = tether_storage::testing::PgTestDatabase::create("fenced_append").await {
+        let store = Store::open(db.url()).await.unwrap();
+        check(store.clone()).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+}
