@@ -16,22 +16,45 @@ const RULES: &[(&str, &[&str])] = &[
             "axum",
             "hyper",
             "tether-storage",
+            "tether-host",
+        ],
+    ),
+    (
+        "tether-storage",
+        &[
+            "tether-harness-sdk",
+            "tether-finalizer",
+            "tether-host",
+            "axum",
+            "hyper",
         ],
     ),
     (
         "tether-harness-sdk",
-        &["tether-storage", "sea-orm", "sqlx", "axum", "hyper"],
+        &[
+            "tether-storage",
+            "tether-host",
+            "sea-orm",
+            "sqlx",
+            "axum",
+            "hyper",
+        ],
     ),
     (
         "tether-finalizer",
         &[
             "tether-storage",
+            "tether-host",
             "sea-orm",
             "sqlx",
             "axum",
             "hyper",
             "tokio",
         ],
+    ),
+    (
+        "tether-host",
+        &["tether-codex", "tether-admin-http", "axum", "hyper"],
     ),
     (
         "tether-codex",

@@ -30,10 +30,12 @@
 pub use tether_core::prelude::*;
 
 pub use crate::backend::{
-    ThreadBinding, ThreadBindingRecord, ThreadBindingStore, ThreadBindingStoreBuilder,
+    BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore,
+    ThreadBindingStoreBuilder, WriteOptions,
 };
 pub use crate::hooks::{NativeThreads, ThreadBindingHarness};
 pub use crate::lifecycle::{
     Applied, LeaseGuard, LeaseOptions, Lifecycle, LifecycleBuilder, PrepareLease, Timer,
     TokioTimer, TransactOptions,
 };
+pub use crate::results::terminal::{TerminalObserver, ToolTerminalObservation};

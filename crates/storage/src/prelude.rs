@@ -18,5 +18,5 @@ pub use tether_core::prelude::*;
 
 pub use crate::{
     HostSessions, HostTransaction, MemoryStore, NewHostSession, NewTranscriptEntry, Store,
-    StoreAdmin, StoreOptions,
+    StoreAdmin, StoreOptions, TranscriptRole,
 };

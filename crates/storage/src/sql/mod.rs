@@ -647,6 +647,16 @@ impl Store {
         }
     }
 
+    /// Whether `ns` is registered with this store (namespace settings live in each store
+    /// handle's memory: every process registers the namespaces it uses).
+    pub fn has_namespace(&self, ns: &Namespace) -> bool {
+        self.inner
+            .namespaces
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains_key(ns)
+    }
+
     pub(crate) fn config(&self, ns: &Namespace) -> Result<NamespaceConfig, Error> {
         self.inner
             .namespaces

@@ -1,0 +1,359 @@
+//! The facade: one store, one clock, one harness registry, and everything built over them.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tether_core::{
+    BindingStore as _, Clock, Error, HarnessId, HarnessRegistry, Namespace, NamespaceConfig,
+    QuarantineStore, RecordCodec, SystemClock,
+};
+use tether_harness_sdk::backend::ThreadBindingStore;
+use tether_harness_sdk::generation::GenerationAuthority;
+use tether_harness_sdk::hooks::ThreadBindingHarness;
+use tether_harness_sdk::lifecycle::{Lifecycle, LifecycleBuilder, PrepareLease};
+use tether_storage::{ActiveRuns, HostSessions, ServerClock, Store, StoreOptions};
+
+use crate::SqlFallbackTranscript;
+
+/// How often the server clock is measured again by default.
+const DEFAULT_RESYNC: Duration = Duration::from_secs(60);
+
+/// Which clock decides lease expiry.
+enum ClockChoice {
+    /// The database server's clock on PostgreSQL, the system clock on SQLite.
+    Default,
+    /// Always the system clock.
+    System,
+    /// The caller's clock (tests: a fake clock).
+    Given(Arc<dyn Clock>),
+}
+
+/// Options of [`Host::open`] (from [`Host::builder`]).
+pub struct HostBuilder {
+    url: String,
+    clock: ClockChoice,
+    resync_every: Duration,
+    holder: Option<String>,
+    namespaces: Vec<NamespaceConfig>,
+    options: Option<Box<dyn FnOnce(StoreOptions) -> StoreOptions + Send>>,
+}
+
+impl fmt::Debug for HostBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The URL may carry a password: only its redacted form is shown.
+        f.debug_struct("HostBuilder")
+            .field("url", &tether_storage::redact_url(&self.url))
+            .field("resync_every", &self.resync_every)
+            .field("holder", &self.holder)
+            .field("namespaces", &self.namespaces.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostBuilder {
+    /// Labels the leases this host takes (shown to operators as the holder); by default the
+    /// host name and process id.
+    #[must_use]
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.holder = Some(holder.into());
+        self
+    }
+
+    /// Registers `config` with the store when it opens (namespaces used through
+    /// [`Host::thread_bindings`] or [`Host::lifecycle`] are registered by those calls).
+    #[must_use]
+    pub fn namespace(mut self, config: NamespaceConfig) -> Self {
+        self.namespaces.push(config);
+        self
+    }
+
+    /// Uses the system clock even on PostgreSQL (one host process, or hosts whose clocks are
+    /// known to agree).
+    #[must_use]
+    pub fn system_clock(mut self) -> Self {
+        self.clock = ClockChoice::System;
+        self
+    }
+
+    /// Uses `clock` for every lease decision (for tests: a fake clock).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = ClockChoice::Given(clock);
+        self
+    }
+
+    /// How often the PostgreSQL server clock is measured again (default 60 s).
+    #[must_use]
+    pub fn resync_every(mut self, every: Duration) -> Self {
+        self.resync_every = every;
+        self
+    }
+
+    /// Adjusts the store's options (pool size, SQLite durability, statement logging, …); the
+    /// URL and the clock are the host's.
+    #[must_use]
+    pub fn store_options(
+        mut self,
+        adjust: impl FnOnce(StoreOptions) -> StoreOptions + Send + 'static,
+    ) -> Self {
+        self.options = Some(Box::new(adjust));
+        self
+    }
+
+    /// Opens the store (creating and migrating it when needed), measures the server clock on
+    /// PostgreSQL and keeps it in step in the background, and registers the namespaces given.
+    #[tracing::instrument(level = "info", name = "host.open", skip(self))]
+    pub async fn open(self) -> Result<Host, Error> {
+        let postgres = self.url.starts_with("postgres:") || self.url.starts_with("postgresql:");
+        let server_clock = match &self.clock {
+            ClockChoice::Default if postgres => Some(ServerClock::new()),
+            _ => None,
+        };
+        let clock: Arc<dyn Clock> = match (self.clock, &server_clock) {
+            (ClockChoice::Given(clock), _) => clock,
+            (_, Some(server)) => Arc::new(server.clone()),
+            _ => Arc::new(SystemClock),
+        };
+        let mut options = StoreOptions::new(self.url).clock(Arc::clone(&clock));
+        if let Some(adjust) = self.options {
+            options = adjust(options);
+            // The host's clock is the store's clock, whatever the adjustment did.
+            options = options.clock(Arc::clone(&clock));
+        }
+        let store = Store::open_with(options).await?;
+        let resync = match &server_clock {
+            Some(server) => {
+                server.resync(&store).await?;
+                tracing::info!(
+                    offset_ms = server.offset_millis(),
+                    "lease decisions follow the database server's clock"
+                );
+                Some(AbortOnDrop(
+                    server.spawn_resync(store.clone(), self.resync_every),
+                ))
+            }
+            None => None,
+        };
+        for config in self.namespaces {
+            store.register_namespace(config).await?;
+        }
+        let holder = self.holder.unwrap_or_else(default_holder);
+        Ok(Host {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                server_clock,
+                registry: HarnessRegistry::shared(),
+                runs: Arc::new(ActiveRuns::new()),
+                holder,
+                _resync: resync,
+            }),
+        })
+    }
+}
+
+/// `<host name>-<process id>`, or `pid-<process id>` without a host name.
+fn default_holder() -> String {
+    let pid = std::process::id();
+    match std::env::var("HOSTNAME") {
+        Ok(name) if !name.trim().is_empty() => format!("{}-{pid}", name.trim()),
+        _ => format!("pid-{pid}"),
+    }
+}
+
+/// Aborts the background task when the host is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+struct Inner {
+    store: Store,
+    clock: Arc<dyn Clock>,
+    server_clock: Option<ServerClock>,
+    registry: Arc<HarnessRegistry>,
+    runs: Arc<ActiveRuns>,
+    holder: String,
+    _resync: Option<AbortOnDrop>,
+}
+
+/// A host gateway's view of Tether: one store, the clock every lease decision uses, one
+/// harness registry, and everything built over them. Cheap to clone (shared).
+///
+/// Open it once per process with [`Host::open`] or [`Host::builder`].
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Host")
+            .field("store", &self.inner.store)
+            .field("server_clock", &self.inner.server_clock.is_some())
+            .field("holder", &self.inner.holder)
+            .field("registry", &self.inner.registry)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Host {
+    /// Options for opening a host on the database at `url` (`sqlite://path`,
+    /// `sqlite::memory:`, `postgres://…`).
+    pub fn builder(url: impl Into<String>) -> HostBuilder {
+        HostBuilder {
+            url: url.into(),
+            clock: ClockChoice::Default,
+            resync_every: DEFAULT_RESYNC,
+            holder: None,
+            namespaces: Vec::new(),
+            options: None,
+        }
+    }
+
+    /// Opens a host on the database at `url` with the defaults of [`Host::builder`]: the
+    /// server's clock on PostgreSQL (measured now and every minute), the system clock on
+    /// SQLite, leases labelled with the host name and process id.
+    pub async fn open(url: impl Into<String>) -> Result<Self, Error> {
+        Self::builder(url).open().await
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The clock every lease decision of this host uses (the store's clock).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// The server clock, when lease decisions follow the PostgreSQL server's time.
+    pub fn server_clock(&self) -> Option<&ServerClock> {
+        self.inner.server_clock.as_ref()
+    }
+
+    /// The label of the leases this host takes.
+    pub fn holder(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// The harness registry: register each harness the host drives.
+    pub fn registry(&self) -> &Arc<HarnessRegistry> {
+        &self.inner.registry
+    }
+
+    /// The host's record of runs in flight: admit a run before driving a session and finish
+    /// it after, so a deletion or reset of that session waits instead of racing it.
+    pub fn runs(&self) -> &Arc<ActiveRuns> {
+        &self.inner.runs
+    }
+
+    /// The host's session operations: deletion and context reset of sessions together with
+    /// their transcripts and, through the registered harnesses, their native bindings, in
+    /// one transaction.
+    pub fn sessions(&self) -> HostSessions {
+        HostSessions::new(
+            self.inner.store.clone(),
+            Arc::clone(&self.inner.registry),
+            Arc::clone(&self.inner.runs) as Arc<dyn tether_storage::WorkTracker>,
+        )
+    }
+
+    /// The generation authority over this host's sessions.
+    pub fn generation(&self) -> GenerationAuthority {
+        GenerationAuthority::new(Arc::new(self.inner.store.clone()))
+    }
+
+    /// Thread bindings in `namespace` (registered with the thread-binding defaults when it
+    /// is not yet), on this host's clock, leases labelled with its holder, blocked keys
+    /// quarantined durably in the store.
+    pub async fn thread_bindings(&self, namespace: &str) -> Result<ThreadBindingStore, Error> {
+        let ns = self
+            .ensure_namespace(namespace, ThreadBindingStore::namespace_config)
+            .await?;
+        ThreadBindingStore::builder(Arc::new(self.inner.store.clone()), ns)
+            .clock(Arc::clone(&self.inner.clock))
+            .holder(self.inner.holder.clone())
+            .quarantine(self.quarantine())
+            .build()
+    }
+
+    /// The ready harness hooks (deletion, context reset, reset) of harness `id` over thread
+    /// bindings in `namespace`. Register it (`host.registry().register(Arc::new(harness))`),
+    /// after adding a finalizer with
+    /// [`ThreadBindingHarness::with_finalizer`] when the harness has one.
+    pub async fn thread_harness(
+        &self,
+        id: &str,
+        namespace: &str,
+    ) -> Result<ThreadBindingHarness, Error> {
+        let bindings = self.thread_bindings(namespace).await?;
+        Ok(ThreadBindingHarness::new(
+            HarnessId::new(id)?,
+            bindings,
+            self.generation(),
+        ))
+    }
+
+    /// A lifecycle builder for records of your own in `namespace` (registered with `config`'s
+    /// settings when it is not yet), preset with this host's clock, holder and durable
+    /// quarantine; finish it with `build()`.
+    pub async fn lifecycle<C: RecordCodec + 'static>(
+        &self,
+        config: NamespaceConfig,
+        codec: C,
+        prepare_lease: PrepareLease<C::Record>,
+    ) -> Result<LifecycleBuilder<C>, Error> {
+        let ns = config.namespace.clone();
+        if !self.inner.store.has_namespace(&ns) {
+            self.inner.store.register_namespace(config).await?;
+        }
+        Ok(
+            Lifecycle::builder(Arc::new(self.inner.store.clone()), ns, codec, prepare_lease)
+                .clock(Arc::clone(&self.inner.clock))
+                .holder(self.inner.holder.clone())
+                .quarantine(self.quarantine()),
+        )
+    }
+
+    /// The settled-turn finalizer's fallback transcript over this host's store.
+    pub fn fallback_transcript(&self) -> SqlFallbackTranscript {
+        SqlFallbackTranscript::new(self.inner.store.clone())
+    }
+
+    /// Closes the store's pool (after the last clone of this host is dropped; a no-op while
+    /// others are alive).
+    pub async fn close(self) -> Result<(), Error> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => {
+                drop(inner._resync);
+                inner.store.close().await
+            }
+            Err(_) => Ok(()),
+        }
+    }
+
+    fn quarantine(&self) -> Arc<dyn QuarantineStore> {
+        Arc::new(self.inner.store.clone())
+    }
+
+    async fn ensure_namespace(
+        &self,
+        namespace: &str,
+        config: impl FnOnce(Namespace) -> NamespaceConfig,
+    ) -> Result<Namespace, Error> {
+        let ns = Namespace::new(namespace)?;
+        if !self.inner.store.has_namespace(&ns) {
+            self.inner
+                .store
+                .register_namespace(config(ns.clone()))
+                .await?;
+        }
+        Ok(ns)
+    }
+}

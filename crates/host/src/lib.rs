@@ -1,0 +1,49 @@
+//! # tether-host
+//!
+//! The host layer: what a host gateway opens once and works from. [`Host::open`] opens (and
+//! migrates) the store, picks the clock every lease decision uses — the database server's
+//! clock on PostgreSQL, kept in step in the background, so several host processes share one
+//! time line — and hands out, already wired to that store and clock:
+//!
+//! - thread bindings for a harness ([`Host::thread_bindings`], namespace registered for you)
+//!   and the ready harness hooks over them ([`Host::thread_harness`]);
+//! - a lifecycle for records of your own ([`Host::lifecycle`]);
+//! - the host's session operations, with transactional deletion and context reset
+//!   ([`Host::sessions`]), over the harness registry ([`Host::registry`]);
+//! - the settled-turn finalizer's fallback transcript over the SQL store
+//!   ([`SqlFallbackTranscript`]).
+//!
+//! Architecture Invariant: this crate sits above `tether-storage`, `tether-harness-sdk` and
+//! `tether-finalizer`; none of them depends on it.
+//!
+//! ```
+//! use tether_host::prelude::*;
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let host = Host::open("sqlite::memory:").await?;
+//! let harness = host.thread_harness("example", "example-threads").await?;
+//! host.registry().register(std::sync::Arc::new(harness));
+//! let key = SessionKey::new("agent:main:direct:alice")?;
+//! host.store()
+//!     .create_session(NewHostSession {
+//!         session_key: key.clone(),
+//!         agent_id: AgentId::new("main")?,
+//!         session_id: SessionId::new("gen-1")?,
+//!         agent_harness_id: Some(HarnessId::new("example")?),
+//!     })
+//!     .await?;
+//! assert_eq!(host.sessions().delete_sessions(&[key]).await?.len(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
+//! ```
+
+mod fallback;
+mod host;
+pub mod prelude;
+
+pub use fallback::SqlFallbackTranscript;
+pub use host::{Host, HostBuilder};
+
+/// The README's quickstart, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeQuickstart;
