@@ -20,8 +20,8 @@ use crate::generation::{
     AdoptionResult, BindingAuthority, GenerationAuthority, GenerationState, ReclaimPlan,
 };
 use crate::lifecycle::{
-    Applied, DeletionMutation, DeletionOptions, LeaseGuard, LeaseOptions, Lifecycle, Timer,
-    TransactOptions,
+    Applied, DeletionMutation, DeletionOptions, LeaseGuard, LeaseOptions, Lifecycle,
+    LifecycleBuilder, Timer, TransactOptions,
 };
 
 /// The lifecycle over thread-binding records.
@@ -111,77 +111,78 @@ pub enum TransitionOutcome {
     Applied,
 }
 
-/// Builds a [`ThreadBindingStore`].
+/// Builds a [`ThreadBindingStore`]: a [`LifecycleBuilder`] for thread-binding records, preset
+/// with the backend's lease policy and release TTL, plus the backend's own texts. Every
+/// lifecycle option is set on that builder (the setters here forward to it;
+/// [`ThreadBindingStoreBuilder::lifecycle`] reaches the rest).
 pub struct ThreadBindingStoreBuilder {
-    store: Arc<dyn BindingStore>,
-    namespace: Namespace,
-    lease: LeaseConfig,
-    clock: Option<Arc<dyn Clock>>,
-    tokens: Option<Arc<dyn TokenSource>>,
-    timer: Option<Arc<dyn Timer>>,
-    quarantine: Option<Arc<dyn QuarantineStore>>,
-    holder: Option<String>,
-    errors: ErrorTexts,
+    lifecycle: LifecycleBuilder<ThreadBindingCodec>,
     texts: BackendTexts,
 }
 
 impl fmt::Debug for ThreadBindingStoreBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ThreadBindingStoreBuilder")
-            .field("namespace", &self.namespace)
-            .field("lease", &self.lease)
+            .field("lifecycle", &self.lifecycle)
             .finish_non_exhaustive()
     }
 }
 
 impl ThreadBindingStoreBuilder {
+    /// Adjusts the lifecycle builder (heartbeat batching, a release-failure hook, …). The
+    /// backend's lease policy and release TTL stay the backend's.
+    #[must_use]
+    pub fn lifecycle(
+        mut self,
+        adjust: impl FnOnce(
+            LifecycleBuilder<ThreadBindingCodec>,
+        ) -> LifecycleBuilder<ThreadBindingCodec>,
+    ) -> Self {
+        self.lifecycle = adjust(self.lifecycle);
+        self
+    }
+
     /// Sets the lease timing.
     #[must_use]
-    pub fn lease_config(mut self, lease: LeaseConfig) -> Self {
-        self.lease = lease;
-        self
+    pub fn lease_config(self, lease: LeaseConfig) -> Self {
+        self.lifecycle(|b| b.lease_config(lease))
     }
 
     /// Sets the clock (it must be the store's clock for expiry to agree).
     #[must_use]
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Some(clock);
-        self
+    pub fn clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.lifecycle(|b| b.clock(clock))
     }
 
     /// Sets the lease token source.
     #[must_use]
-    pub fn tokens(mut self, tokens: Arc<dyn TokenSource>) -> Self {
-        self.tokens = Some(tokens);
-        self
+    pub fn tokens(self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.lifecycle(|b| b.tokens(tokens))
     }
 
     /// Sets the timer of busy retries and heartbeats.
     #[must_use]
-    pub fn timer(mut self, timer: Arc<dyn Timer>) -> Self {
-        self.timer = Some(timer);
-        self
+    pub fn timer(self, timer: Arc<dyn Timer>) -> Self {
+        self.lifecycle(|b| b.timer(timer))
     }
 
     /// Records blocked keys durably.
     #[must_use]
-    pub fn quarantine(mut self, quarantine: Arc<dyn QuarantineStore>) -> Self {
-        self.quarantine = Some(quarantine);
-        self
+    pub fn quarantine(self, quarantine: Arc<dyn QuarantineStore>) -> Self {
+        self.lifecycle(|b| b.quarantine(quarantine))
     }
 
     /// Sets the holder label of leases.
     #[must_use]
-    pub fn holder(mut self, holder: impl Into<String>) -> Self {
-        self.holder = Some(holder.into());
-        self
+    pub fn holder(self, holder: impl Into<String>) -> Self {
+        let holder = holder.into();
+        self.lifecycle(|b| b.holder(holder))
     }
 
     /// Sets the lifecycle error texts.
     #[must_use]
-    pub fn errors(mut self, errors: ErrorTexts) -> Self {
-        self.errors = errors;
-        self
+    pub fn errors(self, errors: ErrorTexts) -> Self {
+        self.lifecycle(|b| b.errors(errors))
     }
 
     /// Sets the backend's own texts.
@@ -193,42 +194,12 @@ impl ThreadBindingStoreBuilder {
 
     /// Builds the store (the namespace must be registered with the binding store).
     pub fn build(self) -> Result<ThreadBindingStore, Error> {
-        let mut builder = Lifecycle::builder(
-            Arc::clone(&self.store),
-            self.namespace.clone(),
-            ThreadBindingCodec,
-            // Used only by direct lifecycle callers: every backend acquisition names its own
-            // identity's policy. Without an identity, a retired fence is never leased.
-            Arc::new(|current: Option<&ThreadBindingRecord>, _| match current {
-                Some(record) if record.is_retired() => None,
-                Some(record) => Some(record.clone()),
-                None => Some(ThreadBindingRecord::cleared(None, false)),
-            }),
-        )
-        .lease_config(self.lease)
-        .errors(self.errors)
-        .release_ttl(release_ttl_policy());
-        let clock: Arc<dyn Clock> = self
-            .clock
-            .unwrap_or_else(|| Arc::new(tether_core::SystemClock));
-        builder = builder.clock(Arc::clone(&clock));
-        if let Some(tokens) = self.tokens {
-            builder = builder.tokens(tokens);
-        }
-        if let Some(timer) = self.timer {
-            builder = builder.timer(timer);
-        }
-        if let Some(quarantine) = self.quarantine {
-            builder = builder.quarantine(quarantine);
-        }
-        if let Some(holder) = self.holder {
-            builder = builder.holder(holder);
-        }
+        let lifecycle = self.lifecycle.release_ttl(release_ttl_policy()).build()?;
         Ok(ThreadBindingStore {
-            lifecycle: builder.build()?,
-            clock,
-            store: self.store,
-            namespace: self.namespace,
+            clock: Arc::clone(lifecycle.clock()),
+            store: Arc::clone(lifecycle.store()),
+            namespace: lifecycle.namespace().clone(),
+            lifecycle,
             texts: Arc::new(self.texts),
         })
     }
@@ -269,15 +240,19 @@ impl ThreadBindingStore {
         namespace: Namespace,
     ) -> ThreadBindingStoreBuilder {
         ThreadBindingStoreBuilder {
-            store,
-            namespace,
-            lease: LeaseConfig::default(),
-            clock: None,
-            tokens: None,
-            timer: None,
-            quarantine: None,
-            holder: None,
-            errors: default_error_texts(),
+            lifecycle: Lifecycle::builder(
+                store,
+                namespace,
+                ThreadBindingCodec,
+                // Used only by direct lifecycle callers: every backend acquisition names its
+                // own identity's policy. Without an identity, a retired fence is never leased.
+                Arc::new(|current: Option<&ThreadBindingRecord>, _| match current {
+                    Some(record) if record.is_retired() => None,
+                    Some(record) => Some(record.clone()),
+                    None => Some(ThreadBindingRecord::cleared(None, false)),
+                }),
+            )
+            .errors(default_error_texts()),
             texts: BackendTexts::default(),
         }
     }

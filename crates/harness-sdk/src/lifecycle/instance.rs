@@ -396,6 +396,11 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         &self.shared.store
     }
 
+    /// The clock deciding lease expiry.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.shared.clock
+    }
+
     /// The error texts.
     pub fn errors(&self) -> &ErrorTexts {
         &self.shared.texts

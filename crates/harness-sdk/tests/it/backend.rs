@@ -902,3 +902,33 @@ async fn shedding_removes_only_disposable_rows() {
     tx.send(()).unwrap();
     holder.await.unwrap().unwrap();
 }
+
+/// The builder's options land on its lifecycle: the clock, the holder label (also through the
+/// general `lifecycle` adjuster), and the backend's own release TTL stays.
+#[tokio::test]
+async fn backend_builder_options_reach_the_lifecycle() {
+    let clock = FakeClock::new(START);
+    let mem = MemoryStore::new(Arc::new(clock.clone()));
+    let ns = Namespace::new("builder-options").unwrap();
+    mem.register_namespace(ThreadBindingStore::namespace_config(ns.clone()))
+        .await
+        .unwrap();
+    let store = ThreadBindingStore::builder(Arc::new(mem.clone()), ns.clone())
+        .clock(Arc::new(clock.clone()))
+        .lifecycle(|b| b.holder("worker-7").batched_heartbeats(false))
+        .build()
+        .unwrap();
+    assert_eq!(store.lifecycle().clock().now(), START, "the clock given");
+    let identity = BindingIdentity::session(agent(), sid("gen-1"), Some(skey()));
+    let holder = store
+        .with_lease(&identity, false, None, |_| {
+            let (mem, ns, key) = (mem.clone(), ns.clone(), identity.key().clone());
+            async move {
+                let row = mem.lookup(&ns, &key).await?.expect("leased row");
+                Ok::<_, Error>(row.lease.and_then(|l| l.holder))
+            }
+        })
+        .await
+        .unwrap();
+    assert_eq!(holder.as_deref(), Some("worker-7"));
+}
