@@ -95,6 +95,41 @@ pub(crate) fn mentions(request: &Value, needle: &str) -> bool {
     request.to_string().contains(needle)
 }
 
+/// Every tool definition anywhere in a model request (top-level `tools`, tool lists carried
+/// by input items, namespaces), by name.
+pub(crate) fn tool_names(request: &Value) -> Vec<String> {
+    fn tools(list: &Value, out: &mut Vec<String>) {
+        for tool in list.as_array().into_iter().flatten() {
+            out.push(
+                tool["name"]
+                    .as_str()
+                    .or_else(|| tool["type"].as_str())
+                    .unwrap_or("?")
+                    .to_owned(),
+            );
+            tools(&tool["tools"], out);
+        }
+    }
+    fn walk(value: &Value, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, inner) in map {
+                    if key == "tools" && inner.is_array() {
+                        tools(inner, out);
+                    } else {
+                        walk(inner, out);
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(request, &mut out);
+    out
+}
+
 async fn respond(State(inner): State<Arc<Inner>>, body: axum::body::Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let index = {
