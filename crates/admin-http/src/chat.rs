@@ -78,6 +78,19 @@ impl HostTranscript for StoreTranscript {
             )
             .await
     }
+
+    async fn active_idempotency_keys(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Vec<String>, tether_core::Error> {
+        Ok(self
+            .0
+            .active_path(session)
+            .await?
+            .into_iter()
+            .filter_map(|entry| entry.idempotency_key)
+            .collect())
+    }
 }
 
 fn failure(message: impl Into<String>) -> CommandError {

@@ -49,6 +49,7 @@
 //! ```
 
 pub mod client;
+pub(crate) mod context;
 pub mod error;
 pub mod finalize;
 pub mod harness;
