@@ -52,7 +52,14 @@ fn say(line: &str) {
 
 /// The host transcript of the `tether` binary: the store's idempotent append.
 #[derive(Debug, Clone)]
-struct StoreTranscript(Store);
+pub(crate) struct StoreTranscript(Store);
+
+impl StoreTranscript {
+    /// The transcript of `store`.
+    pub(crate) fn new(store: Store) -> Self {
+        Self(store)
+    }
+}
 
 #[async_trait]
 impl HostTranscript for StoreTranscript {

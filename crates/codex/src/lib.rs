@@ -20,6 +20,8 @@
 //!   back).
 //! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
 //! - [`locate`]: the pinned Codex version and where its binary is found.
+//! - `scripted` (feature `scripted-model`): a loopback model server answering from a script,
+//!   for tests and demos.
 //!
 //! A harness never picks the host's store: it receives the host's
 //! [`BindingStore`](tether_core::BindingStore), [`HostSessionStore`](tether_core::HostSessionStore)
@@ -58,6 +60,8 @@ pub mod ids;
 pub mod locate;
 pub mod native;
 pub mod protocol;
+#[cfg(feature = "scripted-model")]
+pub mod scripted;
 
 pub use client::{CodexAppServer, CodexClient, CodexConfig};
 pub use error::CodexError;
