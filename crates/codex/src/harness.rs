@@ -1680,8 +1680,9 @@ impl AgentHarness for CodexHarness {
     }
 
     /// Context reset (rewind, branch switch): the binding is invalidated with the same
-    /// prepared commit and rollback; after the COMMIT the old Codex thread is archived and the
-    /// next turn runs on a new thread that holds none of the cut turns.
+    /// prepared commit and rollback; after the COMMIT a continuation is recorded and the old
+    /// Codex thread archived, and the next turn runs on a fork of it through the last turn the
+    /// host transcript still keeps whole (none of the cut turns).
     fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
         Some(self)
     }

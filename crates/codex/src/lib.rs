@@ -13,8 +13,9 @@
 //!   with `thread/resume`, turns with item mirroring, host tools as dynamic tools, terminal
 //!   outcomes through the SDK's accumulator, approvals through a host policy that refuses by
 //!   default, cancellation with `turn/interrupt`.
-//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns
-//!   and the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT.
+//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns,
+//!   the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT, and the
+//!   durable records (due cleanups, context-reset continuations) in the host's binding store.
 //! - [`finalize`]: settled-turn finalization through a capability-free Codex run (the
 //!   harness captures the context; [`CodexFinalizerRuntime`] answers once, or the host falls
 //!   back).
