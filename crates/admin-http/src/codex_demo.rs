@@ -42,7 +42,7 @@ use tracing::Instrument as _;
 use crate::chat::StoreTranscript;
 
 /// The demo's steps (for a progress bar).
-pub const STEPS: u64 = 12;
+pub const STEPS: u64 = 11;
 
 /// The agent of every demo session.
 const AGENT: &str = "main";

@@ -1696,21 +1696,31 @@ impl SessionDeletionHook for CodexHarness {
         run: MutationRun<'_>,
     ) -> Result<(), Error> {
         let span = tracing::info_span!("codex.session_deletion", session_id = %params.session_id);
+        let session = BindingIdentity::session(
+            params.agent_id.clone(),
+            params.session_id.clone(),
+            Some(params.session_key.clone()),
+        )
+        .key()
+        .clone();
         let scope = CleanupScope {
             action: NativeCleanup::Delete,
             assert_current: params.assert_current.clone(),
-            session: BindingIdentity::session(
-                params.agent_id.clone(),
-                params.session_id.clone(),
-                Some(params.session_key.clone()),
-            )
-            .key()
-            .clone(),
+            session: session.clone(),
         };
-        CLEANUP
-            .scope(scope, self.inner.hooks.with_session_deletion(params, run))
-            .instrument(span)
-            .await
+        async {
+            CLEANUP
+                .scope(scope, self.inner.hooks.with_session_deletion(params, run))
+                .await?;
+            // The deletion committed: a continuation left by an earlier context reset (with
+            // no turn since, so no binding to release) has nothing left to continue.
+            if let Err(error) = self.inner.threads.clear_continuation(&session).await {
+                tracing::warn!(%error, "could not remove the deleted session's codex continuation");
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
     }
 }
 

@@ -78,8 +78,7 @@ impl NativeCleanup {
 pub(crate) struct CleanupScope {
     pub(crate) action: NativeCleanup,
     pub(crate) assert_current: AssertCurrent,
-    /// The session's binding key, whose continuation record the release sets (context reset)
-    /// or removes (deletion).
+    /// The session's binding key, whose continuation record a context reset's release sets.
     pub(crate) session: BindingKey,
 }
 
@@ -217,8 +216,8 @@ impl CodexThreads {
     /// Runs every due cleanup again; those that fail stay due. Returns how many are left.
     pub async fn retry_pending(&self) -> Result<usize, Error> {
         for entry in self.pending().await? {
-            // The failure is recorded (and logged) by `cleanup_or_keep`.
-            let _ = self.cleanup_or_keep(&entry.thread_id, entry.action).await;
+            // The failure is recorded (and logged) by `attempt`.
+            let _ = self.attempt(&entry.thread_id, entry.action).await;
         }
         Ok(usize::try_from(self.store.count(&self.cleanups).await?).unwrap_or(usize::MAX))
     }
@@ -231,6 +230,11 @@ impl CodexThreads {
         action: NativeCleanup,
     ) -> Result<(), CodexError> {
         self.record_cleanup(thread_id, action, None).await;
+        self.attempt(thread_id, action).await
+    }
+
+    /// Runs a recorded cleanup: removes its record on success, records the error on failure.
+    async fn attempt(&self, thread_id: &str, action: NativeCleanup) -> Result<(), CodexError> {
         match self.cleanup(thread_id, action).await {
             Ok(()) => {
                 if let Err(error) = self.forget_cleanup(thread_id).await {
@@ -423,17 +427,14 @@ impl NativeThreads for CodexThreads {
             .as_ref()
             .map_or(NativeCleanup::Archive, |scope| scope.action);
         if let Some(scope) = &scope {
-            // A committed context reset continues on the kept turns; a deleted session has
-            // nothing to continue.
-            let recorded = match scope.action {
-                NativeCleanup::Archive => {
-                    self.set_continuation(&scope.session, &binding.thread_id)
-                        .await
-                }
-                NativeCleanup::Delete => self.clear_continuation(&scope.session).await,
-            };
-            if let Err(error) = recorded {
-                tracing::warn!(thread_id = %binding.thread_id, %error, "could not update the session's codex continuation record");
+            // A committed context reset continues on the kept turns (a deletion removes the
+            // session's continuation once its hook returns).
+            if scope.action == NativeCleanup::Archive
+                && let Err(error) = self
+                    .set_continuation(&scope.session, &binding.thread_id)
+                    .await
+            {
+                tracing::warn!(thread_id = %binding.thread_id, %error, "could not record the session's codex continuation");
             }
             // The operation must still be current before native state changes.
             if let Err(error) = (scope.assert_current)() {

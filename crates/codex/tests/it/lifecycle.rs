@@ -230,7 +230,13 @@ async fn codex_e2e_deletion_fault_after_commit_never_resurrects() {
         ),
         "{revived:?}"
     );
-    assert_eq!(model.requests().len(), 1);
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "a later request reached the model: {:?}",
+        requests.get(1).map(|r| r["input"].to_string())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -541,6 +547,109 @@ async fn codex_e2e_rewind_invalidates_binding_and_next_turn_lacks_cut_turns() {
             .unwrap(),
         Some(third.thread_id.clone())
     );
+}
+
+/// Rows of the context-reset continuation namespace.
+async fn continuations(host: &Host) -> u64 {
+    tether_core::BindingStore::count(
+        &host.store,
+        &tether_core::Namespace::new(tether_codex::native::CONTINUATION_NAMESPACE).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_reset_or_deletion_after_a_rewind_drops_the_continuation() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("First answer."),
+        Step::Reply("Second answer."),
+        Step::Reply("Fresh answer."),
+        Step::Reply("Solo answer."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("rewind-then-reset");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first question")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "second question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    host.sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[2].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        continuations(&host).await,
+        1,
+        "the rewind left a continuation"
+    );
+
+    // A reset means a fresh start: the continuation goes, the next turn runs on a new thread.
+    let registry = host.registry();
+    let report = reset_registered_harness_sessions(
+        &[&registry],
+        &ResetParams {
+            agent_id: AgentId::new(AGENT).unwrap(),
+            session_id: SessionId::new("gen-2").unwrap(),
+            session_key: Some(key.clone()),
+            reason: ResetReason::Reset,
+            lifecycle_revision: None,
+        },
+    )
+    .await;
+    assert_eq!(report.failures().count(), 0);
+    assert_eq!(continuations(&host).await, 0);
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-2",
+            "run-3",
+            "after reset",
+        )))
+        .await
+        .unwrap();
+    assert!(next.started_thread);
+    assert_eq!(next.continued_from, None);
+    assert_ne!(next.thread_id, first.thread_id);
+    assert!(!mentions(&model.requests()[2], "first question"));
+
+    // A deletion after a rewind (no turn in between, so no binding to release) also drops it.
+    let other = session_key("rewind-then-delete");
+    host.create_session(&other).await;
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&other, "run-4", "solo question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&other).await;
+    host.sessions(TransactionHooks::new())
+        .rewind(
+            &other,
+            transcript[0].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(continuations(&host).await, 1);
+    host.sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&other))
+        .await
+        .unwrap();
+    assert_eq!(continuations(&host).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
