@@ -4,10 +4,15 @@
 use std::path::Path;
 use std::process::Command;
 
+use tether_admin_http::AppState;
+use tether_admin_http::auth::Tokens;
+use tether_admin_http::database::Database;
 use tether_codex::locate::{CODEX_BIN_ENV, locate_codex_binary};
 use tether_core::{RecordCodec as _, SessionKey};
 use tether_harness_sdk::backend::ThreadBindingCodec;
 use tether_storage::{Store, TranscriptRole};
+
+use crate::support::{call, seg};
 
 fn demo(url: &str, codex: &Path) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
@@ -154,6 +159,29 @@ async fn codex_e2e_tether_demo_codex_populates_a_database() {
             .unwrap()
             .is_none()
     );
+    // The admin API shows each binding's Codex thread id.
+    let state = AppState::from_database(Database::from_store(store.clone()), Tokens::default());
+    for (name, thread) in [
+        ("agent:main:codex-demo-chat", &chat[0]),
+        ("agent:main:codex-demo-rewind", &rewind[0]),
+    ] {
+        let detail = call(
+            &state,
+            "GET",
+            &format!("/v1/sessions/{}", seg(name)),
+            None,
+            None,
+        )
+        .await
+        .json();
+        let shown: Vec<&str> = detail["bindings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|b| b["native_id"].as_str())
+            .collect();
+        assert_eq!(shown, [thread.as_str()], "{detail}");
+    }
     // Three live sessions, three distinct threads.
     let mut all: Vec<String> = [chat, reset, rewind].concat();
     all.sort();
