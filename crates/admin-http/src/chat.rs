@@ -52,7 +52,14 @@ fn say(line: &str) {
 
 /// The host transcript of the `tether` binary: the store's idempotent append.
 #[derive(Debug, Clone)]
-struct StoreTranscript(Store);
+pub(crate) struct StoreTranscript(Store);
+
+impl StoreTranscript {
+    /// The transcript of `store`.
+    pub(crate) fn new(store: Store) -> Self {
+        Self(store)
+    }
+}
 
 #[async_trait]
 impl HostTranscript for StoreTranscript {
@@ -77,6 +84,19 @@ impl HostTranscript for StoreTranscript {
                 },
             )
             .await
+    }
+
+    async fn active_idempotency_keys(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Vec<String>, tether_core::Error> {
+        Ok(self
+            .0
+            .active_path(session)
+            .await?
+            .into_iter()
+            .filter_map(|entry| entry.idempotency_key)
+            .collect())
     }
 }
 

@@ -221,6 +221,51 @@ pub async fn demo(database_url: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// `tether demo --codex`: drives the real Codex app-server with the scripted model server to
+/// populate the database (see [`crate::codex_demo`]). Fails before touching the database when
+/// no Codex binary is found.
+pub async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
+    let here = std::env::current_dir()
+        .map_err(|e| CommandError::failure(format!("no current directory: {e}")))?;
+    let codex = crate::codex_demo::find_codex(&here).map_err(|e| CommandError {
+        message: e.to_string(),
+        code: EXIT_USAGE,
+    })?;
+    let store = open_store(database_url, Open::CreateAndMigrate).await?;
+    let bar = ProgressBar::new(crate::codex_demo::STEPS);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
+        bar.set_style(style);
+    }
+    let summary = crate::codex_demo::populate(store, &codex, &|step: &str| {
+        bar.set_message(step.to_owned());
+        bar.inc(1);
+    })
+    .await;
+    bar.finish_and_clear();
+    let summary = summary.map_err(|e| {
+        CommandError::failure(format!(
+            "the Codex demo failed: {e}; run it on a fresh database (e.g. --database-url sqlite://demo.db)"
+        ))
+    })?;
+    say(&format!(
+        "demo --codex: {} sessions, {} Codex turns; finalized tool-only turn: {:?}; reset: thread {} -> {}; context reset: thread {} -> fork {}; deleted: {}",
+        summary.sessions,
+        summary.turns,
+        summary.finalized,
+        summary.reset.0,
+        summary.reset.1,
+        summary.context_reset.0,
+        summary.context_reset.1,
+        summary.deleted,
+    ));
+    say(&format!(
+        "next: tether serve --database-url {}   (then open http://{}/)",
+        redact_url(database_url),
+        crate::DEFAULT_BIND
+    ));
+    Ok(())
+}
+
 /// Filters of `tether sessions list`.
 #[derive(Debug, Clone, Default)]
 pub struct ListArgs {

@@ -4,8 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 use tether_core::{
-    BindingKeyKind, HarnessId, HostSessionEntry, QuarantineEntry, SessionId, Timestamp,
+    BindingKeyKind, HarnessId, HostSessionEntry, QuarantineEntry, RecordCodec as _, SessionId,
+    Timestamp,
 };
+use tether_harness_sdk::backend::ThreadBindingCodec;
 use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntry, TranscriptHit};
 use utoipa::ToSchema;
 
@@ -131,6 +133,10 @@ pub struct BindingBody {
     pub value_bytes: usize,
     /// The stored value, sanitized and truncated.
     pub value_preview: String,
+    /// The native runtime's id of the bound thread (for the Codex harness, the Codex thread
+    /// id), when the value is a thread-binding record holding an active binding; `None` for a
+    /// cleared or retired row and for values of other formats.
+    pub native_id: Option<String>,
     /// When the row was created (Unix ms).
     pub created_at_ms: i64,
     /// When the row expires (Unix ms), if ever.
@@ -156,6 +162,7 @@ impl BindingBody {
             epoch_floor: record.epoch_floor,
             value_bytes: row.value.len(),
             value_preview: preview_bytes(&row.value),
+            native_id: native_id(&row.value),
             created_at_ms: row.created_at.as_millis(),
             expires_at_ms: row.expires_at.map(Timestamp::as_millis),
             lease: row.lease.as_ref().map(|l| LeaseBody {
@@ -171,6 +178,12 @@ impl BindingBody {
             }),
         }
     }
+}
+
+/// The thread id of a thread-binding record's active binding (sanitized like any stored text).
+fn native_id(value: &[u8]) -> Option<String> {
+    let record = ThreadBindingCodec.decode(value)?;
+    record.binding().map(|b| sanitize_text(&b.thread_id))
 }
 
 /// One page of binding rows.

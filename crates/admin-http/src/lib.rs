@@ -5,7 +5,8 @@
 //! session, force-expire a lease, release a quarantined key), a server-rendered dashboard at `/`,
 //! `/healthz`, `/readyz`, `/metrics`, its OpenAPI document at `/api-docs/openapi.json` and
 //! Swagger UI at `/docs` (served from the binary, no network), plus the `tether` command-line
-//! binary (`serve`, `migrate`, `demo`, and operator commands mirroring the API).
+//! binary (`serve`, `migrate`, `demo` (`--codex` on the real Codex app-server), and operator
+//! commands mirroring the API).
 //!
 //! The admin process registers no namespace and runs no harness: it reads binding rows straight
 //! from the database by namespace and key, and deletes a session through the transactional
@@ -40,6 +41,7 @@ pub mod actions;
 pub mod auth;
 pub mod chat;
 pub mod cli;
+pub mod codex_demo;
 pub mod commands;
 pub mod config;
 pub mod database;

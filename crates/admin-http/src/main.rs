@@ -96,10 +96,15 @@ enum Command {
         #[command(flatten)]
         db: Db,
     },
-    /// Populate the database by driving the example harness through the real APIs.
+    /// Populate the database by driving the example harness through the real APIs; with
+    /// `--codex`, by driving the real Codex app-server with a scripted model.
     Demo {
         #[command(flatten)]
         db: Db,
+        /// Drive the real Codex app-server (TETHER_CODEX_BIN, or `cargo xtask codex-install`
+        /// here) with the scripted model server instead of the example harness.
+        #[arg(long)]
+        codex: bool,
     },
     /// Run one turn of a host session on a real Codex app-server; print the reply and the
     /// tool outcomes. Needs OPENAI_API_KEY (any value for a local scripted model server).
@@ -287,7 +292,8 @@ fn main() -> ExitCode {
             }
             Command::Openapi => cli::print_openapi().map_err(CommandError::failure),
             Command::Migrate { db } => commands::migrate(&db.database_url).await,
-            Command::Demo { db } => commands::demo(&db.database_url).await,
+            Command::Demo { db, codex: false } => commands::demo(&db.database_url).await,
+            Command::Demo { db, codex: true } => commands::demo_codex(&db.database_url).await,
             Command::Chat {
                 db,
                 session,

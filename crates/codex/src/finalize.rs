@@ -67,8 +67,10 @@ pub const RESTRICTED_CONFIG: &[&str] = &[
     "features.realtime_conversation=false",
     "features.worktrees=false",
     "features.default_mode_request_user_input=false",
-    "features.request_user_input=false",
-    "tools.request_user_input=false",
+    "features.request_permissions_tool=false",
+    // The question tool and the plan tool are switched by `[tools]` keys, not features.
+    "tools.experimental_request_user_input.enabled=false",
+    "tools.update_plan.enabled=false",
     "web_search=\"disabled\"",
     "mcp_servers={}",
     "approval_policy=\"never\"",

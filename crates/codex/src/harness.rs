@@ -42,9 +42,10 @@ use crate::ids::{ThreadId, TurnId};
 use crate::native::{CLEANUP, CleanupScope, CodexThreads, NativeCleanup, PendingCleanup};
 use crate::protocol::{
     ApprovalRequestParams, DynamicToolCallParams, DynamicToolCallResponse, ItemNotification,
-    ThreadItem, ThreadRefParams, ThreadResponse, ThreadResumeParams, ThreadStartParams,
-    ThreadUnsubscribeParams, TokenUsageNotification, ToolContentItem, TurnInterruptParams,
-    TurnNotification, TurnStartParams, TurnStartResponse, UserInput, method,
+    ListedTurn, ThreadForkParams, ThreadItem, ThreadRefParams, ThreadResponse, ThreadResumeParams,
+    ThreadStartParams, ThreadTurnsListParams, ThreadTurnsListResponse, ThreadUnsubscribeParams,
+    TokenUsageNotification, ToolContentItem, TurnInterruptParams, TurnNotification,
+    TurnStartParams, TurnStartResponse, UserInput, method,
 };
 use tether_finalizer::bounded_finalizer::BoundedTurnFinalizer;
 
@@ -203,6 +204,9 @@ pub struct TurnOutcome {
     pub turn_id: TurnId,
     /// A thread was started (and bound) for this turn.
     pub started_thread: bool,
+    /// When the new thread is a fork carrying the session's kept turns (after a context
+    /// reset): the thread they came from.
+    pub continued_from: Option<ThreadId>,
     /// The bound thread was loaded with `thread/resume` (every turn after the first: the
     /// thread is unloaded when a turn ends, so whichever host holds the lease next resumes it).
     pub resumed_thread: bool,
@@ -306,10 +310,14 @@ impl CodexHarnessBuilder {
         }
         let bindings = bindings.build()?;
         let id = HarnessId::new(HARNESS_ID).map_err(Error::from)?;
-        let threads = Arc::new(CodexThreads::new(
-            self.server.clone(),
-            self.process_per_turn,
-        ));
+        let threads = Arc::new(
+            CodexThreads::new(
+                self.server.clone(),
+                self.process_per_turn,
+                self.store.clone(),
+            )
+            .await?,
+        );
         let hooks = Arc::new(
             ThreadBindingHarness::new(
                 id,
@@ -403,16 +411,19 @@ impl CodexHarness {
         .into_finalizer()
     }
 
-    /// Native cleanups (`thread/delete`, `thread/archive`) that failed after their host
-    /// operation committed and wait for [`Self::retry_native_cleanup`].
-    pub fn pending_native_cleanup(&self) -> Vec<PendingCleanup> {
-        self.inner.threads.pending()
+    /// Native cleanups (`thread/delete`, `thread/archive`) that are due after their host
+    /// operation committed (failed, or not yet run) and wait for
+    /// [`Self::retry_native_cleanup`]. They are read from the host's binding store, so they
+    /// outlive this process and are shared by every host process over the same database.
+    pub async fn pending_native_cleanup(&self) -> Result<Vec<PendingCleanup>, CodexError> {
+        Ok(self.inner.threads.pending().await?)
     }
 
-    /// Runs the pending native cleanups again (never restoring any binding); returns how many
-    /// are still pending.
-    pub async fn retry_native_cleanup(&self) -> usize {
-        self.inner.threads.retry_pending().await
+    /// Runs the due native cleanups again, including those an earlier host process left
+    /// (never restoring any binding); returns how many are still due.
+    pub async fn retry_native_cleanup(&self) -> Result<usize, CodexError> {
+        let span = tracing::info_span!("codex.retry_native_cleanup");
+        Ok(self.inner.threads.retry_pending().instrument(span).await?)
     }
 
     /// The Codex thread bound to the session of `params`, if any.
@@ -526,6 +537,8 @@ struct Bound {
     thread_id: String,
     started: bool,
     resumed: bool,
+    /// The thread this one was forked from (its kept turns), when it was.
+    continued_from: Option<String>,
     model: String,
     model_provider: String,
 }
@@ -745,9 +758,20 @@ impl Inner {
                 thread_id: bound.thread_id,
                 started: false,
                 resumed: true,
+                continued_from: None,
                 model: response.model,
                 model_provider: response.model_provider,
             });
+        }
+        let continuation = self.threads.continuation(identity.key()).await?;
+        if let Some(previous) = &continuation
+            && let Some(session_key) = identity.session_key()
+            && let Some(bound) = self
+                .continue_kept_turns(client, identity, session_key, previous, &options)
+                .await?
+        {
+            self.finish_continuation(identity).await;
+            return Ok(bound);
         }
         let started: ThreadResponse = client
             .request(
@@ -762,8 +786,36 @@ impl Inner {
                 },
             )
             .await?;
+        let bound = self
+            .record_binding(identity, started, None, options)
+            .await?;
+        tracing::info!(thread_id = %bound.thread_id, "bound a new codex thread");
+        if continuation.is_some() {
+            self.finish_continuation(identity).await;
+        }
+        Ok(bound)
+    }
+
+    /// Removes the session's continuation record once its next thread is bound; a failure is
+    /// logged (the record is then read again by a later unbound turn, which finds the session
+    /// bound and never gets there).
+    async fn finish_continuation(&self, identity: &BindingIdentity) {
+        if let Err(error) = self.threads.clear_continuation(identity.key()).await {
+            tracing::warn!(%error, "could not remove the session's codex continuation record");
+        }
+    }
+
+    /// Writes the binding of a thread this turn started (or forked); refused when the
+    /// session's generation no longer owns the row.
+    async fn record_binding(
+        &self,
+        identity: &BindingIdentity,
+        started: ThreadResponse,
+        continued_from: Option<String>,
+        options: WriteOptions,
+    ) -> Result<Bound, CodexError> {
         let thread_id = started.thread.id;
-        let mut binding = ThreadBinding::new(thread_id.clone(), settings.cwd.clone());
+        let mut binding = ThreadBinding::new(thread_id.clone(), self.settings.cwd.clone());
         binding.model = Some(started.model.clone());
         binding.model_provider = Some(started.model_provider.clone());
         if !self.bindings.set(identity, binding, options).await? {
@@ -773,14 +825,121 @@ impl Inner {
                 ),
             });
         }
-        tracing::info!(thread_id = %thread_id, "bound a new codex thread");
         Ok(Bound {
             thread_id,
             started: true,
             resumed: false,
+            continued_from,
             model: started.model,
             model_provider: started.model_provider,
         })
+    }
+
+    /// A session whose context was reset (its binding invalidated by a committed rewind or
+    /// branch switch, `previous` the thread it was bound to): the host transcript's active path
+    /// says what is kept. Continues on a fork of the thread the newest kept entries came from,
+    /// through the last turn the path keeps whole. `None` when there is nothing to carry over
+    /// (a new thread is started).
+    async fn continue_kept_turns(
+        &self,
+        client: &CodexClient,
+        identity: &BindingIdentity,
+        session_key: &SessionKey,
+        previous: &str,
+        options: &WriteOptions,
+    ) -> Result<Option<Bound>, CodexError> {
+        let keys = self.transcript.active_idempotency_keys(session_key).await?;
+        let Some(kept) = crate::context::kept_items(keys.iter().map(String::as_str)) else {
+            tracing::info!(
+                previous_thread = previous,
+                "the context reset kept no codex turn; starting a new thread"
+            );
+            return Ok(None);
+        };
+        let source = kept.thread_id.clone();
+        let turns = match self.list_turns(client, &source).await {
+            Ok(turns) => turns,
+            Err(CodexError::Rpc { message, .. }) => {
+                tracing::warn!(source_thread = %source, %message, "the codex thread of the kept turns cannot be read; starting a new thread without them");
+                return Ok(None);
+            }
+            Err(other) => return Err(other),
+        };
+        let last_turn = match crate::context::last_kept_turn(&turns, &kept) {
+            Ok(turn) => turn.to_owned(),
+            Err(reason) => {
+                tracing::warn!(source_thread = %source, ?reason, "no whole codex turn is kept; starting a new thread");
+                return Ok(None);
+            }
+        };
+        let settings = &self.settings;
+        let params = ThreadForkParams {
+            thread_id: source.clone(),
+            last_turn_id: last_turn.clone(),
+            cwd: settings.cwd.clone(),
+            model: settings.model.clone(),
+            approval_policy: settings.approval_policy.clone(),
+            sandbox: settings.sandbox.clone(),
+            developer_instructions: settings.developer_instructions.clone(),
+            exclude_turns: true,
+        };
+        let forked: ThreadResponse = match client.request(method::THREAD_FORK, &params).await {
+            Ok(forked) => forked,
+            // The context reset archived the old thread after its COMMIT, and Codex forks no
+            // archived thread: bring it back for the fork, then archive it again.
+            Err(CodexError::Rpc { message, .. }) if message.contains("is archived") => {
+                let _: Value = client
+                    .request(
+                        method::THREAD_UNARCHIVE,
+                        &ThreadRefParams {
+                            thread_id: source.clone(),
+                        },
+                    )
+                    .await?;
+                let forked = client.request(method::THREAD_FORK, &params).await;
+                // A failed re-archive is logged and kept for a retry by `cleanup_or_keep`.
+                let _ = self
+                    .threads
+                    .cleanup_or_keep(&source, NativeCleanup::Archive)
+                    .await;
+                forked?
+            }
+            Err(other) => return Err(other),
+        };
+        let bound = self
+            .record_binding(identity, forked, Some(source.clone()), options.clone())
+            .await?;
+        tracing::info!(thread_id = %bound.thread_id, source_thread = %source, last_turn, "continued the session on a fork of its kept codex turns");
+        Ok(Some(bound))
+    }
+
+    /// Every turn of `thread_id` with its items, oldest first.
+    async fn list_turns(
+        &self,
+        client: &CodexClient,
+        thread_id: &str,
+    ) -> Result<Vec<ListedTurn>, CodexError> {
+        let mut turns = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page: ThreadTurnsListResponse = client
+                .request(
+                    method::THREAD_TURNS_LIST,
+                    &ThreadTurnsListParams {
+                        thread_id: thread_id.to_owned(),
+                        cursor: cursor.take(),
+                        limit: 100,
+                        sort_direction: "asc",
+                        items_view: "full",
+                    },
+                )
+                .await?;
+            turns.extend(page.data);
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(turns),
+            }
+        }
     }
 
     async fn turn_on_client(
@@ -801,6 +960,7 @@ impl Inner {
             thread_id,
             started: started_thread,
             resumed: resumed_thread,
+            continued_from,
             model,
             model_provider,
         } = self.bind_thread(client, identity, options).await?;
@@ -867,6 +1027,7 @@ impl Inner {
             thread_id: ThreadId::new(thread_id),
             turn_id: TurnId::new(turn_id),
             started_thread,
+            continued_from: continued_from.map(ThreadId::new),
             resumed_thread,
             lease_epoch,
             attempt: state.attempt,
@@ -1072,7 +1233,7 @@ impl Inner {
                 MirrorEntry {
                     role,
                     text,
-                    idempotency_key: format!("codex:{}:{item_id}", state.thread_id),
+                    idempotency_key: crate::context::mirror_key(&state.thread_id, item_id),
                     message,
                 },
             )
@@ -1519,8 +1680,9 @@ impl AgentHarness for CodexHarness {
     }
 
     /// Context reset (rewind, branch switch): the binding is invalidated with the same
-    /// prepared commit and rollback; after the COMMIT the old Codex thread is archived and the
-    /// next turn runs on a new thread that holds none of the cut turns.
+    /// prepared commit and rollback; after the COMMIT a continuation is recorded and the old
+    /// Codex thread archived, and the next turn runs on a fork of it through the last turn the
+    /// host transcript still keeps whole (none of the cut turns).
     fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
         Some(self)
     }
@@ -1534,14 +1696,31 @@ impl SessionDeletionHook for CodexHarness {
         run: MutationRun<'_>,
     ) -> Result<(), Error> {
         let span = tracing::info_span!("codex.session_deletion", session_id = %params.session_id);
+        let session = BindingIdentity::session(
+            params.agent_id.clone(),
+            params.session_id.clone(),
+            Some(params.session_key.clone()),
+        )
+        .key()
+        .clone();
         let scope = CleanupScope {
             action: NativeCleanup::Delete,
             assert_current: params.assert_current.clone(),
+            session: session.clone(),
         };
-        CLEANUP
-            .scope(scope, self.inner.hooks.with_session_deletion(params, run))
-            .instrument(span)
-            .await
+        async {
+            CLEANUP
+                .scope(scope, self.inner.hooks.with_session_deletion(params, run))
+                .await?;
+            // The deletion committed: a continuation left by an earlier context reset (with
+            // no turn since, so no binding to release) has nothing left to continue.
+            if let Err(error) = self.inner.threads.clear_continuation(&session).await {
+                tracing::warn!(%error, "could not remove the deleted session's codex continuation");
+            }
+            Ok(())
+        }
+        .instrument(span)
+        .await
     }
 }
 
@@ -1557,6 +1736,13 @@ impl SessionContextResetHook for CodexHarness {
         let scope = CleanupScope {
             action: NativeCleanup::Archive,
             assert_current: params.assert_current.clone(),
+            session: BindingIdentity::session(
+                params.agent_id.clone(),
+                params.session_id.clone(),
+                Some(params.session_key.clone()),
+            )
+            .key()
+            .clone(),
         };
         CLEANUP
             .scope(
@@ -1573,13 +1759,21 @@ impl CodexHarness {
         if params.reason == ResetReason::Deleted {
             return self.inner.hooks.reset(params).await;
         }
-        // Cleanups an earlier reset or deletion left behind get another chance.
-        self.inner.threads.retry_pending().await;
+        // Cleanups an earlier reset or deletion left behind (in this process or another one
+        // over the same store) get another chance.
+        if let Err(error) = self.inner.threads.retry_pending().await {
+            tracing::warn!(%error, "could not read the due codex thread cleanups");
+        }
         let identity = BindingIdentity::session(
             params.agent_id.clone(),
             params.session_id.clone(),
             params.session_key.clone(),
         );
+        // A reset starts the session afresh: a pending context-reset continuation is dropped.
+        self.inner
+            .threads
+            .clear_continuation(identity.key())
+            .await?;
         let previous = self.inner.bindings.read(&identity).await?;
         self.inner.hooks.reset(params).await?;
         let Some(previous) = previous else {

@@ -35,6 +35,17 @@ pub trait HostTranscript: Send + Sync + fmt::Debug {
         session: &SessionKey,
         entry: MirrorEntry,
     ) -> Result<AppendOutcome, tether_core::Error>;
+
+    /// The idempotency keys of the entries on `session`'s active transcript path, oldest
+    /// first (entries appended without a key are left out).
+    ///
+    /// Read when a session has no bound thread: after a context reset (rewind, branch switch)
+    /// the harness carries the turns the path still holds into the session's next Codex
+    /// thread (a fork of the thread they came from), and never the cut ones.
+    async fn active_idempotency_keys(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Vec<String>, tether_core::Error>;
 }
 
 /// One `item/tool/call` as the host tool executor receives it.

@@ -13,13 +13,16 @@
 //!   with `thread/resume`, turns with item mirroring, host tools as dynamic tools, terminal
 //!   outcomes through the SDK's accumulator, approvals through a host policy that refuses by
 //!   default, cancellation with `turn/interrupt`.
-//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns
-//!   and the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT.
+//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns,
+//!   the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT, and the
+//!   durable records (due cleanups, context-reset continuations) in the host's binding store.
 //! - [`finalize`]: settled-turn finalization through a capability-free Codex run (the
 //!   harness captures the context; [`CodexFinalizerRuntime`] answers once, or the host falls
 //!   back).
 //! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
 //! - [`locate`]: the pinned Codex version and where its binary is found.
+//! - `scripted` (feature `scripted-model`): a loopback model server answering from a script,
+//!   for tests and demos.
 //!
 //! A harness never picks the host's store: it receives the host's
 //! [`BindingStore`](tether_core::BindingStore), [`HostSessionStore`](tether_core::HostSessionStore)
@@ -49,6 +52,7 @@
 //! ```
 
 pub mod client;
+pub(crate) mod context;
 pub mod error;
 pub mod finalize;
 pub mod harness;
@@ -57,6 +61,8 @@ pub mod ids;
 pub mod locate;
 pub mod native;
 pub mod protocol;
+#[cfg(feature = "scripted-model")]
+pub mod scripted;
 
 pub use client::{CodexAppServer, CodexClient, CodexConfig};
 pub use error::CodexError;

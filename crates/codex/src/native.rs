@@ -8,15 +8,31 @@
 //! turn's writer ended with its own process). A thread another live process still holds is
 //! refused by Codex; the cleanup is then logged and kept for [`CodexThreads::retry_pending`],
 //! and nothing is ever restored.
+//!
+//! Durable records. What waits for later lives in the host's [`BindingStore`], so a host
+//! process that restarts (or another host process over the same database) finds it:
+//!
+//! - [`CLEANUP_NAMESPACE`]: one row per Codex thread whose cleanup is due (key
+//!   `conversation:<thread id>`). It is written before the native call and removed once the
+//!   call succeeded; a failure leaves it with the error, for [`CodexThreads::retry_pending`]
+//!   (and the next reset) to run again.
+//! - [`CONTINUATION_NAMESPACE`]: one row per session (under the session's binding key) whose
+//!   native context was reset by a committed rewind or branch switch: the next turn continues
+//!   on a fork of the kept turns instead of a fresh thread (see `crate::context`). A reset or
+//!   a deletion of the session removes it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tether_core::{AssertCurrent, Error};
+use tether_core::{
+    ApplyOutcome, AssertCurrent, BindingId, BindingKey, BindingStore, Error, Intent, Namespace,
+    NamespaceConfig, RowWrite,
+};
 use tether_harness_sdk::backend::ThreadBinding;
 use tether_harness_sdk::hooks::NativeThreads;
 use tracing::Instrument as _;
@@ -25,8 +41,21 @@ use crate::client::{CodexAppServer, CodexClient};
 use crate::error::CodexError;
 use crate::protocol::{ThreadRefParams, ThreadUnsubscribeParams, method};
 
+/// The namespace of the Codex cleanups that are due (see the module documentation).
+pub const CLEANUP_NAMESPACE: &str = "codex-cleanups";
+
+/// The namespace of the context-reset continuations (see the module documentation).
+pub const CONTINUATION_NAMESPACE: &str = "codex-continuations";
+
+/// How many live rows one scan of the cleanup namespace reads.
+const SCAN_PAGE: usize = 100;
+
+/// How often a record write re-reads a row that moved under it before giving up.
+const WRITE_ATTEMPTS: usize = 8;
+
 /// What happens to a Codex thread no binding owns any more.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum NativeCleanup {
     /// `thread/delete`: the session was deleted; the thread's history goes with it.
     Delete,
@@ -49,6 +78,8 @@ impl NativeCleanup {
 pub(crate) struct CleanupScope {
     pub(crate) action: NativeCleanup,
     pub(crate) assert_current: AssertCurrent,
+    /// The session's binding key, whose continuation record a context reset's release sets.
+    pub(crate) session: BindingKey,
 }
 
 tokio::task_local! {
@@ -56,30 +87,42 @@ tokio::task_local! {
     pub(crate) static CLEANUP: CleanupScope;
 }
 
-/// One cleanup that failed and waits for a retry.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One cleanup that is due: not yet run, or failed and waiting for a retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct PendingCleanup {
     /// The Codex thread.
     pub thread_id: String,
-    /// What was to be done with it.
+    /// What is to be done with it.
     pub action: NativeCleanup,
-    /// The last error.
-    pub error: String,
+    /// The last error; `None` while the first try has not reported.
+    pub error: Option<String>,
 }
 
-/// Active-work claims and native cleanup for the SDK's thread-binding hooks.
+/// The continuation record of a session whose context was reset.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Continuation {
+    /// The thread the session was bound to when its context was reset.
+    thread_id: String,
+}
+
+/// Active-work claims, native cleanup and the durable records of both for the SDK's
+/// thread-binding hooks.
 pub struct CodexThreads {
     server: Arc<CodexAppServer>,
     process_per_turn: bool,
     claims: Mutex<HashMap<String, usize>>,
-    pending: Mutex<BTreeMap<String, PendingCleanup>>,
+    store: Arc<dyn BindingStore>,
+    cleanups: Namespace,
+    continuations: Namespace,
 }
 
 impl fmt::Debug for CodexThreads {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CodexThreads")
             .field("process_per_turn", &self.process_per_turn)
-            .field("pending", &self.pending())
+            .field("cleanups", &self.cleanups)
             .finish_non_exhaustive()
     }
 }
@@ -107,13 +150,27 @@ impl Drop for Claim {
 }
 
 impl CodexThreads {
-    pub(crate) fn new(server: Arc<CodexAppServer>, process_per_turn: bool) -> Self {
-        Self {
+    /// Registers the record namespaces on `store`.
+    pub(crate) async fn new(
+        server: Arc<CodexAppServer>,
+        process_per_turn: bool,
+        store: Arc<dyn BindingStore>,
+    ) -> Result<Self, Error> {
+        let cleanups = Namespace::new(CLEANUP_NAMESPACE)?;
+        let continuations = Namespace::new(CONTINUATION_NAMESPACE)?;
+        for ns in [&cleanups, &continuations] {
+            store
+                .register_namespace(NamespaceConfig::new(ns.clone()))
+                .await?;
+        }
+        Ok(Self {
             server,
             process_per_turn,
             claims: Mutex::new(HashMap::new()),
-            pending: Mutex::new(BTreeMap::new()),
-        }
+            store,
+            cleanups,
+            continuations,
+        })
     }
 
     /// Claims `thread_id` for a running turn (a deletion is refused while it is claimed).
@@ -130,59 +187,160 @@ impl CodexThreads {
         }
     }
 
-    /// The cleanups that failed and wait for [`Self::retry_pending`].
-    pub fn pending(&self) -> Vec<PendingCleanup> {
-        self.pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .cloned()
-            .collect()
-    }
-
-    /// Runs every pending cleanup again; those that fail stay pending. Returns how many are
-    /// left.
-    pub async fn retry_pending(&self) -> usize {
-        for entry in self.pending() {
-            // The failure is kept (and logged) by `cleanup_or_keep`.
-            let _ = self.cleanup_or_keep(&entry.thread_id, entry.action).await;
+    /// The cleanups that are due, read from the store (those of every host process sharing
+    /// it), in thread-id order.
+    pub async fn pending(&self) -> Result<Vec<PendingCleanup>, Error> {
+        let mut out = Vec::new();
+        let mut after: Option<BindingKey> = None;
+        loop {
+            let page = self
+                .store
+                .scan(&self.cleanups, after.as_ref(), SCAN_PAGE)
+                .await?;
+            let full = page.len() == SCAN_PAGE;
+            for (key, row) in page {
+                match serde_json::from_slice::<PendingCleanup>(&row.value) {
+                    Ok(entry) => out.push(entry),
+                    Err(error) => {
+                        tracing::warn!(key = %key, %error, "unreadable codex cleanup record; skipped");
+                    }
+                }
+                after = Some(key);
+            }
+            if !full {
+                return Ok(out);
+            }
         }
-        self.pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
     }
 
-    /// Runs the cleanup; on failure logs it and keeps it pending.
+    /// Runs every due cleanup again; those that fail stay due. Returns how many are left.
+    pub async fn retry_pending(&self) -> Result<usize, Error> {
+        for entry in self.pending().await? {
+            // The failure is recorded (and logged) by `attempt`.
+            let _ = self.attempt(&entry.thread_id, entry.action).await;
+        }
+        Ok(usize::try_from(self.store.count(&self.cleanups).await?).unwrap_or(usize::MAX))
+    }
+
+    /// Runs the cleanup with its durable record: written before the native call, removed
+    /// after it succeeded, kept with the error when it failed (and logged).
     pub(crate) async fn cleanup_or_keep(
         &self,
         thread_id: &str,
         action: NativeCleanup,
     ) -> Result<(), CodexError> {
+        self.record_cleanup(thread_id, action, None).await;
+        self.attempt(thread_id, action).await
+    }
+
+    /// Runs a recorded cleanup: removes its record on success, records the error on failure.
+    async fn attempt(&self, thread_id: &str, action: NativeCleanup) -> Result<(), CodexError> {
         match self.cleanup(thread_id, action).await {
             Ok(()) => {
-                self.pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(thread_id);
+                if let Err(error) = self.forget_cleanup(thread_id).await {
+                    tracing::warn!(thread_id, %error, "codex thread cleaned up, but its record could not be removed; the next retry finds nothing to do");
+                }
                 Ok(())
             }
             Err(error) => {
                 tracing::warn!(thread_id, ?action, %error, "codex thread cleanup failed; kept for a retry");
-                self.pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(
-                        thread_id.to_owned(),
-                        PendingCleanup {
-                            thread_id: thread_id.to_owned(),
-                            action,
-                            error: error.to_string(),
-                        },
-                    );
+                self.record_cleanup(thread_id, action, Some(error.to_string()))
+                    .await;
                 Err(error)
             }
         }
+    }
+
+    /// Writes the cleanup record of `thread_id`; a store failure is logged (the cleanup itself
+    /// still runs).
+    async fn record_cleanup(&self, thread_id: &str, action: NativeCleanup, error: Option<String>) {
+        let entry = PendingCleanup {
+            thread_id: thread_id.to_owned(),
+            action,
+            error,
+        };
+        let written = match cleanup_key(thread_id) {
+            Ok(key) => self.put(&self.cleanups, &key, &entry).await,
+            Err(error) => Err(error),
+        };
+        if let Err(error) = written {
+            tracing::warn!(thread_id, ?action, %error, "could not record the codex thread cleanup");
+        }
+    }
+
+    async fn forget_cleanup(&self, thread_id: &str) -> Result<(), Error> {
+        let key = cleanup_key(thread_id)?;
+        self.store
+            .delete_if(&self.cleanups, &key, &|_| true)
+            .await?;
+        Ok(())
+    }
+
+    /// Records that `session`'s context was reset while it was bound to `thread_id`: its next
+    /// turn continues on a fork of the kept turns.
+    pub(crate) async fn set_continuation(
+        &self,
+        session: &BindingKey,
+        thread_id: &str,
+    ) -> Result<(), Error> {
+        let record = Continuation {
+            thread_id: thread_id.to_owned(),
+        };
+        self.put(&self.continuations, session, &record).await
+    }
+
+    /// The thread `session` was bound to when its context was last reset, if a continuation is
+    /// due.
+    pub(crate) async fn continuation(&self, session: &BindingKey) -> Result<Option<String>, Error> {
+        let Some(row) = self.store.lookup(&self.continuations, session).await? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<Continuation>(&row.value) {
+            Ok(record) => Ok(Some(record.thread_id)),
+            Err(error) => {
+                tracing::warn!(key = %session, %error, "unreadable codex continuation record; ignored");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Removes `session`'s continuation record (done, or the session was reset or deleted).
+    pub(crate) async fn clear_continuation(&self, session: &BindingKey) -> Result<(), Error> {
+        self.store
+            .delete_if(&self.continuations, session, &|_| true)
+            .await?;
+        Ok(())
+    }
+
+    /// Writes `record` at `key`, whatever the row held.
+    async fn put<T: Serialize>(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        record: &T,
+    ) -> Result<(), Error> {
+        let value = serde_json::to_vec(record).map_err(|e| Error::other(e.to_string()))?;
+        for _ in 0..WRITE_ATTEMPTS {
+            let observed = self.store.observe(ns, key).await?;
+            let intent = Intent::Set {
+                row: RowWrite {
+                    value: value.clone(),
+                    lease: None,
+                },
+                ttl: None,
+            };
+            match self
+                .store
+                .compare_and_apply(ns, key, &observed.comparison, intent, &|| Ok(()))
+                .await?
+            {
+                ApplyOutcome::Conflict { .. } => continue,
+                _ => return Ok(()),
+            }
+        }
+        Err(Error::other(format!(
+            "the record at {key} kept changing under {WRITE_ATTEMPTS} writes"
+        )))
     }
 
     /// Deletes or archives `thread_id` on a process that can write it.
@@ -236,9 +394,20 @@ impl CodexThreads {
                     thread_id: thread_id.to_owned(),
                 })
             }
+            // Codex keeps no active history of the thread: it was deleted or archived already
+            // (by an earlier try whose answer was lost, or by another host process).
+            Err(CodexError::Rpc { message, .. }) if message.contains("no rollout found") => {
+                tracing::info!(thread_id, ?action, "codex thread already cleaned up");
+                Ok(())
+            }
             Err(other) => Err(other),
         }
     }
+}
+
+/// The cleanup record key of `thread_id`.
+fn cleanup_key(thread_id: &str) -> Result<BindingKey, Error> {
+    Ok(BindingKey::conversation(&BindingId::new(thread_id)?))
 }
 
 #[async_trait]
@@ -257,23 +426,23 @@ impl NativeThreads for CodexThreads {
         let action = scope
             .as_ref()
             .map_or(NativeCleanup::Archive, |scope| scope.action);
-        // The operation must still be current before native state changes.
-        if let Some(scope) = &scope
-            && let Err(error) = (scope.assert_current)()
-        {
-            tracing::warn!(thread_id = %binding.thread_id, %error, "operation no longer current; codex thread cleanup kept for a retry");
-            self.pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(
-                    binding.thread_id.clone(),
-                    PendingCleanup {
-                        thread_id: binding.thread_id.clone(),
-                        action,
-                        error: error.to_string(),
-                    },
-                );
-            return Err(error);
+        if let Some(scope) = &scope {
+            // A committed context reset continues on the kept turns (a deletion removes the
+            // session's continuation once its hook returns).
+            if scope.action == NativeCleanup::Archive
+                && let Err(error) = self
+                    .set_continuation(&scope.session, &binding.thread_id)
+                    .await
+            {
+                tracing::warn!(thread_id = %binding.thread_id, %error, "could not record the session's codex continuation");
+            }
+            // The operation must still be current before native state changes.
+            if let Err(error) = (scope.assert_current)() {
+                tracing::warn!(thread_id = %binding.thread_id, %error, "operation no longer current; codex thread cleanup kept for a retry");
+                self.record_cleanup(&binding.thread_id, action, Some(error.to_string()))
+                    .await;
+                return Err(error);
+            }
         }
         self.cleanup_or_keep(&binding.thread_id, action)
             .await

@@ -24,8 +24,14 @@ pub mod method {
     pub const THREAD_DELETE: &str = "thread/delete";
     /// Client → server: archive a persisted thread.
     pub const THREAD_ARCHIVE: &str = "thread/archive";
+    /// Client → server: bring an archived thread back.
+    pub const THREAD_UNARCHIVE: &str = "thread/unarchive";
     /// Client → server: read a thread's metadata (and, optionally, its turns).
     pub const THREAD_READ: &str = "thread/read";
+    /// Client → server: copy a persisted thread (up to one of its turns) into a new thread.
+    pub const THREAD_FORK: &str = "thread/fork";
+    /// Client → server: page through a persisted thread's turns.
+    pub const THREAD_TURNS_LIST: &str = "thread/turns/list";
     /// Client → server: compact a thread's model-visible history.
     pub const THREAD_COMPACT_START: &str = "thread/compact/start";
     /// Client → server: append raw Responses API items to a thread's model-visible history.
@@ -166,6 +172,69 @@ pub struct ThreadResumeParams {
     pub sandbox: String,
     /// Return only metadata, not past turns.
     pub exclude_turns: bool,
+}
+
+/// `thread/fork` parameters: a new thread holding the source's turns up to and including
+/// `last_turn_id`, configured like a new thread of the harness.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadForkParams {
+    /// The source thread.
+    pub thread_id: String,
+    /// The last turn copied into the fork (every later turn is left out).
+    pub last_turn_id: String,
+    /// Working directory.
+    pub cwd: String,
+    /// Model override.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Approval policy.
+    pub approval_policy: String,
+    /// Sandbox mode.
+    pub sandbox: String,
+    /// Extra developer instructions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub developer_instructions: Option<String>,
+    /// Return only metadata, not the copied turns.
+    pub exclude_turns: bool,
+}
+
+/// `thread/turns/list` parameters.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsListParams {
+    /// The thread.
+    pub thread_id: String,
+    /// The cursor of the previous page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// Page size.
+    pub limit: u32,
+    /// `asc` (oldest first) or `desc`.
+    pub sort_direction: &'static str,
+    /// `full`: every item of each turn.
+    pub items_view: &'static str,
+}
+
+/// `thread/turns/list` result (the fields this crate reads).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ThreadTurnsListResponse {
+    /// The page's turns.
+    pub data: Vec<ListedTurn>,
+    /// The cursor of the next page; `None` on the last one.
+    #[serde(default)]
+    pub next_cursor: Option<String>,
+}
+
+/// One listed turn with its items.
+#[derive(Debug, Clone, Deserialize)]
+pub struct ListedTurn {
+    /// Turn id.
+    pub id: String,
+    /// The turn's items, each with its `type` and `id`.
+    #[serde(default)]
+    pub items: Vec<Value>,
 }
 
 /// `thread/unsubscribe` parameters.

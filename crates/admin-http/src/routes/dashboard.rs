@@ -147,6 +147,11 @@ fn code(text: &str) -> String {
     format!("<code>{}</code>", escape(text))
 }
 
+/// The native thread id of a binding row (the Codex thread id), or a dash.
+fn native_cell(native_id: Option<&str>) -> String {
+    native_id.map_or_else(|| "—".to_owned(), code)
+}
+
 /// A small form posting an operator action to the confirmation step (`/ui/actions`): hidden
 /// target fields, the session's CSRF token and a required reason.
 fn action_form(csrf: &str, action: &str, fields: &[(&str, &str)], label: &str) -> String {
@@ -227,6 +232,7 @@ pub async fn render_for(state: &AppState, admin_csrf: Option<&str>) -> Result<St
                     ),
                     &b.key,
                 ),
+                native_cell(b.native_id.as_deref()),
                 escape(lease.and_then(|l| l.holder.as_deref()).unwrap_or("—")),
                 lease.map_or_else(String::new, |l| {
                     format!(
@@ -269,6 +275,7 @@ pub async fn render_for(state: &AppState, admin_csrf: Option<&str>) -> Result<St
             &[
                 "Namespace",
                 "Key",
+                "Native thread",
                 "Holder",
                 "Epoch",
                 "Acquired",
@@ -510,6 +517,7 @@ pub async fn render_session(state: &AppState, raw_key: &str) -> Result<String, A
                 code(&b.namespace),
                 code(&b.key),
                 escape(&b.key_kind),
+                native_cell(b.native_id.as_deref()),
                 escape(l.and_then(|l| l.holder.as_deref()).unwrap_or("—")),
                 l.map_or_else(String::new, |l| {
                     format!(
@@ -546,6 +554,7 @@ pub async fn render_session(state: &AppState, raw_key: &str) -> Result<String, A
             "Namespace",
             "Key",
             "Kind",
+            "Native thread",
             "Holder",
             "Epoch",
             "Acquired",

@@ -6,7 +6,8 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use tether_admin_http::AppState;
 use tether_admin_http::auth::Tokens;
-use tether_core::{BindingStore as _, Intent, LeaseWrite, RowWrite, admit_all};
+use tether_core::{BindingStore as _, Intent, LeaseWrite, RecordCodec as _, RowWrite, admit_all};
+use tether_harness_sdk::backend::{ThreadBinding, ThreadBindingCodec, ThreadBindingRecord};
 use tether_storage::{LeaseEventKind, session_binding_keys};
 
 use crate::support::{ADMIN, Fixture, NS, READ, SECRET, call, ns, seg, tokens};
@@ -245,6 +246,112 @@ async fn tokens_and_scopes_are_enforced() {
     assert_eq!(
         call(&open, "GET", "/v1/sessions", None, None).await.status,
         StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn bindings_show_the_native_thread_id_of_thread_binding_records() {
+    let f = Fixture::new().await;
+    let alpha = f.entry("agent:main:alpha").await;
+    let key = session_binding_keys(&alpha)[1].clone();
+    let record = ThreadBindingRecord::active(
+        ThreadBinding::new("019a7f00-codex-thread", "/srv/work"),
+        Some(alpha.session_id.clone()),
+    );
+    f.bind_value(
+        &key,
+        ThreadBindingCodec.encode(&record),
+        Some(("worker-1", 60)),
+    )
+    .await;
+    let state = open(&f);
+
+    // The binding list: the thread-binding record shows its thread id; a value of another
+    // format shows none.
+    let all = call(&state, "GET", "/v1/leases?leased=false", None, None)
+        .await
+        .json();
+    let rows = all["bindings"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        if row["key"] == key.to_string() {
+            assert_eq!(row["native_id"], "019a7f00-codex-thread");
+        } else {
+            assert!(row["native_id"].is_null(), "{row}");
+        }
+    }
+    // The binding detail and the session detail.
+    let detail = call(
+        &state,
+        "GET",
+        &format!("/v1/namespaces/{NS}/bindings/{}", seg(key.as_str())),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(detail["binding"]["native_id"], "019a7f00-codex-thread");
+    let session = call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:main:alpha")),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert_eq!(session["bindings"][0]["native_id"], "019a7f00-codex-thread");
+    // A cleared record has no thread.
+    let cleared = ThreadBindingRecord::cleared(Some(alpha.session_id.clone()), false);
+    f.bind_value(&key, ThreadBindingCodec.encode(&cleared), None)
+        .await;
+    let detail = call(
+        &state,
+        "GET",
+        &format!("/v1/namespaces/{NS}/bindings/{}", seg(key.as_str())),
+        None,
+        None,
+    )
+    .await
+    .json();
+    assert!(detail["binding"]["native_id"].is_null());
+}
+
+#[tokio::test]
+async fn dashboard_shows_the_native_thread_id_of_a_leased_binding() {
+    let f = Fixture::new().await;
+    let alpha = f.entry("agent:main:alpha").await;
+    let key = session_binding_keys(&alpha)[1].clone();
+    let record = ThreadBindingRecord::active(
+        ThreadBinding::new("019a7f00-codex-thread", "/srv/work"),
+        Some(alpha.session_id.clone()),
+    );
+    f.bind_value(
+        &key,
+        ThreadBindingCodec.encode(&record),
+        Some(("worker-1", 60)),
+    )
+    .await;
+    let state = open(&f);
+    let page = call(&state, "GET", "/", None, None).await.text;
+    assert!(page.contains("Native thread"), "{page}");
+    assert!(
+        page.contains("<code>019a7f00-codex-thread</code>"),
+        "{page}"
+    );
+    let session = call(
+        &state,
+        "GET",
+        &format!("/ui/sessions/{}", seg("agent:main:alpha")),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(session.status, StatusCode::OK, "{}", session.text);
+    assert!(
+        session.text.contains("<code>019a7f00-codex-thread</code>"),
+        "{}",
+        session.text
     );
 }
 

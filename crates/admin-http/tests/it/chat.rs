@@ -1,43 +1,11 @@
-//! `tether chat` against the real Codex app-server (pinned, `cargo xtask codex-install`) and a
-//! loopback model server that answers every Responses-API request with one assistant message.
+//! `tether chat` against the real Codex app-server (pinned, `cargo xtask codex-install`) and the
+//! scripted model server of `tether-codex`.
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
-use axum::routing::post;
-use serde_json::json;
 use tether_codex::locate::locate_codex_binary;
-
-async fn answer(State(count): State<Arc<AtomicUsize>>) -> impl IntoResponse {
-    let n = count.fetch_add(1, Ordering::SeqCst) + 1;
-    let events = [
-        json!({ "type": "response.created", "response": { "id": format!("r{n}") } }),
-        json!({ "type": "response.output_item.done", "item": {
-            "type": "message", "role": "assistant", "id": format!("m{n}"),
-            "content": [{ "type": "output_text", "text": format!("Scripted answer {n}.") }]
-        }}),
-        json!({ "type": "response.completed", "response": { "id": format!("r{n}"), "usage": {
-            "input_tokens": 1, "input_tokens_details": null, "output_tokens": 1,
-            "output_tokens_details": null, "total_tokens": 2
-        }}}),
-    ];
-    let body: String = events
-        .iter()
-        .map(|e| {
-            format!(
-                "event: {}\ndata: {e}\n\n",
-                e["type"].as_str().unwrap_or_default()
-            )
-        })
-        .collect();
-    ([(header::CONTENT_TYPE, "text/event-stream")], body)
-}
+use tether_codex::scripted::{ModelServer, Step};
 
 #[allow(clippy::print_stderr)]
 #[tokio::test(flavor = "multi_thread")]
@@ -52,19 +20,15 @@ async fn codex_e2e_tether_chat_runs_a_turn_then_resumes_the_thread() {
         eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
         return;
     };
-    let count = Arc::new(AtomicUsize::new(0));
-    let app = Router::new()
-        .route("/v1/responses", post(answer))
-        .with_state(count.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-
+    let model = ModelServer::start(vec![
+        Step::Reply("Scripted answer 1."),
+        Step::Reply("Scripted answer 2."),
+    ])
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("chat.db").display());
-    let provider = format!("http://{addr}/v1");
+    let provider = model.base_url();
     let run = |message: &str| {
         Command::new(env!("CARGO_BIN_EXE_tether"))
             .args([

@@ -4,6 +4,7 @@ mod api;
 mod chat;
 mod cli;
 mod console;
+mod demo_codex;
 mod hardening;
 mod robustness;
 mod serve;

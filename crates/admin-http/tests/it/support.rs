@@ -120,6 +120,17 @@ impl Fixture {
     }
 
     pub(crate) async fn bind(&self, key: &BindingKey, lease: Option<(&str, u64)>) {
+        let value = format!("{{\"thread\":\"th-1\",\"api_key\":\"{SECRET}\"}}").into_bytes();
+        self.bind_value(key, value, lease).await;
+    }
+
+    /// Writes `value` at `key` (in [`NS`]), with a lease `(holder, seconds)` when given.
+    pub(crate) async fn bind_value(
+        &self,
+        key: &BindingKey,
+        value: Vec<u8>,
+        lease: Option<(&str, u64)>,
+    ) {
         let seen = self.store.observe(&ns(), key).await.unwrap();
         let now = tether_core::Clock::now(&*self.clock);
         let outcome = self
@@ -130,8 +141,7 @@ impl Fixture {
                 &seen.comparison,
                 Intent::Set {
                     row: RowWrite {
-                        value: format!("{{\"thread\":\"th-1\",\"api_key\":\"{SECRET}\"}}")
-                            .into_bytes(),
+                        value,
                         lease: lease.map(|(holder, secs)| LeaseWrite {
                             token: LeaseToken::new(format!("tok-{}", now.as_millis())).unwrap(),
                             expires_at: now + Duration::from_secs(secs),

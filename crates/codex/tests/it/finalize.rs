@@ -20,17 +20,13 @@ use tether_finalizer::{
 };
 
 use crate::host::{AGENT, SESSION_ID, World, attempt, codex_binary, session_key};
-use crate::model::{ModelServer, Step, mentions};
+use crate::model::{ModelServer, Step, mentions, tool_names};
 
-/// The one tool the pinned Codex still offers under the restricted configuration. A call to it
-/// reaches the runtime as a server request, which is refused and rejects the run.
-const RESIDUAL: &[&str] = &["request_user_input"];
-
-/// Asserts that a finalization request offers no tool beyond [`RESIDUAL`].
+/// Asserts that a finalization request offers the model no tool at all.
 fn assert_tool_free(request: &Value) {
     let offered = tool_names(request);
     assert!(
-        offered.iter().all(|t| RESIDUAL.contains(&t.as_str())),
+        offered.is_empty(),
         "the finalization run offered tools: {offered:?}"
     );
 }
@@ -118,41 +114,6 @@ async fn finalize(
     prepare_terminal_with_settled_turn_finalization(&input)
         .await
         .unwrap()
-}
-
-/// Every tool definition anywhere in a model request (top-level `tools`, tool lists carried
-/// by input items, namespaces), by name.
-fn tool_names(request: &Value) -> Vec<String> {
-    fn tools(list: &Value, out: &mut Vec<String>) {
-        for tool in list.as_array().into_iter().flatten() {
-            out.push(
-                tool["name"]
-                    .as_str()
-                    .or_else(|| tool["type"].as_str())
-                    .unwrap_or("?")
-                    .to_owned(),
-            );
-            tools(&tool["tools"], out);
-        }
-    }
-    fn walk(value: &Value, out: &mut Vec<String>) {
-        match value {
-            Value::Object(map) => {
-                for (key, inner) in map {
-                    if key == "tools" && inner.is_array() {
-                        tools(inner, out);
-                    } else {
-                        walk(inner, out);
-                    }
-                }
-            }
-            Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    walk(request, &mut out);
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,6 +263,19 @@ impl HostTranscript for StoreTranscript {
             )
             .await
     }
+
+    async fn active_idempotency_keys(
+        &self,
+        session: &SessionKey,
+    ) -> Result<Vec<String>, tether_core::Error> {
+        Ok(self
+            .store
+            .active_path(session)
+            .await?
+            .into_iter()
+            .filter_map(|entry| entry.idempotency_key)
+            .collect())
+    }
 }
 
 /// Host tools: `lookup` and `read` succeed, `write` starts and fails, `deploy` is refused by a

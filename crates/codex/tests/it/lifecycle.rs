@@ -13,7 +13,7 @@ use tether_harness_sdk::reset::reset_registered_harness_sessions;
 use tether_storage::{CutStatus, TransactionHooks, TranscriptRole};
 
 use crate::host::{AGENT, Host, SESSION_ID, World, attempt, attempt_in, codex_binary, session_key};
-use crate::model::{ModelServer, Step, mentions};
+use crate::model::{ModelServer, Step, mentions, tool_names};
 
 async fn world(script: Vec<Step>) -> Option<(World, ModelServer)> {
     let binary = codex_binary()?;
@@ -97,7 +97,13 @@ async fn codex_e2e_deletion_commits_binding_with_session_then_deletes_thread() {
             .is_none()
     );
     // After the COMMIT the Codex thread was deleted.
-    assert!(host.harness.pending_native_cleanup().is_empty());
+    assert!(
+        host.harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let read = read_thread(&host, &thread).await;
     assert!(
         read.is_err(),
@@ -143,7 +149,13 @@ async fn codex_e2e_deletion_fault_before_commit_rolls_back_and_thread_resumes() 
             .as_ref(),
         Some(&first.thread_id)
     );
-    assert!(host.harness.pending_native_cleanup().is_empty());
+    assert!(
+        host.harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let second = host
         .harness
         .run_turn(TurnRequest::new(attempt(
@@ -193,7 +205,7 @@ async fn codex_e2e_deletion_fault_after_commit_never_resurrects() {
     );
     // The committed deletion still cleaned the thread up; nothing is restored by a retry.
     assert!(read_thread(&host, &thread).await.is_err());
-    assert_eq!(host.harness.retry_native_cleanup().await, 0);
+    assert_eq!(host.harness.retry_native_cleanup().await.unwrap(), 0);
     assert!(
         host.harness
             .bound_thread(&attempt(&key, "run-1", ""))
@@ -218,7 +230,13 @@ async fn codex_e2e_deletion_fault_after_commit_never_resurrects() {
         ),
         "{revived:?}"
     );
-    assert_eq!(model.requests().len(), 1);
+    let requests = model.requests();
+    assert_eq!(
+        requests.len(),
+        1,
+        "a later request reached the model: {:?}",
+        requests.get(1).map(|r| r["input"].to_string())
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -249,17 +267,41 @@ async fn codex_e2e_deletion_cleanup_refused_elsewhere_is_kept_for_retry() {
 
     // Codex refused the delete (A's process is the thread's writer): the cleanup is logged
     // and kept, the deletion stays committed.
-    let pending = host_b.harness.pending_native_cleanup();
+    let pending = host_b.harness.pending_native_cleanup().await.unwrap();
     assert_eq!(pending.len(), 1, "{pending:?}");
     assert_eq!(pending[0].thread_id, thread);
     assert_eq!(pending[0].action, NativeCleanup::Delete);
-    assert!(pending[0].error.contains("another app-server process"));
+    assert!(
+        pending[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("another app-server process")),
+        "{pending:?}"
+    );
     // A retry while A still holds it fails again and keeps it.
-    assert_eq!(host_b.harness.retry_native_cleanup().await, 1);
-    // Once A's process is gone the retry deletes it; the binding never came back.
+    assert_eq!(host_b.harness.retry_native_cleanup().await.unwrap(), 1);
+
+    // Host B restarts: the due cleanup is in the shared store, not in B's memory, so the new
+    // harness instance finds it.
+    host_b.server.shutdown().await;
+    drop(host_b);
+    let host_b = world.host("host-b-restarted", LeaseConfig::default()).await;
+    let pending = host_b.harness.pending_native_cleanup().await.unwrap();
+    assert_eq!(pending.len(), 1, "{pending:?}");
+    assert_eq!(pending[0].thread_id, thread);
+    // Once A's process is gone the new instance's retry deletes it; the binding never came
+    // back.
     host_a.server.shutdown().await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert_eq!(host_b.harness.retry_native_cleanup().await, 0);
+    assert_eq!(host_b.harness.retry_native_cleanup().await.unwrap(), 0);
+    assert!(
+        host_b
+            .harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(read_thread(&host_b, &thread).await.is_err());
     assert!(
         host_b
@@ -406,6 +448,8 @@ async fn codex_e2e_failing_reset_hook_is_logged_once_and_runs_again() {
     }
     let pending: Vec<_> = broken
         .pending_native_cleanup()
+        .await
+        .unwrap()
         .into_iter()
         .map(|p| (p.thread_id, p.action))
         .collect();
@@ -481,13 +525,131 @@ async fn codex_e2e_rewind_invalidates_binding_and_next_turn_lacks_cut_turns() {
         )))
         .await
         .unwrap();
+    // The next turn runs on a fork of the old thread through the kept turn.
     assert!(third.started_thread);
     assert_ne!(third.thread_id, first.thread_id);
+    assert_eq!(third.continued_from.as_ref(), Some(&first.thread_id));
     let requests = model.requests();
     assert_eq!(requests.len(), 3);
+    // The model sees the kept turn, not the cut one, and still gets the host's tools.
+    assert!(mentions(&requests[2], "first question"));
+    assert!(mentions(&requests[2], "First answer."));
     assert!(!mentions(&requests[2], "swordfish"));
     assert!(!mentions(&requests[2], "tell me the password"));
     assert!(mentions(&requests[2], "another question"));
+    assert_eq!(tool_names(&requests[2]), tool_names(&requests[0]));
+    assert!(mentions(&requests[2], "Looks a word up."));
+    // The session continues on the fork: the next turn resumes it.
+    assert_eq!(
+        host.harness
+            .bound_thread(&attempt_in(&key, "gen-2", "run-4", ""))
+            .await
+            .unwrap(),
+        Some(third.thread_id.clone())
+    );
+}
+
+/// Rows of the context-reset continuation namespace.
+async fn continuations(host: &Host) -> u64 {
+    tether_core::BindingStore::count(
+        &host.store,
+        &tether_core::Namespace::new(tether_codex::native::CONTINUATION_NAMESPACE).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_reset_or_deletion_after_a_rewind_drops_the_continuation() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("First answer."),
+        Step::Reply("Second answer."),
+        Step::Reply("Fresh answer."),
+        Step::Reply("Solo answer."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("rewind-then-reset");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first question")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "second question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    host.sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[2].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        continuations(&host).await,
+        1,
+        "the rewind left a continuation"
+    );
+
+    // A reset means a fresh start: the continuation goes, the next turn runs on a new thread.
+    let registry = host.registry();
+    let report = reset_registered_harness_sessions(
+        &[&registry],
+        &ResetParams {
+            agent_id: AgentId::new(AGENT).unwrap(),
+            session_id: SessionId::new("gen-2").unwrap(),
+            session_key: Some(key.clone()),
+            reason: ResetReason::Reset,
+            lifecycle_revision: None,
+        },
+    )
+    .await;
+    assert_eq!(report.failures().count(), 0);
+    assert_eq!(continuations(&host).await, 0);
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-2",
+            "run-3",
+            "after reset",
+        )))
+        .await
+        .unwrap();
+    assert!(next.started_thread);
+    assert_eq!(next.continued_from, None);
+    assert_ne!(next.thread_id, first.thread_id);
+    assert!(!mentions(&model.requests()[2], "first question"));
+
+    // A deletion after a rewind (no turn in between, so no binding to release) also drops it.
+    let other = session_key("rewind-then-delete");
+    host.create_session(&other).await;
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&other, "run-4", "solo question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&other).await;
+    host.sessions(TransactionHooks::new())
+        .rewind(
+            &other,
+            transcript[0].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(continuations(&host).await, 1);
+    host.sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&other))
+        .await
+        .unwrap();
+    assert_eq!(continuations(&host).await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -602,7 +764,14 @@ async fn codex_e2e_deletion_with_process_per_turn_cleans_up_on_its_own_process()
         .unwrap();
 
     assert_eq!(deleted, vec![key.clone()]);
-    assert!(host_b.harness.pending_native_cleanup().is_empty());
+    assert!(
+        host_b
+            .harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // The cleanup ran on a process of its own, started for it.
     assert_eq!(host_b.server.starts(), starts_before + 1);
     assert!(read_thread(&host_b, &thread).await.is_err());

@@ -1,187 +1,37 @@
-//! The scripted model server: a loopback Responses-API endpoint (`POST /v1/responses`) that
-//! answers each request with the next step of the test's script as a server-sent-event stream.
+//! The crate's scripted model server (`tether_codex::scripted`), started or the test fails.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::ops::Deref;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use axum::routing::post;
-use serde_json::{Value, json};
-
-/// One scripted model response.
-#[derive(Debug, Clone)]
-pub(crate) enum Step {
-    /// An assistant message.
-    Reply(&'static str),
-    /// Function calls `(call id, tool, arguments)`.
-    Calls(Vec<(&'static str, &'static str, Value)>),
-    /// Holds the request open for this long, then replies.
-    Stall(Duration, &'static str),
-    /// Answers with this HTTP error status.
-    Fail(u16),
-    /// Holds the request open for this long, then calls functions.
-    SlowCalls(Duration, Vec<(&'static str, &'static str, Value)>),
-    /// Completes the response with no output item (the turn ends without assistant text).
-    Silent,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    script: Mutex<Vec<Step>>,
-    requests: Mutex<Vec<Value>>,
-    in_flight: AtomicUsize,
-    max_in_flight: AtomicUsize,
-}
+pub(crate) use tether_codex::scripted::{Step, mentions, tool_names};
 
 /// A running scripted model server.
 #[derive(Debug, Clone)]
-pub(crate) struct ModelServer {
-    inner: Arc<Inner>,
-    addr: SocketAddr,
-}
+pub(crate) struct ModelServer(tether_codex::scripted::ModelServer);
 
 impl ModelServer {
     /// Starts the server on `127.0.0.1:0` with `script`.
     pub(crate) async fn start(script: Vec<Step>) -> Self {
-        let inner = Arc::new(Inner {
-            script: Mutex::new(script),
-            ..Inner::default()
-        });
-        let app = Router::new()
-            .route("/v1/responses", post(respond))
-            .with_state(inner.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Self { inner, addr }
+        Self(
+            tether_codex::scripted::ModelServer::start(script)
+                .await
+                .expect("the scripted model server starts on loopback"),
+        )
     }
 
-    /// The provider base URL (`http://127.0.0.1:PORT/v1`).
-    pub(crate) fn base_url(&self) -> String {
-        format!("http://{}/v1", self.addr)
-    }
-
-    /// Every request body received, in order.
-    pub(crate) fn requests(&self) -> Vec<Value> {
-        self.inner.requests.lock().unwrap().clone()
-    }
-
-    /// The most requests that were ever in flight at once.
-    pub(crate) fn max_in_flight(&self) -> usize {
-        self.inner.max_in_flight.load(Ordering::SeqCst)
-    }
-
-    /// Waits until `n` requests arrived.
+    /// Waits until `n` requests arrived (at most 30 s).
     pub(crate) async fn wait_for_requests(&self, n: usize) {
-        for _ in 0..600 {
-            if self.requests().len() >= n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("the model server never received {n} requests");
+        assert!(
+            self.0.wait_for_requests(n, Duration::from_secs(30)).await,
+            "the model server never received {n} requests"
+        );
     }
 }
 
-/// Whether a request body mentions `needle` anywhere (input items, instructions).
-pub(crate) fn mentions(request: &Value, needle: &str) -> bool {
-    request.to_string().contains(needle)
-}
+impl Deref for ModelServer {
+    type Target = tether_codex::scripted::ModelServer;
 
-async fn respond(State(inner): State<Arc<Inner>>, body: axum::body::Bytes) -> Response {
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let index = {
-        let mut requests = inner.requests.lock().unwrap();
-        requests.push(request);
-        requests.len()
-    };
-    let now = inner.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-    inner.max_in_flight.fetch_max(now, Ordering::SeqCst);
-    let step = {
-        let mut script = inner.script.lock().unwrap();
-        if script.is_empty() {
-            Step::Reply("(the script is exhausted)")
-        } else {
-            script.remove(0)
-        }
-    };
-    if let Step::Fail(status) = step {
-        inner.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        return (status, "scripted failure").into_response();
+    fn deref(&self) -> &Self::Target {
+        &self.0
     }
-    let response_id = format!("resp-{index}");
-    let mut events = vec![json!({ "type": "response.created", "response": { "id": response_id } })];
-    match step {
-        Step::Reply(text) => events.push(message(index, text)),
-        Step::Stall(wait, text) => {
-            tokio::time::sleep(wait).await;
-            events.push(message(index, text));
-        }
-        Step::Fail(_) | Step::Silent => {}
-        Step::Calls(calls) => events.extend(function_calls(calls)),
-        Step::SlowCalls(wait, calls) => {
-            tokio::time::sleep(wait).await;
-            events.extend(function_calls(calls));
-        }
-    }
-    events.push(json!({
-        "type": "response.completed",
-        "response": {
-            "id": response_id,
-            "usage": {
-                "input_tokens": 11, "input_tokens_details": null,
-                "output_tokens": 7, "output_tokens_details": null,
-                "total_tokens": 18
-            }
-        }
-    }));
-    inner.in_flight.fetch_sub(1, Ordering::SeqCst);
-    let mut body = String::new();
-    for event in events {
-        let kind = event["type"].as_str().unwrap_or_default().to_owned();
-        body.push_str(&format!("event: {kind}\ndata: {event}\n\n"));
-    }
-    (
-        StatusCode::OK,
-        [(header::CONTENT_TYPE, "text/event-stream")],
-        body,
-    )
-        .into_response()
-}
-
-fn message(index: usize, text: &str) -> Value {
-    json!({
-        "type": "response.output_item.done",
-        "item": {
-            "type": "message",
-            "role": "assistant",
-            "id": format!("msg-{index}"),
-            "content": [{ "type": "output_text", "text": text }]
-        }
-    })
-}
-
-fn function_calls(calls: Vec<(&'static str, &'static str, Value)>) -> Vec<Value> {
-    calls
-        .into_iter()
-        .map(|(call_id, name, arguments)| {
-            json!({
-                "type": "response.output_item.done",
-                "item": {
-                    "type": "function_call",
-                    "call_id": call_id,
-                    "name": name,
-                    "arguments": arguments.to_string(),
-                }
-            })
-        })
-        .collect()
 }

@@ -78,6 +78,9 @@ fn response_schema(method_name: &str) -> &'static str {
         method::THREAD_COMPACT_START => "v2/ThreadCompactStartResponse.json",
         method::THREAD_INJECT_ITEMS => "v2/ThreadInjectItemsResponse.json",
         method::THREAD_READ => "v2/ThreadReadResponse.json",
+        method::THREAD_FORK => "v2/ThreadForkResponse.json",
+        method::THREAD_TURNS_LIST => "v2/ThreadTurnsListResponse.json",
+        method::THREAD_UNARCHIVE => "v2/ThreadUnarchiveResponse.json",
         other => panic!("no response schema mapped for `{other}`: add it here"),
     }
 }
@@ -238,8 +241,8 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
     let key = session_key("schema-lifecycle");
     host.create_session(&key).await;
 
-    // A turn, a compaction, a tool-only turn and its finalization run, a reset (archive) and
-    // a deletion (delete).
+    // A turn, a compaction, a tool-only turn and its finalization run, a reset (archive), a
+    // rewind and the turn after it (turns list, unarchive, fork) and a deletion (delete).
     host.harness
         .run_turn(TurnRequest::new(attempt(&key, "run-1", "one")))
         .await
@@ -285,6 +288,32 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
         .run_turn(TurnRequest::new(attempt(&key, "run-3", "again")))
         .await
         .ok();
+    // A rewind to before "again": the next turn continues on a fork of the kept turns (of the
+    // thread the reset archived, brought back for the fork).
+    let transcript = host.store.active_path(&key).await.unwrap();
+    let again = transcript
+        .iter()
+        .find(|e| e.content == "again")
+        .expect("the user entry of run-3");
+    host.sessions(tether_storage::TransactionHooks::new())
+        .rewind(
+            &key,
+            again.anchor.clone(),
+            tether_core::SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    let forked = host
+        .harness
+        .run_turn(TurnRequest::new(crate::host::attempt_in(
+            &key,
+            "gen-2",
+            "run-4",
+            "after the rewind",
+        )))
+        .await
+        .unwrap();
+    assert!(forked.continued_from.is_some());
     host.sessions(tether_storage::TransactionHooks::new())
         .delete_sessions(std::slice::from_ref(&key))
         .await
@@ -301,6 +330,12 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
         "ServerResponse thread/archive",
         "ClientRequest thread/delete",
         "ServerResponse thread/delete",
+        "ClientRequest thread/turns/list",
+        "ServerResponse thread/turns/list",
+        "ClientRequest thread/unarchive",
+        "ServerResponse thread/unarchive",
+        "ClientRequest thread/fork",
+        "ServerResponse thread/fork",
     ] {
         assert!(
             seen.contains_key(expected),
