@@ -160,3 +160,19 @@ mod tests {
         assert_eq!(reason(" why ").unwrap(), "why");
     }
 }
+
+/// The path of one binding row (`…/{namespace}/…/{key}`): the one place its OpenAPI
+/// patterns are written. The routes check the values with the id rules of `tether-core`;
+/// the patterns say the same for API clients.
+#[derive(Debug, Clone, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct BindingPath {
+    /// The binding namespace.
+    #[param(pattern = "^[A-Za-z0-9._-]{1,128}$")]
+    pub namespace: String,
+    /// The binding key, e.g. `session:<agent>:<session id>`.
+    #[param(
+        pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"
+    )]
+    pub key: String,
+}

@@ -14,7 +14,8 @@ use crate::dto::{
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
 use crate::params::{
-    ApiJson, ApiQuery, cursor, decode_cursor, encode_cursor, page_size, parse_id, reason,
+    ApiJson, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size, parse_id,
+    reason,
 };
 use crate::state::{AppState, Counters};
 
@@ -119,10 +120,7 @@ pub async fn list_leases(
     get,
     path = "/v1/namespaces/{namespace}/bindings/{key}",
     tag = "bindings",
-    params(
-        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
-        ("key" = String, Path, description = "The binding key, e.g. session:<agent>:<session id>", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
-    ),
+    params(BindingPath),
     responses(
         (status = 200, description = "The binding row with its lease history", body = BindingDetail),
         DetailErrors,
@@ -131,7 +129,7 @@ pub async fn list_leases(
 pub async fn get_binding(
     _: ReadAccess,
     State(state): State<AppState>,
-    Path((namespace, key)): Path<(String, String)>,
+    Path(BindingPath { namespace, key }): Path<BindingPath>,
 ) -> Result<Json<BindingDetail>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let store = state.store()?;
@@ -207,10 +205,7 @@ pub(crate) fn decode_seq_cursor(token: &str) -> Result<u64, ApiError> {
     post,
     path = "/v1/namespaces/{namespace}/bindings/{key}/expire-lease",
     tag = "actions",
-    params(
-        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
-        ("key" = String, Path, description = "The binding key", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
-    ),
+    params(BindingPath),
     request_body = ExpireLeaseBody,
     responses(
         (status = 200, description = "The lease was expired", body = ActionResult),
@@ -221,7 +216,7 @@ pub(crate) fn decode_seq_cursor(token: &str) -> Result<u64, ApiError> {
 pub async fn expire_lease(
     access: AdminAccess,
     State(state): State<AppState>,
-    Path((namespace, key)): Path<(String, String)>,
+    Path(BindingPath { namespace, key }): Path<BindingPath>,
     ApiJson(body): ApiJson<ExpireLeaseBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;

@@ -10,7 +10,9 @@ use crate::dto::{
     ActionResult, BindingBody, QuarantineBody, QuarantineDetail, QuarantinePageBody, ReasonBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
-use crate::params::{ApiJson, ApiQuery, cursor, decode_cursor, encode_cursor, page_size, reason};
+use crate::params::{
+    ApiJson, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size, reason,
+};
 use crate::routes::bindings::{EventQuery, parse_ns_key};
 use crate::state::{AppState, Counters};
 
@@ -70,10 +72,7 @@ fn decode_quarantine_cursor(token: &str) -> Result<QuarantineCursor, ApiError> {
     get,
     path = "/v1/quarantine/{namespace}/{key}",
     tag = "quarantine",
-    params(
-        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
-        ("key" = String, Path, description = "The quarantined key", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
-    ),
+    params(BindingPath),
     responses(
         (status = 200, description = "The quarantine record", body = QuarantineDetail),
         DetailErrors,
@@ -82,7 +81,7 @@ fn decode_quarantine_cursor(token: &str) -> Result<QuarantineCursor, ApiError> {
 pub async fn get_quarantine(
     _: ReadAccess,
     State(state): State<AppState>,
-    Path((namespace, key)): Path<(String, String)>,
+    Path(BindingPath { namespace, key }): Path<BindingPath>,
 ) -> Result<Json<QuarantineDetail>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let store = state.store()?;
@@ -102,10 +101,7 @@ pub async fn get_quarantine(
     post,
     path = "/v1/quarantine/{namespace}/{key}/release",
     tag = "actions",
-    params(
-        ("namespace" = String, Path, description = "The binding namespace", pattern = "^[A-Za-z0-9._-]{1,128}$"),
-        ("key" = String, Path, description = "The quarantined key", pattern = "^(session:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*|session-key:[^:\\u0000-\\u001f\\u007f-\\u009f]*[^:\\s\\u0000-\\u001f\\u007f-\\u009f][^:\\u0000-\\u001f\\u007f-\\u009f]*:[A-Za-z0-9_-]{43}|conversation:[^\\u0000-\\u001f\\u007f-\\u009f]*[^\\s\\u0000-\\u001f\\u007f-\\u009f][^\\u0000-\\u001f\\u007f-\\u009f]*)$"),
-    ),
+    params(BindingPath),
     request_body = ReasonBody,
     responses(
         (status = 200, description = "The key is released", body = ActionResult),
@@ -116,7 +112,7 @@ pub async fn get_quarantine(
 pub async fn release_quarantine(
     access: AdminAccess,
     State(state): State<AppState>,
-    Path((namespace, key)): Path<(String, String)>,
+    Path(BindingPath { namespace, key }): Path<BindingPath>,
     ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
