@@ -187,10 +187,7 @@ pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
 /// `tether demo`: drives the example harness through the real APIs to populate the database.
 pub async fn demo(database_url: &str) -> Result<(), CommandError> {
     let store = open_store(database_url, Open::CreateAndMigrate).await?;
-    let bar = ProgressBar::new(tether_example_harness::demo::STEPS);
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
-        bar.set_style(style);
-    }
+    let bar = demo_progress(tether_example_harness::demo::STEPS);
     let summary = tether_example_harness::demo::populate(store, &|step: &str| {
         bar.set_message(step.to_owned());
         bar.inc(1);
@@ -221,6 +218,15 @@ pub async fn demo(database_url: &str) -> Result<(), CommandError> {
     Ok(())
 }
 
+/// The progress bar of a demo of `steps` steps.
+fn demo_progress(steps: u64) -> ProgressBar {
+    let bar = ProgressBar::new(steps);
+    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
+        bar.set_style(style);
+    }
+    bar
+}
+
 /// `tether demo --codex`: drives the real Codex app-server with the scripted model server to
 /// populate the database (see [`crate::codex_demo`]). Fails before touching the database when
 /// no Codex binary is found.
@@ -232,10 +238,7 @@ pub async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
         code: EXIT_USAGE,
     })?;
     let store = open_store(database_url, Open::CreateAndMigrate).await?;
-    let bar = ProgressBar::new(crate::codex_demo::STEPS);
-    if let Ok(style) = ProgressStyle::with_template("{bar:30} {pos}/{len} {wide_msg}") {
-        bar.set_style(style);
-    }
+    let bar = demo_progress(crate::codex_demo::STEPS);
     let summary = crate::codex_demo::populate(store, &codex, &|step: &str| {
         bar.set_message(step.to_owned());
         bar.inc(1);
