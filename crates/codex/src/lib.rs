@@ -60,6 +60,7 @@ pub mod host;
 pub mod ids;
 pub mod locate;
 pub mod native;
+pub mod prelude;
 pub mod protocol;
 #[cfg(feature = "scripted-model")]
 pub mod scripted;
