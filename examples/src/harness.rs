@@ -8,19 +8,24 @@ use std::time::Duration;
 
 use tether_core::{
     AgentHarness, AgentId, ApplyOutcome, BindingStore as _, Error, HarnessId, HostSessionEntry,
-    Intent, LeaseToken, LeaseWrite, Namespace, RowWrite, SessionId, SessionKey, admit_all,
+    Intent, LeaseToken, LeaseWrite, Namespace, RowWrite, SessionId, SessionKey, ToolErrorSummary,
+    admit_all,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
 };
 use tether_harness_sdk::generation::GenerationAuthority;
 use tether_harness_sdk::hooks::ThreadBindingHarness;
+use tether_harness_sdk::results::sanitize::sanitize_tool_args;
+use tether_harness_sdk::results::terminal::{
+    FingerprintIdentity, ToolTerminalObservation, terminal_outcome_accumulator,
+};
 use tether_storage::{
     ActiveRuns, CutStatus, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry,
     Store, TranscriptRole,
 };
 
-use crate::runtime::{SimulatedRuntime, ToolRun};
+use crate::runtime::{SimulatedRuntime, ToolOutcome, ToolRun};
 
 /// The binding namespace of the example harness.
 pub const NAMESPACE: &str = "example-threads";
@@ -42,6 +47,9 @@ pub struct TurnReport {
     pub lease_epoch: u64,
     /// The tool the turn ran, with its terminal outcome.
     pub tool: Option<ToolRun>,
+    /// The turn's unresolved tool failure, as the SDK's terminal-outcome accumulator reports
+    /// it (what a host puts into the attempt result's `last_tool_error`).
+    pub last_tool_error: Option<ToolErrorSummary>,
     /// For a turn that ran a tool: how its settled-turn finalization ended.
     pub finalization: Option<Finalization>,
     /// The assistant's reply.
@@ -196,7 +204,32 @@ impl ExampleHarness {
                 })?;
                 let mut answer = reply.text.clone();
                 let mut finalization = None;
+                // Every tool call's terminal outcome goes to the run's accumulator, which
+                // keeps an unresolved failure until a later call resolves it.
+                let (mut outcomes, _host_facts) = terminal_outcome_accumulator(
+                    format!("{key}:{turn}"),
+                    Arc::new(FingerprintIdentity),
+                );
                 if let Some(tool) = &reply.tool {
+                    let arguments = serde_json::json!({"command": text});
+                    let call_id = format!("{thread_id}:{turn}:call");
+                    let observation = match tool.outcome {
+                        ToolOutcome::Succeeded => {
+                            ToolTerminalObservation::success(&tool.name, arguments.clone())
+                        }
+                        ToolOutcome::Failed => ToolTerminalObservation::failure(
+                            &tool.name,
+                            arguments.clone(),
+                            &tool.output,
+                        ),
+                    };
+                    outcomes.observe(&observation.with_call_id(call_id));
+                    tracing::info!(
+                        tool = %tool.name,
+                        outcome = tool.outcome.as_str(),
+                        arguments = %sanitize_tool_args(&arguments),
+                        "tool call settled"
+                    );
                     let report = format!(
                         "tool {} {}: {}",
                         tool.name,
@@ -224,6 +257,7 @@ impl ExampleHarness {
                     started_thread,
                     lease_epoch: lease.epoch().get(),
                     tool: reply.tool,
+                    last_tool_error: outcomes.last_tool_error(),
                     finalization,
                     reply: answer,
                 })

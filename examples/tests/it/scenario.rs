@@ -28,10 +28,25 @@ async fn turns_hold_the_lease_reuse_the_thread_and_mirror_the_transcript() {
         .unwrap();
     let first = harness.run_turn(&key, 1, "hello").await.unwrap();
     assert!(first.started_thread);
+    assert!(first.last_tool_error.is_none(), "no tool ran");
     let second = harness.run_turn(&key, 2, "run make fail").await.unwrap();
     assert!(!second.started_thread, "the bound native thread is resumed");
     assert_eq!(second.thread_id, first.thread_id);
-    assert_eq!(second.tool.unwrap().outcome, ToolOutcome::Failed);
+    assert_eq!(second.tool.as_ref().unwrap().outcome, ToolOutcome::Failed);
+    // The failed call is reported through the terminal-outcome accumulator.
+    let error = second
+        .last_tool_error
+        .clone()
+        .expect("an unresolved failure");
+    assert_eq!(error.tool_name, "shell");
+    assert!(
+        error
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("exited with status 1")
+    );
+
     assert!(
         second.lease_epoch > first.lease_epoch,
         "each turn holds a fresh lease"
@@ -73,6 +88,10 @@ async fn turns_hold_the_lease_reuse_the_thread_and_mirror_the_transcript() {
     let rows = store.session_bindings(&entry).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert!(rows[0].live_lease(store.clock().now()).is_none());
+    // A turn whose tool succeeded reports no failure.
+    let fine = harness.run_turn(&key, 9, "run make").await.unwrap();
+    assert_eq!(fine.tool.unwrap().outcome, ToolOutcome::Succeeded);
+    assert!(fine.last_tool_error.is_none());
 }
 
 #[tokio::test]
