@@ -1,4 +1,5 @@
-//! The binding-record, quarantine and admin contracts on the SQL store.
+//! The binding-record contract on the SQL store: reads, compare-and-swap writes, the observed
+//! single-statement path, leases and their events.
 
 use std::time::{Duration, Instant};
 
@@ -7,13 +8,11 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Valu
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
     Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
-    ObservedOutcome, QuarantineEntry, QuarantineStore, Revision, RowPredicate, RowWrite, StoredRow,
-    Timestamp,
+    ObservedOutcome, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
 use super::{End, Store, db_error, micros, to_i64};
-use crate::admin::StoreAdmin;
-use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
+use crate::events::{LeaseEventKind, PendingEvent};
 use crate::plan;
 
 /// The placeholder of a lease epoch that the single-statement path counts up in SQL.
@@ -128,7 +127,7 @@ async fn observed_statement(
 }
 
 impl Store {
-    fn now(&self) -> Timestamp {
+    pub(super) fn now(&self) -> Timestamp {
         self.inner.clock.now()
     }
 
@@ -227,7 +226,7 @@ impl Store {
         Ok(u64::try_from(n).unwrap_or(0))
     }
 
-    async fn insert_event(
+    pub(super) async fn insert_event(
         &self,
         tx: &DatabaseTransaction,
         ns: &Namespace,
@@ -973,183 +972,6 @@ impl BindingStore for Store {
     }
 }
 
-pub(crate) fn decode_quarantine(r: &QueryResult) -> Result<QuarantineEntry, Error> {
-    let ns: String = r.try_get("", "namespace").map_err(db_error)?;
-    let key: String = r.try_get("", "key").map_err(db_error)?;
-    Ok(QuarantineEntry {
-        namespace: Namespace::new(ns)?,
-        key: BindingKey::parse(&key)?,
-        reason: r.try_get("", "reason").map_err(db_error)?,
-        custody: r.try_get("", "custody").map_err(db_error)?,
-        quarantined_at: Timestamp::from_millis(r.try_get("", "quarantined_at").map_err(db_error)?),
-    })
-}
-
-#[async_trait]
-impl QuarantineStore for Store {
-    async fn quarantine(&self, entry: QuarantineEntry) -> Result<(), Error> {
-        plan::check_quarantine(&entry)?;
-        let tx = self.begin_write().await?;
-        let result = tx
-            .execute_raw(self.stmt(
-                "INSERT INTO quarantined_keys (namespace, key, reason, custody, quarantined_at) \
-             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (namespace, key) DO NOTHING",
-                vec![
-                    entry.namespace.as_str().into(),
-                    entry.key.as_str().into(),
-                    entry.reason.into(),
-                    Value::from(entry.custody),
-                    entry.quarantined_at.as_millis().into(),
-                ],
-            ))
-            .await
-            .map(|_| ((), End::Commit))
-            .map_err(db_error);
-        self.finish(tx, result).await
-    }
-
-    async fn quarantined(
-        &self,
-        ns: &Namespace,
-        key: &BindingKey,
-    ) -> Result<Option<QuarantineEntry>, Error> {
-        let found = self
-            .inner
-            .db
-            .query_one_raw(self.stmt(
-                "SELECT namespace, key, reason, custody, quarantined_at FROM quarantined_keys \
-                 WHERE namespace = $1 AND key = $2",
-                vec![ns.as_str().into(), key.as_str().into()],
-            ))
-            .await
-            .map_err(db_error)?;
-        found.as_ref().map(decode_quarantine).transpose()
-    }
-
-    async fn release_quarantine(
-        &self,
-        ns: &Namespace,
-        key: &BindingKey,
-        operator_reason: &str,
-    ) -> Result<bool, Error> {
-        tether_core::text::check_reason("operator reason", operator_reason)?;
-        let tx = self.begin_write().await?;
-        let result = tx
-            .execute_raw(self.stmt(
-                "DELETE FROM quarantined_keys WHERE namespace = $1 AND key = $2",
-                vec![ns.as_str().into(), key.as_str().into()],
-            ))
-            .await
-            .map(|r| (r.rows_affected(), End::Commit))
-            .map_err(db_error);
-        let affected = self.finish(tx, result).await?;
-        tracing::info!(namespace = %ns, key = %key, operator_reason, released = affected > 0, "quarantine released");
-        Ok(affected > 0)
-    }
-}
-
-#[async_trait]
-impl StoreAdmin for Store {
-    async fn lease_events(&self, query: &LeaseEventQuery) -> Result<Vec<LeaseEvent>, Error> {
-        let rows = self
-            .inner
-            .db
-            .query_all_raw(self.stmt(
-                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
-                 FROM lease_events WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
-                 AND id > $3 ORDER BY id LIMIT $4",
-                vec![
-                    Value::from(query.namespace.as_ref().map(|n| n.as_str().to_owned())),
-                    Value::from(query.key.as_ref().map(|k| k.as_str().to_owned())),
-                    to_i64(query.after.unwrap_or(0)).into(),
-                    to_i64(query.limit as u64).into(),
-                ],
-            ))
-            .await
-            .map_err(db_error)?;
-        rows.iter().map(super::admin_read::decode_event).collect()
-    }
-
-    async fn sweep_expired(&self, limit: usize) -> Result<usize, Error> {
-        let tx = self.begin_write().await?;
-        let result = self.sweep_in(&tx, limit).await.map(|n| (n, End::Commit));
-        self.finish(tx, result).await
-    }
-
-    async fn prune_lease_events(&self, before: Timestamp) -> Result<u64, Error> {
-        let tx = self.begin_write().await?;
-        let result = tx
-            .execute_raw(self.stmt(
-                "DELETE FROM lease_events WHERE at < $1",
-                vec![before.as_millis().into()],
-            ))
-            .await
-            .map(|r| (r.rows_affected(), End::Commit))
-            .map_err(db_error);
-        self.finish(tx, result).await
-    }
-
-    async fn quarantined_keys(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
-        self.quarantined_keys_in(limit).await
-    }
-}
-
-impl Store {
-    async fn sweep_in(&self, tx: &DatabaseTransaction, limit: usize) -> Result<usize, Error> {
-        let now = self.now();
-        let removed = tx
-            .query_all_raw(self.stmt(
-                "DELETE FROM binding_records WHERE (namespace, key) IN (\
-                   SELECT namespace, key FROM binding_records \
-                   WHERE expires_at IS NOT NULL AND expires_at <= $1 ORDER BY expires_at LIMIT $2) \
-                 RETURNING namespace, key, lease_token, lease_epoch, holder",
-                vec![now.as_millis().into(), to_i64(limit as u64).into()],
-            ))
-            .await
-            .map_err(db_error)?;
-        for r in &removed {
-            let token: Option<String> = r.try_get("", "lease_token").map_err(db_error)?;
-            let Some(token) = token else { continue };
-            let ns: String = r.try_get("", "namespace").map_err(db_error)?;
-            let key: String = r.try_get("", "key").map_err(db_error)?;
-            let epoch: Option<i64> = r.try_get("", "lease_epoch").map_err(db_error)?;
-            let event = PendingEvent {
-                kind: LeaseEventKind::Expired,
-                epoch: epoch
-                    .and_then(|e| u64::try_from(e).ok())
-                    .map(LeaseEpoch::new),
-                token_prefix: Some(token.chars().take(8).collect()),
-                other_token_prefix: None,
-                holder: r.try_get("", "holder").map_err(db_error)?,
-            };
-            self.insert_event(
-                tx,
-                &Namespace::new(ns)?,
-                &BindingKey::parse(&key)?,
-                now,
-                Some(event),
-                None,
-            )
-            .await?;
-        }
-        Ok(removed.len())
-    }
-
-    async fn quarantined_keys_in(&self, limit: usize) -> Result<Vec<QuarantineEntry>, Error> {
-        let rows = self
-            .inner
-            .db
-            .query_all_raw(self.stmt(
-                "SELECT namespace, key, reason, custody, quarantined_at FROM quarantined_keys \
-                 ORDER BY quarantined_at, namespace, key LIMIT $1",
-                vec![to_i64(limit as u64).into()],
-            ))
-            .await
-            .map_err(db_error)?;
-        rows.iter().map(decode_quarantine).collect()
-    }
-}
-
 #[cfg(test)]
 mod epoch_parts_tests {
     use super::epoch_parts;
@@ -1175,6 +997,8 @@ mod tests {
 
     use super::*;
     use crate::StoreOptions;
+    use crate::admin::StoreAdmin as _;
+    use crate::events::LeaseEventQuery;
 
     fn write(value: &str, token: &str, expires_at: i64) -> RowWrite {
         RowWrite {

@@ -22,6 +22,8 @@ mod clock;
 mod commit;
 mod group;
 mod host;
+mod maintenance;
+mod quarantine;
 mod renew;
 mod row_tx;
 

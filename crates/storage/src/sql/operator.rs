@@ -6,7 +6,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult, Value};
 use tether_core::{BindingKey, Error, Namespace, QuarantineEntry, Timestamp, text};
 
 use super::admin_read::decode_event;
-use super::binding::decode_quarantine;
+use super::quarantine::decode_quarantine;
 use super::{End, Store, db_error, to_i64};
 use crate::events::LeaseEvent;
 use crate::transcript::FinalizationOutcome;
