@@ -1,19 +1,17 @@
-//! Operator reads and actions on the SQL store, for the admin service.
+//! Operator reads on the SQL store, for the admin service (the writes are in `actions.rs`).
 //!
 //! These queries read binding rows **without requiring the namespace to be registered** in this
 //! process: the admin process does not run the harnesses that registered them, so it reads
-//! `binding_records` directly by namespace and key. Writes here (force-expiring a lease,
-//! removing a deleted session's binding rows) are guarded by the row's revision like every
-//! other write, and record lease events.
+//! `binding_records` directly by namespace and key.
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Value};
 use tether_core::{
     AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
     Namespace, Revision, SessionKey, StoredRow, Timestamp,
 };
 
 use super::host::{HostEntryColumns, host_entry_from_columns};
-use super::{End, Store, corrupt, db_error, micros, to_i64};
+use super::{Store, corrupt, db_error, micros, to_i64};
 use crate::events::{LeaseEvent, LeaseEventKind};
 use crate::plan;
 
@@ -86,37 +84,10 @@ pub struct NamespaceSummary {
     pub leased: u64,
 }
 
-/// What [`Store::force_expire_lease`] did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ForceExpireOutcome {
-    /// The lease was removed and the epoch floor bumped: the old holder's next conditional
-    /// write is fenced and the next acquisition gets a larger epoch.
-    Expired {
-        /// The epoch of the removed lease.
-        previous_epoch: LeaseEpoch,
-        /// The holder label of the removed lease.
-        previous_holder: Option<String>,
-        /// The row's revision after the change.
-        revision: Revision,
-    },
-    /// No live row exists at that namespace and key.
-    Missing,
-    /// The row carries no live lease.
-    NoLease,
-    /// The live lease has another epoch than the one the operator saw.
-    EpochMismatch {
-        /// The current epoch.
-        current: LeaseEpoch,
-    },
-    /// A concurrent writer changed the row between the read and the guarded update.
-    Conflict,
-}
-
-const RECORD_COLUMNS: &str = "namespace, key, value, revision, lease_token, lease_epoch, \
+pub(super) const RECORD_COLUMNS: &str = "namespace, key, value, revision, lease_token, lease_epoch, \
      lease_expires_at, lease_acquired_at, lease_renewed_at, holder, created_at, expires_at";
 
-fn decode_record(r: &QueryResult) -> Result<BindingRecord, Error> {
+pub(super) fn decode_record(r: &QueryResult) -> Result<BindingRecord, Error> {
     let ns: String = r.try_get("", "namespace").map_err(db_error)?;
     let key: String = r.try_get("", "key").map_err(db_error)?;
     let namespace = Namespace::new(ns)?;
@@ -598,171 +569,6 @@ impl Store {
             u64::try_from(sessions).unwrap_or(0),
             u64::try_from(quarantined).unwrap_or(0),
         ))
-    }
-
-    /// Removes the live lease of `ns`/`key` for an operator: a guarded update (same revision)
-    /// clears the lease, bumps the row's epoch floor (so the next acquisition's epoch is larger
-    /// than any the old holder saw) and the revision (so the old holder's next conditional
-    /// write is fenced), and records an `expired` lease event. With `expected_epoch`, only that
-    /// lease is expired.
-    #[tracing::instrument(level = "info", skip(self))]
-    pub async fn force_expire_lease(
-        &self,
-        ns: &Namespace,
-        key: &BindingKey,
-        expected_epoch: Option<LeaseEpoch>,
-    ) -> Result<ForceExpireOutcome, Error> {
-        let tx = self.begin_write().await?;
-        let result = self.force_expire_in(&tx, ns, key, expected_epoch).await;
-        self.finish(tx, result).await
-    }
-
-    async fn force_expire_in(
-        &self,
-        tx: &DatabaseTransaction,
-        ns: &Namespace,
-        key: &BindingKey,
-        expected_epoch: Option<LeaseEpoch>,
-    ) -> Result<(ForceExpireOutcome, End), Error> {
-        let now = self.inner.clock.now();
-        let Some(physical) = self
-            .physical(tx, ns, key)
-            .await?
-            .filter(|p| plan::row_is_live(&p.row, now))
-        else {
-            return Ok((ForceExpireOutcome::Missing, End::Rollback));
-        };
-        let Some(lease) = physical.row.lease.clone().filter(|l| l.expires_at > now) else {
-            return Ok((ForceExpireOutcome::NoLease, End::Rollback));
-        };
-        if let Some(expected) = expected_epoch
-            && expected != lease.epoch
-        {
-            return Ok((
-                ForceExpireOutcome::EpochMismatch {
-                    current: lease.epoch,
-                },
-                End::Rollback,
-            ));
-        }
-        let revision = physical.row.revision.next();
-        let floor = physical
-            .epoch_floor
-            .max(lease.epoch.get())
-            .saturating_add(1);
-        let affected = tx
-            .execute_raw(self.stmt(
-                "UPDATE binding_records SET lease_token = NULL, lease_expires_at = NULL, \
-                 lease_acquired_at = NULL, lease_renewed_at = NULL, holder = NULL, \
-                 lease_epoch = $3, revision = $4 \
-                 WHERE namespace = $1 AND key = $2 AND revision = $5 AND lease_token IS NOT NULL",
-                vec![
-                    ns.as_str().into(),
-                    key.as_str().into(),
-                    to_i64(floor).into(),
-                    to_i64(revision.get()).into(),
-                    to_i64(physical.row.revision.get()).into(),
-                ],
-            ))
-            .await
-            .map_err(db_error)?
-            .rows_affected();
-        if affected != 1 {
-            return Ok((ForceExpireOutcome::Conflict, End::Rollback));
-        }
-        tx.execute_raw(self.stmt(
-            "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at) \
-             VALUES ($1, $2, $3, $4, $5, NULL, $6, $7)",
-            vec![
-                ns.as_str().into(),
-                key.as_str().into(),
-                LeaseEventKind::Expired.as_str().into(),
-                to_i64(lease.epoch.get()).into(),
-                Value::from(Some(lease.token.as_str().chars().take(8).collect::<String>())),
-                Value::from(lease.holder.clone()),
-                now.as_millis().into(),
-            ],
-        ))
-        .await
-        .map_err(db_error)?;
-        Ok((
-            ForceExpireOutcome::Expired {
-                previous_epoch: lease.epoch,
-                previous_holder: lease.holder,
-                revision,
-            },
-            End::Commit,
-        ))
-    }
-
-    /// Inside the host's deletion transaction: removes the binding rows of `entry` (both key
-    /// shapes, every namespace), recording `released` events for leased rows. Refuses with
-    /// [`Error::MutationBlocked`] — changing nothing — while any of them holds a live lease:
-    /// the operator must force-expire it first, so no running harness is cut off silently.
-    pub(crate) async fn delete_session_bindings_in(
-        &self,
-        tx: &DatabaseTransaction,
-        entry: &HostSessionEntry,
-    ) -> Result<usize, Error> {
-        let now = self.inner.clock.now();
-        let lock = if self.inner.backend == DbBackend::Postgres {
-            " FOR UPDATE"
-        } else {
-            ""
-        };
-        let [physical, stable] = session_binding_keys(entry);
-        let sql = format!(
-            "SELECT {RECORD_COLUMNS} FROM binding_records WHERE key = $1 OR key = $2 ORDER BY namespace, key{lock}"
-        );
-        let rows = tx
-            .query_all_raw(self.stmt(&sql, vec![physical.as_str().into(), stable.as_str().into()]))
-            .await
-            .map_err(db_error)?;
-        let records = rows
-            .iter()
-            .map(decode_record)
-            .collect::<Result<Vec<_>, Error>>()?;
-        if let Some(held) = records
-            .iter()
-            .find(|r| plan::row_is_live(&r.row, now) && r.live_lease(now).is_some())
-        {
-            let lease = held.live_lease(now).map(|l| (l.epoch, l.holder.clone()));
-            return Err(Error::MutationBlocked {
-                message: format!(
-                    "binding {}/{} of session {} holds a live lease (epoch {}, holder {}); force-expire it first",
-                    held.namespace,
-                    held.key,
-                    entry.session_key,
-                    lease.as_ref().map_or(0, |(e, _)| e.get()),
-                    lease
-                        .and_then(|(_, h)| h)
-                        .unwrap_or_else(|| "unknown".into()),
-                ),
-            });
-        }
-        let mut removed = 0;
-        for r in records {
-            if plan::row_is_live(&r.row, now) {
-                if self
-                    .delete_tx(tx, &r.namespace, &r.key, &r.row, now)
-                    .await?
-                {
-                    removed += 1;
-                }
-            } else {
-                tx.execute_raw(self.stmt(
-                    "DELETE FROM binding_records WHERE namespace = $1 AND key = $2 AND revision = $3",
-                    vec![
-                        r.namespace.as_str().into(),
-                        r.key.as_str().into(),
-                        to_i64(r.row.revision.get()).into(),
-                    ],
-                ))
-                .await
-                .map_err(db_error)?;
-            }
-        }
-        Ok(removed)
     }
 }
 

@@ -16,6 +16,7 @@
 //! acquisition, the last epoch kept after a release). So updates touch only their own row, and
 //! a recreated row never reuses a revision or an epoch of an earlier lifetime.
 
+mod actions;
 mod admin_read;
 mod binding;
 mod clock;
@@ -27,9 +28,10 @@ mod quarantine;
 mod renew;
 mod row_tx;
 
+pub use self::actions::ForceExpireOutcome;
 pub use self::admin_read::{
-    BindingRecord, ForceExpireOutcome, NamespaceSummary, RenewLatencyHistogram, SessionFilter,
-    SessionPage, session_binding_keys,
+    BindingRecord, NamespaceSummary, RenewLatencyHistogram, SessionFilter, SessionPage,
+    session_binding_keys,
 };
 pub use self::binding::epoch_parts;
 pub use self::clock::ServerClock;
