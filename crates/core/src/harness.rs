@@ -129,6 +129,12 @@ pub trait SessionMutation: Send + Sync {
         let _ = (outcome, error);
         Ok(())
     }
+
+    /// Whether the mutation was settled as [`SettlementOutcome::Unknown`]: its post-commit
+    /// cleanup must then be skipped. Owners that do not track it keep the default, `false`.
+    fn is_unresolved(&self) -> bool {
+        false
+    }
 }
 
 /// The host's continuation inside a harness hook: it receives the harness's prepared mutation

@@ -23,7 +23,6 @@ use crate::generation::{
     ResolvedBinding,
 };
 use crate::initialization::InitializationRollback;
-use crate::lifecycle::DeletionSettlement;
 
 /// The native side a harness drives: active-work claims and subscriptions.
 #[async_trait]
@@ -243,7 +242,7 @@ impl ThreadBindingHarness {
     /// Post-commit cleanup, after the host transaction: never restores anything; failures are
     /// logged.
     async fn after_commit(&self, identity: &BindingIdentity, post: PostCommit) {
-        if post.mutation.is_unresolved() {
+        if tether_core::SessionMutation::is_unresolved(&*post.mutation) {
             tracing::warn!(key = %identity.key(), "deletion outcome unresolved; post-commit cleanup skipped");
             return;
         }

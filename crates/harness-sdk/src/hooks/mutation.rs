@@ -9,7 +9,7 @@ use tether_core::{Error, RowTransaction, SessionMutation};
 
 use super::harness::NativeThreads;
 use crate::backend::BackendTexts;
-use crate::lifecycle::{DeletionMutation, DeletionOutcome, DeletionSettlement};
+use crate::lifecycle::{DeletionMutation, DeletionOutcome};
 
 /// The mutation a [`ThreadBindingHarness`](super::ThreadBindingHarness) hands the host:
 /// `commit` refuses a thread claimed by active work, then commits the lifecycle deletion and
@@ -90,14 +90,7 @@ impl SessionMutation for HookMutation {
         outcome: DeletionOutcome,
         error: Option<Error>,
     ) -> Result<(), Error> {
-        DeletionSettlement::settle(self, outcome, error).await
-    }
-}
-
-#[async_trait]
-impl DeletionSettlement for HookMutation {
-    async fn settle(&self, outcome: DeletionOutcome, error: Option<Error>) -> Result<(), Error> {
-        self.inner.settle(outcome, error).await?;
+        self.inner.settle_outcome(outcome, error).await?;
         if outcome == DeletionOutcome::RolledBack {
             self.committed.store(false, Ordering::SeqCst);
         }

@@ -6,7 +6,7 @@
 //! open SQL transaction (the decision in `docs/deletion-and-reset.md`): the binding row is deleted
 //! through that [`RowTransaction`] with an exact-token, exact-value predicate, so it disappears
 //! atomically with the host's session row. After the transaction the host settles the mutation:
-//! committed, rolled back, or unknown ([`DeletionSettlement`]).
+//! committed, rolled back, or unknown ([`SessionMutation::settle_outcome`](tether_core::SessionMutation::settle_outcome)).
 
 use std::fmt;
 use std::future::Future;
@@ -75,20 +75,8 @@ impl<R> fmt::Debug for DeletionOptions<R> {
 /// [`SettlementOutcome`](tether_core::SettlementOutcome)).
 pub use tether_core::SettlementOutcome as DeletionOutcome;
 
-/// A prepared deletion the host can settle after its transaction (committed, rolled back or
-/// unknown; see `docs/lifecycle.md`, "`with_deletion`").
-#[async_trait]
-pub trait DeletionSettlement: SessionMutation {
-    /// Tells the owner how the host transaction ended. `Unknown` blocks the key (owner blocked,
-    /// or the key blocked without an owner) with `error` or a generic outcome-unknown error.
-    async fn settle(&self, outcome: DeletionOutcome, error: Option<Error>) -> Result<(), Error>;
-
-    /// Whether the deletion was settled as unknown.
-    fn is_unresolved(&self) -> bool;
-}
-
 /// Whether a prepared deletion was settled as unknown (post-commit cleanup must be skipped).
-pub fn is_deletion_unresolved(mutation: &dyn DeletionSettlement) -> bool {
+pub fn is_deletion_unresolved(mutation: &dyn SessionMutation) -> bool {
     mutation.is_unresolved()
 }
 
@@ -364,13 +352,6 @@ impl SessionMutation for DeletionMutation {
         outcome: DeletionOutcome,
         error: Option<Error>,
     ) -> Result<(), Error> {
-        DeletionSettlement::settle(self, outcome, error).await
-    }
-}
-
-#[async_trait]
-impl DeletionSettlement for DeletionMutation {
-    async fn settle(&self, outcome: DeletionOutcome, error: Option<Error>) -> Result<(), Error> {
         let shared = &self.inner.shared;
         let key = &self.inner.key;
         match outcome {
@@ -436,7 +417,7 @@ impl fmt::Debug for DeletionHooks {
 /// A deletion wrapped with a harness's own check and settlement callbacks
 /// ([`wrap_deletion_mutation`]).
 pub struct WrappedDeletion {
-    inner: Arc<dyn DeletionSettlement>,
+    inner: Arc<dyn SessionMutation>,
     hooks: DeletionHooks,
 }
 
@@ -453,7 +434,7 @@ impl fmt::Debug for WrappedDeletion {
 /// runs the harness check then the inner commit; `settle` settles the inner deletion, then
 /// calls the matching hook; the unresolved flag is the inner one.
 pub fn wrap_deletion_mutation(
-    inner: Arc<dyn DeletionSettlement>,
+    inner: Arc<dyn SessionMutation>,
     hooks: DeletionHooks,
 ) -> Arc<WrappedDeletion> {
     Arc::new(WrappedDeletion { inner, hooks })
@@ -477,14 +458,7 @@ impl SessionMutation for WrappedDeletion {
         outcome: DeletionOutcome,
         error: Option<Error>,
     ) -> Result<(), Error> {
-        DeletionSettlement::settle(self, outcome, error).await
-    }
-}
-
-#[async_trait]
-impl DeletionSettlement for WrappedDeletion {
-    async fn settle(&self, outcome: DeletionOutcome, error: Option<Error>) -> Result<(), Error> {
-        self.inner.settle(outcome, error).await?;
+        self.inner.settle_outcome(outcome, error).await?;
         let hook = match outcome {
             DeletionOutcome::Committed => self.hooks.committed.as_ref(),
             DeletionOutcome::RolledBack => self.hooks.rolled_back.as_ref(),
@@ -540,15 +514,8 @@ impl SessionMutation for CommitFinalizer {
     async fn settle_outcome(
         &self,
         outcome: DeletionOutcome,
-        error: Option<Error>,
+        _error: Option<Error>,
     ) -> Result<(), Error> {
-        DeletionSettlement::settle(self, outcome, error).await
-    }
-}
-
-#[async_trait]
-impl DeletionSettlement for CommitFinalizer {
-    async fn settle(&self, outcome: DeletionOutcome, _error: Option<Error>) -> Result<(), Error> {
         match outcome {
             DeletionOutcome::Committed => self.inner.commit(&NoRowTransaction).await,
             DeletionOutcome::RolledBack => self.inner.rollback().await,

@@ -23,7 +23,7 @@
 //!   [`QuarantineStore`](tether_core::QuarantineStore) is configured.
 //! - [`Lifecycle::with_mutation`] and [`Lifecycle::with_exclusive_mutation_fence`].
 //! - [`Lifecycle::with_deletion`]: a [`DeletionMutation`] committed through the host's
-//!   [`RowTransaction`](tether_core::RowTransaction), settled with [`DeletionSettlement`];
+//!   [`RowTransaction`](tether_core::RowTransaction), settled with [`SessionMutation::settle_outcome`](tether_core::SessionMutation::settle_outcome);
 //!   [`wrap_deletion_mutation`], [`is_deletion_unresolved`] and [`CommitFinalizer`].
 //!
 //! ```
@@ -86,7 +86,7 @@ mod timer;
 
 pub use deletion::{
     CommitFinalizer, DeletionHooks, DeletionMutation, DeletionOptions, DeletionOutcome,
-    DeletionSettlement, DirectRowTransaction, NoRowTransaction, RecordAssertion, WrappedDeletion,
+    DirectRowTransaction, NoRowTransaction, RecordAssertion, WrappedDeletion,
     is_deletion_unresolved, wrap_deletion_mutation,
 };
 pub use fence::EpochFence;

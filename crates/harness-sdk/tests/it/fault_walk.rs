@@ -20,8 +20,8 @@ use tether_core::{
     SessionId, SessionKey, SessionMutation, StoredRow, Timestamp, always_current,
 };
 use tether_harness_sdk::lifecycle::{
-    Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DeletionSettlement,
-    DirectRowTransaction, LeaseOptions, Lifecycle, ManualTimer, TransactOptions,
+    Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DirectRowTransaction,
+    LeaseOptions, Lifecycle, ManualTimer, TransactOptions,
 };
 use tether_storage::fault_injection::{
     CasKind, Fault, FaultInjectingStore, FaultKind, FaultPoint, proves_nothing_written,
@@ -505,9 +505,11 @@ async fn release_case(w: &Walk, kind: FaultKind) {
 async fn settle_failed_commit(m: &DeletionMutation, key: &BindingKey, error: &Error) {
     if proves_nothing_written(error) {
         m.rollback().await.unwrap();
-        m.settle(DeletionOutcome::RolledBack, None).await.unwrap();
+        m.settle_outcome(DeletionOutcome::RolledBack, None)
+            .await
+            .unwrap();
     } else {
-        m.settle(DeletionOutcome::Unknown, Some(unknown(key, error.clone())))
+        m.settle_outcome(DeletionOutcome::Unknown, Some(unknown(key, error.clone())))
             .await
             .unwrap();
     }
@@ -590,7 +592,7 @@ async fn deletion_rollback_case(w: &Walk, point: FaultPoint, kind: FaultKind) {
                 w.arm(Fault::new(point, kind), kr);
                 let error = m.rollback().await.unwrap_err();
                 // A failed rollback leaves the binding's state unknown to the host.
-                m.settle(DeletionOutcome::Unknown, Some(unknown(kr, error.clone())))
+                m.settle_outcome(DeletionOutcome::Unknown, Some(unknown(kr, error.clone())))
                     .await
                     .unwrap();
                 *seen.lock().unwrap() = Some(error);
@@ -730,12 +732,15 @@ impl SessionDeletionHook for BindingHarness {
                     }))
                     .await;
                     match &result {
-                        Ok(()) => m.settle(DeletionOutcome::Committed, None).await?,
+                        Ok(()) => m.settle_outcome(DeletionOutcome::Committed, None).await?,
                         Err(error) if m.is_deleted() => {
-                            m.settle(DeletionOutcome::Unknown, Some(unknown(kr, error.clone())))
-                                .await?;
+                            m.settle_outcome(
+                                DeletionOutcome::Unknown,
+                                Some(unknown(kr, error.clone())),
+                            )
+                            .await?;
                         }
-                        Err(_) => m.settle(DeletionOutcome::RolledBack, None).await?,
+                        Err(_) => m.settle_outcome(DeletionOutcome::RolledBack, None).await?,
                     }
                     result
                 },

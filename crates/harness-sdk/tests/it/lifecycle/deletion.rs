@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::json;
 use tether_core::{BindingStore, Error, SessionMutation, always_current};
 use tether_harness_sdk::lifecycle::{
-    Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DeletionSettlement,
-    DirectRowTransaction, NoRowTransaction, OwnerPhase, TransactOptions,
+    Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DirectRowTransaction,
+    NoRowTransaction, OwnerPhase, TransactOptions,
 };
 use tokio::sync::oneshot;
 
@@ -303,7 +303,7 @@ async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transactio
         let tx = f.mem().begin();
         m.commit(&tx).await?;
         tx.commit()?;
-        m.settle(DeletionOutcome::Committed, None).await?;
+        m.settle_outcome(DeletionOutcome::Committed, None).await?;
         assert!(f.row(k).await.is_none());
         assert_eq!(guard.phase(), OwnerPhase::Deleted);
         Ok(())
@@ -315,7 +315,7 @@ async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transactio
 
 /// The host settles through the core `SessionMutation::settle_outcome` (it never sees the SDK
 /// types): an unknown COMMIT outcome reported that way blocks the key exactly like
-/// `DeletionSettlement::settle`, so later lease operations are refused with the unknown outcome.
+/// `SessionMutation::settle_outcome`, so later lease operations are refused with the unknown outcome.
 #[tokio::test]
 async fn deletion_settled_unknown_through_the_core_trait_blocks_the_key() {
     let f = &Fixture::new().await;

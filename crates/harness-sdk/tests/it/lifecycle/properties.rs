@@ -12,7 +12,7 @@ use tether_core::{
     always_current,
 };
 use tether_harness_sdk::lifecycle::{
-    Applied, CommitFinalizer, DeletionHooks, DeletionOptions, DeletionOutcome, DeletionSettlement,
+    Applied, CommitFinalizer, DeletionHooks, DeletionOptions, DeletionOutcome,
     DirectRowTransaction, EpochFence, LeaseOptions, Lifecycle, OwnerPhase, TransactOptions,
     is_deletion_unresolved, wrap_deletion_mutation,
 };
@@ -283,7 +283,9 @@ async fn lifecycle_deletion_settled_unknown_blocks_the_key() {
                 let tx = f.mem().begin();
                 wrapped.commit(&tx).await?;
                 // The host lost its connection during COMMIT: nobody knows.
-                wrapped.settle(DeletionOutcome::Unknown, None).await?;
+                wrapped
+                    .settle_outcome(DeletionOutcome::Unknown, None)
+                    .await?;
                 assert!(is_deletion_unresolved(&*wrapped));
                 assert!(is_deletion_unresolved(&m));
                 assert_eq!(m.lease().unwrap().phase(), OwnerPhase::Unknown);
@@ -347,12 +349,16 @@ async fn lifecycle_deletion_settlement_and_wrapper_hooks() {
             let tx = f.mem().begin();
             wrapped.commit(&tx).await?;
             tx.rollback();
-            wrapped.settle(DeletionOutcome::RolledBack, None).await?;
+            wrapped
+                .settle_outcome(DeletionOutcome::RolledBack, None)
+                .await?;
             assert_eq!(guard.phase(), OwnerPhase::Held);
             let tx = f.mem().begin();
             wrapped.commit(&tx).await?;
             tx.commit()?;
-            wrapped.settle(DeletionOutcome::Committed, None).await?;
+            wrapped
+                .settle_outcome(DeletionOutcome::Committed, None)
+                .await?;
             assert_eq!(guard.phase(), OwnerPhase::Deleted);
             assert!(!is_deletion_unresolved(&*wrapped));
             Ok(())
@@ -370,7 +376,7 @@ async fn lifecycle_deletion_settlement_and_wrapper_hooks() {
         |_, m| async move {
             m.commit(&DirectRowTransaction::new(f.store.clone()))
                 .await?;
-            m.settle(DeletionOutcome::Unknown, None).await
+            m.settle_outcome(DeletionOutcome::Unknown, None).await
         },
     )
     .await
@@ -419,7 +425,7 @@ async fn lifecycle_commit_finalizer_runs_only_when_settled() {
         finalizer.rollback().await.unwrap();
         assert_eq!(inner.commits.load(Ordering::SeqCst), 0);
         assert_eq!(inner.rollbacks.load(Ordering::SeqCst), 0);
-        finalizer.settle(outcome, None).await.unwrap();
+        finalizer.settle_outcome(outcome, None).await.unwrap();
         assert_eq!(inner.commits.load(Ordering::SeqCst), commits, "{outcome:?}");
         assert_eq!(
             inner.rollbacks.load(Ordering::SeqCst),
