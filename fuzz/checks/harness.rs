@@ -69,10 +69,25 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
     ),
     (
         "authorization",
-        "Authorization: Digest username=\"ops\", response=\"digestresponse1234567890\"",
+        "Authorization: Digest username=ops, response=digestresponse1234567890",
         "digestresponse1234567890",
     ),
     ("aws", "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    (
+        "alibaba",
+        "LTAI5tExampleFakeKeyXyz9",
+        "LTAI5tExampleFakeKeyXyz9",
+    ),
+    (
+        "model provider",
+        "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
+        "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
+    ),
+    (
+        "bot",
+        "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+    ),
     (
         "tencent",
         "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE",
@@ -159,7 +174,8 @@ pub const PLANTED_KEYS: &[&str] = &[
 /// A secret planted under a sensitive key (no free-text shape would catch it alone).
 pub const PLANTED_KEY_SECRET: &str = "opaque plain words 0427";
 
-/// Plants every row's secret between two halves of arbitrary text (separated by blanks), and,
+/// Plants every row's secret between two halves of arbitrary text (separated by blanks; line
+/// breaks for a card number), and,
 /// when the bytes are JSON, into every string of that JSON and under every sensitive key of
 /// the key table at every object; checks that no redaction path lets a whole secret through.
 pub fn check_planted_secrets(data: &[u8]) {
@@ -171,7 +187,10 @@ pub fn check_planted_secrets(data: &[u8]) {
     let (head, tail) = filler.split_at(mid);
     let fuzzed = json(data);
     for (row, planted, secret) in PLANTED_SECRETS {
-        let text = format!("{head} {planted} {tail}");
+        // Digit groups one blank apart read as one number, so a card number is planted on
+        // its own line (filler digits next to it would make a longer, non-card number).
+        let sep = if *row == "card" { '\n' } else { ' ' };
+        let text = format!("{head}{sep}{planted}{sep}{tail}");
         let value = Value::String(text.clone());
         let outputs = [
             redact_text(&text),
@@ -216,7 +235,7 @@ fn redaction_paths(value: &Value) -> [String; 3] {
     ]
 }
 
-/// A copy of `value` with ` {planted}` appended to every string, a `task` field holding it in
+/// A copy of `value` with `planted` appended to every string (on a line of its own), a `task` field holding it in
 /// every object and an element holding it in every array (iteratively: fuzzed JSON can be
 /// deep).
 fn plant_in_strings(value: &Value, planted: &str) -> Value {
@@ -225,7 +244,7 @@ fn plant_in_strings(value: &Value, planted: &str) -> Value {
     while let Some(node) = stack.pop() {
         match node {
             Value::String(s) => {
-                s.push(' ');
+                s.push('\n');
                 s.push_str(planted);
             }
             Value::Array(items) => {

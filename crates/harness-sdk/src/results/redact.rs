@@ -510,6 +510,18 @@ const TOKEN_PREFIXES: &[&str] = &[
     "spt_",
     "paycred_",
     "hf_",
+    // Cloud and model-provider keys: Alibaba Cloud, GitLab OAuth, Replicate, xAI, Perplexity,
+    // Groq, Tavily, Fireworks.
+    "LTAI",
+    "gloas-",
+    "r8_",
+    "xai-",
+    "pplx-",
+    "gsk_",
+    "tvly-",
+    "fw_",
+    "fw-",
+    "fpk_",
 ];
 
 /// Built-in prefixes need at least this many characters after the prefix.
@@ -807,6 +819,17 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             i = end;
             continue;
         }
+        // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
+        if assignment_check
+            && next == Some(b':')
+            && let Some(start) = bot_token_start(word, i)
+            && let Some(end) = bot_token_end(bytes, j)
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
         // `scheme://user:password@host` (URLs and connection strings).
         if next == Some(b':')
             && bytes[j..].starts_with(b"://")
@@ -887,7 +910,7 @@ const FAMILY_FLAG: u16 = 1 << 2;
 const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
 const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
-/// `AKIA`, `ASIA`, `AKID`, `AIza`: needs `AK`, `AS` or `AI`.
+/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`: needs `AK`, `AS`, `AI` or `LT`.
 const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
 const FAMILY_BEARER: u16 = 1 << 6;
@@ -911,19 +934,20 @@ static PAIR_FIRST: [u16; 256] = {
     table[b'=' as usize] |= FAMILY_ASSIGNMENT;
     table[b':' as usize] |= FAMILY_ASSIGNMENT;
     table[b'-' as usize] |= FAMILY_FLAG;
-    let dash_letters = b"ktbpars";
+    let dash_letters = b"ktbparsixyw";
     let mut k = 0;
     while k < dash_letters.len() {
         table[dash_letters[k] as usize] |= FAMILY_TOKEN_DASH;
         k += 1;
     }
-    let underscore_letters = b"kpousrbtmdfc";
+    let underscore_letters = b"kpousrbtmdfcw8";
     let mut k = 0;
     while k < underscore_letters.len() {
         table[underscore_letters[k] as usize] |= FAMILY_TOKEN_UNDERSCORE;
         k += 1;
     }
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'L' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'b' as usize] |= FAMILY_BEARER;
     table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'y' as usize] |= FAMILY_EXTRA;
@@ -947,6 +971,7 @@ static PAIR_SECOND: [u16; 256] = {
     table[b'K' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'S' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'T' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
     table[b'a' as usize] |= FAMILY_BASIC;
@@ -1201,14 +1226,24 @@ fn is_builtin_token(word: &str) -> bool {
     if bytes.len() < BUILTIN_TOKEN_MIN_LEN
         || !matches!(
             bytes[0],
-            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h' | b'w'
+            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h' | b'w' | b'L' | b't' | b'f'
         )
     {
         return false;
     }
     TOKEN_PREFIXES.iter().any(|p| {
-        p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + TOKEN_MIN_BODY
+        p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + min_body(p)
     })
+}
+
+/// The shortest body after a built-in prefix: [`TOKEN_MIN_BODY`], or more for the short,
+/// word-like provider prefixes whose real tokens are long (`fw-tooshort` stays prose).
+fn min_body(prefix: &str) -> usize {
+    match prefix {
+        "fw_" | "fw-" | "fpk_" => 32,
+        "LTAI" | "r8_" | "xai-" | "pplx-" | "gsk_" | "tvly-" | "gloas-" => 20,
+        _ => TOKEN_MIN_BODY,
+    }
 }
 
 /// Whether `word` starts with a caller prefix and has at least one more character.
@@ -1353,8 +1388,8 @@ fn is_authorization_key(word: &str) -> bool {
 
 /// The credentials after an authorization scheme that the assignment rule did not recognise
 /// (`Digest …`, `AWS4-HMAC-SHA256 …`, `Bot …`): `scheme_end` is the end of the scheme word;
-/// the credentials run to the first `;`, line break, or closing `}` or `)` outside double
-/// quotes (so `; status=401` after them stays readable).
+/// the credentials run to the first `;` followed by a blank, unfolded line break, or closing
+/// `}` or `)` outside double quotes (so `; status=401` after them stays readable).
 fn authorization_credentials(
     text: &str,
     scheme_start: usize,
@@ -1392,8 +1427,27 @@ fn authorization_credentials(
         match bytes[k] {
             b'\\' => k += 1,
             b'"' => in_quotes = !in_quotes,
-            b'\n' | b'\r' => break,
-            b';' | b'}' | b')' if !in_quotes => break,
+            // A line break continues the value only as a folded line (a blank follows it).
+            b'\n' | b'\r' => {
+                let mut next = k + 1;
+                if bytes[k] == b'\r' && bytes.get(next) == Some(&b'\n') {
+                    next += 1;
+                }
+                if !matches!(bytes.get(next), Some(b' ' | b'\t')) {
+                    break;
+                }
+                k = next;
+            }
+            // `;` ends the credentials before a following diagnostic (`; status=401`), not
+            // inside a parameter value (`SignedHeaders=host;x-amz-date`).
+            b';' if !in_quotes && bytes.get(k + 1).is_none_or(|b| b.is_ascii_whitespace()) => {
+                break;
+            }
+            b'}' | b')' if !in_quotes => break,
+            // The closing quote of a single-quoted header (`-H 'Authorization: …'`).
+            b'\'' if !in_quotes && bytes.get(k + 1).is_none_or(|b| b.is_ascii_whitespace()) => {
+                break;
+            }
             _ => {}
         }
         k += 1;
@@ -1413,9 +1467,9 @@ struct Assignment {
 fn assignment(text: &str, after: usize) -> Option<Assignment> {
     let bytes = text.as_bytes();
     let mut k = after;
-    if matches!(bytes.get(k), Some(b'"' | b'\'')) {
-        k += 1;
-    }
+    // The key's closing quote, plain or escaped once or more (`\"key\":` inside serialized
+    // JSON).
+    k += escaped_quote_len(bytes, k).unwrap_or(0);
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
@@ -1452,8 +1506,29 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
             });
         }
     }
+    // A value in escaped quotes (`KEY=\"value\"` in serialized JSON): it ends at the same
+    // quote, escaped the same way.
+    if bytes.get(k) == Some(&b'\\')
+        && let Some(open) = escaped_quote_len(bytes, k)
+    {
+        let start = k + open;
+        let closing = &bytes[k..start];
+        let mut e = start;
+        while e < bytes.len() && !bytes[e..].starts_with(closing) {
+            e += 1;
+        }
+        if e >= bytes.len() || e == start {
+            return None;
+        }
+        return Some(Assignment {
+            value_start: start,
+            value_end: e,
+            quoted: true,
+            after_scheme: false,
+        });
+    }
     match char_at(text, k) {
-        Some(q @ ('"' | '\'')) => {
+        Some(q @ ('"' | '\'' | '`')) => {
             let start = k + 1;
             // Byte steps: the bytes of a multi-byte character are never a quote or a
             // backslash, so skipping only the first byte of an escaped character is enough.
@@ -1465,8 +1540,19 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                     e += 1;
                 }
             }
-            if e >= bytes.len() || e == start {
+            if e == start {
                 return None;
+            }
+            if e >= bytes.len() {
+                // An unterminated quote: the opening quote and the value up to the next
+                // terminator are masked together.
+                let end = terminator_from(text, start);
+                return (end > start).then_some(Assignment {
+                    value_start: k,
+                    value_end: end,
+                    quoted: false,
+                    after_scheme: false,
+                });
             }
             Some(Assignment {
                 value_start: start,
@@ -1480,7 +1566,7 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
             let mut e = if header_style {
                 header_value_end(text, start)
             } else {
-                terminator_from(text, start)
+                assignment_value_end(text, start)
             };
             // `${NAME}` / `${NAME:-default}` ends at its closing brace, not before it.
             if text[start..].starts_with("${")
@@ -1489,6 +1575,12 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 && terminator_from(text, e + 1) == e + 1
             {
                 e += 1;
+            }
+            // A value that is the lead-in of another shape (`--api-key …`, `Authorization: …`)
+            // is left to that shape, which masks what follows it.
+            let value = &text[start..e];
+            if value.starts_with("--") || value.ends_with(':') {
+                return None;
             }
             (e > start).then_some(Assignment {
                 value_start: start,
@@ -1499,6 +1591,61 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         }
         None => None,
     }
+}
+
+/// Where the bot id of a bot token starts, when `word` (starting at byte `at`) is one: 6 to 12
+/// digits, alone or after `bot`.
+fn bot_token_start(word: &str, at: usize) -> Option<usize> {
+    let digits = word.strip_prefix("bot").unwrap_or(word);
+    ((6..=12).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(at + word.len() - digits.len())
+}
+
+/// The end of a bot token's secret after the `:` at `colon`: at least 30 word characters.
+fn bot_token_end(bytes: &[u8], colon: usize) -> Option<usize> {
+    let start = colon + 1;
+    let mut end = start;
+    while end < bytes.len() && is_word_byte(bytes[end]) {
+        end += 1;
+    }
+    (end - start >= 30).then_some(end)
+}
+
+/// The length of a quote at `at`, plain (`"`, `'`) or preceded by a run of backslashes
+/// (`\"`, `\\\"`), when there is one.
+fn escaped_quote_len(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut k = at;
+    while bytes.get(k) == Some(&b'\\') {
+        k += 1;
+    }
+    matches!(bytes.get(k), Some(b'"' | b'\'')).then_some(k + 1 - at)
+}
+
+/// The end of an unquoted `name=value` value: the next blank, quote or `&` (a query or form
+/// parameter separator); `,` `;` `)` `]` `}` inside the value belong to it, a run of them
+/// right before that end is the text's own punctuation.
+fn assignment_value_end(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut k = from;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'`' | b'&') {
+            break;
+        }
+        if b >= 0x80 {
+            match char_at(text, k) {
+                Some(c) if c.is_whitespace() => break,
+                Some(c) => k += c.len_utf8(),
+                None => return bytes.len(),
+            }
+        } else {
+            k += 1;
+        }
+    }
+    while k > from && matches!(bytes[k - 1], b',' | b';' | b')' | b']' | b'}') {
+        k -= 1;
+    }
+    k
 }
 
 /// The end of an unquoted `Name: value` header value: URL punctuation (`&`, `#`, `)`, `?`)
@@ -1794,7 +1941,10 @@ mod tests {
     #[test]
     fn pattern_families_cover_every_pattern() {
         for prefix in TOKEN_PREFIXES {
-            let word = format!("x {prefix}abcdefgh y");
+            let word = format!(
+                "x {prefix}{} y",
+                "abcdefgh".repeat(4)[..min_body(prefix)].to_owned()
+            );
             assert_ne!(
                 pattern_families(word.as_bytes()) & FAMILY_TOKEN,
                 0,

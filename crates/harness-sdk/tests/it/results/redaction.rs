@@ -226,6 +226,44 @@ fn redaction_row_other_registry_tokens() {
 }
 
 #[test]
+fn redaction_row_model_provider_keys() {
+    for token in [
+        "r8_AbCdEfGhIjKlMnOpQrStUvWx",
+        "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
+        "pplx-AbCdEfGhIjKlMnOpQrStUvWx",
+        "gsk_AbCdEfGhIjKlMnOpQrStUvWx",
+        "tvly-AbCdEfGhIjKlMnOpQrStUvWx",
+        "fw_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "fpk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "gloas-abcdefabcdefabcdefabcdefabcdefab",
+    ] {
+        assert_scrubbed(&format!("export KEYLESS {token} now"), token);
+    }
+    // Short words after these prefixes stay prose.
+    assert_eq!(redact_text("fw-tooshort r8_docs"), "fw-tooshort r8_docs");
+}
+
+#[test]
+fn redaction_row_alibaba_cloud_access_key_ids() {
+    assert_scrubbed(
+        "AccessKeyId LTAI5tExampleFakeKeyXyz9 for oss",
+        "LTAI5tExampleFakeKeyXyz9",
+    );
+}
+
+#[test]
+fn redaction_row_bot_tokens() {
+    let token = "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef";
+    assert_scrubbed(&format!("telegram {token} ok"), token);
+    assert_scrubbed(
+        &format!("GET https://api.example.test/bot{token}/getMe"),
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+    );
+    // A time or a port is not a bot token.
+    assert_eq!(redact_text("at 123456:30 ok"), "at 123456:30 ok");
+}
+
+#[test]
 fn redaction_row_pem_private_keys() {
     let body = "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7";
     let pem = format!("-----BEGIN RSA PRIVATE KEY-----\n{body}\n-----END RSA PRIVATE KEY-----");
