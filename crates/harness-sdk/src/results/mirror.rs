@@ -180,16 +180,51 @@ pub struct PersistedMarkEffects {
     pub message_persisted: Option<Value>,
 }
 
+/// What the host's fallback persistence must do now; see
+/// [`UserTurnTranscriptRecorder::plan_fallback`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FallbackPlan {
+    /// The runtime's own append is still in flight: report its outcome
+    /// ([`UserTurnTranscriptRecorder::mark_runtime_persisted`] or
+    /// [`UserTurnTranscriptRecorder::mark_runtime_persistence_failed`]) and plan again.
+    WaitForRuntime,
+    /// Nothing to append (the turn is blocked, or already persisted without late media).
+    Nothing,
+    /// Append this message: the turn was never persisted.
+    Append(Value),
+    /// Media resolved after the prompt reached the provider. The bytes the provider saw are
+    /// never rewritten: append `admitted` first when the turn was never persisted, then
+    /// `late_media`, a separate message (marked `__openclaw.lateMedia: true`, never announced
+    /// as the original input).
+    LateMedia {
+        /// The admitted message, when the turn still has to be persisted.
+        admitted: Option<Value>,
+        /// The media that arrived late.
+        late_media: Value,
+    },
+}
+
 /// Records how a user turn reached the transcript and decides the one-time notifications.
+///
+/// Besides the runtime's own append it tracks the two paths a host's fallback persistence has
+/// to respect: a runtime append still in flight ([`Self::mark_runtime_persistence_pending`]),
+/// and input whose media resolves lazily, possibly after the prompt was sent
+/// ([`Self::record_resolved_input`], [`Self::mark_sent_to_provider`]);
+/// [`Self::plan_fallback`] combines them.
 #[derive(Debug, Clone)]
 pub struct UserTurnTranscriptRecorder {
     logical_turn_id: String,
     runtime_persisted: bool,
+    runtime_pending: bool,
     persisted_message: Option<Value>,
     admission: Option<(AdmissionReceipt, Value)>,
     blocked: bool,
     commit_notified: bool,
     persisted_notified: bool,
+    sent_to_provider: bool,
+    /// The lazily resolved input and whether it resolved before the prompt was sent.
+    resolved: Option<(Value, bool)>,
     sources: Vec<(Value, bool)>,
 }
 
@@ -205,13 +240,101 @@ impl UserTurnTranscriptRecorder {
         Self {
             logical_turn_id: uuid::Uuid::new_v4().to_string(),
             runtime_persisted: false,
+            runtime_pending: false,
             persisted_message: None,
             admission: None,
             blocked: false,
             commit_notified: false,
             persisted_notified: false,
+            sent_to_provider: false,
+            resolved: None,
             sources: Vec::new(),
         }
+    }
+
+    /// The runtime started its own append of the turn; until its outcome is reported,
+    /// [`Self::plan_fallback`] answers [`FallbackPlan::WaitForRuntime`].
+    pub fn mark_runtime_persistence_pending(&mut self) {
+        if !self.runtime_persisted {
+            self.runtime_pending = true;
+        }
+    }
+
+    /// Whether a runtime append is still in flight.
+    pub fn has_runtime_persistence_pending(&self) -> bool {
+        self.runtime_pending
+    }
+
+    /// The runtime's pending append failed: the turn is not persisted, and the fallback may
+    /// append it.
+    pub fn mark_runtime_persistence_failed(&mut self) {
+        self.runtime_pending = false;
+    }
+
+    /// The prompt was sent to the provider: input that resolves from now on is late.
+    pub fn mark_sent_to_provider(&mut self) {
+        self.sent_to_provider = true;
+    }
+
+    /// Whether the prompt was sent to the provider.
+    pub fn was_sent_to_provider(&self) -> bool {
+        self.sent_to_provider
+    }
+
+    /// Records the lazily resolved input (the user message with its media). Only the first
+    /// resolution counts; returns whether this one was recorded.
+    pub fn record_resolved_input(&mut self, resolved: Value) -> bool {
+        if self.resolved.is_some() {
+            return false;
+        }
+        self.resolved = Some((resolved, !self.sent_to_provider));
+        true
+    }
+
+    /// The host's fallback persistence, with the pending and lazy-media paths: what to append
+    /// now for the turn whose prepared message is `message`.
+    ///
+    /// * A blocked turn appends nothing; a runtime append in flight must settle first.
+    /// * Input resolved after the prompt reached the provider, with media the admitted message
+    ///   lacks: the admitted message (when never persisted) and a separate late-media message.
+    /// * Otherwise the resolved input (or `message`) when the turn was never persisted.
+    ///
+    /// Every message this returns counts as persisted from then on.
+    pub fn plan_fallback(&mut self, message: &Value) -> FallbackPlan {
+        if self.blocked {
+            return FallbackPlan::Nothing;
+        }
+        if self.runtime_pending {
+            return FallbackPlan::WaitForRuntime;
+        }
+        if let Some((resolved, false)) = &self.resolved
+            && self.sent_to_provider
+        {
+            let admitted = self.persisted_message.as_ref().unwrap_or(message);
+            let late_key = format!("late-media:{}", self.logical_turn_id);
+            if let Some(late_media) = late_media_message(Some(admitted), resolved, &late_key) {
+                let admitted = (!self.runtime_persisted).then(|| {
+                    self.runtime_persisted = true;
+                    self.persisted_message = Some(message.clone());
+                    message.clone()
+                });
+                return FallbackPlan::LateMedia {
+                    admitted,
+                    late_media,
+                };
+            }
+        }
+        if self.runtime_persisted {
+            return FallbackPlan::Nothing;
+        }
+        let turn = self
+            .resolved
+            .as_ref()
+            .map_or(message, |(resolved, _)| resolved)
+            .clone();
+        self.runtime_persisted = true;
+        self.persisted_message = Some(turn.clone());
+        FallbackPlan::Append(turn)
     }
 
     /// The recorder's own logical turn id.
@@ -268,6 +391,7 @@ impl UserTurnTranscriptRecorder {
         let _span = tracing::debug_span!("mark_runtime_persisted").entered();
         let mut effects = PersistedMarkEffects::default();
         self.runtime_persisted = true;
+        self.runtime_pending = false;
         if let Some(m) = message {
             self.persisted_message = Some(m.clone());
         }
@@ -380,4 +504,65 @@ impl UserTurnTranscriptRecorder {
         }
         true
     }
+}
+
+/// The media of a user message: the content blocks that are not text, in order.
+fn media_blocks(message: &Value) -> Vec<&Value> {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) != Some("text"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The separate message carrying media that resolved after the admitted message reached the
+/// provider, or `None` when the resolved input adds no media. Its content drops what the
+/// admitted message already said; its idempotency key derives from the resolved one (or
+/// `fallback_key`), and it is marked `__openclaw.lateMedia: true`.
+fn late_media_message(
+    admitted: Option<&Value>,
+    resolved: &Value,
+    fallback_key: &str,
+) -> Option<Value> {
+    let resolved_media = media_blocks(resolved);
+    if resolved_media.is_empty() || admitted.is_some_and(|a| media_blocks(a) == resolved_media) {
+        return None;
+    }
+    let mut out = resolved.as_object().cloned().unwrap_or_default();
+    let admitted_content = admitted.and_then(|a| a.get("content"));
+    let resolved_content = resolved.get("content");
+    let content = match (admitted_content, resolved_content) {
+        (Some(a), Some(r)) if deep_equal(a, r) => Value::String(String::new()),
+        (Some(Value::String(said)), Some(Value::Array(blocks))) => Value::Array(
+            blocks
+                .iter()
+                .filter(|b| {
+                    b.get("type").and_then(Value::as_str) != Some("text")
+                        || b.get("text").and_then(Value::as_str) != Some(said.as_str())
+                })
+                .cloned()
+                .collect(),
+        ),
+        (_, Some(r)) => r.clone(),
+        (_, None) => Value::String(String::new()),
+    };
+    out.insert("content".into(), content);
+    let key = match resolved.get("idempotencyKey").and_then(Value::as_str) {
+        Some(k) if !k.is_empty() => format!("{k}:late-media"),
+        _ => fallback_key.to_owned(),
+    };
+    out.insert("idempotencyKey".into(), Value::String(key));
+    let mut meta = out
+        .get(META_KEY)
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    meta.insert("lateMedia".into(), Value::Bool(true));
+    out.insert(META_KEY.into(), Value::Object(meta));
+    Some(Value::Object(out))
 }

@@ -757,8 +757,14 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             continue;
         }
         // Payment card numbers (their groups span several words).
-        if card_check && let Some(end) = card_number(bytes, i) {
+        if card_check && let Some(mut end) = card_number(bytes, i) {
             matched = true;
+            // Digits that read as a card but run into `:<token>` end in a bot token's secret.
+            if bytes.get(end) == Some(&b':')
+                && let Some(bot_end) = bot_token_end(bytes, end)
+            {
+                end = bot_end;
+            }
             rw.mask_span(i, end, false);
             i = end;
             continue;

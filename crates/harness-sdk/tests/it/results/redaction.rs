@@ -259,6 +259,11 @@ fn redaction_row_bot_tokens() {
         &format!("GET https://api.example.test/bot{token}/getMe"),
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
     );
+    // After digits that read as a card number, the secret is still masked.
+    assert_scrubbed(
+        &format!("n 665757912000 {token} 0"),
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+    );
     // A time or a port is not a bot token.
     assert_eq!(redact_text("at 123456:30 ok"), "at 123456:30 ok");
 }
