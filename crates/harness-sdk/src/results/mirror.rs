@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use tether_core::{AppendOutcome, TranscriptAnchor};
 
-use super::tree::{deep_clone, deep_equal, is_truthy};
+use super::tree::{deep_clone, deep_equal, drop_deep, is_truthy};
 
 /// The key that holds host operational metadata on a JSON message.
 pub const META_KEY: &str = "__openclaw";
@@ -212,7 +212,10 @@ pub enum FallbackPlan {
 /// and input whose media resolves lazily, possibly after the prompt was sent
 /// ([`Self::record_resolved_input`], [`Self::mark_sent_to_provider`]);
 /// [`Self::plan_fallback`] combines them.
-#[derive(Debug, Clone)]
+///
+/// Every message it keeps or returns is copied, compared and dropped without recursion, so
+/// caller JSON of any depth is safe.
+#[derive(Debug)]
 pub struct UserTurnTranscriptRecorder {
     logical_turn_id: String,
     runtime_persisted: bool,
@@ -231,6 +234,45 @@ pub struct UserTurnTranscriptRecorder {
 impl Default for UserTurnTranscriptRecorder {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl Clone for UserTurnTranscriptRecorder {
+    fn clone(&self) -> Self {
+        Self {
+            logical_turn_id: self.logical_turn_id.clone(),
+            runtime_persisted: self.runtime_persisted,
+            runtime_pending: self.runtime_pending,
+            persisted_message: self.persisted_message.as_ref().map(deep_clone),
+            admission: self
+                .admission
+                .as_ref()
+                .map(|(r, m)| (r.clone(), deep_clone(m))),
+            blocked: self.blocked,
+            commit_notified: self.commit_notified,
+            persisted_notified: self.persisted_notified,
+            sent_to_provider: self.sent_to_provider,
+            resolved: self.resolved.as_ref().map(|(m, b)| (deep_clone(m), *b)),
+            sources: self
+                .sources
+                .iter()
+                .map(|(c, mentions)| (deep_clone(c), *mentions))
+                .collect(),
+        }
+    }
+}
+
+impl Drop for UserTurnTranscriptRecorder {
+    fn drop(&mut self) {
+        let kept = [
+            self.persisted_message.take(),
+            self.admission.take().map(|(_, m)| m),
+            self.resolved.take().map(|(m, _)| m),
+        ];
+        kept.into_iter().flatten().for_each(drop_deep);
+        std::mem::take(&mut self.sources)
+            .into_iter()
+            .for_each(|(c, _)| drop_deep(c));
     }
 }
 
@@ -315,8 +357,8 @@ impl UserTurnTranscriptRecorder {
             if let Some(late_media) = late_media_message(Some(admitted), resolved, &late_key) {
                 let admitted = (!self.runtime_persisted).then(|| {
                     self.runtime_persisted = true;
-                    self.persisted_message = Some(message.clone());
-                    message.clone()
+                    self.replace_persisted(deep_clone(message));
+                    deep_clone(message)
                 });
                 return FallbackPlan::LateMedia {
                     admitted,
@@ -327,13 +369,13 @@ impl UserTurnTranscriptRecorder {
         if self.runtime_persisted {
             return FallbackPlan::Nothing;
         }
-        let turn = self
-            .resolved
-            .as_ref()
-            .map_or(message, |(resolved, _)| resolved)
-            .clone();
+        let turn = deep_clone(
+            self.resolved
+                .as_ref()
+                .map_or(message, |(resolved, _)| resolved),
+        );
         self.runtime_persisted = true;
-        self.persisted_message = Some(turn.clone());
+        self.replace_persisted(deep_clone(&turn));
         FallbackPlan::Append(turn)
     }
 
@@ -393,7 +435,7 @@ impl UserTurnTranscriptRecorder {
         self.runtime_persisted = true;
         self.runtime_pending = false;
         if let Some(m) = message {
-            self.persisted_message = Some(m.clone());
+            self.replace_persisted(deep_clone(m));
         }
         if let (Some(m), Some(receipt)) = (message, receipt) {
             let receipt = match receipt {
@@ -417,16 +459,16 @@ impl UserTurnTranscriptRecorder {
                     .map(|(i, _)| CollectedSourceId(i))
                     .collect();
                 effects.original_input_committed = Some(OriginalInputCommit {
-                    message: m.clone(),
+                    message: deep_clone(m),
                     anchor: receipt.anchor.clone(),
                 });
             }
             if self.admission.is_none() {
-                self.admission = Some((receipt, m.clone()));
+                self.admission = Some((receipt, deep_clone(m)));
             }
         }
         if !self.persisted_notified
-            && let Some(m) = self.persisted_message().cloned()
+            && let Some(m) = self.persisted_message().map(deep_clone)
         {
             self.persisted_notified = true;
             effects.message_persisted = Some(m);
@@ -466,19 +508,21 @@ impl UserTurnTranscriptRecorder {
             if !media_resolved_after_prompt {
                 return None;
             }
-            let mut late = message.as_object().cloned().unwrap_or_default();
-            let mut meta = late
-                .get(META_KEY)
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            meta.insert("lateMedia".into(), Value::Bool(true));
-            late.insert(META_KEY.into(), Value::Object(meta));
+            let mut late = object_without(message, &[META_KEY]);
+            late.insert(META_KEY.into(), late_media_meta(message));
             return Some(Value::Object(late));
         }
         self.runtime_persisted = true;
-        self.persisted_message = Some(message.clone());
-        Some(message.clone())
+        self.replace_persisted(deep_clone(message));
+        Some(deep_clone(message))
+    }
+
+    /// Keeps `message` as the persisted message, dropping the one it replaces without
+    /// recursion.
+    fn replace_persisted(&mut self, message: Value) {
+        if let Some(old) = self.persisted_message.replace(message) {
+            drop_deep(old);
+        }
     }
 
     fn may_notify_commit(&self, message: &Value) -> bool {
@@ -530,10 +574,18 @@ fn late_media_message(
     fallback_key: &str,
 ) -> Option<Value> {
     let resolved_media = media_blocks(resolved);
-    if resolved_media.is_empty() || admitted.is_some_and(|a| media_blocks(a) == resolved_media) {
+    let same_media = |a: &Value| {
+        let admitted_media = media_blocks(a);
+        admitted_media.len() == resolved_media.len()
+            && admitted_media
+                .iter()
+                .zip(&resolved_media)
+                .all(|(x, y)| deep_equal(x, y))
+    };
+    if resolved_media.is_empty() || admitted.is_some_and(same_media) {
         return None;
     }
-    let mut out = resolved.as_object().cloned().unwrap_or_default();
+    let mut out = object_without(resolved, &["content", "idempotencyKey", META_KEY]);
     let admitted_content = admitted.and_then(|a| a.get("content"));
     let resolved_content = resolved.get("content");
     let content = match (admitted_content, resolved_content) {
@@ -545,10 +597,10 @@ fn late_media_message(
                     b.get("type").and_then(Value::as_str) != Some("text")
                         || b.get("text").and_then(Value::as_str) != Some(said.as_str())
                 })
-                .cloned()
+                .map(deep_clone)
                 .collect(),
         ),
-        (_, Some(r)) => r.clone(),
+        (_, Some(r)) => deep_clone(r),
         (_, None) => Value::String(String::new()),
     };
     out.insert("content".into(), content);
@@ -557,12 +609,31 @@ fn late_media_message(
         _ => fallback_key.to_owned(),
     };
     out.insert("idempotencyKey".into(), Value::String(key));
-    let mut meta = out
+    out.insert(META_KEY.into(), late_media_meta(resolved));
+    Some(Value::Object(out))
+}
+
+/// A copy of `message`'s fields except `skip` (empty when it is not an object).
+fn object_without(message: &Value, skip: &[&str]) -> Map<String, Value> {
+    message
+        .as_object()
+        .map(|fields| {
+            fields
+                .iter()
+                .filter(|(k, _)| !skip.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), deep_clone(v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `message`'s operational metadata with `lateMedia: true` added.
+fn late_media_meta(message: &Value) -> Value {
+    let mut meta: Map<String, Value> = message
         .get(META_KEY)
         .and_then(Value::as_object)
-        .cloned()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), deep_clone(v))).collect())
         .unwrap_or_default();
     meta.insert("lateMedia".into(), Value::Bool(true));
-    out.insert(META_KEY.into(), Value::Object(meta));
-    Some(Value::Object(out))
+    Value::Object(meta)
 }
