@@ -74,6 +74,11 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
     ),
     ("aws", "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
     (
+        "google oauth",
+        "ya29.a0AfH6SMBx-fake-access-token-1234",
+        "ya29.a0AfH6SMBx-fake-access-token-1234",
+    ),
+    (
         "alibaba",
         "LTAI5tExampleFakeKeyXyz9",
         "LTAI5tExampleFakeKeyXyz9",

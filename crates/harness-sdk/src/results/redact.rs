@@ -522,6 +522,20 @@ const TOKEN_PREFIXES: &[&str] = &[
     "fw_",
     "fw-",
     "fpk_",
+    // More GitLab token kinds (deploy, CI build, pipeline trigger, feed, incoming mail, agent,
+    // workspace, SCIM OAuth, feature flags client, runner, runner registration).
+    "gldt-",
+    "glcbt-",
+    "glptt-",
+    "glft-",
+    "glimt-",
+    "glagent-",
+    "glwt-",
+    "glsoat-",
+    "glffct-",
+    "glrt-",
+    "glrtr-",
+    "GR1348941",
 ];
 
 /// Built-in prefixes need at least this many characters after the prefix.
@@ -746,12 +760,15 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
         let card_check = extra && c.is_ascii_digit();
         let jwt_check = extra && c == b'e' && next == Some(b'.');
+        let oauth_check =
+            extra && ((len == 4 && next == Some(b'.')) || (len == 1 && next == Some(b'/')));
         if !(token_check
             || bearer_check
             || flag_check
             || assignment_check
             || card_check
-            || jwt_check)
+            || jwt_check
+            || oauth_check)
         {
             i = j;
             continue;
@@ -779,6 +796,13 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             i = end;
             continue;
         }
+        // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
+        if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
+            continue;
+        }
         // Word bytes are ASCII, so `i` and `j` are character boundaries.
         let word = &text[i..j];
         // Known token prefixes.
@@ -788,6 +812,15 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             matched = true;
             let edges = safe_mask_edges(word, false);
             rw.replace_with(i, j, |out| push_mask(out, word, edges));
+            i = j;
+            continue;
+        }
+        // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
+        if token_check && let Some(at) = embedded_token_start(word) {
+            matched = true;
+            let token = &word[at..];
+            let edges = safe_mask_edges(token, false);
+            rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
             i = j;
             continue;
         }
@@ -916,12 +949,13 @@ const FAMILY_FLAG: u16 = 1 << 2;
 const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
 const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
-/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`: needs `AK`, `AS`, `AI` or `LT`.
+/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`, `GR1348941`: needs `AK`, `AS`, `AI`, `LT` or `GR`.
 const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
 const FAMILY_BEARER: u16 = 1 << 6;
-/// JSON web tokens (`eyJ…`: needs `yJ`) and payment card numbers (a run of at least 13
-/// digits, single spaces or dashes allowed between them).
+/// JSON web tokens (`eyJ…`: needs `yJ`), Google OAuth tokens (`ya29.…`: `ya`; `1//…`: `1/`) and
+/// payment card numbers (a run of at least 13 digits, single spaces or dashes allowed between
+/// them).
 const FAMILY_EXTRA: u16 = 1 << 7;
 /// `Basic <credential>`: needs `Ba` or `BA` (a capitalised scheme; lower-case "basic" is
 /// prose far more often than a credential).
@@ -954,9 +988,11 @@ static PAIR_FIRST: [u16; 256] = {
     }
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'L' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'G' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'b' as usize] |= FAMILY_BEARER;
     table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'y' as usize] |= FAMILY_EXTRA;
+    table[b'1' as usize] |= FAMILY_EXTRA;
     let mut d = b'0';
     while d <= b'9' {
         table[d as usize] |= DIGIT_BIT;
@@ -978,11 +1014,14 @@ static PAIR_SECOND: [u16; 256] = {
     table[b'S' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'T' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'R' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
     table[b'a' as usize] |= FAMILY_BASIC;
     table[b'A' as usize] |= FAMILY_BASIC;
     table[b'J' as usize] |= FAMILY_EXTRA;
+    table[b'a' as usize] |= FAMILY_EXTRA;
+    table[b'/' as usize] |= FAMILY_EXTRA;
     table
 };
 
@@ -1232,7 +1271,18 @@ fn is_builtin_token(word: &str) -> bool {
     if bytes.len() < BUILTIN_TOKEN_MIN_LEN
         || !matches!(
             bytes[0],
-            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h' | b'w' | b'L' | b't' | b'f'
+            b's' | b'r'
+                | b'p'
+                | b'g'
+                | b'x'
+                | b'A'
+                | b'n'
+                | b'h'
+                | b'w'
+                | b'L'
+                | b't'
+                | b'f'
+                | b'G'
         )
     {
         return false;
@@ -1597,6 +1647,57 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         }
         None => None,
     }
+}
+
+/// The end of a Google OAuth token starting at `i` (the word `bytes[i..j]`): `ya29.` or `1//`
+/// followed by token characters, at least 20 in all.
+fn google_oauth_token(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
+    let word = &bytes[i..j];
+    let body = if word == b"ya29" && bytes.get(j) == Some(&b'.') {
+        j + 1
+    } else if word == b"1" && bytes[j..].starts_with(b"//") {
+        j + 2
+    } else {
+        return None;
+    };
+    let mut end = body;
+    while end < bytes.len() && (is_word_byte(bytes[end]) || bytes[end] == b'.') {
+        end += 1;
+    }
+    while end > body && bytes[end - 1] == b'.' {
+        end -= 1;
+    }
+    (end - i >= 20).then_some(end)
+}
+
+/// The prefixes distinctive enough to be found inside a longer word (GitHub, GitLab personal
+/// access and Slack tokens), where shorter ones (`fw_`, `sk_`) would hit ordinary identifiers.
+const EMBEDDABLE_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxr-",
+    "xoxs-",
+    "xapp-",
+];
+
+/// Where a token with one of the [`EMBEDDABLE_PREFIXES`] starts inside `word` after a `-` or
+/// `_`, if one does.
+fn embedded_token_start(word: &str) -> Option<usize> {
+    let bytes = word.as_bytes();
+    (1..bytes.len()).find(|&p| {
+        matches!(bytes[p - 1], b'-' | b'_')
+            && EMBEDDABLE_PREFIXES.iter().any(|prefix| {
+                word[p..].starts_with(prefix) && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
+            })
+    })
 }
 
 /// Where the bot id of a bot token starts, when `word` (starting at byte `at`) is one: 6 to 12

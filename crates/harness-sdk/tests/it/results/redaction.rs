@@ -171,6 +171,32 @@ fn redaction_row_github_and_gitlab_tokens() {
         "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
     );
     assert_scrubbed("glpat-xYz123AbC456dEf789gH", "glpat-xYz123AbC456dEf789gH");
+    for token in [
+        "gldt-AbCdEfGhIjKlMnOpQrSt",
+        "glrt-t1_AbCdEfGhIjKlMnOpQrSt",
+        "GR1348941AbCdEfGhIjKlMnOpQrSt",
+    ] {
+        assert_scrubbed(&format!("gitlab {token} runner"), token);
+    }
+    // Inside a longer word, after `-` or `_`.
+    assert_scrubbed(
+        "ci-ghp_16C7e42F292c6912E7710c838347Ae178B4a failed",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    );
+}
+
+#[test]
+fn redaction_row_google_oauth_tokens() {
+    assert_scrubbed(
+        "access ya29.a0AfH6SMBx-fake-access-token-1234 ok",
+        "ya29.a0AfH6SMBx-fake-access-token-1234",
+    );
+    assert_scrubbed(
+        "refresh 1//0gFakeRefreshToken-abcdefghijkl ok",
+        "1//0gFakeRefreshToken-abcdefghijkl",
+    );
+    // A short path or version is not a token.
+    assert_eq!(redact_text("see 1//0 and ya29.1"), "see 1//0 and ya29.1");
 }
 
 #[test]
