@@ -154,6 +154,8 @@ const SENSITIVE_COMPACT: &[&str] = &[
     "secret",
     "password",
     "passwd",
+    "pass",
+    "passphrase",
     "awssecretaccesskey",
     "secretaccesskey",
     "awssessiontoken",
@@ -197,7 +199,17 @@ const SENSITIVE_COMPACT: &[&str] = &[
 /// treated as assignments inside free text.
 const TEXT_EXEMPT_COMPACT: &[&str] = &["key", "session", "signature"];
 
-const ENV_SUFFIXES: &[&str] = &["key", "token", "secret", "password", "passwd", "cvc", "cvv"];
+const ENV_SUFFIXES: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pass",
+    "passphrase",
+    "cvc",
+    "cvv",
+];
 
 const BENIGN_KEY_PREFIXES: &[&str] = &[
     "primary",

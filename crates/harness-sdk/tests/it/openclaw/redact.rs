@@ -848,7 +848,6 @@ fn openclaw_redact_diagnostics_that_are_not_secrets() {
 }
 
 #[test]
-#[ignore = "gap: `pass` is not a sensitive name"]
 fn openclaw_redact_standalone_pass_assignments() {
     assert_eq!(
         redact_text("db pass=opaque-pass-secret-1234567890 next"),
@@ -861,7 +860,6 @@ fn openclaw_redact_standalone_pass_assignments() {
 }
 
 #[test]
-#[ignore = "gap: dotted and compound config keys (`tls.passphrase`, `jdbc.password`, `passphrase`, `db_pass`) are not all sensitive names"]
 fn openclaw_redact_common_config_file_secret_assignments() {
     let db_password = "db-password-fixture-1234567890";
     let database_password = "database-password-fixture-1234567890";
@@ -960,7 +958,6 @@ fn openclaw_redact_common_config_file_secret_assignments() {
 }
 
 #[test]
-#[ignore = "gap: `pass` is not a sensitive name"]
 fn openclaw_redact_complete_unquoted_values_with_delimiter_punctuation() {
     let out = redact_text("password=abc,def token=abc;def client_secret=abc]def pass=abc)def");
     assert_eq!(out, "password=*** token=*** client_secret=*** pass=***");
