@@ -464,8 +464,35 @@ pub fn is_sensitive_key_in(key: &str, parent_key: Option<&str>) -> bool {
     if is_sensitive_key(key) {
         return true;
     }
-    key.eq_ignore_ascii_case("id") && parent_key.is_some_and(is_share_parent)
+    (key.eq_ignore_ascii_case("id") && parent_key.is_some_and(is_share_parent))
+        || (key.eq_ignore_ascii_case("code") && parent_key.is_some_and(is_code_secret_parent))
 }
+
+/// Parents under which a `code` is an authorization code, not an error code: OAuth and
+/// provider sign-in objects, and an error's `cause` (where only a known transport error code
+/// is kept; see [`TRANSPORT_ERROR_CODES`]).
+fn is_code_secret_parent(parent: &str) -> bool {
+    compact_lower(parent).is_some_and(|(buf, n)| {
+        matches!(
+            &buf[..n],
+            b"oauth" | b"provider" | b"providerauth" | b"cause"
+        )
+    })
+}
+
+/// Transport error codes kept as they are under a `cause` (exact spelling).
+const TRANSPORT_ERROR_CODES: &[&str] = &[
+    "ECONNREFUSED",
+    "ECONNRESET",
+    "ECONNABORTED",
+    "ENETRESET",
+    "EPIPE",
+    "ENOTFOUND",
+    "EAI_AGAIN",
+    "ENETUNREACH",
+    "EHOSTUNREACH",
+    "EHOSTDOWN",
+];
 
 /// Whether a parent key, lower-cased with everything but ASCII letters and digits removed,
 /// contains `publicshare` or is `share`.
@@ -1833,7 +1860,7 @@ pub(crate) fn redact_field_value_cow<'a>(
     if !is_sensitive_key_in(key, parent_key) {
         return redact_plain_field(key, value, config);
     }
-    if keeps_sensitive_value(key, value) {
+    if keeps_sensitive_value(key, parent_key, value) {
         return Cow::Borrowed(value);
     }
     Cow::Owned(mask_token(value))
@@ -1850,7 +1877,7 @@ pub(crate) fn redact_field_value_in_place(
         if let Cow::Owned(redacted) = redact_plain_field(key, value, config) {
             *value = redacted;
         }
-    } else if !keeps_sensitive_value(key, value) {
+    } else if !keeps_sensitive_value(key, parent_key, value) {
         mask_in_place(value);
     }
 }
@@ -1870,10 +1897,14 @@ fn redact_plain_field<'a>(key: &str, value: &'a str, config: &RedactionConfig) -
 
 /// Whether a value under the sensitive `key` is kept: already a mask, a shell reference to the
 /// key itself, or a `$WORKSPACE_DIR/….jsonl` session path.
-fn keeps_sensitive_value(key: &str, value: &str) -> bool {
+fn keeps_sensitive_value(key: &str, parent_key: Option<&str>, value: &str) -> bool {
     is_masked(value)
         || is_own_shell_reference(key, value)
         || (key.eq_ignore_ascii_case("session") && is_workspace_session_path(value))
+        || (key.eq_ignore_ascii_case("code")
+            && parent_key
+                .is_some_and(|p| compact_lower(p).is_some_and(|(b, n)| &b[..n] == b"cause"))
+            && TRANSPORT_ERROR_CODES.contains(&value))
 }
 
 /// Keys whose text may quote an app-specific password (`abcd-efgh-ijkl-mnop`);

@@ -1608,7 +1608,6 @@ fn openclaw_redact_known_transport_codes_in_cause_chains() {
 }
 
 #[test]
-#[ignore = "gap: redact_structured does not treat `code` under a `cause` as an authorization code"]
 fn openclaw_redact_authorization_codes_outside_the_transport_boundary() {
     use serde_json::json;
     for (input, expected) in [
@@ -1637,12 +1636,22 @@ fn openclaw_redact_authorization_codes_outside_the_transport_boundary() {
             json!({"cause": {"code": "***"}}),
         ),
         (
-            json!({"oauth": {"cause": {"code": "EAI_AGAIN"}}}),
-            json!({"oauth": {"cause": {"code": "***"}}}),
-        ),
-        (
             json!({"providerAuth": {"cause": {"code": "p4Q6x7J9"}}}),
             json!({"providerAuth": {"cause": {"code": "***"}}}),
+        ),
+    ] {
+        assert_eq!(redact_structured(&input), expected, "{input}");
+    }
+}
+
+#[test]
+#[ignore = "gap: a known transport code is kept by its key and parent alone; the peer also requires a cause chain of objects from the root"]
+fn openclaw_redact_authorization_codes_outside_the_transport_boundary_nested() {
+    use serde_json::json;
+    for (input, expected) in [
+        (
+            json!({"oauth": {"cause": {"code": "EAI_AGAIN"}}}),
+            json!({"oauth": {"cause": {"code": "***"}}}),
         ),
         (
             json!({"cause": [{"code": "EAI_AGAIN"}]}),
@@ -1662,7 +1671,6 @@ fn openclaw_redact_authorization_codes_outside_the_transport_boundary() {
 }
 
 #[test]
-#[ignore = "gap: redact_structured does not mask `code` under OAuth/provider parents"]
 fn openclaw_redact_structured_error_codes_kept_and_oauth_codes_masked() {
     let out = redact_structured(&serde_json::json!({
         "manifest": {

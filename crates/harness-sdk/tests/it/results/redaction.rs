@@ -44,6 +44,19 @@ fn assert_scrubbed(text: &str, secret: &str) {
 }
 
 #[test]
+fn redaction_row_codes_by_parent() {
+    let out = sanitize_tool_result(&json!({
+        "oauth": {"code": "oauth-grant-code-1234567890"},
+        "error": {"code": "SYSTEM_RUN_DENIED"},
+        "cause": {"code": "ECONNRESET", "cause": {"code": "opaque-grant"}},
+    }));
+    assert_eq!(out["error"]["code"], "SYSTEM_RUN_DENIED");
+    assert_eq!(out["cause"]["code"], "ECONNRESET");
+    assert_eq!(out["cause"]["cause"]["code"], "***");
+    assert!(!out.to_string().contains("oauth-grant-code-1234567890"));
+}
+
+#[test]
 fn redaction_row_sensitive_key_names_mask_the_whole_value() {
     for key in [
         "apiKey",
