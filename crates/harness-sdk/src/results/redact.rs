@@ -972,6 +972,19 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             i = a.value_end;
             continue;
         }
+        // A query or form key spelled with percent escapes, `+` or invisible characters
+        // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
+        if assignment_check
+            && next == Some(b'=')
+            && let Some(key) = encoded_key(text, i, j)
+            && is_text_key(&key)
+            && let Some(a) = assignment(text, j)
+        {
+            matched = true;
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+            i = a.value_end;
+            continue;
+        }
         i = j;
     }
     (rw.finish(), matched)
@@ -1737,6 +1750,66 @@ fn embedded_token_start(word: &str) -> Option<usize> {
                 word[p..].starts_with(prefix) && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
             })
     })
+}
+
+/// The decoded key ending with the word `text[i..j]`, when the key is spelled with percent
+/// escapes, `+` or invisible characters before it (`client%5Fsecret`, `client_se+cret`); the
+/// escapes are decoded and `+`, blanks, control and invisible characters dropped.
+fn encoded_key(text: &str, i: usize, j: usize) -> Option<String> {
+    const MAX_KEY_BYTES: usize = 96;
+    let mut start = i;
+    let mut obfuscated = false;
+    for c in text[..i].chars().rev() {
+        let plain = c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
+        if !(plain || c == '%' || c == '+' || c.is_control() || is_invisible(c))
+            || i - start >= MAX_KEY_BYTES
+        {
+            break;
+        }
+        obfuscated |= !plain;
+        start -= c.len_utf8();
+    }
+    if !obfuscated {
+        return None;
+    }
+    let raw = &text.as_bytes()[start..j];
+    let mut bytes = Vec::with_capacity(raw.len());
+    let mut k = 0;
+    while k < raw.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if raw[k] == b'%'
+            && let (Some(h), Some(l)) = (
+                raw.get(k + 1).copied().and_then(hex),
+                raw.get(k + 2).copied().and_then(hex),
+            )
+        {
+            bytes.push(u8::try_from(h * 16 + l).unwrap_or(0));
+            k += 3;
+        } else {
+            bytes.push(raw[k]);
+            k += 1;
+        }
+    }
+    let decoded: String = String::from_utf8_lossy(&bytes)
+        .chars()
+        .filter(|c| !(*c == '+' || c.is_whitespace() || c.is_control() || is_invisible(*c)))
+        .collect();
+    (!decoded.is_empty()).then_some(decoded)
+}
+
+/// Characters that render as nothing (zero-width and filler characters).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+    )
 }
 
 /// Where the bot id of a bot token starts, when `word` (starting at byte `at`) is one: 6 to 12

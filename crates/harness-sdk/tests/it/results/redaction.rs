@@ -101,6 +101,22 @@ fn redaction_row_assignments_in_free_text() {
 }
 
 #[test]
+fn redaction_row_encoded_keys() {
+    for text in [
+        "body: client%5Fsecret=oauth-secret-value-0427&safe=1",
+        "GET /cb?client_se+cret=oauth-secret-value-0427&safe=1",
+        "body: client_se\u{200B}cret=oauth-secret-value-0427&safe=1",
+    ] {
+        assert_scrubbed(text, "oauth-secret-value-0427");
+    }
+    // An ordinary encoded key stays readable.
+    assert_eq!(
+        redact_text("GET /cb?redirect%5Furi=https%3A%2F%2Fx&safe=1"),
+        "GET /cb?redirect%5Furi=https%3A%2F%2Fx&safe=1"
+    );
+}
+
+#[test]
 fn redaction_row_credential_flags() {
     assert_scrubbed("deploy --api-key k3yMaterial991 --force", "k3yMaterial991");
     assert_scrubbed("login --password=Sup3rSecretPw", "Sup3rSecretPw");
