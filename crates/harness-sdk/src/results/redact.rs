@@ -795,8 +795,11 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
         let bearer_check = (bearer && len == 6) || (basic && len == 5);
         let flag_check = flags && c == b'-';
-        let assignment_check =
-            assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
+        let assignment_check = assignments
+            && matches!(
+                next,
+                Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':' | b'\\')
+            );
         let card_check = extra && c.is_ascii_digit();
         let jwt_check = extra && c == b'e' && next == Some(b'.');
         let oauth_check =
@@ -932,13 +935,20 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
         // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
         // quote, a blank, `=` or `:` right after the word.)
+        // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
+        let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1
+        {
+            &word[1..]
+        } else {
+            word
+        };
         if assignment_check
             && let Some(a) = assignment(text, j)
-            && is_text_key(word)
+            && is_text_key(key)
         {
             matched = true;
             let value = &text[a.value_start..a.value_end];
-            if is_authorization_key(word) {
+            if is_authorization_key(key) {
                 if a.quoted && value.contains(' ') {
                     // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
                     if value != MASK {
@@ -966,7 +976,7 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
                     continue;
                 }
             }
-            if !is_own_shell_reference(word, value) {
+            if !is_own_shell_reference(key, value) {
                 rw.mask_span(a.value_start, a.value_end, a.quoted);
             }
             i = a.value_end;
@@ -1534,7 +1544,11 @@ fn authorization_credentials(
     while k < bytes.len() {
         match bytes[k] {
             b'\\' => k += 1,
-            b'"' => in_quotes = !in_quotes,
+            // A parameter value opens its quotes right after `=`; any other quote outside them
+            // closes the text around the header (a serialized string).
+            b'"' if in_quotes => in_quotes = false,
+            b'"' if k > 0 && bytes[k - 1] == b'=' => in_quotes = true,
+            b'"' => break,
             // A line break continues the value only as a folded line (a blank follows it).
             b'\n' | b'\r' => {
                 let mut next = k + 1;
@@ -1587,8 +1601,18 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         _ => return None,
     };
     k += 1;
-    while matches!(bytes.get(k), Some(b' ' | b'\t')) {
-        k += 1;
+    // Blanks, and in serialized text the escapes `\t`, `\n` and `\r` that stand for them.
+    let blank_len = |at: usize| match bytes.get(at) {
+        Some(b' ' | b'\t') => 1,
+        Some(b'\\') if header_style && matches!(bytes.get(at + 1), Some(b't' | b'n' | b'r')) => 2,
+        _ => 0,
+    };
+    loop {
+        let n = blank_len(k);
+        if n == 0 {
+            break;
+        }
+        k += n;
     }
     // `Authorization: Bearer <token>` / `Basic <token>`: keep the scheme.
     let scheme_end = {
@@ -1597,11 +1621,13 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
             e += 1;
         }
         let scheme = &text[k..e];
+        let gap = blank_len(e);
         (["bearer", "basic", "token"]
             .iter()
             .any(|s| scheme.eq_ignore_ascii_case(s))
-            && bytes.get(e) == Some(&b' '))
-        .then_some(e + 1)
+            && gap > 0
+            && bytes.get(e) != Some(&b'\t'))
+        .then_some(e + gap)
     };
     if let Some(start) = scheme_end {
         let e = terminator_from(text, start);

@@ -597,7 +597,6 @@ fn openclaw_redact_complete_structured_authorization_fields() {
 }
 
 #[test]
-#[ignore = "gap: folded `Authorization:` lines before the scheme and escaped tab/newline separators are not parsed as one header"]
 fn openclaw_redact_later_auth_params_and_token_credentials_after_punctuation() {
     let response = "later-response-value-1234567890";
     let negotiate = "cHJvb2YxMjM0NTY3ODkw";
@@ -710,16 +709,17 @@ fn openclaw_redact_nested_serialized_auth_objects() {
 }
 
 #[test]
-#[ignore = "gap: an opaque credential directly under a serialized `Authorization` key is not masked"]
 fn openclaw_redact_token_credentials_in_nested_serialized_auth() {
     let nested = |value: serde_json::Value| {
         serde_json::to_string(&serde_json::to_string(&value).unwrap()).unwrap()
     };
+    // Deliberate difference: a quoted `Authorization` value holding a scheme and a
+    // credential is masked whole, at any level of serialization (the peer keeps `Basic`).
     assert_eq!(
         redact_text(&nested(
             serde_json::json!({"Authorization": "Basic dXNlcjpwYXNz"})
         )),
-        nested(serde_json::json!({"Authorization": "Basic ***"}))
+        nested(serde_json::json!({"Authorization": "***"}))
     );
     let bearer = "/opaque-~bearer-1234567890abcdef";
     assert_eq!(
@@ -730,7 +730,7 @@ fn openclaw_redact_token_credentials_in_nested_serialized_auth() {
         redact_text(&nested(
             serde_json::json!({"Authorization": format!("Bearer {bearer}")})
         )),
-        nested(serde_json::json!({"Authorization": "Bearer /opaqu…cdef"}))
+        nested(serde_json::json!({"Authorization": "***"}))
     );
     let opaque = "opaque-credential-1234567890abcdef";
     assert_eq!(
