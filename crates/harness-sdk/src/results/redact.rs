@@ -943,10 +943,19 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             word
         };
         if assignment_check
-            && let Some(a) = assignment(text, j)
-            && is_text_key(key)
+            && let Some(mut a) = assignment(text, j)
+            && (is_text_key(key) || is_query_secret(bytes, i, next, &a, key))
         {
             matched = true;
+            // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
+            if i > 0
+                && matches!(bytes[i - 1], b'?' | b'&')
+                && !a.quoted
+                && let Some(hash) = text[a.value_start..a.value_end].find('#')
+                && hash > 0
+            {
+                a.value_end = a.value_start + hash;
+            }
             let value = &text[a.value_start..a.value_end];
             if is_authorization_key(key) {
                 if a.quoted && value.contains(' ') {
@@ -1778,6 +1787,16 @@ fn embedded_token_start(word: &str) -> Option<usize> {
     })
 }
 
+/// Whether `key` (the word at `i`) is a secret only as a URL query or form parameter
+/// (`code`, `sig`, `x-amz-signature`): a `name=value` pair after `?` or `&`, or one followed by
+/// `&` (the first pair of a form body). `code=E1` in a diagnostic stays readable.
+fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key: &str) -> bool {
+    next == Some(b'=')
+        && compact_lower(key)
+            .is_some_and(|(buf, n)| matches!(&buf[..n], b"code" | b"sig" | b"xamzsignature"))
+        && ((i > 0 && matches!(bytes[i - 1], b'?' | b'&')) || bytes.get(a.value_end) == Some(&b'&'))
+}
+
 /// The decoded key ending with the word `text[i..j]`, when the key is spelled with percent
 /// escapes, `+` or invisible characters before it (`client%5Fsecret`, `client_se+cret`); the
 /// escapes are decoded and `+`, blanks, control and invisible characters dropped.
@@ -1787,9 +1806,8 @@ fn encoded_key(text: &str, i: usize, j: usize) -> Option<String> {
     let mut obfuscated = false;
     for c in text[..i].chars().rev() {
         let plain = c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
-        if !(plain || c == '%' || c == '+' || c.is_control() || is_invisible(c))
-            || i - start >= MAX_KEY_BYTES
-        {
+        let hidden = (c.is_control() && !c.is_whitespace()) || is_invisible(c);
+        if !(plain || c == '%' || c == '+' || hidden) || i - start >= MAX_KEY_BYTES {
             break;
         }
         obfuscated |= !plain;

@@ -101,6 +101,20 @@ fn redaction_row_assignments_in_free_text() {
 }
 
 #[test]
+fn redaction_row_query_and_form_secrets() {
+    assert_scrubbed(
+        "GET /cb?code=oauth-grant-value-0427&state=visible",
+        "oauth-grant-value-0427",
+    );
+    assert_scrubbed("x-amz-signature=deadbeef0427&safe=1", "deadbeef0427");
+    assert_scrubbed("/cb?sig=signed0427#frag", "signed0427");
+    assert!(redact_text("/cb?sig=signed0427#frag").ends_with("#frag"));
+    // An error code in a diagnostic is not a query pair.
+    let diagnostic = "Oops: failed: code=E1 status=500";
+    assert_eq!(redact_text(diagnostic), diagnostic);
+}
+
+#[test]
 fn redaction_row_encoded_keys() {
     for text in [
         "body: client%5Fsecret=oauth-secret-value-0427&safe=1",
