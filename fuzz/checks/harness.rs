@@ -11,7 +11,9 @@ use tether_harness_sdk::results::delivery::{
 };
 use tether_harness_sdk::results::display::{DetailMode, infer_tool_meta_from_args};
 use tether_harness_sdk::results::redact::redact_text;
-use tether_harness_sdk::results::sanitize::{sanitize_tool_args, sanitize_tool_result};
+use tether_harness_sdk::results::sanitize::{
+    redact_structured, sanitize_tool_args, sanitize_tool_result,
+};
 
 /// The tool names the display inference knows, plus one it does not.
 pub const TOOLS: &[&str] = &[
@@ -65,7 +67,32 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "Basic dXNlcjpzM2NyM3QtcGFzcw==",
         "dXNlcjpzM2NyM3QtcGFzcw==",
     ),
+    (
+        "authorization",
+        "Authorization: Digest username=ops, response=digestresponse1234567890",
+        "digestresponse1234567890",
+    ),
     ("aws", "AKIAIOSFODNN7EXAMPLE", "AKIAIOSFODNN7EXAMPLE"),
+    (
+        "google oauth",
+        "ya29.a0AfH6SMBx-fake-access-token-1234",
+        "ya29.a0AfH6SMBx-fake-access-token-1234",
+    ),
+    (
+        "alibaba",
+        "LTAI5tExampleFakeKeyXyz9",
+        "LTAI5tExampleFakeKeyXyz9",
+    ),
+    (
+        "model provider",
+        "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
+        "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
+    ),
+    (
+        "bot",
+        "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+    ),
     (
         "tencent",
         "AKIDz8krbsJ5yKBZQpn74WFkmLPx3EXAMPLE",
@@ -129,8 +156,33 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Plants every row's secret between two halves of arbitrary text (separated by blanks) and
-/// checks that no redaction path lets the whole secret through.
+/// Sensitive key names of the key table (`docs/redaction.md`, "Key names"), one per shape:
+/// exact names, separators and case, the `SNAKE_CASE` and camel-case suffix rules.
+pub const PLANTED_KEYS: &[&str] = &[
+    "apiKey",
+    "api-key",
+    "PASSWORD",
+    "client_secret",
+    "privateKey",
+    "Authorization",
+    "cookie",
+    "connectionString",
+    "cardNumber",
+    "cvc",
+    "sharedPaymentToken",
+    "GITHUB_TOKEN",
+    "DB_PASSWD",
+    "stripeSecret",
+    "openaiApiKey",
+];
+
+/// A secret planted under a sensitive key (no free-text shape would catch it alone).
+pub const PLANTED_KEY_SECRET: &str = "opaque plain words 0427";
+
+/// Plants every row's secret between two halves of arbitrary text (separated by blanks; line
+/// breaks for a card number), and,
+/// when the bytes are JSON, into every string of that JSON and under every sensitive key of
+/// the key table at every object; checks that no redaction path lets a whole secret through.
 pub fn check_planted_secrets(data: &[u8]) {
     let filler = String::from_utf8_lossy(data);
     let mid = (0..=filler.len() / 2)
@@ -138,8 +190,12 @@ pub fn check_planted_secrets(data: &[u8]) {
         .find(|i| filler.is_char_boundary(*i))
         .unwrap_or(0);
     let (head, tail) = filler.split_at(mid);
+    let fuzzed = json(data);
     for (row, planted, secret) in PLANTED_SECRETS {
-        let text = format!("{head} {planted} {tail}");
+        // Digit groups one blank apart read as one number, so a card number is planted on
+        // its own line (filler digits next to it would make a longer, non-card number).
+        let sep = if *row == "card" { '\n' } else { ' ' };
+        let text = format!("{head}{sep}{planted}{sep}{tail}");
         let value = Value::String(text.clone());
         let outputs = [
             redact_text(&text),
@@ -155,7 +211,88 @@ pub fn check_planted_secrets(data: &[u8]) {
                 "the {row} secret survived redaction in {text:?}"
             );
         }
+        if let Some(fuzzed) = &fuzzed {
+            let planted_json = plant_in_strings(fuzzed, planted);
+            for out in redaction_paths(&planted_json) {
+                assert!(
+                    !out.contains(secret),
+                    "the {row} secret survived redaction inside {planted_json}"
+                );
+            }
+        }
     }
+    let carrier = fuzzed.unwrap_or_else(|| Value::String(filler.into_owned()));
+    let keyed = plant_under_keys(&carrier);
+    for out in redaction_paths(&keyed) {
+        assert!(
+            !out.contains(PLANTED_KEY_SECRET),
+            "a secret under a sensitive key survived redaction inside {keyed}"
+        );
+    }
+}
+
+/// The structured redaction paths, serialized.
+fn redaction_paths(value: &Value) -> [String; 3] {
+    [
+        sanitize_tool_args(value).to_string(),
+        redact_structured(value).to_string(),
+        sanitize_tool_result(value).to_string(),
+    ]
+}
+
+/// A copy of `value` with `planted` appended to every string (on a line of its own), a `task` field holding it in
+/// every object and an element holding it in every array (iteratively: fuzzed JSON can be
+/// deep).
+fn plant_in_strings(value: &Value, planted: &str) -> Value {
+    let mut out = value.clone();
+    let mut stack = vec![&mut out];
+    while let Some(node) = stack.pop() {
+        match node {
+            Value::String(s) => {
+                s.push('\n');
+                s.push_str(planted);
+            }
+            Value::Array(items) => {
+                items.push(Value::String(planted.to_owned()));
+                stack.extend(items.iter_mut());
+            }
+            Value::Object(map) => {
+                map.insert("task".into(), Value::String(planted.to_owned()));
+                stack.extend(map.values_mut());
+            }
+            _ => {}
+        }
+    }
+    if !out.is_object() && !out.is_array() {
+        out = serde_json::json!({ "task": out });
+    }
+    out
+}
+
+/// A copy of `value` (wrapped in an object when it is not one) where every object also holds
+/// the planted key secret under every key of [`PLANTED_KEYS`].
+fn plant_under_keys(value: &Value) -> Value {
+    let mut out = match value {
+        Value::Object(_) => value.clone(),
+        other => serde_json::json!({ "payload": other }),
+    };
+    let mut stack = vec![&mut out];
+    while let Some(node) = stack.pop() {
+        match node {
+            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Object(map) => {
+                for key in PLANTED_KEYS {
+                    map.insert(
+                        (*key).to_owned(),
+                        Value::String(PLANTED_KEY_SECRET.to_owned()),
+                    );
+                }
+                stack.extend(map.values_mut());
+            }
+            _ => {}
+        }
+    }
+    out
 }
 
 /// `infer_tool_meta_from_args`: the first byte picks the tool, the second the detail mode, the

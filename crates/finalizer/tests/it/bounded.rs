@@ -23,7 +23,7 @@ type Read = Result<AgentMessage, HistoryReadError>;
 
 /// A source that counts how many times the message at `guard` (and beyond) is read, and fails
 /// if it is.
-struct GuardedSource {
+pub(crate) struct GuardedSource {
     messages: Vec<AgentMessage>,
     index: usize,
     guard: usize,
@@ -31,7 +31,7 @@ struct GuardedSource {
 }
 
 impl GuardedSource {
-    fn new(messages: Vec<AgentMessage>, guard: usize) -> (Self, Rc<Cell<usize>>) {
+    pub(crate) fn new(messages: Vec<AgentMessage>, guard: usize) -> (Self, Rc<Cell<usize>>) {
         let reads = Rc::new(Cell::new(0));
         let source = Self {
             messages,
@@ -55,11 +55,11 @@ impl HistorySource for GuardedSource {
     }
 }
 
-fn ok_source(messages: Vec<AgentMessage>) -> impl HistorySource {
+pub(crate) fn ok_source(messages: Vec<AgentMessage>) -> impl HistorySource {
     messages.into_iter().map(Ok::<_, HistoryReadError>)
 }
 
-fn call(id: &str, name: &str, arguments: Value) -> AgentMessage {
+pub(crate) fn call(id: &str, name: &str, arguments: Value) -> AgentMessage {
     let mut m = tool_calls(None, &[]);
     m.content = vec![ContentBlock::ToolCall {
         id: id.into(),

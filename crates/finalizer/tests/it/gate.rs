@@ -334,7 +334,7 @@ fn finalization_s038_outstanding_work_blocks_finalization() {
     }
 }
 
-fn empty_stop() -> (AttemptResult, TurnFacts) {
+pub(crate) fn empty_stop() -> (AttemptResult, TurnFacts) {
     let (mut settled, mut facts) = settled_write();
     let mut batch = tool_calls(None, &[("c1", "write")]);
     batch.stop_reason = Some("stop".into());

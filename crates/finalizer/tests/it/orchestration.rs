@@ -22,11 +22,11 @@ use crate::gate::{read_and_failed_exec, settled_write};
 use crate::harness::{AppendBehavior, RecordingTranscript, Run, ScriptedFinalizer, Step, fence};
 use crate::support::{answer_json, assistant, tool_calls, tool_result, user};
 
-fn empty_json(text: &str) -> serde_json::Value {
+pub(crate) fn empty_json(text: &str) -> serde_json::Value {
     answer_json(text)
 }
 
-fn tool_error_card() -> ReplyPayload {
+pub(crate) fn tool_error_card() -> ReplyPayload {
     ReplyPayload::new(
         PayloadKind::ToolErrorWarning,
         "⚠️ exec failed: SYSTEM_RUN_DENIED",
@@ -34,7 +34,7 @@ fn tool_error_card() -> ReplyPayload {
     )
 }
 
-fn with_failed_exec() -> (AttemptResult, TurnFacts) {
+pub(crate) fn with_failed_exec() -> (AttemptResult, TurnFacts) {
     let (mut settled, mut facts) = read_and_failed_exec();
     settled.last_tool_error = Some(ToolErrorSummary {
         tool_name: "exec".into(),
@@ -290,7 +290,7 @@ async fn finalization_s043_tool_media_block_reply_is_not_finalized() {
     }
 }
 
-fn truncated_after_commentary() -> (AttemptResult, TurnFacts) {
+pub(crate) fn truncated_after_commentary() -> (AttemptResult, TurnFacts) {
     let batch = tool_calls(Some("Saving the note now."), &[("c1", "write")]);
     let mut failed_assistant = assistant("", "error");
     failed_assistant.meta.insert(

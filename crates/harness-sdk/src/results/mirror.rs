@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use tether_core::{AppendOutcome, TranscriptAnchor};
 
-use super::tree::{deep_clone, deep_equal, is_truthy};
+use super::tree::{deep_clone, deep_equal, drop_deep, is_truthy};
 
 /// The key that holds host operational metadata on a JSON message.
 pub const META_KEY: &str = "__openclaw";
@@ -180,16 +180,54 @@ pub struct PersistedMarkEffects {
     pub message_persisted: Option<Value>,
 }
 
+/// What the host's fallback persistence must do now; see
+/// [`UserTurnTranscriptRecorder::plan_fallback`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FallbackPlan {
+    /// The runtime's own append is still in flight: report its outcome
+    /// ([`UserTurnTranscriptRecorder::mark_runtime_persisted`] or
+    /// [`UserTurnTranscriptRecorder::mark_runtime_persistence_failed`]) and plan again.
+    WaitForRuntime,
+    /// Nothing to append (the turn is blocked, or already persisted without late media).
+    Nothing,
+    /// Append this message: the turn was never persisted.
+    Append(Value),
+    /// Media resolved after the prompt reached the provider. The bytes the provider saw are
+    /// never rewritten: append `admitted` first when the turn was never persisted, then
+    /// `late_media`, a separate message (marked `__openclaw.lateMedia: true`, never announced
+    /// as the original input).
+    LateMedia {
+        /// The admitted message, when the turn still has to be persisted.
+        admitted: Option<Value>,
+        /// The media that arrived late.
+        late_media: Value,
+    },
+}
+
 /// Records how a user turn reached the transcript and decides the one-time notifications.
-#[derive(Debug, Clone)]
+///
+/// Besides the runtime's own append it tracks the two paths a host's fallback persistence has
+/// to respect: a runtime append still in flight ([`Self::mark_runtime_persistence_pending`]),
+/// and input whose media resolves lazily, possibly after the prompt was sent
+/// ([`Self::record_resolved_input`], [`Self::mark_sent_to_provider`]);
+/// [`Self::plan_fallback`] combines them.
+///
+/// Every message it keeps or returns is copied, compared and dropped without recursion, so
+/// caller JSON of any depth is safe.
+#[derive(Debug)]
 pub struct UserTurnTranscriptRecorder {
     logical_turn_id: String,
     runtime_persisted: bool,
+    runtime_pending: bool,
     persisted_message: Option<Value>,
     admission: Option<(AdmissionReceipt, Value)>,
     blocked: bool,
     commit_notified: bool,
     persisted_notified: bool,
+    sent_to_provider: bool,
+    /// The lazily resolved input and whether it resolved before the prompt was sent.
+    resolved: Option<(Value, bool)>,
     sources: Vec<(Value, bool)>,
 }
 
@@ -199,19 +237,146 @@ impl Default for UserTurnTranscriptRecorder {
     }
 }
 
+impl Clone for UserTurnTranscriptRecorder {
+    fn clone(&self) -> Self {
+        Self {
+            logical_turn_id: self.logical_turn_id.clone(),
+            runtime_persisted: self.runtime_persisted,
+            runtime_pending: self.runtime_pending,
+            persisted_message: self.persisted_message.as_ref().map(deep_clone),
+            admission: self
+                .admission
+                .as_ref()
+                .map(|(r, m)| (r.clone(), deep_clone(m))),
+            blocked: self.blocked,
+            commit_notified: self.commit_notified,
+            persisted_notified: self.persisted_notified,
+            sent_to_provider: self.sent_to_provider,
+            resolved: self.resolved.as_ref().map(|(m, b)| (deep_clone(m), *b)),
+            sources: self
+                .sources
+                .iter()
+                .map(|(c, mentions)| (deep_clone(c), *mentions))
+                .collect(),
+        }
+    }
+}
+
+impl Drop for UserTurnTranscriptRecorder {
+    fn drop(&mut self) {
+        let kept = [
+            self.persisted_message.take(),
+            self.admission.take().map(|(_, m)| m),
+            self.resolved.take().map(|(m, _)| m),
+        ];
+        kept.into_iter().flatten().for_each(drop_deep);
+        std::mem::take(&mut self.sources)
+            .into_iter()
+            .for_each(|(c, _)| drop_deep(c));
+    }
+}
+
 impl UserTurnTranscriptRecorder {
     /// A fresh recorder with a random logical turn id.
     pub fn new() -> Self {
         Self {
             logical_turn_id: uuid::Uuid::new_v4().to_string(),
             runtime_persisted: false,
+            runtime_pending: false,
             persisted_message: None,
             admission: None,
             blocked: false,
             commit_notified: false,
             persisted_notified: false,
+            sent_to_provider: false,
+            resolved: None,
             sources: Vec::new(),
         }
+    }
+
+    /// The runtime started its own append of the turn; until its outcome is reported,
+    /// [`Self::plan_fallback`] answers [`FallbackPlan::WaitForRuntime`].
+    pub fn mark_runtime_persistence_pending(&mut self) {
+        if !self.runtime_persisted {
+            self.runtime_pending = true;
+        }
+    }
+
+    /// Whether a runtime append is still in flight.
+    pub fn has_runtime_persistence_pending(&self) -> bool {
+        self.runtime_pending
+    }
+
+    /// The runtime's pending append failed: the turn is not persisted, and the fallback may
+    /// append it.
+    pub fn mark_runtime_persistence_failed(&mut self) {
+        self.runtime_pending = false;
+    }
+
+    /// The prompt was sent to the provider: input that resolves from now on is late.
+    pub fn mark_sent_to_provider(&mut self) {
+        self.sent_to_provider = true;
+    }
+
+    /// Whether the prompt was sent to the provider.
+    pub fn was_sent_to_provider(&self) -> bool {
+        self.sent_to_provider
+    }
+
+    /// Records the lazily resolved input (the user message with its media). Only the first
+    /// resolution counts; returns whether this one was recorded.
+    pub fn record_resolved_input(&mut self, resolved: Value) -> bool {
+        if self.resolved.is_some() {
+            return false;
+        }
+        self.resolved = Some((resolved, !self.sent_to_provider));
+        true
+    }
+
+    /// The host's fallback persistence, with the pending and lazy-media paths: what to append
+    /// now for the turn whose prepared message is `message`.
+    ///
+    /// * A blocked turn appends nothing; a runtime append in flight must settle first.
+    /// * Input resolved after the prompt reached the provider, with media the admitted message
+    ///   lacks: the admitted message (when never persisted) and a separate late-media message.
+    /// * Otherwise the resolved input (or `message`) when the turn was never persisted.
+    ///
+    /// Every message this returns counts as persisted from then on.
+    pub fn plan_fallback(&mut self, message: &Value) -> FallbackPlan {
+        if self.blocked {
+            return FallbackPlan::Nothing;
+        }
+        if self.runtime_pending {
+            return FallbackPlan::WaitForRuntime;
+        }
+        if let Some((resolved, false)) = &self.resolved
+            && self.sent_to_provider
+        {
+            let admitted = self.persisted_message.as_ref().unwrap_or(message);
+            let late_key = format!("late-media:{}", self.logical_turn_id);
+            if let Some(late_media) = late_media_message(Some(admitted), resolved, &late_key) {
+                let admitted = (!self.runtime_persisted).then(|| {
+                    self.runtime_persisted = true;
+                    self.replace_persisted(deep_clone(message));
+                    deep_clone(message)
+                });
+                return FallbackPlan::LateMedia {
+                    admitted,
+                    late_media,
+                };
+            }
+        }
+        if self.runtime_persisted {
+            return FallbackPlan::Nothing;
+        }
+        let turn = deep_clone(
+            self.resolved
+                .as_ref()
+                .map_or(message, |(resolved, _)| resolved),
+        );
+        self.runtime_persisted = true;
+        self.replace_persisted(deep_clone(&turn));
+        FallbackPlan::Append(turn)
     }
 
     /// The recorder's own logical turn id.
@@ -268,8 +433,9 @@ impl UserTurnTranscriptRecorder {
         let _span = tracing::debug_span!("mark_runtime_persisted").entered();
         let mut effects = PersistedMarkEffects::default();
         self.runtime_persisted = true;
+        self.runtime_pending = false;
         if let Some(m) = message {
-            self.persisted_message = Some(m.clone());
+            self.replace_persisted(deep_clone(m));
         }
         if let (Some(m), Some(receipt)) = (message, receipt) {
             let receipt = match receipt {
@@ -293,16 +459,16 @@ impl UserTurnTranscriptRecorder {
                     .map(|(i, _)| CollectedSourceId(i))
                     .collect();
                 effects.original_input_committed = Some(OriginalInputCommit {
-                    message: m.clone(),
+                    message: deep_clone(m),
                     anchor: receipt.anchor.clone(),
                 });
             }
             if self.admission.is_none() {
-                self.admission = Some((receipt, m.clone()));
+                self.admission = Some((receipt, deep_clone(m)));
             }
         }
         if !self.persisted_notified
-            && let Some(m) = self.persisted_message().cloned()
+            && let Some(m) = self.persisted_message().map(deep_clone)
         {
             self.persisted_notified = true;
             effects.message_persisted = Some(m);
@@ -342,19 +508,21 @@ impl UserTurnTranscriptRecorder {
             if !media_resolved_after_prompt {
                 return None;
             }
-            let mut late = message.as_object().cloned().unwrap_or_default();
-            let mut meta = late
-                .get(META_KEY)
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default();
-            meta.insert("lateMedia".into(), Value::Bool(true));
-            late.insert(META_KEY.into(), Value::Object(meta));
+            let mut late = object_without(message, &[META_KEY]);
+            late.insert(META_KEY.into(), late_media_meta(message));
             return Some(Value::Object(late));
         }
         self.runtime_persisted = true;
-        self.persisted_message = Some(message.clone());
-        Some(message.clone())
+        self.replace_persisted(deep_clone(message));
+        Some(deep_clone(message))
+    }
+
+    /// Keeps `message` as the persisted message, dropping the one it replaces without
+    /// recursion.
+    fn replace_persisted(&mut self, message: Value) {
+        if let Some(old) = self.persisted_message.replace(message) {
+            drop_deep(old);
+        }
     }
 
     fn may_notify_commit(&self, message: &Value) -> bool {
@@ -380,4 +548,92 @@ impl UserTurnTranscriptRecorder {
         }
         true
     }
+}
+
+/// The media of a user message: the content blocks that are not text, in order.
+fn media_blocks(message: &Value) -> Vec<&Value> {
+    message
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|b| b.get("type").and_then(Value::as_str) != Some("text"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The separate message carrying media that resolved after the admitted message reached the
+/// provider, or `None` when the resolved input adds no media. Its content drops what the
+/// admitted message already said; its idempotency key derives from the resolved one (or
+/// `fallback_key`), and it is marked `__openclaw.lateMedia: true`.
+fn late_media_message(
+    admitted: Option<&Value>,
+    resolved: &Value,
+    fallback_key: &str,
+) -> Option<Value> {
+    let resolved_media = media_blocks(resolved);
+    let same_media = |a: &Value| {
+        let admitted_media = media_blocks(a);
+        admitted_media.len() == resolved_media.len()
+            && admitted_media
+                .iter()
+                .zip(&resolved_media)
+                .all(|(x, y)| deep_equal(x, y))
+    };
+    if resolved_media.is_empty() || admitted.is_some_and(same_media) {
+        return None;
+    }
+    let mut out = object_without(resolved, &["content", "idempotencyKey", META_KEY]);
+    let admitted_content = admitted.and_then(|a| a.get("content"));
+    let resolved_content = resolved.get("content");
+    let content = match (admitted_content, resolved_content) {
+        (Some(a), Some(r)) if deep_equal(a, r) => Value::String(String::new()),
+        (Some(Value::String(said)), Some(Value::Array(blocks))) => Value::Array(
+            blocks
+                .iter()
+                .filter(|b| {
+                    b.get("type").and_then(Value::as_str) != Some("text")
+                        || b.get("text").and_then(Value::as_str) != Some(said.as_str())
+                })
+                .map(deep_clone)
+                .collect(),
+        ),
+        (_, Some(r)) => deep_clone(r),
+        (_, None) => Value::String(String::new()),
+    };
+    out.insert("content".into(), content);
+    let key = match resolved.get("idempotencyKey").and_then(Value::as_str) {
+        Some(k) if !k.is_empty() => format!("{k}:late-media"),
+        _ => fallback_key.to_owned(),
+    };
+    out.insert("idempotencyKey".into(), Value::String(key));
+    out.insert(META_KEY.into(), late_media_meta(resolved));
+    Some(Value::Object(out))
+}
+
+/// A copy of `message`'s fields except `skip` (empty when it is not an object).
+fn object_without(message: &Value, skip: &[&str]) -> Map<String, Value> {
+    message
+        .as_object()
+        .map(|fields| {
+            fields
+                .iter()
+                .filter(|(k, _)| !skip.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), deep_clone(v)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `message`'s operational metadata with `lateMedia: true` added.
+fn late_media_meta(message: &Value) -> Value {
+    let mut meta: Map<String, Value> = message
+        .get(META_KEY)
+        .and_then(Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), deep_clone(v))).collect())
+        .unwrap_or_default();
+    meta.insert("lateMedia".into(), Value::Bool(true));
+    Value::Object(meta)
 }

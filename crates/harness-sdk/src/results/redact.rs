@@ -154,6 +154,8 @@ const SENSITIVE_COMPACT: &[&str] = &[
     "secret",
     "password",
     "passwd",
+    "pass",
+    "passphrase",
     "awssecretaccesskey",
     "secretaccesskey",
     "awssessiontoken",
@@ -197,7 +199,17 @@ const SENSITIVE_COMPACT: &[&str] = &[
 /// treated as assignments inside free text.
 const TEXT_EXEMPT_COMPACT: &[&str] = &["key", "session", "signature"];
 
-const ENV_SUFFIXES: &[&str] = &["key", "token", "secret", "password", "passwd", "cvc", "cvv"];
+const ENV_SUFFIXES: &[&str] = &[
+    "key",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "pass",
+    "passphrase",
+    "cvc",
+    "cvv",
+];
 
 const BENIGN_KEY_PREFIXES: &[&str] = &[
     "primary",
@@ -452,8 +464,35 @@ pub fn is_sensitive_key_in(key: &str, parent_key: Option<&str>) -> bool {
     if is_sensitive_key(key) {
         return true;
     }
-    key.eq_ignore_ascii_case("id") && parent_key.is_some_and(is_share_parent)
+    (key.eq_ignore_ascii_case("id") && parent_key.is_some_and(is_share_parent))
+        || (key.eq_ignore_ascii_case("code") && parent_key.is_some_and(is_code_secret_parent))
 }
+
+/// Parents under which a `code` is an authorization code, not an error code: OAuth and
+/// provider sign-in objects, and an error's `cause` (where only a known transport error code
+/// is kept; see [`TRANSPORT_ERROR_CODES`]).
+fn is_code_secret_parent(parent: &str) -> bool {
+    compact_lower(parent).is_some_and(|(buf, n)| {
+        matches!(
+            &buf[..n],
+            b"oauth" | b"provider" | b"providerauth" | b"cause"
+        )
+    })
+}
+
+/// Transport error codes kept as they are under a `cause` (exact spelling).
+const TRANSPORT_ERROR_CODES: &[&str] = &[
+    "ECONNREFUSED",
+    "ECONNRESET",
+    "ECONNABORTED",
+    "ENETRESET",
+    "EPIPE",
+    "ENOTFOUND",
+    "EAI_AGAIN",
+    "ENETUNREACH",
+    "EHOSTUNREACH",
+    "EHOSTDOWN",
+];
 
 /// Whether a parent key, lower-cased with everything but ASCII letters and digits removed,
 /// contains `publicshare` or is `share`.
@@ -510,6 +549,32 @@ const TOKEN_PREFIXES: &[&str] = &[
     "spt_",
     "paycred_",
     "hf_",
+    // Cloud and model-provider keys: Alibaba Cloud, GitLab OAuth, Replicate, xAI, Perplexity,
+    // Groq, Tavily, Fireworks.
+    "LTAI",
+    "gloas-",
+    "r8_",
+    "xai-",
+    "pplx-",
+    "gsk_",
+    "tvly-",
+    "fw_",
+    "fw-",
+    "fpk_",
+    // More GitLab token kinds (deploy, CI build, pipeline trigger, feed, incoming mail, agent,
+    // workspace, SCIM OAuth, feature flags client, runner, runner registration).
+    "gldt-",
+    "glcbt-",
+    "glptt-",
+    "glft-",
+    "glimt-",
+    "glagent-",
+    "glwt-",
+    "glsoat-",
+    "glffct-",
+    "glrt-",
+    "glrtr-",
+    "GR1348941",
 ];
 
 /// Built-in prefixes need at least this many characters after the prefix.
@@ -730,23 +795,35 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
         let bearer_check = (bearer && len == 6) || (basic && len == 5);
         let flag_check = flags && c == b'-';
-        let assignment_check =
-            assignments && matches!(next, Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':'));
+        let assignment_check = assignments
+            && matches!(
+                next,
+                Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':' | b'\\')
+            );
         let card_check = extra && c.is_ascii_digit();
         let jwt_check = extra && c == b'e' && next == Some(b'.');
+        let oauth_check =
+            extra && ((len == 4 && next == Some(b'.')) || (len == 1 && next == Some(b'/')));
         if !(token_check
             || bearer_check
             || flag_check
             || assignment_check
             || card_check
-            || jwt_check)
+            || jwt_check
+            || oauth_check)
         {
             i = j;
             continue;
         }
         // Payment card numbers (their groups span several words).
-        if card_check && let Some(end) = card_number(bytes, i) {
+        if card_check && let Some(mut end) = card_number(bytes, i) {
             matched = true;
+            // Digits that read as a card but run into `:<token>` end in a bot token's secret.
+            if bytes.get(end) == Some(&b':')
+                && let Some(bot_end) = bot_token_end(bytes, end)
+            {
+                end = bot_end;
+            }
             rw.mask_span(i, end, false);
             i = end;
             continue;
@@ -761,6 +838,13 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             i = end;
             continue;
         }
+        // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
+        if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
+            continue;
+        }
         // Word bytes are ASCII, so `i` and `j` are character boundaries.
         let word = &text[i..j];
         // Known token prefixes.
@@ -770,6 +854,15 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             matched = true;
             let edges = safe_mask_edges(word, false);
             rw.replace_with(i, j, |out| push_mask(out, word, edges));
+            i = j;
+            continue;
+        }
+        // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
+        if token_check && let Some(at) = embedded_token_start(word) {
+            matched = true;
+            let token = &word[at..];
+            let edges = safe_mask_edges(token, false);
+            rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
             i = j;
             continue;
         }
@@ -807,6 +900,17 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             i = end;
             continue;
         }
+        // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
+        if assignment_check
+            && next == Some(b':')
+            && let Some(start) = bot_token_start(word, i)
+            && let Some(end) = bot_token_end(bytes, j)
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
         // `scheme://user:password@host` (URLs and connection strings).
         if next == Some(b':')
             && bytes[j..].starts_with(b"://")
@@ -831,13 +935,29 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
         // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
         // quote, a blank, `=` or `:` right after the word.)
+        // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
+        let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1
+        {
+            &word[1..]
+        } else {
+            word
+        };
         if assignment_check
-            && let Some(a) = assignment(text, j)
-            && is_text_key(word)
+            && let Some(mut a) = assignment(text, j)
+            && (is_text_key(key) || is_query_secret(bytes, i, next, &a, key))
         {
             matched = true;
+            // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
+            if i > 0
+                && matches!(bytes[i - 1], b'?' | b'&')
+                && !a.quoted
+                && let Some(hash) = text[a.value_start..a.value_end].find('#')
+                && hash > 0
+            {
+                a.value_end = a.value_start + hash;
+            }
             let value = &text[a.value_start..a.value_end];
-            if is_authorization_key(word) {
+            if is_authorization_key(key) {
                 if a.quoted && value.contains(' ') {
                     // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
                     if value != MASK {
@@ -865,9 +985,22 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
                     continue;
                 }
             }
-            if !is_own_shell_reference(word, value) {
+            if !is_own_shell_reference(key, value) {
                 rw.mask_span(a.value_start, a.value_end, a.quoted);
             }
+            i = a.value_end;
+            continue;
+        }
+        // A query or form key spelled with percent escapes, `+` or invisible characters
+        // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
+        if assignment_check
+            && next == Some(b'=')
+            && let Some(key) = encoded_key(text, i, j)
+            && is_text_key(&key)
+            && let Some(a) = assignment(text, j)
+        {
+            matched = true;
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
             i = a.value_end;
             continue;
         }
@@ -887,12 +1020,13 @@ const FAMILY_FLAG: u16 = 1 << 2;
 const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
 const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
-/// `AKIA`, `ASIA`, `AKID`, `AIza`: needs `AK`, `AS` or `AI`.
+/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`, `GR1348941`: needs `AK`, `AS`, `AI`, `LT` or `GR`.
 const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
 const FAMILY_BEARER: u16 = 1 << 6;
-/// JSON web tokens (`eyJ…`: needs `yJ`) and payment card numbers (a run of at least 13
-/// digits, single spaces or dashes allowed between them).
+/// JSON web tokens (`eyJ…`: needs `yJ`), Google OAuth tokens (`ya29.…`: `ya`; `1//…`: `1/`) and
+/// payment card numbers (a run of at least 13 digits, single spaces or dashes allowed between
+/// them).
 const FAMILY_EXTRA: u16 = 1 << 7;
 /// `Basic <credential>`: needs `Ba` or `BA` (a capitalised scheme; lower-case "basic" is
 /// prose far more often than a credential).
@@ -911,22 +1045,25 @@ static PAIR_FIRST: [u16; 256] = {
     table[b'=' as usize] |= FAMILY_ASSIGNMENT;
     table[b':' as usize] |= FAMILY_ASSIGNMENT;
     table[b'-' as usize] |= FAMILY_FLAG;
-    let dash_letters = b"ktbpars";
+    let dash_letters = b"ktbparsixyw";
     let mut k = 0;
     while k < dash_letters.len() {
         table[dash_letters[k] as usize] |= FAMILY_TOKEN_DASH;
         k += 1;
     }
-    let underscore_letters = b"kpousrbtmdfc";
+    let underscore_letters = b"kpousrbtmdfcw8";
     let mut k = 0;
     while k < underscore_letters.len() {
         table[underscore_letters[k] as usize] |= FAMILY_TOKEN_UNDERSCORE;
         k += 1;
     }
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'L' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'G' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'b' as usize] |= FAMILY_BEARER;
     table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'y' as usize] |= FAMILY_EXTRA;
+    table[b'1' as usize] |= FAMILY_EXTRA;
     let mut d = b'0';
     while d <= b'9' {
         table[d as usize] |= DIGIT_BIT;
@@ -947,11 +1084,15 @@ static PAIR_SECOND: [u16; 256] = {
     table[b'K' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'S' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'T' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'R' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
     table[b'a' as usize] |= FAMILY_BASIC;
     table[b'A' as usize] |= FAMILY_BASIC;
     table[b'J' as usize] |= FAMILY_EXTRA;
+    table[b'a' as usize] |= FAMILY_EXTRA;
+    table[b'/' as usize] |= FAMILY_EXTRA;
     table
 };
 
@@ -1201,14 +1342,35 @@ fn is_builtin_token(word: &str) -> bool {
     if bytes.len() < BUILTIN_TOKEN_MIN_LEN
         || !matches!(
             bytes[0],
-            b's' | b'r' | b'p' | b'g' | b'x' | b'A' | b'n' | b'h' | b'w'
+            b's' | b'r'
+                | b'p'
+                | b'g'
+                | b'x'
+                | b'A'
+                | b'n'
+                | b'h'
+                | b'w'
+                | b'L'
+                | b't'
+                | b'f'
+                | b'G'
         )
     {
         return false;
     }
     TOKEN_PREFIXES.iter().any(|p| {
-        p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + TOKEN_MIN_BODY
+        p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + min_body(p)
     })
+}
+
+/// The shortest body after a built-in prefix: [`TOKEN_MIN_BODY`], or more for the short,
+/// word-like provider prefixes whose real tokens are long (`fw-tooshort` stays prose).
+fn min_body(prefix: &str) -> usize {
+    match prefix {
+        "fw_" | "fw-" | "fpk_" => 32,
+        "LTAI" | "r8_" | "xai-" | "pplx-" | "gsk_" | "tvly-" | "gloas-" => 20,
+        _ => TOKEN_MIN_BODY,
+    }
 }
 
 /// Whether `word` starts with a caller prefix and has at least one more character.
@@ -1353,8 +1515,8 @@ fn is_authorization_key(word: &str) -> bool {
 
 /// The credentials after an authorization scheme that the assignment rule did not recognise
 /// (`Digest …`, `AWS4-HMAC-SHA256 …`, `Bot …`): `scheme_end` is the end of the scheme word;
-/// the credentials run to the first `;`, line break, or closing `}` or `)` outside double
-/// quotes (so `; status=401` after them stays readable).
+/// the credentials run to the first `;` followed by a blank, unfolded line break, or closing
+/// `}` or `)` outside double quotes (so `; status=401` after them stays readable).
 fn authorization_credentials(
     text: &str,
     scheme_start: usize,
@@ -1391,9 +1553,32 @@ fn authorization_credentials(
     while k < bytes.len() {
         match bytes[k] {
             b'\\' => k += 1,
-            b'"' => in_quotes = !in_quotes,
-            b'\n' | b'\r' => break,
-            b';' | b'}' | b')' if !in_quotes => break,
+            // A parameter value opens its quotes right after `=`; any other quote outside them
+            // closes the text around the header (a serialized string).
+            b'"' if in_quotes => in_quotes = false,
+            b'"' if k > 0 && bytes[k - 1] == b'=' => in_quotes = true,
+            b'"' => break,
+            // A line break continues the value only as a folded line (a blank follows it).
+            b'\n' | b'\r' => {
+                let mut next = k + 1;
+                if bytes[k] == b'\r' && bytes.get(next) == Some(&b'\n') {
+                    next += 1;
+                }
+                if !matches!(bytes.get(next), Some(b' ' | b'\t')) {
+                    break;
+                }
+                k = next;
+            }
+            // `;` ends the credentials before a following diagnostic (`; status=401`), not
+            // inside a parameter value (`SignedHeaders=host;x-amz-date`).
+            b';' if !in_quotes && bytes.get(k + 1).is_none_or(|b| b.is_ascii_whitespace()) => {
+                break;
+            }
+            b'}' | b')' if !in_quotes => break,
+            // The closing quote of a single-quoted header (`-H 'Authorization: …'`).
+            b'\'' if !in_quotes && bytes.get(k + 1).is_none_or(|b| b.is_ascii_whitespace()) => {
+                break;
+            }
             _ => {}
         }
         k += 1;
@@ -1413,9 +1598,9 @@ struct Assignment {
 fn assignment(text: &str, after: usize) -> Option<Assignment> {
     let bytes = text.as_bytes();
     let mut k = after;
-    if matches!(bytes.get(k), Some(b'"' | b'\'')) {
-        k += 1;
-    }
+    // The key's closing quote, plain or escaped once or more (`\"key\":` inside serialized
+    // JSON).
+    k += escaped_quote_len(bytes, k).unwrap_or(0);
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
@@ -1425,8 +1610,18 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         _ => return None,
     };
     k += 1;
-    while matches!(bytes.get(k), Some(b' ' | b'\t')) {
-        k += 1;
+    // Blanks, and in serialized text the escapes `\t`, `\n` and `\r` that stand for them.
+    let blank_len = |at: usize| match bytes.get(at) {
+        Some(b' ' | b'\t') => 1,
+        Some(b'\\') if header_style && matches!(bytes.get(at + 1), Some(b't' | b'n' | b'r')) => 2,
+        _ => 0,
+    };
+    loop {
+        let n = blank_len(k);
+        if n == 0 {
+            break;
+        }
+        k += n;
     }
     // `Authorization: Bearer <token>` / `Basic <token>`: keep the scheme.
     let scheme_end = {
@@ -1435,11 +1630,13 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
             e += 1;
         }
         let scheme = &text[k..e];
+        let gap = blank_len(e);
         (["bearer", "basic", "token"]
             .iter()
             .any(|s| scheme.eq_ignore_ascii_case(s))
-            && bytes.get(e) == Some(&b' '))
-        .then_some(e + 1)
+            && gap > 0
+            && bytes.get(e) != Some(&b'\t'))
+        .then_some(e + gap)
     };
     if let Some(start) = scheme_end {
         let e = terminator_from(text, start);
@@ -1452,8 +1649,29 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
             });
         }
     }
+    // A value in escaped quotes (`KEY=\"value\"` in serialized JSON): it ends at the same
+    // quote, escaped the same way.
+    if bytes.get(k) == Some(&b'\\')
+        && let Some(open) = escaped_quote_len(bytes, k)
+    {
+        let start = k + open;
+        let closing = &bytes[k..start];
+        let mut e = start;
+        while e < bytes.len() && !bytes[e..].starts_with(closing) {
+            e += 1;
+        }
+        if e >= bytes.len() || e == start {
+            return None;
+        }
+        return Some(Assignment {
+            value_start: start,
+            value_end: e,
+            quoted: true,
+            after_scheme: false,
+        });
+    }
     match char_at(text, k) {
-        Some(q @ ('"' | '\'')) => {
+        Some(q @ ('"' | '\'' | '`')) => {
             let start = k + 1;
             // Byte steps: the bytes of a multi-byte character are never a quote or a
             // backslash, so skipping only the first byte of an escaped character is enough.
@@ -1465,8 +1683,19 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                     e += 1;
                 }
             }
-            if e >= bytes.len() || e == start {
+            if e == start {
                 return None;
+            }
+            if e >= bytes.len() {
+                // An unterminated quote: the opening quote and the value up to the next
+                // terminator are masked together.
+                let end = terminator_from(text, start);
+                return (end > start).then_some(Assignment {
+                    value_start: k,
+                    value_end: end,
+                    quoted: false,
+                    after_scheme: false,
+                });
             }
             Some(Assignment {
                 value_start: start,
@@ -1480,7 +1709,7 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
             let mut e = if header_style {
                 header_value_end(text, start)
             } else {
-                terminator_from(text, start)
+                assignment_value_end(text, start)
             };
             // `${NAME}` / `${NAME:-default}` ends at its closing brace, not before it.
             if text[start..].starts_with("${")
@@ -1489,6 +1718,12 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 && terminator_from(text, e + 1) == e + 1
             {
                 e += 1;
+            }
+            // A value that is the lead-in of another shape (`--api-key …`, `Authorization: …`)
+            // is left to that shape, which masks what follows it.
+            let value = &text[start..e];
+            if value.starts_with("--") || value.ends_with(':') {
+                return None;
             }
             (e > start).then_some(Assignment {
                 value_start: start,
@@ -1499,6 +1734,181 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
         }
         None => None,
     }
+}
+
+/// The end of a Google OAuth token starting at `i` (the word `bytes[i..j]`): `ya29.` or `1//`
+/// followed by token characters, at least 20 in all.
+fn google_oauth_token(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
+    let word = &bytes[i..j];
+    let body = if word == b"ya29" && bytes.get(j) == Some(&b'.') {
+        j + 1
+    } else if word == b"1" && bytes[j..].starts_with(b"//") {
+        j + 2
+    } else {
+        return None;
+    };
+    let mut end = body;
+    while end < bytes.len() && (is_word_byte(bytes[end]) || bytes[end] == b'.') {
+        end += 1;
+    }
+    while end > body && bytes[end - 1] == b'.' {
+        end -= 1;
+    }
+    (end - i >= 20).then_some(end)
+}
+
+/// The prefixes distinctive enough to be found inside a longer word (GitHub, GitLab personal
+/// access and Slack tokens), where shorter ones (`fw_`, `sk_`) would hit ordinary identifiers.
+const EMBEDDABLE_PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxr-",
+    "xoxs-",
+    "xapp-",
+];
+
+/// Where a token with one of the [`EMBEDDABLE_PREFIXES`] starts inside `word` after a `-` or
+/// `_`, if one does.
+fn embedded_token_start(word: &str) -> Option<usize> {
+    let bytes = word.as_bytes();
+    (1..bytes.len()).find(|&p| {
+        matches!(bytes[p - 1], b'-' | b'_')
+            && EMBEDDABLE_PREFIXES.iter().any(|prefix| {
+                word[p..].starts_with(prefix) && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
+            })
+    })
+}
+
+/// Whether `key` (the word at `i`) is a secret only as a URL query or form parameter
+/// (`code`, `sig`, `x-amz-signature`): a `name=value` pair after `?` or `&`, or one followed by
+/// `&` (the first pair of a form body). `code=E1` in a diagnostic stays readable.
+fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key: &str) -> bool {
+    next == Some(b'=')
+        && compact_lower(key)
+            .is_some_and(|(buf, n)| matches!(&buf[..n], b"code" | b"sig" | b"xamzsignature"))
+        && ((i > 0 && matches!(bytes[i - 1], b'?' | b'&')) || bytes.get(a.value_end) == Some(&b'&'))
+}
+
+/// The decoded key ending with the word `text[i..j]`, when the key is spelled with percent
+/// escapes, `+` or invisible characters before it (`client%5Fsecret`, `client_se+cret`); the
+/// escapes are decoded and `+`, blanks, control and invisible characters dropped.
+fn encoded_key(text: &str, i: usize, j: usize) -> Option<String> {
+    const MAX_KEY_BYTES: usize = 96;
+    let mut start = i;
+    let mut obfuscated = false;
+    for c in text[..i].chars().rev() {
+        let plain = c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
+        let hidden = (c.is_control() && !c.is_whitespace()) || is_invisible(c);
+        if !(plain || c == '%' || c == '+' || hidden) || i - start >= MAX_KEY_BYTES {
+            break;
+        }
+        obfuscated |= !plain;
+        start -= c.len_utf8();
+    }
+    if !obfuscated {
+        return None;
+    }
+    let raw = &text.as_bytes()[start..j];
+    let mut bytes = Vec::with_capacity(raw.len());
+    let mut k = 0;
+    while k < raw.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if raw[k] == b'%'
+            && let (Some(h), Some(l)) = (
+                raw.get(k + 1).copied().and_then(hex),
+                raw.get(k + 2).copied().and_then(hex),
+            )
+        {
+            bytes.push(u8::try_from(h * 16 + l).unwrap_or(0));
+            k += 3;
+        } else {
+            bytes.push(raw[k]);
+            k += 1;
+        }
+    }
+    let decoded: String = String::from_utf8_lossy(&bytes)
+        .chars()
+        .filter(|c| !(*c == '+' || c.is_whitespace() || c.is_control() || is_invisible(*c)))
+        .collect();
+    (!decoded.is_empty()).then_some(decoded)
+}
+
+/// Characters that render as nothing (zero-width and filler characters).
+fn is_invisible(c: char) -> bool {
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{115F}'
+            | '\u{1160}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2060}'..='\u{2064}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+    )
+}
+
+/// Where the bot id of a bot token starts, when `word` (starting at byte `at`) is one: 6 to 12
+/// digits, alone or after `bot`.
+fn bot_token_start(word: &str, at: usize) -> Option<usize> {
+    let digits = word.strip_prefix("bot").unwrap_or(word);
+    ((6..=12).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(at + word.len() - digits.len())
+}
+
+/// The end of a bot token's secret after the `:` at `colon`: at least 30 word characters.
+fn bot_token_end(bytes: &[u8], colon: usize) -> Option<usize> {
+    let start = colon + 1;
+    let mut end = start;
+    while end < bytes.len() && is_word_byte(bytes[end]) {
+        end += 1;
+    }
+    (end - start >= 30).then_some(end)
+}
+
+/// The length of a quote at `at`, plain (`"`, `'`) or preceded by a run of backslashes
+/// (`\"`, `\\\"`), when there is one.
+fn escaped_quote_len(bytes: &[u8], at: usize) -> Option<usize> {
+    let mut k = at;
+    while bytes.get(k) == Some(&b'\\') {
+        k += 1;
+    }
+    matches!(bytes.get(k), Some(b'"' | b'\'')).then_some(k + 1 - at)
+}
+
+/// The end of an unquoted `name=value` value: the next blank, quote or `&` (a query or form
+/// parameter separator); `,` `;` `)` `]` `}` inside the value belong to it, a run of them
+/// right before that end is the text's own punctuation.
+fn assignment_value_end(text: &str, from: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut k = from;
+    while k < bytes.len() {
+        let b = bytes[k];
+        if b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'`' | b'&') {
+            break;
+        }
+        if b >= 0x80 {
+            match char_at(text, k) {
+                Some(c) if c.is_whitespace() => break,
+                Some(c) => k += c.len_utf8(),
+                None => return bytes.len(),
+            }
+        } else {
+            k += 1;
+        }
+    }
+    while k > from && matches!(bytes[k - 1], b',' | b';' | b')' | b']' | b'}') {
+        k -= 1;
+    }
+    k
 }
 
 /// The end of an unquoted `Name: value` header value: URL punctuation (`&`, `#`, `)`, `?`)
@@ -1567,7 +1977,7 @@ pub(crate) fn redact_field_value_cow<'a>(
     if !is_sensitive_key_in(key, parent_key) {
         return redact_plain_field(key, value, config);
     }
-    if keeps_sensitive_value(key, value) {
+    if keeps_sensitive_value(key, parent_key, value) {
         return Cow::Borrowed(value);
     }
     Cow::Owned(mask_token(value))
@@ -1584,7 +1994,7 @@ pub(crate) fn redact_field_value_in_place(
         if let Cow::Owned(redacted) = redact_plain_field(key, value, config) {
             *value = redacted;
         }
-    } else if !keeps_sensitive_value(key, value) {
+    } else if !keeps_sensitive_value(key, parent_key, value) {
         mask_in_place(value);
     }
 }
@@ -1604,10 +2014,14 @@ fn redact_plain_field<'a>(key: &str, value: &'a str, config: &RedactionConfig) -
 
 /// Whether a value under the sensitive `key` is kept: already a mask, a shell reference to the
 /// key itself, or a `$WORKSPACE_DIR/….jsonl` session path.
-fn keeps_sensitive_value(key: &str, value: &str) -> bool {
+fn keeps_sensitive_value(key: &str, parent_key: Option<&str>, value: &str) -> bool {
     is_masked(value)
         || is_own_shell_reference(key, value)
         || (key.eq_ignore_ascii_case("session") && is_workspace_session_path(value))
+        || (key.eq_ignore_ascii_case("code")
+            && parent_key
+                .is_some_and(|p| compact_lower(p).is_some_and(|(b, n)| &b[..n] == b"cause"))
+            && TRANSPORT_ERROR_CODES.contains(&value))
 }
 
 /// Keys whose text may quote an app-specific password (`abcd-efgh-ijkl-mnop`);
@@ -1794,7 +2208,10 @@ mod tests {
     #[test]
     fn pattern_families_cover_every_pattern() {
         for prefix in TOKEN_PREFIXES {
-            let word = format!("x {prefix}abcdefgh y");
+            let word = format!(
+                "x {prefix}{} y",
+                "abcdefgh".repeat(4)[..min_body(prefix)].to_owned()
+            );
             assert_ne!(
                 pattern_families(word.as_bytes()) & FAMILY_TOKEN,
                 0,

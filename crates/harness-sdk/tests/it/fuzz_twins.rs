@@ -84,9 +84,10 @@ proptest! {
     }
 
     #[test]
-    fn fuzz_twin_planted_secrets(raw in bytes(), words in "[ -~]{0,64}") {
+    fn fuzz_twin_planted_secrets(raw in bytes(), words in "[ -~]{0,64}", value in json()) {
         checks::check_planted_secrets(&raw);
         checks::check_planted_secrets(words.as_bytes());
+        checks::check_planted_secrets(&serde_json::to_vec(&value).unwrap());
     }
 
     #[test]
@@ -131,5 +132,15 @@ fn fuzz_twin_checks_accept_known_good_inputs() {
         "--api-key",
     ] {
         checks::check_planted_secrets(filler.as_bytes());
+    }
+    // Fuzzed JSON reaches the structured paths: strings, arrays, objects, nesting.
+    for doc in [
+        r#"{"command": "echo", "nested": [{"text": "x"}, "y", 1], "token": null}"#,
+        r#"["a", {"b": {"c": "d"}}]"#,
+        r#""just a string""#,
+        "42",
+    ] {
+        assert!(checks::json(doc.as_bytes()).is_some(), "{doc}");
+        checks::check_planted_secrets(doc.as_bytes());
     }
 }

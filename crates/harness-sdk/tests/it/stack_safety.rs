@@ -15,7 +15,10 @@ use tether_harness_sdk::results::delivery::{
     read_message_delivery_fact, read_result_delivery_fact,
 };
 use tether_harness_sdk::results::display::{DetailMode, infer_tool_meta_from_args};
-use tether_harness_sdk::results::mirror::restore_prepared_user_turn_meta;
+use tether_harness_sdk::results::mirror::{
+    FallbackPlan, Persistence, TranscriptReceipt, UserTurnTranscriptRecorder,
+    restore_prepared_user_turn_meta,
+};
 use tether_harness_sdk::results::sanitize::{
     redact_structured, sanitize_tool_args, sanitize_tool_result,
 };
@@ -181,6 +184,64 @@ fn stack_safety_transcript_mirroring() {
         drop_deep(restored);
         drop_deep(runtime);
         drop_deep(prepared);
+    });
+}
+
+/// Drops whatever a fallback plan holds without recursion.
+fn drop_plan(plan: FallbackPlan) {
+    match plan {
+        FallbackPlan::Append(v) => drop_deep(v),
+        FallbackPlan::LateMedia {
+            admitted,
+            late_media,
+        } => {
+            admitted.into_iter().for_each(drop_deep);
+            drop_deep(late_media);
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn stack_safety_transcript_recorder() {
+    on_small_stack(|| {
+        let deep_user = || {
+            let mut m = deep_under("content");
+            m["role"] = json!("user");
+            m
+        };
+        // Late media: a resolved turn whose content holds a deep block.
+        let mut resolved = deep_user();
+        let block = resolved["content"].take();
+        let mut image = Map::new();
+        image.insert("type".into(), json!("image"));
+        image.insert("data".into(), block);
+        resolved["content"] = Value::Array(vec![Value::Object(image)]);
+        let message = deep_user();
+        let mut rec = UserTurnTranscriptRecorder::new();
+        rec.add_collected_source(deep_clone(&message["content"]), true);
+        rec.mark_runtime_persistence_pending();
+        rec.record_resolved_input(deep_clone(&resolved));
+        rec.mark_sent_to_provider();
+        drop_plan(rec.plan_fallback(&message));
+        let effects = rec.mark_runtime_persisted(
+            Some(&message),
+            Some(TranscriptReceipt::Anchor(tether_core::TranscriptAnchor(1))),
+            Some(Persistence { appended: true }),
+        );
+        if let Some(commit) = effects.original_input_committed {
+            drop_deep(commit.message);
+        }
+        effects.message_persisted.into_iter().for_each(drop_deep);
+        drop_plan(rec.plan_fallback(&message));
+        rec.persist_fallback(&message, true)
+            .into_iter()
+            .for_each(drop_deep);
+        let copy = rec.clone();
+        drop(copy);
+        drop(rec);
+        drop_deep(message);
+        drop_deep(resolved);
     });
 }
 

@@ -2,4 +2,6 @@
 //! `openclaw_<file>_<case>`. Deliberate differences keep Tether's expectation with a one-line
 //! reason and are listed in `docs/compatibility.md`.
 
+mod settled_turn_finalization;
 mod settled_turn_finalization_result;
+mod settled_turn_projection;

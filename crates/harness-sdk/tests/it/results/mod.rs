@@ -6,6 +6,7 @@ mod fidelity;
 mod media;
 mod mirror;
 mod properties;
+mod recorder_paths;
 mod redaction;
 mod sanitize;
 mod spawn;

@@ -44,6 +44,19 @@ fn assert_scrubbed(text: &str, secret: &str) {
 }
 
 #[test]
+fn redaction_row_codes_by_parent() {
+    let out = sanitize_tool_result(&json!({
+        "oauth": {"code": "oauth-grant-code-1234567890"},
+        "error": {"code": "SYSTEM_RUN_DENIED"},
+        "cause": {"code": "ECONNRESET", "cause": {"code": "opaque-grant"}},
+    }));
+    assert_eq!(out["error"]["code"], "SYSTEM_RUN_DENIED");
+    assert_eq!(out["cause"]["code"], "ECONNRESET");
+    assert_eq!(out["cause"]["cause"]["code"], "***");
+    assert!(!out.to_string().contains("oauth-grant-code-1234567890"));
+}
+
+#[test]
 fn redaction_row_sensitive_key_names_mask_the_whole_value() {
     for key in [
         "apiKey",
@@ -85,6 +98,36 @@ fn redaction_row_assignments_in_free_text() {
         "zq8Xw2Lr5Tn0Vb7M",
     );
     assert_scrubbed("password: hunter2hunter2", "hunter2hunter2");
+}
+
+#[test]
+fn redaction_row_query_and_form_secrets() {
+    assert_scrubbed(
+        "GET /cb?code=oauth-grant-value-0427&state=visible",
+        "oauth-grant-value-0427",
+    );
+    assert_scrubbed("x-amz-signature=deadbeef0427&safe=1", "deadbeef0427");
+    assert_scrubbed("/cb?sig=signed0427#frag", "signed0427");
+    assert!(redact_text("/cb?sig=signed0427#frag").ends_with("#frag"));
+    // An error code in a diagnostic is not a query pair.
+    let diagnostic = "Oops: failed: code=E1 status=500";
+    assert_eq!(redact_text(diagnostic), diagnostic);
+}
+
+#[test]
+fn redaction_row_encoded_keys() {
+    for text in [
+        "body: client%5Fsecret=oauth-secret-value-0427&safe=1",
+        "GET /cb?client_se+cret=oauth-secret-value-0427&safe=1",
+        "body: client_se\u{200B}cret=oauth-secret-value-0427&safe=1",
+    ] {
+        assert_scrubbed(text, "oauth-secret-value-0427");
+    }
+    // An ordinary encoded key stays readable.
+    assert_eq!(
+        redact_text("GET /cb?redirect%5Furi=https%3A%2F%2Fx&safe=1"),
+        "GET /cb?redirect%5Furi=https%3A%2F%2Fx&safe=1"
+    );
 }
 
 #[test]
@@ -171,6 +214,32 @@ fn redaction_row_github_and_gitlab_tokens() {
         "github_pat_11ABCDEFG0123456789_abcdefghijklmnop",
     );
     assert_scrubbed("glpat-xYz123AbC456dEf789gH", "glpat-xYz123AbC456dEf789gH");
+    for token in [
+        "gldt-AbCdEfGhIjKlMnOpQrSt",
+        "glrt-t1_AbCdEfGhIjKlMnOpQrSt",
+        "GR1348941AbCdEfGhIjKlMnOpQrSt",
+    ] {
+        assert_scrubbed(&format!("gitlab {token} runner"), token);
+    }
+    // Inside a longer word, after `-` or `_`.
+    assert_scrubbed(
+        "ci-ghp_16C7e42F292c6912E7710c838347Ae178B4a failed",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    );
+}
+
+#[test]
+fn redaction_row_google_oauth_tokens() {
+    assert_scrubbed(
+        "access ya29.a0AfH6SMBx-fake-access-token-1234 ok",
+        "ya29.a0AfH6SMBx-fake-access-token-1234",
+    );
+    assert_scrubbed(
+        "refresh 1//0gFakeRefreshToken-abcdefghijkl ok",
+        "1//0gFakeRefreshToken-abcdefghijkl",
+    );
+    // A short path or version is not a token.
+    assert_eq!(redact_text("see 1//0 and ya29.1"), "see 1//0 and ya29.1");
 }
 
 #[test]
@@ -223,6 +292,49 @@ fn redaction_row_other_registry_tokens() {
         "npm_AbCdEfGhIjKlMnOpQrSt publish",
         "npm_AbCdEfGhIjKlMnOpQrSt",
     );
+}
+
+#[test]
+fn redaction_row_model_provider_keys() {
+    for token in [
+        "r8_AbCdEfGhIjKlMnOpQrStUvWx",
+        "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
+        "pplx-AbCdEfGhIjKlMnOpQrStUvWx",
+        "gsk_AbCdEfGhIjKlMnOpQrStUvWx",
+        "tvly-AbCdEfGhIjKlMnOpQrStUvWx",
+        "fw_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "fpk_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "gloas-abcdefabcdefabcdefabcdefabcdefab",
+    ] {
+        assert_scrubbed(&format!("export KEYLESS {token} now"), token);
+    }
+    // Short words after these prefixes stay prose.
+    assert_eq!(redact_text("fw-tooshort r8_docs"), "fw-tooshort r8_docs");
+}
+
+#[test]
+fn redaction_row_alibaba_cloud_access_key_ids() {
+    assert_scrubbed(
+        "AccessKeyId LTAI5tExampleFakeKeyXyz9 for oss",
+        "LTAI5tExampleFakeKeyXyz9",
+    );
+}
+
+#[test]
+fn redaction_row_bot_tokens() {
+    let token = "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef";
+    assert_scrubbed(&format!("telegram {token} ok"), token);
+    assert_scrubbed(
+        &format!("GET https://api.example.test/bot{token}/getMe"),
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+    );
+    // After digits that read as a card number, the secret is still masked.
+    assert_scrubbed(
+        &format!("n 665757912000 {token} 0"),
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+    );
+    // A time or a port is not a bot token.
+    assert_eq!(redact_text("at 123456:30 ok"), "at 123456:30 ok");
 }
 
 #[test]
