@@ -89,6 +89,11 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
     ),
     (
+        "fernet",
+        "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    ),
+    (
         "bot",
         "123456:ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",

@@ -575,6 +575,8 @@ const TOKEN_PREFIXES: &[&str] = &[
     "glrt-",
     "glrtr-",
     "GR1348941",
+    // Fernet tokens (a version byte of 0x80 and a zero timestamp head, base64url).
+    "gAAAA",
 ];
 
 /// Built-in prefixes need at least this many characters after the prefix.
@@ -849,7 +851,8 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         let word = &text[i..j];
         // Known token prefixes.
         if token_check
-            && (is_builtin_token(word) || (custom_prefixes && is_custom_token(word, config)))
+            && ((is_builtin_token(word) && !is_base64_continuation(bytes, i, word))
+                || (custom_prefixes && is_custom_token(word, config)))
         {
             matched = true;
             let edges = safe_mask_edges(word, false);
@@ -1020,7 +1023,8 @@ const FAMILY_FLAG: u16 = 1 << 2;
 const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
 const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
-/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`, `GR1348941`: needs `AK`, `AS`, `AI`, `LT` or `GR`.
+/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`, `GR1348941`, `gAAAA`: needs `AK`, `AS`, `AI`, `LT`,
+/// `GR` or `AA`.
 const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
 const FAMILY_BEARER: u16 = 1 << 6;
@@ -1086,6 +1090,8 @@ static PAIR_SECOND: [u16; 256] = {
     table[b'I' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'T' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'R' as usize] |= FAMILY_TOKEN_UPPER;
+    // `gAAAA` (Fernet): `AA`.
+    table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
     table[b'a' as usize] |= FAMILY_BASIC;
@@ -1363,12 +1369,18 @@ fn is_builtin_token(word: &str) -> bool {
     })
 }
 
+/// A Fernet-shaped word right after a `+` continues a base64 blob (`…AAAA+gAAAA…`); it is
+/// data, not a token.
+fn is_base64_continuation(bytes: &[u8], start: usize, word: &str) -> bool {
+    start > 0 && bytes[start - 1] == b'+' && word.starts_with("gAAAA")
+}
+
 /// The shortest body after a built-in prefix: [`TOKEN_MIN_BODY`], or more for the short,
 /// word-like provider prefixes whose real tokens are long (`fw-tooshort` stays prose).
 fn min_body(prefix: &str) -> usize {
     match prefix {
         "fw_" | "fw-" | "fpk_" => 32,
-        "LTAI" | "r8_" | "xai-" | "pplx-" | "gsk_" | "tvly-" | "gloas-" => 20,
+        "LTAI" | "r8_" | "xai-" | "pplx-" | "gsk_" | "tvly-" | "gloas-" | "gAAAA" => 20,
         _ => TOKEN_MIN_BODY,
     }
 }

@@ -1470,7 +1470,6 @@ fn openclaw_redact_base64_blobs_are_not_corrupted() {
 }
 
 #[test]
-#[ignore = "gap: Fernet tokens (`gAAAA…`) are not in the token table"]
 fn openclaw_redact_base64_alphabet_tokens_after_url_and_path_delimiters() {
     let fernet = format!("gAAAA{}", "B".repeat(24));
     let out = redact_text(&format!("https://app.example/reset/{fernet} visited"));

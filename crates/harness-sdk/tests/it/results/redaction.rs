@@ -295,6 +295,18 @@ fn redaction_row_other_registry_tokens() {
 }
 
 #[test]
+fn redaction_row_fernet_tokens() {
+    let token = "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789";
+    assert_scrubbed(
+        &format!("reset link https://app.example/reset/{token} sent"),
+        token,
+    );
+    // Inside a base64 blob (after `+`) the same letters are data.
+    let blob = format!("base64,AAAA+gAAAA{}", "B".repeat(24));
+    assert_eq!(redact_text(&blob), blob);
+}
+
+#[test]
 fn redaction_row_model_provider_keys() {
     for token in [
         "r8_AbCdEfGhIjKlMnOpQrStUvWx",
