@@ -89,6 +89,11 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
     ),
     (
+        "gitlab session",
+        "_gitlab_session=0123456789abcdef0123456789abcdef",
+        "0123456789abcdef0123456789abcdef",
+    ),
+    (
         "fernet",
         "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
         "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",

@@ -947,7 +947,9 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         };
         if assignment_check
             && let Some(mut a) = assignment(text, j)
-            && (is_text_key(key) || is_query_secret(bytes, i, next, &a, key))
+            && (is_text_key(key)
+                || is_query_secret(bytes, i, next, &a, key)
+                || is_gitlab_session(text, next, &a, key))
         {
             matched = true;
             // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
@@ -1807,6 +1809,18 @@ fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key
         && compact_lower(key)
             .is_some_and(|(buf, n)| matches!(&buf[..n], b"code" | b"sig" | b"xamzsignature"))
         && ((i > 0 && matches!(bytes[i - 1], b'?' | b'&')) || bytes.get(a.value_end) == Some(&b'&'))
+}
+
+/// GitLab's web session cookie, `_gitlab_session=<at least 32 token characters>`; a shorter
+/// value (`_gitlab_session=short` in documentation) stays readable.
+fn is_gitlab_session(text: &str, next: Option<u8>, a: &Assignment, key: &str) -> bool {
+    next == Some(b'=')
+        && key.eq_ignore_ascii_case("_gitlab_session")
+        && text[a.value_start..a.value_end]
+            .bytes()
+            .filter(|b| b.is_ascii_alphanumeric())
+            .count()
+            >= 32
 }
 
 /// The decoded key ending with the word `text[i..j]`, when the key is spelled with percent

@@ -307,6 +307,17 @@ fn redaction_row_fernet_tokens() {
 }
 
 #[test]
+fn redaction_row_gitlab_session_cookies() {
+    let value = "0123456789abcdef0123456789abcdef";
+    assert_scrubbed(&format!("Cookie: _gitlab_session={value}; path=/"), value);
+    // A short value is documentation, not a session.
+    assert_eq!(
+        redact_text("set _gitlab_session=short first"),
+        "set _gitlab_session=short first"
+    );
+}
+
+#[test]
 fn redaction_row_model_provider_keys() {
     for token in [
         "r8_AbCdEfGhIjKlMnOpQrStUvWx",
