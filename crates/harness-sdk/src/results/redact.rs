@@ -806,7 +806,14 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         let jwt_check = extra && c == b'e' && next == Some(b'.');
         let oauth_check =
             extra && ((len == 4 && next == Some(b'.')) || (len == 1 && next == Some(b'/')));
+        // A key whose `=` follows invisible characters (`client_secret\u{3164}=`).
+        let hidden_eq = if assignments && next.is_some_and(|b| b >= 0x80) {
+            invisible_run_to_eq(text, j)
+        } else {
+            None
+        };
         if !(token_check
+            || hidden_eq.is_some()
             || bearer_check
             || flag_check
             || assignment_check
@@ -1003,6 +1010,17 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             && let Some(key) = encoded_key(text, i, j)
             && is_text_key(&key)
             && let Some(a) = assignment(text, j)
+        {
+            matched = true;
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+            i = a.value_end;
+            continue;
+        }
+        // The same with invisible characters between the key and its `=`: the key is judged
+        // with every invisible character dropped.
+        if let Some(eq) = hidden_eq
+            && encoded_key(text, i, j).map_or_else(|| is_text_key(word), |key| is_text_key(&key))
+            && let Some(a) = assignment(text, eq)
         {
             matched = true;
             rw.mask_span(a.value_start, a.value_end, a.quoted);
@@ -1865,6 +1883,22 @@ fn encoded_key(text: &str, i: usize, j: usize) -> Option<String> {
         .filter(|c| !(*c == '+' || c.is_whitespace() || c.is_control() || is_invisible(*c)))
         .collect();
     (!decoded.is_empty()).then_some(decoded)
+}
+
+/// Where the `=` is when `text[from..]` starts with one or more invisible characters and then
+/// `=`.
+fn invisible_run_to_eq(text: &str, from: usize) -> Option<usize> {
+    let mut k = from;
+    for c in text[from..].chars() {
+        if c == '=' {
+            return (k > from).then_some(k);
+        }
+        if !is_invisible(c) {
+            return None;
+        }
+        k += c.len_utf8();
+    }
+    None
 }
 
 /// Characters that render as nothing (zero-width and filler characters).

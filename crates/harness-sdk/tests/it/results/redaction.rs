@@ -120,6 +120,8 @@ fn redaction_row_encoded_keys() {
         "body: client%5Fsecret=oauth-secret-value-0427&safe=1",
         "GET /cb?client_se+cret=oauth-secret-value-0427&safe=1",
         "body: client_se\u{200B}cret=oauth-secret-value-0427&safe=1",
+        "body: client_secret\u{3164}=oauth-secret-value-0427&safe=1",
+        "body: api_key\u{200B}\u{FEFF}=oauth-secret-value-0427",
     ] {
         assert_scrubbed(text, "oauth-secret-value-0427");
     }
@@ -127,6 +129,10 @@ fn redaction_row_encoded_keys() {
     assert_eq!(
         redact_text("GET /cb?redirect%5Furi=https%3A%2F%2Fx&safe=1"),
         "GET /cb?redirect%5Furi=https%3A%2F%2Fx&safe=1"
+    );
+    assert_eq!(
+        redact_text("note\u{200B}=plain words"),
+        "note\u{200B}=plain words"
     );
 }
 
