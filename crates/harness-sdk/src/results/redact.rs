@@ -1822,11 +1822,52 @@ fn embedded_token_start(word: &str) -> Option<usize> {
 /// Whether `key` (the word at `i`) is a secret only as a URL query or form parameter
 /// (`code`, `sig`, `x-amz-signature`): a `name=value` pair after `?` or `&`, or one followed by
 /// `&` (the first pair of a form body). `code=E1` in a diagnostic stays readable.
+///
+/// The first pair right after an explicit body label (`body: code=…`, `form_body=signature=…`)
+/// is a form pair too, even alone; there `signature` counts as well.
 fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key: &str) -> bool {
-    next == Some(b'=')
-        && compact_lower(key)
-            .is_some_and(|(buf, n)| matches!(&buf[..n], b"code" | b"sig" | b"xamzsignature"))
-        && ((i > 0 && matches!(bytes[i - 1], b'?' | b'&')) || bytes.get(a.value_end) == Some(&b'&'))
+    if next != Some(b'=') {
+        return false;
+    }
+    let Some((buf, n)) = compact_lower(key) else {
+        return false;
+    };
+    match &buf[..n] {
+        b"code" | b"sig" | b"xamzsignature" => {
+            (i > 0 && matches!(bytes[i - 1], b'?' | b'&'))
+                || bytes.get(a.value_end) == Some(&b'&')
+                || after_body_label(bytes, i)
+        }
+        b"signature" => after_body_label(bytes, i),
+        _ => false,
+    }
+}
+
+/// Whether the word at `i` follows a body label: `body:` and blanks, or `body=` (also
+/// `form_body=`, `request-body=`; the label is a word ending in `body`).
+fn after_body_label(bytes: &[u8], i: usize) -> bool {
+    let mut k = i;
+    let label_end = if k > 0 && bytes[k - 1] == b'=' {
+        k - 1
+    } else {
+        while k > 0 && matches!(bytes[k - 1], b' ' | b'\t') {
+            k -= 1;
+        }
+        if k == i || k == 0 || bytes[k - 1] != b':' {
+            return false;
+        }
+        k - 1
+    };
+    let mut start = label_end;
+    while start > 0 && is_word_byte(bytes[start - 1]) {
+        start -= 1;
+    }
+    let label = &bytes[start..label_end];
+    label.len() >= 4 && {
+        let (head, tail) = label.split_at(label.len() - 4);
+        tail.eq_ignore_ascii_case(b"body")
+            && (head.is_empty() || matches!(head.last(), Some(b'_' | b'-')))
+    }
 }
 
 /// GitLab's web session cookie, `_gitlab_session=<at least 32 token characters>`; a shorter

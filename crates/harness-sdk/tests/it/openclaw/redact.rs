@@ -1209,7 +1209,6 @@ fn openclaw_redact_encoded_and_obfuscated_form_and_query_keys_trailing_filler() 
 }
 
 #[test]
-#[ignore = "gap: a single form pair is not recognised from an explicit body label (`body: code=…`, `form_body=signature=…`)"]
 fn openclaw_redact_form_bodies_in_diagnostic_prose_single_pairs() {
     assert_eq!(
         redact_text("body: code=oauth-code-123 form_body=signature=aws-signature-123 Oops code=E1"),

@@ -112,6 +112,17 @@ fn redaction_row_query_and_form_secrets() {
     // An error code in a diagnostic is not a query pair.
     let diagnostic = "Oops: failed: code=E1 status=500";
     assert_eq!(redact_text(diagnostic), diagnostic);
+    // A single pair right after a body label is a form pair.
+    assert_scrubbed(
+        "body: code=oauth-grant-value-0427",
+        "oauth-grant-value-0427",
+    );
+    assert_scrubbed(
+        "form_body=signature=signed-value-0427 done",
+        "signed-value-0427",
+    );
+    let prose = "nobody: code=E1 signature=kept";
+    assert_eq!(redact_text(prose), prose);
 }
 
 #[test]
