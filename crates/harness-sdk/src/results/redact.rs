@@ -970,6 +970,17 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             }
             let value = &text[a.value_start..a.value_end];
             if is_authorization_key(key) {
+                if a.quoted
+                    && let Some(credentials) = escaped_scheme_parameters(bytes, &a, value)
+                {
+                    // `\"Digest response=\\\"…\\\"\"` in serialized text: the scheme stays,
+                    // its parameters become one mask.
+                    if &text[credentials..a.value_end] != MASK {
+                        rw.replace(credentials, a.value_end, MASK);
+                    }
+                    i = a.value_end;
+                    continue;
+                }
                 if a.quoted && value.contains(' ') {
                     // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
                     if value != MASK {
@@ -1688,8 +1699,10 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
     {
         let start = k + open;
         let closing = &bytes[k..start];
+        // A quote escaped more deeply than the opening one (`\\\"` inside `\"…\"`) is part of
+        // the value: the closing run of backslashes must not follow another backslash.
         let mut e = start;
-        while e < bytes.len() && !bytes[e..].starts_with(closing) {
+        while e < bytes.len() && !(bytes[e..].starts_with(closing) && bytes[e - 1] != b'\\') {
             e += 1;
         }
         if e >= bytes.len() || e == start {
@@ -1868,6 +1881,25 @@ fn after_body_label(bytes: &[u8], i: usize) -> bool {
         tail.eq_ignore_ascii_case(b"body")
             && (head.is_empty() || matches!(head.last(), Some(b'_' | b'-')))
     }
+}
+
+/// Where the parameters start when a value in escaped quotes (serialized text) is a
+/// parameterized authorization scheme (`Digest response=\"…\"`, not `Bearer`, `Basic` or
+/// `Token`): the scheme word, one blank, then parameters holding a `=` (or an earlier mask).
+fn escaped_scheme_parameters(bytes: &[u8], a: &Assignment, value: &str) -> Option<usize> {
+    if a.value_start < 2 || bytes[a.value_start - 1] != b'"' || bytes[a.value_start - 2] != b'\\' {
+        return None;
+    }
+    let (scheme, rest) = value.split_once(' ')?;
+    let parameterized = !scheme.is_empty()
+        && scheme
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        && !["bearer", "basic", "token"]
+            .iter()
+            .any(|s| scheme.eq_ignore_ascii_case(s))
+        && (rest.contains('=') || rest == MASK);
+    parameterized.then_some(a.value_start + scheme.len() + 1)
 }
 
 /// GitLab's web session cookie, `_gitlab_session=<at least 32 token characters>`; a shorter
