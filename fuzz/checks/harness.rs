@@ -94,6 +94,26 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "0123456789abcdef0123456789abcdef",
     ),
     (
+        "vendor",
+        "dckr_pat_AbCdEfGhIjKlMnOpQrStUvWxYz0",
+        "dckr_pat_AbCdEfGhIjKlMnOpQrStUvWxYz0",
+    ),
+    (
+        "dotted",
+        "SG.AbCdEfGhIjKlMnOpQrStUv.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abc",
+        "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abc",
+    ),
+    (
+        "discord bot",
+        "MTIzNDU2Nzg5MDEyMzQ1Njc4.GAbCdE.AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+        "AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+    ),
+    (
+        "webhook",
+        "https://hooks.slack.com/services/T0123ABCD/B0456EFGH/AbCdEfGhIjKlMnOpQrStUvWx",
+        "AbCdEfGhIjKlMnOpQrStUvWx",
+    ),
+    (
         "fernet",
         "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
         "gAAAAABlZxYzAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",

@@ -579,6 +579,50 @@ const TOKEN_PREFIXES: &[&str] = &[
     "gAAAA",
 ];
 
+/// More vendor prefixes (package registries, cloud and CI services, collaboration suites and
+/// AI services): their tokens are long, so they need [`VENDOR_MIN_BODY`] characters after the
+/// prefix (`sbp_short`, `ATATT-example` stay prose).
+const VENDOR_PREFIXES: &[&str] = &[
+    "fal_",
+    "fc-",
+    "bb_live_",
+    "api_org_",
+    "pypi-",
+    "dop_v1_",
+    "doo_v1_",
+    "dor_v1_",
+    "dckr_pat_",
+    "dckr_oat_",
+    "bkua_",
+    "CCIPAT_",
+    "sbp_",
+    "dapi",
+    "ddp_",
+    "glsa_",
+    "glc_",
+    "nfp_",
+    "CFPAT-",
+    "ATCTT",
+    "ATATT",
+    "ATBB",
+    "BBDC-",
+    "HRKU-",
+    "pat-na1-",
+    "pat-eu1-",
+    "apify_api_",
+    "fio-u-",
+    "am_",
+    "exa_",
+    "syt_",
+    "retaindb_",
+    "hsk-",
+    "mem0_",
+    "brv_",
+];
+
+/// Characters a [`VENDOR_PREFIXES`] token needs after its prefix (32 for `dapi`).
+const VENDOR_MIN_BODY: usize = 20;
+
 /// Built-in prefixes need at least this many characters after the prefix.
 const TOKEN_MIN_BODY: usize = 8;
 
@@ -812,7 +856,9 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         } else {
             None
         };
+        let dotted_check = tokens && next == Some(b'.');
         if !(token_check
+            || dotted_check
             || hidden_eq.is_some()
             || bearer_check
             || flag_check
@@ -849,6 +895,13 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         }
         // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
         if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
+            matched = true;
+            rw.mask_span(i, end, false);
+            i = end;
+            continue;
+        }
+        // `SG.…`, `dp.pt.…` and Discord bot tokens (`<id>.<time>.<hmac>`).
+        if dotted_check && let Some(end) = dotted_token(bytes, i, j) {
             matched = true;
             rw.mask_span(i, end, false);
             i = end;
@@ -925,6 +978,16 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         if next == Some(b':')
             && bytes[j..].starts_with(b"://")
             && let Some((start, end)) = url_password(text, j)
+        {
+            matched = true;
+            rw.mask_span(start, end, false);
+            i = end;
+            continue;
+        }
+        // Slack and Discord webhook URLs: the path after the fixed part is the secret.
+        if next == Some(b':')
+            && bytes[j..].starts_with(b"://")
+            && let Some((start, end)) = webhook_secret(text, j)
         {
             matched = true;
             rw.mask_span(start, end, false);
@@ -1054,8 +1117,8 @@ const FAMILY_FLAG: u16 = 1 << 2;
 const FAMILY_TOKEN_DASH: u16 = 1 << 3;
 /// A built-in token prefix with `_` (`ghp_`, `npm_`, `hf_`, …): likewise with `_`.
 const FAMILY_TOKEN_UNDERSCORE: u16 = 1 << 4;
-/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`, `GR1348941`, `gAAAA`: needs `AK`, `AS`, `AI`, `LT`,
-/// `GR` or `AA`.
+/// `AKIA`, `ASIA`, `AKID`, `AIza`, `LTAI`, `GR1348941`, `gAAAA`, `AT…` (Atlassian), `dapi`:
+/// needs `AK`, `AS`, `AI`, `LT`, `GR`, `AA`, `AT` or `da`.
 const FAMILY_TOKEN_UPPER: u16 = 1 << 5;
 /// `Bearer <token>`: needs `be` in any case.
 const FAMILY_BEARER: u16 = 1 << 6;
@@ -1067,7 +1130,11 @@ const FAMILY_EXTRA: u16 = 1 << 7;
 /// prose far more often than a credential).
 const FAMILY_BASIC: u16 = 1 << 8;
 /// Any built-in token prefix.
-const FAMILY_TOKEN: u16 = FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER;
+const FAMILY_TOKEN: u16 =
+    FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER | FAMILY_TOKEN_VENDOR;
+/// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`.
+/// (The [`VENDOR_PREFIXES`] share the dash, underscore and upper-case families.)
+const FAMILY_TOKEN_VENDOR: u16 = 1 << 9;
 /// Every family (used with caller prefixes, which the families do not cover).
 const FAMILY_ALL: u16 = u16::MAX;
 /// The families a single byte starts on its own, whatever follows it.
@@ -1080,13 +1147,13 @@ static PAIR_FIRST: [u16; 256] = {
     table[b'=' as usize] |= FAMILY_ASSIGNMENT;
     table[b':' as usize] |= FAMILY_ASSIGNMENT;
     table[b'-' as usize] |= FAMILY_FLAG;
-    let dash_letters = b"ktbparsixyw";
+    let dash_letters = b"ktbparsixywcTCUo";
     let mut k = 0;
     while k < dash_letters.len() {
         table[dash_letters[k] as usize] |= FAMILY_TOKEN_DASH;
         k += 1;
     }
-    let underscore_letters = b"kpousrbtmdfcw8";
+    let underscore_letters = b"kpousrbtmdfcw8liaTyv0123456789";
     let mut k = 0;
     while k < underscore_letters.len() {
         table[underscore_letters[k] as usize] |= FAMILY_TOKEN_UNDERSCORE;
@@ -1095,6 +1162,15 @@ static PAIR_FIRST: [u16; 256] = {
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'L' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'G' as usize] |= FAMILY_TOKEN_UPPER;
+    // `dapi…` (Databricks): `da`.
+    table[b'd' as usize] |= FAMILY_TOKEN_UPPER;
+    let mut b = 0;
+    while b < 256 {
+        if (b as u8).is_ascii_alphanumeric() {
+            table[b] |= FAMILY_TOKEN_VENDOR;
+        }
+        b += 1;
+    }
     table[b'b' as usize] |= FAMILY_BEARER;
     table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'y' as usize] |= FAMILY_EXTRA;
@@ -1123,6 +1199,8 @@ static PAIR_SECOND: [u16; 256] = {
     table[b'R' as usize] |= FAMILY_TOKEN_UPPER;
     // `gAAAA` (Fernet): `AA`.
     table[b'A' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'a' as usize] |= FAMILY_TOKEN_UPPER;
+    table[b'.' as usize] |= FAMILY_TOKEN_VENDOR;
     table[b'e' as usize] |= FAMILY_BEARER;
     table[b'E' as usize] |= FAMILY_BEARER;
     table[b'a' as usize] |= FAMILY_BASIC;
@@ -1376,6 +1454,9 @@ const BUILTIN_TOKEN_MIN_LEN: usize = 3 + TOKEN_MIN_BODY;
 /// Whether `word` starts with a built-in token prefix and has a long enough body.
 fn is_builtin_token(word: &str) -> bool {
     let bytes = word.as_bytes();
+    if bytes.len() >= BUILTIN_TOKEN_MIN_LEN && (is_vendor_token(word) || is_fly_token(bytes)) {
+        return true;
+    }
     if bytes.len() < BUILTIN_TOKEN_MIN_LEN
         || !matches!(
             bytes[0],
@@ -1398,6 +1479,82 @@ fn is_builtin_token(word: &str) -> bool {
     TOKEN_PREFIXES.iter().any(|p| {
         p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + min_body(p)
     })
+}
+
+/// Whether `word` starts with one of the [`VENDOR_PREFIXES`] and has a long enough body.
+fn is_vendor_token(word: &str) -> bool {
+    VENDOR_PREFIXES.iter().any(|p| {
+        let min = if *p == "dapi" { 32 } else { VENDOR_MIN_BODY };
+        word.starts_with(p) && word.len() >= p.len() + min
+    })
+}
+
+/// A Fly.io macaroon part: `fm`, digits, `_`, then at least [`VENDOR_MIN_BODY`] characters.
+fn is_fly_token(bytes: &[u8]) -> bool {
+    let Some(rest) = bytes.strip_prefix(b"fm") else {
+        return false;
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    digits > 0 && rest.get(digits) == Some(&b'_') && rest.len() > digits + VENDOR_MIN_BODY
+}
+
+/// The end of a dotted token starting with the word `bytes[i..j]` (followed by `.`): SendGrid
+/// `SG.<id>.<secret>`, Doppler `dp.pt.<secret>`, or a Discord bot token (`<24 to 28>.<6 or
+/// 7>.<27 or more>` token characters).
+fn dotted_token(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
+    let segment = |from: usize| {
+        let mut e = from;
+        while e < bytes.len() && is_word_byte(bytes[e]) {
+            e += 1;
+        }
+        e
+    };
+    let word = &bytes[i..j];
+    if word == b"SG" {
+        let first = segment(j + 1);
+        if first - j - 1 < 16 || bytes.get(first) != Some(&b'.') {
+            return None;
+        }
+        let second = segment(first + 1);
+        let secret = second - first - 1;
+        return (secret >= 20).then_some(second);
+    }
+    if word == b"dp" && bytes[j..].starts_with(b".pt.") {
+        let end = segment(j + 4);
+        return (end - j - 4 >= 20).then_some(end);
+    }
+    if !(23..=28).contains(&word.len()) || !word.iter().all(u8::is_ascii_alphanumeric) {
+        return None;
+    }
+    let middle = segment(j + 1);
+    if !(6..=7).contains(&(middle - j - 1)) || bytes.get(middle) != Some(&b'.') {
+        return None;
+    }
+    let last = segment(middle + 1);
+    let hmac = last - middle - 1;
+    (hmac >= 27).then_some(last)
+}
+
+/// The secret path of a Slack or Discord webhook URL whose `://` is at `scheme_end`: everything
+/// after `hooks.slack.com/services/` or `discord(app).com/api/webhooks/` up to the end of the
+/// URL.
+fn webhook_secret(text: &str, scheme_end: usize) -> Option<(usize, usize)> {
+    let rest = &text[scheme_end + 3..];
+    let host = [
+        "hooks.slack.com/services/",
+        "discord.com/api/webhooks/",
+        "discordapp.com/api/webhooks/",
+    ]
+    .iter()
+    .find(|h| rest.starts_with(*h))?;
+    let start = scheme_end + 3 + host.len();
+    let end = start
+        + text[start..]
+            .find(|c: char| {
+                c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>' | '?' | '#')
+            })
+            .unwrap_or(text.len() - start);
+    (end - start >= 20).then_some((start, end))
 }
 
 /// A Fernet-shaped word right after a `+` continues a base64 blob (`…AAAA+gAAAA…`); it is
@@ -2340,6 +2497,15 @@ mod tests {
 
     #[test]
     fn pattern_families_cover_every_pattern() {
+        for prefix in VENDOR_PREFIXES {
+            let word = format!("x {prefix}{} y", "abcdefgh".repeat(4));
+            assert_ne!(
+                pattern_families(word.as_bytes()) & FAMILY_TOKEN,
+                0,
+                "{prefix}"
+            );
+            assert_ne!(redact_text(&word), word, "{prefix}");
+        }
         for prefix in TOKEN_PREFIXES {
             let word = format!(
                 "x {prefix}{} y",

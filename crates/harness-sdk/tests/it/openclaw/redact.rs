@@ -1267,7 +1267,6 @@ fn openclaw_redact_cloud_and_registry_token_prefixes() {
 }
 
 #[test]
-#[ignore = "gap: webhook URLs (Slack, Discord), Discord bot tokens and most of the peer's vendor prefixes are not in the token table"]
 fn openclaw_redact_expanded_vendor_prefix_corpus() {
     let tokens = [
         "sk-ant-abcdefghijklmnopqrstuvwxyz".to_owned(),

@@ -335,6 +335,51 @@ fn redaction_row_gitlab_session_cookies() {
 }
 
 #[test]
+fn redaction_row_vendor_tokens() {
+    for token in [
+        "dckr_pat_AbCdEfGhIjKlMnOpQrStUvWxYz0",
+        "pypi-AgEIcHlwaS5vcmcCJGFiY2RlZmdo",
+        "dop_v1_0123456789abcdef0123456789abcdef",
+        "ATATT3xFfGF0AbCdEfGhIjKlMnOpQrStUv",
+        "dapi0123456789abcdef0123456789abcdef",
+        "fm2_lJPECAAAAAAAAbCdEfGhIjKlMnOpQrSt",
+        "SG.AbCdEfGhIjKlMnOpQrStUv.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abc",
+        "dp.pt.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcde",
+    ] {
+        assert_scrubbed(&format!("export KEYLESS {token} now"), token);
+    }
+    // Short words after these prefixes stay prose.
+    let prose = "sbp_short nfp_site CCIPAT_docs ATATT-example dapi-example SG.docs.page";
+    assert_eq!(redact_text(prose), prose);
+}
+
+#[test]
+fn redaction_row_discord_bot_tokens() {
+    let token = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GAbCdE.AbCdEfGhIjKlMnOpQrStUvWxYz0123";
+    assert_scrubbed(&format!("DISCORD {token} here"), token);
+    // Dotted prose and host names stay.
+    let prose = "see docs.example.com and v1.2.3 release.notes";
+    assert_eq!(redact_text(prose), prose);
+}
+
+#[test]
+fn redaction_row_webhook_urls() {
+    for (url, secret) in [
+        (
+            "https://hooks.slack.com/services/T0123ABCD/B0456EFGH/AbCdEfGhIjKlMnOpQrStUvWx",
+            "AbCdEfGhIjKlMnOpQrStUvWx",
+        ),
+        (
+            "https://discord.com/api/webhooks/123456789012345678/AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+            "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+        ),
+    ] {
+        assert_scrubbed(&format!("post to {url} now"), secret);
+        assert!(redact_text(url).starts_with("https://"), "{url}");
+    }
+}
+
+#[test]
 fn redaction_row_model_provider_keys() {
     for token in [
         "r8_AbCdEfGhIjKlMnOpQrStUvWx",
