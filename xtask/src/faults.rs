@@ -603,13 +603,19 @@ fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
     let mnt = scratch.0.join("tmpfs");
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let mnt_s = mnt.display().to_string();
-    quiet("mount", &["-t", "tmpfs", "-o", "size=24m", "tmpfs", &mnt_s])?;
+    // The database grows with the run: long runs get room for it (the filler takes every
+    // free byte whatever the size).
+    let size_mib = if options.seconds > 120 { 256 } else { 24 };
+    quiet(
+        "mount",
+        &["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs", &mnt_s],
+    )?;
     let mount = Mount(mnt.clone());
     let acks = scratch.0.join("acks");
     std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
     let url = format!("sqlite://{}/chaos.db?mode=rwc", mnt.display());
     say(&format!(
-        "==> faults disk-full: {} workers and tether serve on SQLite on a 24 MiB tmpfs, {} s",
+        "==> faults disk-full: {} workers and tether serve on SQLite on a {size_mib} MiB tmpfs, {} s",
         options.processes, options.seconds
     ));
     let start = Instant::now();
@@ -651,7 +657,8 @@ fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
     let mnt = scratch.0.join("ext4");
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let mnt_s = mnt.display().to_string();
-    quiet("truncate", &["-s", "64M", &image_s])?;
+    let size = if options.seconds > 120 { "256M" } else { "64M" };
+    quiet("truncate", &["-s", size, &image_s])?;
     quiet("mkfs.ext4", &["-q", "-F", &image_s])?;
     quiet("mount", &["-o", "loop,errors=remount-ro", &image_s, &mnt_s])?;
     let mount = Mount(mnt.clone());
