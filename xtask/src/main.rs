@@ -17,6 +17,7 @@ mod bench_report;
 mod chaos;
 mod codex;
 mod faults;
+mod forwarder;
 mod ui_check;
 
 /// One `cargo xtask` task: its name, its arguments, what it does, and how it runs.
