@@ -1,4 +1,4 @@
-//! `cargo xtask faults [--quick] [--seconds S] [--processes N] [--only KIND]`: the resource-fault
+//! `cargo xtask faults [--quick] [--seconds S] [--processes N] [--only KIND] [--skew-clock server|host]`: the resource-fault
 //! suite. Chaos workers (binary `chaos_worker` of `tether-benches`, the workload and write-log
 //! checker of `cargo xtask chaos`) and one `tether serve` share a database while this task
 //! breaks the resources under them, without restarting any of them:
@@ -10,13 +10,22 @@
 //!   file system read-only under the open files, as it does in production;
 //! - `postgres`: on a fresh database, the task terminates every backend (`pg_terminate_backend`),
 //!   refuses connections for a while (`ALLOW_CONNECTIONS false`), and restarts the server
-//!   (`pg_ctlcluster … restart`).
+//!   (`pg_ctlcluster … restart`);
+//! - `partition` (PostgreSQL): one worker in a network namespace of the task's making reaches
+//!   the server through the task's forwarder (`forwarder.rs`); its link is cut, delayed
+//!   (by the forwarder), made lossy (nftables' random drop inside the namespace), and the
+//!   answer to one of its COMMITs is lost on the wire before the link is cut;
+//! - `skew` (PostgreSQL): one worker's host clock runs 5 s ahead and one's 5 s behind (the
+//!   lease is 3 s), all deciding leases with the server's time; `--skew-clock host` runs the
+//!   control on their own clocks, which must fail.
 //!
 //! Every worker logs each outcome to an ack log outside the database's file system. Afterwards
 //! the checker verifies the chaos invariants (one writer per lease epoch, no stale epoch, no lost
 //! binding, no half-applied deletion or reset, unknown outcomes quarantined) and: every
 //! acknowledged write is in the database, no write half-applied (fence and log disagree),
-//! `PRAGMA integrity_check` ok. The task itself checks that every worker and the service ran to
+//! `PRAGMA integrity_check` ok, never two holders of a key at once (in real time), each lost
+//! COMMIT reported unknown and quarantined and on disk exactly when the server committed it.
+//! The task itself checks that every worker and the service ran to
 //! the end without a restart, that workers succeeded again after each recoverable fault (and how
 //! long that took), and that `/readyz` answered 200 again. Needs root (mounts, the server
 //! restart); elsewhere it says what it skipped.
@@ -1470,5 +1479,13 @@ mod tests {
         );
         assert!(parse(&args(&["--only", "meteor"])).is_err());
         assert!(parse(&args(&["--seconds", "many"])).is_err());
+        assert_eq!(quick.skew_clock, "server");
+        let control = parse(&args(&["--only", "skew", "--skew-clock", "host"]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (control.only.as_deref(), control.skew_clock.as_str()),
+            (Some("skew"), "host")
+        );
+        assert!(parse(&args(&["--skew-clock", "sundial"])).is_err());
     }
 }

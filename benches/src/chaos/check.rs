@@ -482,3 +482,50 @@ fn lost_commits(
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{Interval, overlaps};
+
+    fn lease(key: &str, epoch: i64, writer: &str, from: u128, until: u128) -> Interval {
+        Interval {
+            key: key.to_owned(),
+            epoch,
+            writer: writer.to_owned(),
+            from,
+            until,
+        }
+    }
+
+    #[test]
+    fn two_holders_of_one_key_at_once_are_found() {
+        let mut violations = Vec::new();
+        overlaps(
+            vec![
+                // Back to back: no violation; then a holder taken over while it still held.
+                lease("k", 1, "a", 0, 100),
+                lease("k", 2, "b", 100, 150),
+                lease("k", 3, "c", 140, 200),
+                // Another key's lease at the same time: no violation.
+                lease("j", 1, "a", 0, 500),
+            ],
+            &mut violations,
+        );
+        assert_eq!(violations.len(), 1, "{violations:#?}");
+        assert!(
+            violations[0].contains("b held epoch 2 until 150 ms, c held epoch 3 from 140 ms"),
+            "{violations:#?}"
+        );
+        // A holder that believed it held all along overlaps every later one.
+        let mut violations = Vec::new();
+        overlaps(
+            vec![
+                lease("k", 1, "a", 0, 1_000),
+                lease("k", 2, "b", 100, 150),
+                lease("k", 3, "c", 200, 300),
+            ],
+            &mut violations,
+        );
+        assert_eq!(violations.len(), 2, "{violations:#?}");
+    }
+}
