@@ -184,7 +184,13 @@ impl Scratch {
 }
 
 impl Drop for Scratch {
+    /// Removes the folder, unless `TETHER_FAULTS_KEEP` is set (to read the ack logs after a
+    /// run; the database file system is unmounted either way).
     fn drop(&mut self) {
+        if std::env::var_os("TETHER_FAULTS_KEEP").is_some() {
+            say(&format!("    kept {}", self.0.display()));
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
