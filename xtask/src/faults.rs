@@ -872,7 +872,7 @@ fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resul
         options.processes, options.seconds
     ));
     let start = Instant::now();
-    let workload = Workload::start(bin, tether, url, &acks, options)?;
+    let mut workload = Workload::start(bin, tether, url, &acks, options)?;
     let _allow = AllowAgain { bin, url };
     let deadline = start + Duration::from_secs(options.seconds);
     let mut windows = Vec::new();
@@ -914,6 +914,10 @@ fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resul
         });
         round += 1;
         at += Duration::from_secs(if options.quick { 5 } else { 9 });
+        // The operator's step: lease keys whose write's outcome a fault made unknown (a
+        // COMMIT cut off by a terminated backend or the restart) are checked and released.
+        sleep(Duration::from_secs(1));
+        workload.release_quarantined()?;
     }
     workload.finish("postgres", "PostgreSQL", options, &windows, || Ok(()))
 }
