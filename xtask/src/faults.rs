@@ -388,12 +388,23 @@ impl Workload {
         let before = self.released.len();
         for i in 0..4 {
             let key = format!("conversation:chaos-k{i}");
-            let status = http(
-                &self.addr,
-                "POST",
-                &format!("/v1/quarantine/chaos-leases/{key}/release"),
-                r#"{"reason":"faults: the operator checked the row after the disk was freed"}"#,
-            );
+            let release = || {
+                http(
+                    &self.addr,
+                    "POST",
+                    &format!("/v1/quarantine/chaos-leases/{key}/release"),
+                    r#"{"reason":"faults: the operator checked the row after the fault"}"#,
+                )
+            };
+            // No answer (0): the service may still be starting (under load it takes seconds
+            // to listen); the operator tries again for up to 10 s.
+            let mut status = release();
+            let mut tries = 0;
+            while status == 0 && tries < 20 {
+                sleep(Duration::from_millis(500));
+                status = release();
+                tries += 1;
+            }
             match status {
                 200 => self.released.push((key, now_ms())),
                 404 => {}
