@@ -1,4 +1,4 @@
-//! `cargo xtask faults [--quick] [--seconds S] [--processes N] [--only KIND]`: the resource-fault
+//! `cargo xtask faults [--quick] [--seconds S] [--processes N] [--only KIND] [--skew-clock server|host]`: the resource-fault
 //! suite. Chaos workers (binary `chaos_worker` of `tether-benches`, the workload and write-log
 //! checker of `cargo xtask chaos`) and one `tether serve` share a database while this task
 //! breaks the resources under them, without restarting any of them:
@@ -10,13 +10,22 @@
 //!   file system read-only under the open files, as it does in production;
 //! - `postgres`: on a fresh database, the task terminates every backend (`pg_terminate_backend`),
 //!   refuses connections for a while (`ALLOW_CONNECTIONS false`), and restarts the server
-//!   (`pg_ctlcluster … restart`).
+//!   (`pg_ctlcluster … restart`);
+//! - `partition` (PostgreSQL): one worker in a network namespace of the task's making reaches
+//!   the server through the task's forwarder (`forwarder.rs`); its link is cut, delayed
+//!   (by the forwarder), made lossy (nftables' random drop inside the namespace), and the
+//!   answer to one of its COMMITs is lost on the wire before the link is cut;
+//! - `skew` (PostgreSQL): one worker's host clock runs 5 s ahead and one's 5 s behind (the
+//!   lease is 3 s), all deciding leases with the server's time; `--skew-clock host` runs the
+//!   control on their own clocks, which must fail.
 //!
 //! Every worker logs each outcome to an ack log outside the database's file system. Afterwards
 //! the checker verifies the chaos invariants (one writer per lease epoch, no stale epoch, no lost
 //! binding, no half-applied deletion or reset, unknown outcomes quarantined) and: every
 //! acknowledged write is in the database, no write half-applied (fence and log disagree),
-//! `PRAGMA integrity_check` ok. The task itself checks that every worker and the service ran to
+//! `PRAGMA integrity_check` ok, never two holders of a key at once (in real time), each lost
+//! COMMIT reported unknown and quarantined and on disk exactly when the server committed it.
+//! The task itself checks that every worker and the service ran to
 //! the end without a restart, that workers succeeded again after each recoverable fault (and how
 //! long that took), and that `/readyz` answered 200 again. Needs root (mounts, the server
 //! restart); elsewhere it says what it skipped.
@@ -31,16 +40,22 @@ use std::thread::{self, sleep};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::chaos::{Rng, output, worker_binary};
+use crate::forwarder::Forwarder;
 use crate::{cargo, run, say};
 
+#[derive(Clone)]
 struct Options {
     quick: bool,
     seconds: u64,
     processes: usize,
     only: Option<String>,
+    /// The clock the workers of the `skew` phase decide leases with: `server` (the database
+    /// server's time, what several hosts must use) or `host` (their own skewed clocks: the
+    /// control run, which must find violations).
+    skew_clock: String,
 }
 
-const KINDS: [&str; 4] = ["disk-full", "read-only", "postgres", "partition"];
+const KINDS: [&str; 5] = ["disk-full", "read-only", "postgres", "partition", "skew"];
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let value = |name: &str| {
@@ -62,7 +77,14 @@ fn parse(args: &[String]) -> Result<Options, String> {
     {
         return Err(format!("--only must be one of {KINDS:?}, not `{kind}`"));
     }
+    let skew_clock = value("--skew-clock").unwrap_or_else(|| "server".to_owned());
+    if skew_clock != "server" && skew_clock != "host" {
+        return Err(format!(
+            "--skew-clock must be server or host, not `{skew_clock}`"
+        ));
+    }
     Ok(Options {
+        skew_clock,
         quick,
         seconds: number("--seconds", if quick { 20 } else { 60 })?.max(10),
         processes: usize::try_from(number("--processes", 3)?.max(1)).unwrap_or(3),
@@ -114,6 +136,9 @@ struct Window {
     end: Option<u128>,
     /// The worker the fault cut off, when it hit one worker.
     of: Option<&'static str>,
+    /// The worker's link was down (for longer than its lease): it must not start a write
+    /// under a lease it held before the cut once that lease lapsed.
+    cut: bool,
 }
 
 /// What one phase measured.
@@ -131,8 +156,13 @@ pub(crate) struct Phase {
     violations: Vec<String>,
     worst_recovery_ms: Option<u128>,
     worst_ready_ms: Option<u128>,
-    /// For each cut of a lease holder's link: how long it took to learn it lost its lease.
-    learned_ms: Vec<u128>,
+    /// For each fault of a lease holder's link that made a lease it held lapse: the fault,
+    /// and how long after the fault began the holder learned it.
+    learned_ms: Vec<(&'static str, u128)>,
+    /// The checker's line for each COMMIT whose answer was lost on the wire.
+    lost_commits: Vec<String>,
+    /// The checker's count of lease intervals compared for overlap.
+    intervals: String,
     /// Failed operations by error class.
     classes: String,
     checker: String,
@@ -154,7 +184,13 @@ impl Scratch {
 }
 
 impl Drop for Scratch {
+    /// Removes the folder, unless `TETHER_FAULTS_KEEP` is set (to read the ack logs after a
+    /// run; the database file system is unmounted either way).
     fn drop(&mut self) {
+        if std::env::var_os("TETHER_FAULTS_KEEP").is_some() {
+            say(&format!("    kept {}", self.0.display()));
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -251,6 +287,15 @@ impl Readiness {
     }
 }
 
+/// How one worker runs: in a network namespace (with the URL it reaches the database by
+/// there), and with which extra arguments.
+#[derive(Default)]
+struct Launch {
+    netns: Option<String>,
+    url: Option<String>,
+    args: Vec<String>,
+}
+
 /// The workers and the service of one phase.
 struct Workload {
     bin: PathBuf,
@@ -274,11 +319,12 @@ impl Workload {
         options: &Options,
     ) -> Result<Self, String> {
         let names: Vec<String> = (0..options.processes).map(|i| format!("w{i}")).collect();
-        Self::start_with(bin, tether, url, acks, options, &names, |_| None)
+        Self::start_with(bin, tether, url, acks, options, &names, |_| {
+            Launch::default()
+        })
     }
 
-    /// Starts the named workers; `inside(name)` gives a worker's network namespace and URL
-    /// when it runs in one.
+    /// Starts the named workers; `launch(name)` says how each one runs.
     fn start_with(
         bin: &Path,
         tether: &Path,
@@ -286,30 +332,25 @@ impl Workload {
         acks: &Path,
         options: &Options,
         names: &[String],
-        inside: impl Fn(&str) -> Option<(String, String)>,
+        launch: impl Fn(&str) -> Launch,
     ) -> Result<Self, String> {
         output(Command::new(bin).args(["setup", "--url", url]))?;
         let mut workers = Vec::new();
         for name in names {
             let log = acks.join(format!("{name}.acks"));
-            let (mut cmd, worker_url) = match inside(name) {
-                Some((netns, worker_url)) => {
+            let how = launch(name);
+            let mut cmd = match &how.netns {
+                Some(netns) => {
                     let mut cmd = Command::new("ip");
-                    cmd.args(["netns", "exec", &netns]).arg(bin);
-                    (cmd, worker_url)
+                    cmd.args(["netns", "exec", netns]).arg(bin);
+                    cmd
                 }
-                None => (Command::new(bin), url.to_owned()),
+                None => Command::new(bin),
             };
+            let worker_url = how.url.unwrap_or_else(|| url.to_owned());
             let child = cmd
                 .args(["run", "--url", &worker_url, "--name", name])
-                // A worker in a namespace is the holder to cut off: it holds each lease 8 s
-                // (its 3 s lease renewed every second), so that a cut lands while it
-                // holds one and the lapse is noticed by the local expiry clock.
-                .args(if worker_url == url {
-                    &[][..]
-                } else {
-                    &["--hold-ms", "8000"][..]
-                })
+                .args(&how.args)
                 .arg("--seconds")
                 .arg(options.seconds.to_string())
                 .arg("--acks")
@@ -344,24 +385,38 @@ impl Workload {
     /// The operator's step after faults that left lease keys quarantined: release each
     /// through the running service (`POST /v1/quarantine/{ns}/{key}/release`).
     fn release_quarantined(&mut self) -> Result<(), String> {
+        let before = self.released.len();
         for i in 0..4 {
             let key = format!("conversation:chaos-k{i}");
-            let status = http(
-                &self.addr,
-                "POST",
-                &format!("/v1/quarantine/chaos-leases/{key}/release"),
-                r#"{"reason":"faults: the operator checked the row after the disk was freed"}"#,
-            );
+            let release = || {
+                http(
+                    &self.addr,
+                    "POST",
+                    &format!("/v1/quarantine/chaos-leases/{key}/release"),
+                    r#"{"reason":"faults: the operator checked the row after the fault"}"#,
+                )
+            };
+            // No answer (0): the service may still be starting (under load it takes seconds
+            // to listen); the operator tries again for up to 10 s.
+            let mut status = release();
+            let mut tries = 0;
+            while status == 0 && tries < 20 {
+                sleep(Duration::from_millis(500));
+                status = release();
+                tries += 1;
+            }
             match status {
                 200 => self.released.push((key, now_ms())),
                 404 => {}
                 other => return Err(format!("releasing {key} answered {other}")),
             }
         }
-        say(&format!(
-            "    operator released {} quarantined lease keys through the service",
-            self.released.len()
-        ));
+        let now = self.released.len() - before;
+        if now > 0 || before == 0 {
+            say(&format!(
+                "    operator released {now} quarantined lease keys through the service"
+            ));
+        }
         Ok(())
     }
 
@@ -396,6 +451,8 @@ impl Workload {
         // The ack logs: outcomes in time, for the faults' effect and the recovery times.
         let mut outcomes: Vec<(u128, bool, String)> = Vec::new();
         let mut lost: Vec<(u128, String)> = Vec::new();
+        // (a `hold` line, else a `begin` line; time; worker; "key epoch").
+        let mut leases: Vec<(bool, u128, String, String)> = Vec::new();
         let mut classes = std::collections::BTreeMap::new();
         for name in &self.names {
             let path = self.acks.join(format!("{name}.acks"));
@@ -411,6 +468,16 @@ impl Workload {
                         *classes.entry(class).or_insert(0u64) += 1;
                     }
                     (Some("lost"), Some(at)) => lost.push((at, name.clone())),
+                    (Some(tag @ ("hold" | "begin")), Some(at)) => {
+                        if let (Some(key), Some(epoch)) = (fields.next(), fields.next()) {
+                            leases.push((
+                                tag == "hold",
+                                at,
+                                name.clone(),
+                                format!("{key} {epoch}"),
+                            ));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -430,7 +497,25 @@ impl Workload {
                 .map(|(at, _)| *at)
                 .min()
             {
-                learned_ms.push(at - window.start);
+                learned_ms.push((window.what, at - window.start));
+            }
+        }
+        // A worker whose link was cut for longer than its lease starts no write under a lease
+        // it held before the cut once that lease lapsed: it learns of the loss first.
+        for window in windows.iter().filter(|w| w.cut) {
+            let Some(of) = window.of else { continue };
+            let held_before: Vec<&String> = leases
+                .iter()
+                .filter(|(hold, at, who, _)| *hold && who == of && *at < window.start)
+                .map(|(_, _, _, lease)| lease)
+                .collect();
+            for (_, at, _, lease) in leases.iter().filter(|(hold, at, who, lease)| {
+                !*hold && who == of && *at > window.start + 3_000 && held_before.contains(&lease)
+            }) {
+                violations.push(format!(
+                    "{of} started a write under {lease} {} ms after its link was cut (lease 3 s)",
+                    at - window.start
+                ));
             }
         }
         // Every released key is written again by some worker.
@@ -532,6 +617,17 @@ impl Workload {
             .lines()
             .filter(|l| l.starts_with("quarantined after an unknown outcome"))
             .count();
+        let lost_commits = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("lost COMMIT: "))
+            .map(str::to_owned)
+            .collect();
+        let intervals = text
+            .lines()
+            .find_map(|l| l.strip_prefix("leases: "))
+            .and_then(|l| l.split_whitespace().next())
+            .unwrap_or("0")
+            .to_owned();
         Ok(Phase {
             kind,
             backend,
@@ -547,6 +643,8 @@ impl Workload {
             worst_recovery_ms,
             worst_ready_ms,
             learned_ms,
+            lost_commits,
+            intervals,
             classes: classes
                 .iter()
                 .map(|(class, n)| format!("{class} {n}"))
@@ -603,17 +701,30 @@ fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
     let mnt = scratch.0.join("tmpfs");
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let mnt_s = mnt.display().to_string();
-    quiet("mount", &["-t", "tmpfs", "-o", "size=24m", "tmpfs", &mnt_s])?;
+    // The database grows with the run: long runs get room for it (the filler takes every
+    // free byte whatever the size).
+    let size_mib = if options.seconds > 120 { 256 } else { 24 };
+    quiet(
+        "mount",
+        &[
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size_mib}m"),
+            "tmpfs",
+            &mnt_s,
+        ],
+    )?;
     let mount = Mount(mnt.clone());
     let acks = scratch.0.join("acks");
     std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
     let url = format!("sqlite://{}/chaos.db?mode=rwc", mnt.display());
     say(&format!(
-        "==> faults disk-full: {} workers and tether serve on SQLite on a 24 MiB tmpfs, {} s",
+        "==> faults disk-full: {} workers and tether serve on SQLite on a {size_mib} MiB tmpfs, {} s",
         options.processes, options.seconds
     ));
     let start = Instant::now();
-    let workload = Workload::start(bin, tether, &url, &acks, options)?;
+    let mut workload = Workload::start(bin, tether, &url, &acks, options)?;
     let deadline = start + Duration::from_secs(options.seconds);
     let hold = Duration::from_secs(if options.quick { 2 } else { 3 });
     let mut windows = Vec::new();
@@ -629,15 +740,22 @@ fn disk_full(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
             start: begin,
             end: Some(now_ms()),
             of: None,
+            cut: false,
         });
         say(&format!(
             "    disk full for {hold:?} ({} KiB filler), then freed",
             bytes / 1024
         ));
         at += Duration::from_secs(if options.quick { 6 } else { 8 });
+        // The operator's step, after each fault: the keys whose writes' outcome is unknown are
+        // checked and released, so that every fault meets a working drill (not keys blocked
+        // since the first one).
+        sleep(Duration::from_secs(1));
+        workload.release_quarantined()?;
     }
+    // Records written late (the lifecycle writes a record it could not write on a full disk
+    // at the key's next entry point) are released too.
     sleep(Duration::from_secs(1));
-    let mut workload = workload;
     workload.release_quarantined()?;
     let phase = workload.finish("disk-full", "SQLite", options, &windows, || Ok(()))?;
     drop(mount);
@@ -651,7 +769,8 @@ fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
     let mnt = scratch.0.join("ext4");
     std::fs::create_dir_all(&mnt).map_err(|e| e.to_string())?;
     let mnt_s = mnt.display().to_string();
-    quiet("truncate", &["-s", "64M", &image_s])?;
+    let size = if options.seconds > 120 { "256M" } else { "64M" };
+    quiet("truncate", &["-s", size, &image_s])?;
     quiet("mkfs.ext4", &["-q", "-F", &image_s])?;
     quiet("mount", &["-o", "loop,errors=remount-ro", &image_s, &mnt_s])?;
     let mount = Mount(mnt.clone());
@@ -704,6 +823,7 @@ fn read_only(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
         start: begin,
         end: None,
         of: None,
+        cut: false,
     }];
     let repair = || {
         // The operator's repair: unmount, e2fsck, mount again (the checker needs to write).
@@ -750,19 +870,7 @@ impl Drop for AllowAgain<'_> {
 }
 
 fn postgres(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, String> {
-    let printed = output(Command::new(bin).arg("pg-create"))?;
-    let url = printed
-        .lines()
-        .last()
-        .map(str::trim)
-        .filter(|l| l.starts_with("postgres"))
-        .ok_or_else(|| format!("pg-create printed no URL (is PostgreSQL running?): {printed}"))?
-        .to_owned();
-    let result = postgres_on(bin, tether, &url, options);
-    if let Err(e) = output(Command::new(bin).args(["pg-drop", "--url", &url])) {
-        say(&format!("    could not drop the chaos database: {e}"));
-    }
-    result
+    on_fresh_database(bin, |url| postgres_on(bin, tether, url, options))
 }
 
 fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Result<Phase, String> {
@@ -775,7 +883,7 @@ fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resul
         options.processes, options.seconds
     ));
     let start = Instant::now();
-    let workload = Workload::start(bin, tether, url, &acks, options)?;
+    let mut workload = Workload::start(bin, tether, url, &acks, options)?;
     let _allow = AllowAgain { bin, url };
     let deadline = start + Duration::from_secs(options.seconds);
     let mut windows = Vec::new();
@@ -813,38 +921,61 @@ fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resul
             start: begin,
             end: Some(now_ms()),
             of: None,
+            cut: false,
         });
         round += 1;
         at += Duration::from_secs(if options.quick { 5 } else { 9 });
+        // The operator's step: lease keys whose write's outcome a fault made unknown (a
+        // COMMIT cut off by a terminated backend or the restart) are checked and released.
+        sleep(Duration::from_secs(1));
+        workload.release_quarantined()?;
     }
     workload.finish("postgres", "PostgreSQL", options, &windows, || Ok(()))
 }
 
-/// `ip` and `tc` (iproute2), installed with apt-get when missing.
-fn partition_tools() -> Result<(), String> {
-    let have = |tool: &str| {
+/// `ip` (iproute2) and `nft` (nftables), installed with apt-get when missing. `Err` when
+/// `ip` is missing; without `nft` the loss fault is skipped (said in the output).
+fn partition_tools() -> Result<bool, String> {
+    let have = |tool: &str, flag: &str| {
         Command::new(tool)
-            .arg("-V")
+            .arg(flag)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
-    if have("ip") && have("tc") {
-        return Ok(());
+    let mut missing = Vec::new();
+    if !have("ip", "-V") {
+        missing.push("iproute2");
     }
-    say("    iproute2 is missing: apt-get install -y iproute2");
-    quiet("apt-get", &["update", "-q"])?;
-    quiet("apt-get", &["install", "-y", "-q", "iproute2"])?;
-    if have("ip") && have("tc") {
-        Ok(())
-    } else {
-        Err("iproute2 could not be installed (no `ip` / `tc`)".to_owned())
+    if !have("nft", "--version") {
+        missing.push("nftables");
     }
+    if !missing.is_empty() {
+        say(&format!(
+            "    missing: apt-get install -y {}",
+            missing.join(" ")
+        ));
+        let installed = quiet("apt-get", &["update", "-q"]).and_then(|_| {
+            let mut args = vec!["install", "-y", "-q"];
+            args.extend(&missing);
+            quiet("apt-get", &args)
+        });
+        if let Err(e) = installed {
+            say(&format!("    {e}"));
+        }
+    }
+    if !have("ip", "-V") {
+        return Err("iproute2 could not be installed (no `ip`)".to_owned());
+    }
+    Ok(have("nft", "--version"))
 }
 
+/// The nftables table the loss fault adds inside the worker's namespace.
+const LOSS_TABLE: &str = "tether_faults_loss";
+
 /// A network namespace joined to this one by a veth pair on a private /30 link, removed (with
-/// its veth pair) on drop.
+/// its veth pair and any nftables rule in it) on drop.
 struct Netns {
     name: String,
     outer: String,
@@ -906,41 +1037,45 @@ impl Netns {
         quiet("ip", &all)
     }
 
-    /// A root `tc qdisc` (`args`: its kind and parameters) on both ends of the link.
-    fn qdisc(&self, args: &[&str]) -> Result<(), String> {
-        let mut outer = vec!["qdisc", "replace", "dev", self.outer.as_str(), "root"];
-        outer.extend_from_slice(args);
-        quiet("tc", &outer)?;
-        let mut inner = vec![
-            "netns",
-            "exec",
-            self.name.as_str(),
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            self.inner.as_str(),
-            "root",
-        ];
-        inner.extend_from_slice(args);
-        quiet("ip", &inner).map(|_| ())
+    /// Drops `percent` % of the packets to and from the link's outer address, chosen at
+    /// random (`numgen random`), inside the namespace: a lossy link.
+    fn lossy(&self, percent: u32) -> Result<(), String> {
+        let rules = format!(
+            "table inet {LOSS_TABLE} {{\n\
+             chain out {{ type filter hook output priority 0; policy accept; ip daddr {ip} numgen random mod 100 < {percent} drop; }}\n\
+             chain in {{ type filter hook input priority 0; policy accept; ip saddr {ip} numgen random mod 100 < {percent} drop; }}\n\
+             }}\n",
+            ip = self.outer_ip
+        );
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run nft: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(rules.as_bytes())
+                .map_err(|e| format!("nft: {e}"))?;
+        }
+        let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "nft refused the loss rules: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
     }
 
-    /// Removes the qdiscs of [`Netns::qdisc`].
-    fn clear(&self) {
-        let _ = quiet("tc", &["qdisc", "del", "dev", &self.outer, "root"]);
+    /// Removes the loss rules of [`Netns::lossy`].
+    fn lossless(&self) {
         let _ = quiet(
             "ip",
             &[
-                "netns",
-                "exec",
-                &self.name,
-                "tc",
-                "qdisc",
-                "del",
-                "dev",
-                &self.inner,
-                "root",
+                "netns", "exec", &self.name, "nft", "delete", "table", "inet", LOSS_TABLE,
             ],
         );
     }
@@ -956,64 +1091,9 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
+        self.lossless();
         let _ = quiet("ip", &["link", "del", &self.outer]);
         let _ = quiet("ip", &["netns", "del", &self.name]);
-    }
-}
-
-/// Forwards TCP connections from `listen` (on the private link) to PostgreSQL on loopback,
-/// so that the server's own configuration stays untouched.
-struct Forwarder {
-    stop: Arc<AtomicBool>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Forwarder {
-    fn start(listen: &str, upstream: &str) -> Result<Self, String> {
-        let listener =
-            std::net::TcpListener::bind(listen).map_err(|e| format!("bind {listen}: {e}"))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| format!("nonblocking: {e}"))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let upstream = upstream.to_owned();
-        let thread = thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                let Ok((client, _)) = listener.accept() else {
-                    sleep(Duration::from_millis(20));
-                    continue;
-                };
-                let _ = client.set_nonblocking(false);
-                let Ok(server) = TcpStream::connect(&upstream) else {
-                    continue;
-                };
-                let pipe = |mut from: TcpStream, mut to: TcpStream| {
-                    thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
-                        let _ = to.shutdown(std::net::Shutdown::Both);
-                        let _ = from.shutdown(std::net::Shutdown::Both);
-                    });
-                };
-                if let (Ok(c2), Ok(s2)) = (client.try_clone(), server.try_clone()) {
-                    pipe(client, s2);
-                    pipe(server, c2);
-                }
-            }
-        });
-        Ok(Self {
-            stop,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Forwarder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -1028,7 +1108,11 @@ fn with_host(url: &str, host_port: &str) -> Option<String> {
     })
 }
 
-fn partition(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, String> {
+/// A fresh PostgreSQL database for a phase (`pg-create`), dropped again after `phase` ran on it.
+fn on_fresh_database(
+    bin: &Path,
+    phase: impl FnOnce(&str) -> Result<Phase, String>,
+) -> Result<Phase, String> {
     let printed = output(Command::new(bin).arg("pg-create"))?;
     let url = printed
         .lines()
@@ -1037,14 +1121,34 @@ fn partition(bin: &Path, tether: &Path, options: &Options) -> Result<Phase, Stri
         .filter(|l| l.starts_with("postgres"))
         .ok_or_else(|| format!("pg-create printed no URL (is PostgreSQL running?): {printed}"))?
         .to_owned();
-    let result = partition_on(bin, tether, &url, options);
+    let result = phase(&url);
     if let Err(e) = output(Command::new(bin).args(["pg-drop", "--url", &url])) {
         say(&format!("    could not drop the chaos database: {e}"));
     }
     result
 }
 
-fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Result<Phase, String> {
+/// One fault of the partition phase.
+#[derive(Clone, Copy)]
+enum LinkFault {
+    /// Both ends of the link down.
+    Cut,
+    /// Every chunk held this long each way by the forwarder.
+    Delay(u64),
+    /// This share of the packets dropped each way (nftables in the namespace).
+    Loss(u32),
+    /// The answer to the next COMMIT of a fenced write swallowed and the connection closed,
+    /// then the link cut: a COMMIT in flight when the link dropped.
+    LostCommit,
+}
+
+fn partition_on(
+    bin: &Path,
+    tether: &Path,
+    url: &str,
+    options: &Options,
+    nft: bool,
+) -> Result<Phase, String> {
     let scratch = Scratch::new("partition")?;
     let acks = scratch.0.join("acks");
     std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
@@ -1055,72 +1159,191 @@ fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resu
         .ok_or_else(|| "cannot read host and port of the database URL".to_owned())?;
     let netns = Netns::create()?;
     let listen = format!("{}:{}", netns.outer_ip, 15_432);
-    let _forwarder = Forwarder::start(&listen, &upstream)?;
+    let forwarder = Forwarder::start(&listen, &upstream)?;
+    let control = forwarder.control.clone();
     let inner_url =
         with_host(url, &listen).ok_or_else(|| "cannot rewrite the database URL".to_owned())?;
     let mut names: Vec<String> = (0..options.processes).map(|i| format!("w{i}")).collect();
     names.push("p0".to_owned());
+    // The quick run needs room for three faults (a lost COMMIT waits for p0's next fenced
+    // write, which comes after an 8 s hold).
+    let mut options_here = Options {
+        seconds: options.seconds,
+        ..options.clone()
+    };
+    if options.quick {
+        options_here.seconds = options.seconds.max(36);
+    }
+    let options = &options_here;
     say(&format!(
-        "==> faults partition: worker p0 in network namespace {} (reaching PostgreSQL over {} -> {listen}), {} workers and tether serve outside, {} s; p0's link cut, then delayed or throttled (tc)",
+        "==> faults partition: worker p0 in network namespace {} (reaching PostgreSQL over {} -> {listen} through the task's forwarder), {} workers and tether serve outside, {} s",
         netns.name, netns.inner_ip, options.processes, options.seconds
     ));
+    if !nft {
+        say("    no nft (nftables): the loss fault is skipped");
+    }
     let start = Instant::now();
     let ns_name = netns.name.clone();
-    let workload = Workload::start_with(bin, tether, url, &acks, options, &names, |name| {
-        (name == "p0").then(|| (ns_name.clone(), inner_url.clone()))
+    let mut workload = Workload::start_with(bin, tether, url, &acks, options, &names, |name| {
+        if name == "p0" {
+            // The holder to cut off: it holds each lease 8 s (its 3 s lease renewed every
+            // second), so that a cut lands while it holds one and the lapse is noticed by the
+            // local expiry clock.
+            Launch {
+                netns: Some(ns_name.clone()),
+                url: Some(inner_url.clone()),
+                args: vec!["--hold-ms".to_owned(), "8000".to_owned()],
+            }
+        } else {
+            Launch::default()
+        }
     })?;
     let deadline = start + Duration::from_secs(options.seconds);
     let mut windows = Vec::new();
     let mut at = start + Duration::from_secs(3);
     let mut round = 0usize;
-    // The cut (both ends of the veth pair down) outlasts the workers' 3 s lease. With netem
-    // (when the kernel has it) the link is also delayed and made lossy; without it, throttled
-    // by a token bucket (tbf), and the loss fault is skipped.
-    let netem = netns.qdisc(&["netem", "delay", "1ms"]).is_ok();
-    netns.clear();
-    if !netem {
-        say(
-            "    this kernel has no netem qdisc: the link is throttled with tbf instead of delayed, and never made lossy",
-        );
+    let hold = if options.quick { 4 } else { 5 };
+    let mut faults = vec![(LinkFault::LostCommit, 6)];
+    if !options.quick {
+        faults.push((LinkFault::Cut, 6));
     }
-    let mut faults: Vec<(&'static str, Option<&[&str]>, u64)> = vec![("link cut", None, 6)];
-    if netem {
-        faults.push(("link delayed 700 ms", Some(&["netem", "delay", "700ms"]), 5));
-        faults.push(("link 30% lossy", Some(&["netem", "loss", "30%"]), 5));
-    } else {
-        faults.push((
-            "link throttled to 16 kbit/s",
-            Some(&["tbf", "rate", "16kbit", "burst", "1600", "latency", "3s"]),
-            5,
-        ));
+    faults.push((LinkFault::Delay(350), hold));
+    if nft {
+        faults.push((LinkFault::Loss(30), hold));
     }
+    let mut skipped = 0;
     loop {
-        let (what, qdisc, hold) = faults[round % faults.len()];
-        if at + Duration::from_secs(hold + 5) > deadline {
+        let (fault, secs) = faults[round % faults.len()];
+        round += 1;
+        if at + Duration::from_secs(secs + 5) > deadline {
             break;
         }
         sleep_until(at);
-        let begin = now_ms();
-        match qdisc {
-            Some(args) => netns.qdisc(args)?,
-            None => netns.link(false)?,
-        }
-        sleep(Duration::from_secs(hold));
-        match qdisc {
-            Some(_) => netns.clear(),
-            None => netns.link(true)?,
-        }
-        say(&format!("    p0: {what} for {hold} s"));
+        // The operator releases the lease keys quarantined after earlier lost COMMITs.
+        workload.release_quarantined()?;
+        let mut begin = now_ms();
+        let what = match fault {
+            LinkFault::Cut => {
+                netns.link(false)?;
+                sleep(Duration::from_secs(secs));
+                netns.link(true)?;
+                "link cut"
+            }
+            LinkFault::Delay(ms) => {
+                control.delay(ms);
+                sleep(Duration::from_secs(secs));
+                control.delay(0);
+                "link delayed 350 ms each way"
+            }
+            LinkFault::Loss(percent) => {
+                netns.lossy(percent)?;
+                sleep(Duration::from_secs(secs));
+                netns.lossless();
+                "link 30% lossy"
+            }
+            LinkFault::LostCommit => {
+                let before = control.lost_commits().len();
+                control.arm_lost_commit(true);
+                let wait_until = Instant::now() + Duration::from_secs(15);
+                while control.lost_commits().len() == before && Instant::now() < wait_until {
+                    sleep(Duration::from_millis(5));
+                }
+                control.arm_lost_commit(false);
+                let lost = control.lost_commits();
+                let Some(commit) = lost.get(before) else {
+                    say(
+                        "    p0 sent no fenced-write COMMIT in 15 s: no COMMIT answer lost this round",
+                    );
+                    skipped += 1;
+                    at = Instant::now() + Duration::from_secs(1);
+                    continue;
+                };
+                begin = commit.at_ms;
+                netns.link(false)?;
+                sleep(Duration::from_secs(secs));
+                netns.link(true)?;
+                say(&format!(
+                    "    p0: a COMMIT forwarded, the server's answer ({}) swallowed and the connection closed",
+                    commit.answer
+                ));
+                "COMMIT answer lost, then link cut"
+            }
+        };
+        say(&format!("    p0: {what} for {secs} s"));
         windows.push(Window {
             what,
             start: begin,
             end: Some(now_ms()),
             of: Some("p0"),
+            cut: matches!(fault, LinkFault::Cut | LinkFault::LostCommit),
         });
-        round += 1;
         at = Instant::now() + Duration::from_secs(if options.quick { 3 } else { 4 });
     }
-    workload.finish("partition", "PostgreSQL", options, &windows, || Ok(()))
+    if skipped > 0 {
+        say(&format!(
+            "    {skipped} lost-COMMIT rounds found no COMMIT to lose"
+        ));
+    }
+    // What the checker verifies each lost COMMIT against: the server's real answer.
+    let lost: String = control
+        .lost_commits()
+        .iter()
+        .map(|c| format!("{} p0 {}\n", c.at_ms, c.answer))
+        .collect();
+    std::fs::write(acks.join("lost-commits"), lost).map_err(|e| format!("lost-commits: {e}"))?;
+    sleep(Duration::from_secs(1));
+    workload.release_quarantined()?;
+    let phase = workload.finish("partition", "PostgreSQL", options, &windows, || Ok(()));
+    drop(forwarder);
+    drop(netns);
+    phase
+}
+
+/// The `skew` phase (PostgreSQL): beside the usual workers, one whose host clock runs 5 s
+/// ahead and one whose host clock runs 5 s behind (the lease is 3 s), all deciding leases with
+/// the server's time (`--skew-clock server`, the default) or, as a control that must fail,
+/// with their own clocks (`--skew-clock host`).
+fn skew_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Result<Phase, String> {
+    let scratch = Scratch::new("skew")?;
+    let acks = scratch.0.join("acks");
+    std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
+    let mut names: Vec<String> = (0..options.processes).map(|i| format!("w{i}")).collect();
+    names.push("ahead".to_owned());
+    names.push("behind".to_owned());
+    say(&format!(
+        "==> faults skew: {} workers, one 5 s ahead and one 5 s behind (lease 3 s), all deciding leases with the {} clock, and tether serve on a fresh PostgreSQL database, {} s",
+        options.processes,
+        if options.skew_clock == "server" {
+            "server's"
+        } else {
+            "host's own (control run)"
+        },
+        options.seconds
+    ));
+    let clock = options.skew_clock.clone();
+    let workload = Workload::start_with(bin, tether, url, &acks, options, &names, |name| {
+        let skew = match name {
+            "ahead" => "5000",
+            "behind" => "-5000",
+            _ => "0",
+        };
+        let mut args = vec![
+            "--clock".to_owned(),
+            clock.clone(),
+            "--clock-skew-ms".to_owned(),
+            skew.to_owned(),
+        ];
+        if skew != "0" {
+            // The skewed workers hold each lease 0.5 s: long enough for a wrong clock to
+            // matter (a lease taken from a live holder, or kept past its expiry).
+            args.extend(["--hold-ms".to_owned(), "500".to_owned()]);
+        }
+        Launch {
+            args,
+            ..Launch::default()
+        }
+    })?;
+    workload.finish("skew", "PostgreSQL", options, &[], || Ok(()))
 }
 
 /// `cargo xtask faults`: `Ok` only when every phase ran without a violation.
@@ -1162,9 +1385,16 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
     }
     if wanted("partition") {
         match partition_tools() {
-            Ok(()) => phases.push(partition(&bin, &tether, &options)?),
+            Ok(nft) => phases.push(on_fresh_database(&bin, |url| {
+                partition_on(&bin, &tether, url, &options, nft)
+            })?),
             Err(why) => say(&format!("faults partition: skipped: {why}")),
         }
+    }
+    if wanted("skew") {
+        phases.push(on_fresh_database(&bin, |url| {
+            skew_on(&bin, &tether, url, &options)
+        })?);
     }
     say(
         "faults: kind | backend | s | ops (failed) | acked writes | lease keys still quarantined / released | \
@@ -1192,11 +1422,25 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
         ));
         say(&format!("        checker: {}", p.checker));
         say(&format!("        failures by class: {}", p.classes));
-        if !p.learned_ms.is_empty() {
+        say(&format!(
+            "        lease intervals compared (never two holders at once): {}",
+            p.intervals
+        ));
+        if !p.lost_commits.is_empty() {
             say(&format!(
-                "        cut-off holder learned its lease lapsed, ms after the fault began: {:?}",
-                p.learned_ms
+                "        COMMIT answers lost on the wire: {}",
+                p.lost_commits.len()
             ));
+            for line in &p.lost_commits {
+                say(&format!("          {line}"));
+            }
+        }
+        if !p.learned_ms.is_empty() {
+            for (what, ms) in &p.learned_ms {
+                say(&format!(
+                    "        cut-off holder learned its lease lapsed {ms} ms after the fault began ({what})"
+                ));
+            }
         }
         for v in &p.violations {
             say(&format!("        violation: {v}"));
@@ -1256,5 +1500,13 @@ mod tests {
         );
         assert!(parse(&args(&["--only", "meteor"])).is_err());
         assert!(parse(&args(&["--seconds", "many"])).is_err());
+        assert_eq!(quick.skew_clock, "server");
+        let control = parse(&args(&["--only", "skew", "--skew-clock", "host"]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (control.only.as_deref(), control.skew_clock.as_str()),
+            (Some("skew"), "host")
+        );
+        assert!(parse(&args(&["--skew-clock", "sundial"])).is_err());
     }
 }

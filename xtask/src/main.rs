@@ -17,6 +17,7 @@ mod bench_report;
 mod chaos;
 mod codex;
 mod faults;
+mod forwarder;
 mod ui_check;
 
 /// One `cargo xtask` task: its name, its arguments, what it does, and how it runs.
@@ -88,10 +89,11 @@ static TASKS: &[Task] = &[
     },
     Task {
         name: "faults",
-        args: "[--quick] [--seconds S] [--only KIND]",
+        args: "[--quick] [--seconds S] [--only KIND] [--skew-clock server|host]",
         about: "chaos workers and tether serve under disk full, a read-only file system, terminated \
-                backends, refused connections, a PostgreSQL restart and a network partition (root; \
-                `--quick`: the short version ci runs)",
+                backends, refused connections, a PostgreSQL restart, a network partition (cut, \
+                delayed, lossy, a COMMIT's answer lost) and clock skew (root; `--quick`: the \
+                short version ci runs)",
         run: |args| faults::faults(args).into(),
     },
     Task {

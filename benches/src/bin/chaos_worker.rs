@@ -5,6 +5,9 @@
 //! chaos_worker run    --url URL --name W --seconds S
 //! chaos_worker run    --url URL --name W --seconds S --acks FILE   (also log every outcome)
 //!                     [--hold-ms MS]             (hold each lease MS before writing; default 5)
+//!                     [--clock host|server]      (decide leases with the host's clock, the
+//!                                                default, or the database server's time)
+//!                     [--clock-skew-ms N]        (the host clock runs N ms ahead, behind if < 0)
 //! chaos_worker check  --url URL --kills K       print `chaos: <ops> ops, <kills> kills, <violations> violations`
 //! chaos_worker check  --url URL --kills K --acks DIR   also: every acknowledged write is
 //!                                               logged, no half-applied write, integrity ok
@@ -50,8 +53,24 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
                 .and_then(|s| s.parse().ok())
                 .ok_or("--seconds N is required")?;
             let deadline = Instant::now() + Duration::from_secs(seconds);
-            let store = chaos::open(&url()?).await.map_err(|e| e.to_string())?;
-            let mut worker = chaos::worker::Worker::new(store, &name).map_err(|e| e.to_string())?;
+            let skew: i64 = match arg(&args, "--clock-skew-ms") {
+                Some(ms) => ms
+                    .parse()
+                    .map_err(|_| format!("--clock-skew-ms needs a number, got `{ms}`"))?,
+                None => 0,
+            };
+            let choice = match arg(&args, "--clock").as_deref() {
+                None | Some("host") => chaos::ClockChoice::Host,
+                Some("server") => chaos::ClockChoice::Server,
+                Some(other) => {
+                    return Err(format!("--clock must be host or server, not `{other}`"));
+                }
+            };
+            let (store, clock) = chaos::open_worker(&url()?, skew, choice)
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut worker =
+                chaos::worker::Worker::new(store, &name, clock).map_err(|e| e.to_string())?;
             if let Some(ms) = arg(&args, "--hold-ms") {
                 let ms: u64 = ms
                     .parse()
@@ -86,6 +105,13 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
                 ));
                 for entry in &acked.quarantined {
                     say(&format!("quarantined after an unknown outcome: {entry}"));
+                }
+                say(&format!(
+                    "leases: {} held intervals compared, none may overlap",
+                    acked.intervals
+                ));
+                for entry in &acked.lost_commits {
+                    say(&format!("lost COMMIT: {entry}"));
                 }
             }
             let refused = chaos::check::count(&store, "chaos_rejects")

@@ -179,6 +179,43 @@ pub(crate) struct Acked {
     pub(crate) unacknowledged: u64,
     /// Lease keys the lifecycle quarantined (an outcome it could not know), with its reason.
     pub(crate) quarantined: Vec<String>,
+    /// Lease intervals compared for overlap (`hold` … `held` pairs of the ack logs).
+    pub(crate) intervals: u64,
+    /// One line per COMMIT whose answer the drill dropped on the wire: what became of it.
+    pub(crate) lost_commits: Vec<String>,
+}
+
+/// One lease a worker held, in real time: from its acquisition (`hold`) to the last instant it
+/// still held it by its own clock (`begin` of its write, `held` at the end of its work).
+struct Interval {
+    key: String,
+    epoch: i64,
+    writer: String,
+    from: u128,
+    until: u128,
+}
+
+/// Never two holders at once: the intervals of different epochs of one key must not overlap
+/// in real time (the ack logs' times are the system clock, shared by every process of the
+/// drill, whatever clock a worker decides leases with).
+fn overlaps(mut intervals: Vec<Interval>, violations: &mut Vec<String>) {
+    intervals.sort_by(|a, b| (&a.key, a.from).cmp(&(&b.key, b.from)));
+    let mut latest: Option<&Interval> = None;
+    for interval in &intervals {
+        if let Some(prev) = latest
+            && prev.key == interval.key
+            && prev.epoch != interval.epoch
+            && interval.from < prev.until
+        {
+            violations.push(format!(
+                "two holders of {} at once: {} held epoch {} until {} ms, {} held epoch {} from {} ms",
+                interval.key, prev.writer, prev.epoch, prev.until, interval.writer, interval.epoch, interval.from
+            ));
+        }
+        if latest.is_none_or(|prev| prev.key != interval.key || interval.until > prev.until) {
+            latest = Some(interval);
+        }
+    }
 }
 
 /// The resource-fault checks: every acknowledged write (an `ack` line in any `*.acks` file of
@@ -204,6 +241,10 @@ pub(crate) async fn check_faults(
     }
     let mut acked = HashSet::new();
     let mut unknown_by = HashSet::new();
+    // Per worker, its lines in order (for the lost COMMITs), and the lease intervals.
+    let mut lines_of: std::collections::HashMap<String, Vec<Vec<String>>> =
+        std::collections::HashMap::new();
+    let mut intervals = Vec::new();
     let entries = std::fs::read_dir(dir)
         .map_err(|e| Error::other(format!("cannot read {}: {e}", dir.display())))?;
     for entry in entries {
@@ -217,10 +258,27 @@ pub(crate) async fn check_faults(
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // (key, epoch) -> (acquired, last instant still held), in real time.
+        let mut holding: std::collections::HashMap<(String, i64), (u128, Option<u128>)> =
+            std::collections::HashMap::new();
         for line in text.lines() {
             let fields: Vec<&str> = line.split(' ').collect();
+            lines_of
+                .entry(worker.clone())
+                .or_default()
+                .push(fields.iter().map(|f| (*f).to_owned()).collect());
             if let ["fail", _, "unknown"] = fields[..] {
                 unknown_by.insert(worker.clone());
+            }
+            if let [tag @ ("hold" | "begin" | "held"), at, key, epoch] = fields[..]
+                && let (Ok(at), Ok(epoch)) = (at.parse::<u128>(), epoch.parse::<i64>())
+            {
+                if tag == "hold" {
+                    holding.insert((key.to_owned(), epoch), (at, None));
+                } else if let Some((_, until)) = holding.get_mut(&(key.to_owned(), epoch)) {
+                    // The latest instant it still held the lease by its own clock.
+                    *until = Some(until.map_or(at, |u: u128| u.max(at)));
+                }
             }
             let ["ack", _, key, epoch, writer, seq] = fields[..] else {
                 continue;
@@ -236,6 +294,17 @@ pub(crate) async fn check_faults(
                 ));
             }
             acked.insert(entry);
+        }
+        for ((key, epoch), (from, until)) in holding {
+            if let Some(until) = until {
+                intervals.push(Interval {
+                    key,
+                    epoch,
+                    writer: worker.clone(),
+                    from,
+                    until,
+                });
+            }
         }
     }
 
@@ -315,10 +384,148 @@ pub(crate) async fn check_faults(
         }
     }
 
+    let compared = intervals.len() as u64;
+    overlaps(intervals, violations);
+    let lost_commits = lost_commits(dir, &lines_of, &logged, violations)?;
+
     let unacknowledged = logged.difference(&acked).count() as u64;
     Ok(Acked {
         acks: acked.len() as u64,
         unacknowledged,
         quarantined,
+        intervals: compared,
+        lost_commits,
     })
+}
+
+/// The COMMITs whose answer the drill dropped (file `lost-commits` of `dir`, lines `<unix ms>
+/// <worker> <server's answer>`, the answer `COMMIT`, `ROLLBACK`, `error` or `none`): each one's
+/// worker must have reported the fenced write's outcome unknown (an `unknown` line, then its
+/// operation failed as `unknown`) before anything else, and seen the key quarantined; the write
+/// must be in the log exactly when the server answered `COMMIT` (never half-applied: the
+/// fence check above).
+fn lost_commits(
+    dir: &std::path::Path,
+    lines_of: &std::collections::HashMap<String, Vec<Vec<String>>>,
+    logged: &std::collections::HashSet<(String, i64, String, i64)>,
+    violations: &mut Vec<String>,
+) -> Result<Vec<String>, Error> {
+    let path = dir.join("lost-commits");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::other(format!("cannot read {}: {e}", path.display()))),
+    };
+    let mut report = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let [at, worker, answer] = fields[..] else {
+            violations.push(format!("unreadable lost-COMMIT line `{line}`"));
+            continue;
+        };
+        let Ok(at) = at.parse::<u128>() else {
+            violations.push(format!("unreadable lost-COMMIT line `{line}`"));
+            continue;
+        };
+        let lines = lines_of.get(worker).map_or(&[][..], Vec::as_slice);
+        let time = |l: &Vec<String>| l.get(1).and_then(|t| t.parse::<u128>().ok());
+        let after: Vec<&Vec<String>> = lines
+            .iter()
+            .filter(|l| time(l).is_some_and(|t| t >= at))
+            .collect();
+        // The first outcome after the injection, and the write whose COMMIT it was.
+        let unknown = after.iter().find(|l| l[0] == "unknown");
+        let first_outcome = after
+            .iter()
+            .find(|l| l[0] == "ok" || l[0] == "fail" || l[0] == "ack");
+        let Some(unknown) = unknown else {
+            violations.push(format!(
+                "COMMIT of {worker} lost at {at} ms: no unknown outcome reported"
+            ));
+            continue;
+        };
+        match first_outcome {
+            Some(l) if l[0] == "fail" && l.get(2).is_some_and(|c| c == "unknown") => {}
+            other => violations.push(format!(
+                "COMMIT of {worker} lost at {at} ms: its operation ended {:?}, not as an unknown outcome",
+                other.map(|l| l.join(" "))
+            )),
+        }
+        let (key, epoch, writer, seq) = (
+            unknown[2].clone(),
+            unknown[3].parse::<i64>().unwrap_or(-1),
+            unknown[4].clone(),
+            unknown[5].parse::<i64>().unwrap_or(-1),
+        );
+        let applied = logged.contains(&(key.clone(), epoch, writer, seq));
+        match (answer, applied) {
+            ("COMMIT", true) | ("ROLLBACK" | "error", false) | ("none", _) => {}
+            (answer, applied) => violations.push(format!(
+                "COMMIT of {worker} lost at {at} ms: the server answered {answer}, but the write of {key} epoch {epoch} seq {seq} is {}in the log",
+                if applied { "" } else { "not " }
+            )),
+        }
+        let quarantined = after
+            .iter()
+            .find(|l| l[0] == "quarantined" && l.get(2) == Some(&key))
+            .and_then(|l| time(l));
+        if quarantined.is_none() {
+            violations.push(format!(
+                "COMMIT of {worker} lost at {at} ms: {key} never seen quarantined"
+            ));
+        }
+        report.push(format!(
+            "{worker} at {at} ms: server answered {answer}; write of {key} epoch {epoch} seq {seq} {}; reported unknown; quarantined {}",
+            if applied { "on disk" } else { "not on disk" },
+            quarantined.map_or_else(|| "never".to_owned(), |q| format!("{} ms later", q - at))
+        ));
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Interval, overlaps};
+
+    fn lease(key: &str, epoch: i64, writer: &str, from: u128, until: u128) -> Interval {
+        Interval {
+            key: key.to_owned(),
+            epoch,
+            writer: writer.to_owned(),
+            from,
+            until,
+        }
+    }
+
+    #[test]
+    fn two_holders_of_one_key_at_once_are_found() {
+        let mut violations = Vec::new();
+        overlaps(
+            vec![
+                // Back to back: no violation; then a holder taken over while it still held.
+                lease("k", 1, "a", 0, 100),
+                lease("k", 2, "b", 100, 150),
+                lease("k", 3, "c", 140, 200),
+                // Another key's lease at the same time: no violation.
+                lease("j", 1, "a", 0, 500),
+            ],
+            &mut violations,
+        );
+        assert_eq!(violations.len(), 1, "{violations:#?}");
+        assert!(
+            violations[0].contains("b held epoch 2 until 150 ms, c held epoch 3 from 140 ms"),
+            "{violations:#?}"
+        );
+        // A holder that believed it held all along overlaps every later one.
+        let mut violations = Vec::new();
+        overlaps(
+            vec![
+                lease("k", 1, "a", 0, 1_000),
+                lease("k", 2, "b", 100, 150),
+                lease("k", 3, "c", 200, 300),
+            ],
+            &mut violations,
+        );
+        assert_eq!(violations.len(), 2, "{violations:#?}");
+    }
 }

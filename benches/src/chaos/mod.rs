@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement, Value as SqlValue};
 use tether_core::{
-    AgentId, BindingId, BindingKey, BindingStore, Error, Namespace, NamespaceConfig, RowWrite,
-    SessionKey, SystemClock,
+    AgentId, BindingId, BindingKey, BindingStore, Clock, Error, Namespace, NamespaceConfig,
+    RowWrite, SessionKey, SystemClock, Timestamp,
 };
-use tether_storage::{Store, StoreOptions};
+use tether_storage::{ServerClock, Store, StoreOptions};
 
 /// The lease keys the workers contend for.
 pub(crate) const KEYS: usize = 4;
@@ -60,9 +60,13 @@ pub(crate) fn session_binding(session: &SessionKey) -> BindingKey {
 /// Opens the shared store (the system clock: every process runs on this machine) and
 /// registers the drill's namespaces with it.
 pub(crate) async fn open(url: &str) -> Result<Store, Error> {
+    open_with_clock(url, Arc::new(SystemClock)).await
+}
+
+async fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store, Error> {
     let store = Store::open_with(
         StoreOptions::new(url)
-            .clock(Arc::new(SystemClock))
+            .clock(clock)
             .max_connections(4)
             .busy_timeout(Duration::from_secs(10)),
     )
@@ -71,6 +75,57 @@ pub(crate) async fn open(url: &str) -> Result<Store, Error> {
         store.register_namespace(NamespaceConfig::new(ns)).await?;
     }
     Ok(store)
+}
+
+/// A host clock that is wrong: the system clock plus `skew` milliseconds (ahead when
+/// positive, behind when negative).
+#[derive(Debug)]
+pub(crate) struct SkewedClock(pub(crate) i64);
+
+impl Clock for SkewedClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::from_millis(SystemClock.now().as_millis().saturating_add(self.0))
+    }
+}
+
+/// The clock a worker decides leases with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClockChoice {
+    /// Its own host clock (the system clock plus the skew): what `cargo xtask chaos` uses.
+    Host,
+    /// The database server's time ([`ServerClock`] over the host clock, resynced every 5 s):
+    /// what several hosts on PostgreSQL must use.
+    Server,
+}
+
+/// Opens the store of a worker whose host clock runs `skew_ms` off, deciding leases with
+/// `choice`; returns the store and the clock (the lifecycle must use the same one).
+pub(crate) async fn open_worker(
+    url: &str,
+    skew_ms: i64,
+    choice: ClockChoice,
+) -> Result<(Store, Arc<dyn Clock>), Error> {
+    let host: Arc<dyn Clock> = if skew_ms == 0 {
+        Arc::new(SystemClock)
+    } else {
+        Arc::new(SkewedClock(skew_ms))
+    };
+    match choice {
+        ClockChoice::Host => Ok((open_with_clock(url, host.clone()).await?, host)),
+        ClockChoice::Server => {
+            let clock = ServerClock::over(host);
+            let store = open_with_clock(url, Arc::new(clock.clone())).await?;
+            clock.resync(&store).await?;
+            tracing::info!(
+                skew_ms,
+                offset_ms = clock.offset_millis(),
+                "server clock resynced"
+            );
+            // Runs as long as the process (the worker exits at its deadline).
+            drop(clock.spawn_resync(store.clone(), Duration::from_secs(5)));
+            Ok((store, Arc::new(clock)))
+        }
+    }
 }
 
 /// A statement with `?` placeholders, numbered for PostgreSQL.

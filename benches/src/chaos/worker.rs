@@ -8,10 +8,10 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
 use tether_core::{
-    AgentHarness, BindingKey, Error, HarnessId, JsonObjectCodec, LeaseConfig, LeaseWrite,
+    AgentHarness, BindingKey, Clock, Error, HarnessId, JsonObjectCodec, LeaseConfig, LeaseWrite,
     MutationRun, Namespace, QuarantineEntry, QuarantineStore, ResetParams, RowTransaction,
     RowWrite, SessionContextResetHook, SessionContextResetParams, SessionDeletionHook,
-    SessionDeletionParams, SessionId, SessionKey, SessionMutation, SystemClock,
+    SessionDeletionParams, SessionId, SessionKey, SessionMutation,
 };
 use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
 use tether_storage::{
@@ -135,7 +135,13 @@ enum Inject {
 /// operation, written only after the operation returned, so a line `ack` is a write the worker
 /// was told is committed. Lines: `ok <unix ms>`, `fail <unix ms> <class>`,
 /// `ack <unix ms> <key> <epoch> <writer> <seq>`, `lost <unix ms>` (a held lease lapsed while
-/// the worker held it). Kept outside the database's file system.
+/// the worker held it), and for each lease it held: `hold <unix ms> <key> <epoch>` once
+/// acquired, `begin <unix ms> <key> <epoch>` when its fenced write starts and `held <unix ms>
+/// <key> <epoch>` when the work under it ended, each with the lease still live by the
+/// worker's clock (the time read before that check), `unknown <unix ms> <key> <epoch> <writer> <seq>` when the
+/// fenced write's COMMIT failed (its outcome unknown) and `quarantined <unix ms> <key>` when
+/// the worker saw the key's durable quarantine record. Times are the real system time, never
+/// a skewed clock. Kept outside the database's file system.
 #[derive(Clone)]
 pub(crate) struct Acks(Arc<std::sync::Mutex<std::fs::File>>);
 
@@ -209,10 +215,15 @@ pub(crate) struct Worker {
     /// How long a fenced write holds its lease before writing (`--hold-ms`; 5 ms by default),
     /// giving up at once when the lease lapses (`LeaseGuard::lost`, the local expiry clock).
     hold: Duration,
+    /// The clock leases are decided with.
+    clock: Arc<dyn Clock>,
+    /// Keys blocked after an unknown outcome whose durable quarantine record is not written.
+    pending: Vec<(BindingKey, Error)>,
 }
 
 impl Worker {
-    pub(crate) fn new(store: Store, name: &str) -> Result<Self, Error> {
+    /// A worker deciding leases with `clock` (the store's clock too).
+    pub(crate) fn new(store: Store, name: &str, clock: Arc<dyn Clock>) -> Result<Self, Error> {
         let lc = Lifecycle::builder(
             Arc::new(store.clone()),
             lease_ns(),
@@ -227,7 +238,7 @@ impl Worker {
             retry_interval: Duration::from_millis(25),
             renew_interval: Duration::from_secs(1),
         })
-        .clock(Arc::new(SystemClock))
+        .clock(clock.clone())
         .quarantine(Arc::new(store.clone()))
         .holder(name)
         .build()?;
@@ -246,6 +257,8 @@ impl Worker {
             acks: None,
             quarantined: std::collections::HashSet::new(),
             hold: Duration::from_millis(5),
+            clock,
+            pending: Vec::new(),
         })
     }
 
@@ -265,6 +278,7 @@ impl Worker {
     pub(crate) async fn run(&mut self, deadline: Instant) -> u64 {
         let mut ops = 0;
         while Instant::now() < deadline {
+            self.record_pending().await;
             let result = match self.rng.below(10) {
                 0..=5 => self.fenced_write().await,
                 6 => self.session_op(false, Inject::None).await,
@@ -318,11 +332,39 @@ impl Worker {
         let result = self.fenced_write_on(&key).await;
         if let Err(error) = &result
             && error.is_outcome_unknown()
-            && self.store.quarantined(&lease_ns(), &key).await?.is_some()
+            && !self.quarantined.contains(&key)
         {
-            self.quarantined.insert(key);
+            match self.store.quarantined(&lease_ns(), &key).await {
+                Ok(Some(_)) => self.seen_quarantined(key),
+                // Not written yet (the store was out of reach when the key was blocked):
+                // written before the next operation, as soon as the store accepts it.
+                Ok(None) | Err(_) => self.pending.push((key, error.clone())),
+            }
         }
         result
+    }
+
+    /// Notes that `key`'s durable quarantine record exists.
+    fn seen_quarantined(&mut self, key: BindingKey) {
+        if let Some(acks) = &self.acks {
+            acks.line(&format!("quarantined {} {key}", unix_ms()));
+        }
+        self.quarantined.insert(key);
+    }
+
+    /// Writes the durable quarantine records that could not be written when their keys were
+    /// blocked.
+    async fn record_pending(&mut self) {
+        for (key, error) in std::mem::take(&mut self.pending) {
+            match self
+                .lc
+                .block(&key, error.clone(), Some(self.name.clone()))
+                .await
+            {
+                Ok(()) => self.seen_quarantined(key),
+                Err(_) => self.pending.push((key, error)),
+            }
+        }
     }
 
     /// Acquires the lease of `key` and writes through it to the fenced log.
@@ -335,6 +377,9 @@ impl Worker {
         let key_ref = &key;
         lc.with_lease(key_ref, LeaseOptions::default(), |guard| async move {
             let epoch = guard.epoch().get();
+            if let Some(acks) = &acks {
+                acks.line(&format!("hold {} {key_ref} {epoch}", unix_ms()));
+            }
             // Hold the lease a little so that contention and kills overlap; a holder cut off
             // from the database learns here that its lease lapsed.
             tokio::select! {
@@ -348,7 +393,32 @@ impl Worker {
                     return Err(lost);
                 }
             }
-            fence_and_log(store, key_ref, epoch, &name, seq).await?;
+            // The side effect starts only under a lease still live by the worker's clock
+            // (the time read before the check: the lease was live at least until then).
+            let at = unix_ms();
+            guard.capture_lease_assertion()?;
+            if let Some(acks) = &acks {
+                acks.line(&format!("begin {at} {key_ref} {epoch}"));
+            }
+            match fence_and_log(store, key_ref, epoch, &name, seq).await {
+                Ok(()) => {}
+                Err(error) if error.is_outcome_unknown() => {
+                    // The COMMIT failed: the write may stand or not. Stop, and block the key
+                    // (quarantined durably now, or at its next entry point when the store is
+                    // out of reach) until an operator checked it.
+                    if let Some(acks) = &acks {
+                        acks.line(&format!(
+                            "unknown {} {key_ref} {epoch} {name} {seq}",
+                            unix_ms()
+                        ));
+                    }
+                    if let Err(e) = guard.block(error.clone(), Some(name.clone())).await {
+                        tracing::warn!(key = %key_ref, error = %e, "quarantine record not written yet");
+                    }
+                    return Err(error);
+                }
+                Err(error) => return Err(error),
+            }
             if let Some(acks) = &acks {
                 acks.line(&format!("ack {} {key_ref} {epoch} {name} {seq}", unix_ms()));
             }
@@ -358,7 +428,15 @@ impl Worker {
                 next.insert("seq".into(), json!(seq));
                 Ok(Applied::write(next, ()))
             })
-            .await
+            .await?;
+            // The time is read before the check: the lease was live at least until then.
+            let at = unix_ms();
+            if guard.capture_lease_assertion().is_ok()
+                && let Some(acks) = &acks
+            {
+                acks.line(&format!("held {at} {key_ref} {epoch}"));
+            }
+            Ok(())
         })
         .await
     }
@@ -457,7 +535,7 @@ impl Worker {
                         key: session_binding(&session),
                         reason: format!("host transaction outcome unknown: {error}"),
                         custody: Some(self.name.clone()),
-                        quarantined_at: tether_core::Clock::now(&SystemClock),
+                        quarantined_at: self.clock.now(),
                     })
                     .await?;
                 self.status(&session, "unknown").await
@@ -516,7 +594,14 @@ async fn fence_and_log(
         ))
         .await
         .map_err(db_error)?;
-        tx.commit().await.map_err(db_error)?;
+        // A COMMIT that fails (or whose answer is lost) leaves the write standing or not.
+        tx.commit().await.map_err(|e| Error::OutcomeUnknown {
+            key: key.clone(),
+            message: format!(
+                "the COMMIT of the fenced write failed; it may or may not be saved: {e}"
+            ),
+            cause: None,
+        })?;
         Ok(())
     } else {
         tx.rollback().await.map_err(db_error)?;

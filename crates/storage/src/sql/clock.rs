@@ -26,15 +26,34 @@ use super::{Store, db_error};
 /// let _task = clock.spawn_resync(store.clone(), std::time::Duration::from_secs(60));
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ServerClock {
     offset_ms: Arc<AtomicI64>,
+    /// The host's own clock, which the offset corrects (the system clock unless a test gives
+    /// a host a clock that runs ahead or behind).
+    local: Arc<dyn Clock>,
+}
+
+impl Default for ServerClock {
+    fn default() -> Self {
+        Self::over(Arc::new(SystemClock))
+    }
 }
 
 impl ServerClock {
     /// A server clock with no offset measured yet (it reads the local clock until resynced).
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A server clock correcting `local` instead of the system clock: what a host whose own
+    /// clock is wrong (ahead, behind) reads once resynced. For drills of clock skew between
+    /// hosts; production uses [`ServerClock::new`].
+    pub fn over(local: Arc<dyn Clock>) -> Self {
+        Self {
+            offset_ms: Arc::new(AtomicI64::new(0)),
+            local,
+        }
     }
 
     /// The measured offset, server minus local, in milliseconds.
@@ -50,13 +69,13 @@ impl ServerClock {
             }
             _ => "SELECT CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) AS ms",
         };
-        let before = SystemClock.now();
+        let before = self.local.now();
         let row =
             sea_orm::ConnectionTrait::query_one_raw(store.connection(), store.stmt(sql, vec![]))
                 .await
                 .map_err(db_error)?
                 .ok_or_else(|| Error::other("the server returned no time"))?;
-        let after = SystemClock.now();
+        let after = self.local.now();
         let server: i64 = row.try_get("", "ms").map_err(db_error)?;
         let midpoint = before.as_millis() + (after.as_millis() - before.as_millis()) / 2;
         self.offset_ms
@@ -82,7 +101,7 @@ impl ServerClock {
 impl Clock for ServerClock {
     fn now(&self) -> Timestamp {
         Timestamp::from_millis(
-            SystemClock
+            self.local
                 .now()
                 .as_millis()
                 .saturating_add(self.offset_millis()),

@@ -406,8 +406,12 @@ pub(crate) fn autocommit_error(err: DbErr) -> Error {
         DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
             matches!(&**e, sea_orm::sqlx::Error::Database(_))
         }
-        // Refused before the statement was sent.
-        DbErr::ConnectionAcquire(_) => true,
+        // Refused before the statement was sent: no connection from the pool (a timeout, a
+        // closed pool), or none could be opened (sea-orm reports a failed `acquire` that had
+        // to connect, say to a database not accepting connections, as `DbErr::Conn`). Found
+        // by `cargo xtask faults --only postgres`: refused connections quarantined lease keys
+        // whose write was never sent.
+        DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
         _ => false,
     };
     if answered {
@@ -760,6 +764,28 @@ mod tests {
         assert!(!err.to_string().contains("secret"), "{err}");
         assert!(err.to_string().contains("sqlite://"));
         assert!(classify("sqlite://").is_err());
+    }
+
+    #[test]
+    fn an_autocommit_write_refused_before_it_was_sent_is_not_an_unknown_outcome() {
+        use sea_orm::RuntimeErr;
+        use std::sync::Arc;
+        let sqlx = |e: sea_orm::sqlx::Error| RuntimeErr::SqlxError(Arc::new(e));
+        // No connection could be opened (the server refused it): nothing was sent.
+        let refused = autocommit_error(DbErr::Conn(sqlx(sea_orm::sqlx::Error::Io(
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused"),
+        ))));
+        assert!(!refused.is_outcome_unknown(), "{refused:?}");
+        assert!(refused.is_retryable(), "{refused:?}");
+        let timeout = autocommit_error(DbErr::ConnectionAcquire(
+            sea_orm::error::ConnAcquireErr::Timeout,
+        ));
+        assert!(!timeout.is_outcome_unknown(), "{timeout:?}");
+        // The connection failed while the statement ran: the outcome is unknown.
+        let broken = autocommit_error(DbErr::Exec(sqlx(sea_orm::sqlx::Error::Io(
+            std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"),
+        ))));
+        assert!(broken.is_outcome_unknown(), "{broken:?}");
     }
 
     #[test]

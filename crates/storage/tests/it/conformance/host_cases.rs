@@ -438,6 +438,27 @@ pub(crate) async fn server_clock_tracks_database_time(store: &Store) {
     );
     let local = tether_core::SystemClock.now();
     assert!((clock.now().as_millis() - local.as_millis()).abs() < 2_000);
+
+    // A host whose own clock runs 10 s ahead (or behind) reads the database's time once
+    // resynced: its skew does not reach lease decisions.
+    for skew in [10_000_i64, -10_000] {
+        let skewed =
+            tether_core::Timestamp::from_millis(tether_core::SystemClock.now().as_millis() + skew);
+        let clock = tether_storage::ServerClock::over(std::sync::Arc::new(
+            tether_core::FakeClock::new(skewed),
+        ));
+        assert_eq!(
+            clock.now(),
+            skewed,
+            "before a resync it reads the host's clock"
+        );
+        clock.resync(store).await.unwrap();
+        let off = clock.now().as_millis() - tether_core::SystemClock.now().as_millis();
+        assert!(
+            off.abs() < 2_000,
+            "skew {skew}: {off} ms off the database's time"
+        );
+    }
 }
 
 /// Deletion in the host transaction (the decision in `docs/deletion-and-reset.md`) on every SQL
