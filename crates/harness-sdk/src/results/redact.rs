@@ -1889,9 +1889,14 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
                 return None;
             }
             if e >= bytes.len() {
-                // An unterminated quote: the opening quote and the value up to the next
-                // terminator are masked together.
-                let end = terminator_from(text, start);
+                // An unterminated quote: the opening quote and the value are masked together,
+                // the value ending where an unquoted one would (so masking twice changes
+                // nothing more than masking once).
+                let end = if header_style {
+                    header_value_end(text, start)
+                } else {
+                    assignment_value_end(text, start)
+                };
                 return (end > start).then_some(Assignment {
                     value_start: k,
                     value_end: end,

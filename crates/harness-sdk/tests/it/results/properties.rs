@@ -215,6 +215,24 @@ fn observe_all(v: &Value, other: &Value) {
     }
 }
 
+/// Found by `sanitizing_is_idempotent`: an unterminated quote used to end its masked value at
+/// the next terminator while an unquoted value runs on, so a second pass masked more.
+#[test]
+fn sanitizing_an_unterminated_quote_is_idempotent() {
+    for text in [
+        "token=\"\u{2026}}token=",
+        "token=\"abc}def ghi",
+        "api_key='x,y;z w",
+    ] {
+        let v = json!([{ "details": text }]);
+        let once = sanitize_tool_args(&v);
+        assert_eq!(sanitize_tool_args(&once), once, "{text}");
+        let once = redact_text(text);
+        assert_eq!(redact_text(&once), once, "{text}");
+        assert!(!once.contains("abc") && !once.contains("x,y"), "{once}");
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
