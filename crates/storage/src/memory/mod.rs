@@ -20,8 +20,8 @@
 //! the check and the write are one atomic step): an admission callback must not call back into
 //! the same store.
 //!
-//! Tests can inject faults with a [`StoreHook`] and stage transactional deletions with
-//! [`MemoryStore::begin`].
+//! Tests can inject faults with a `StoreHook` (feature `test-support`) and stage transactional
+//! deletions with [`MemoryStore::begin`].
 
 // The hook machinery is always compiled (the store calls it), but only a `test-support` build
 // can install a hook.
