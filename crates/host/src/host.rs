@@ -310,9 +310,7 @@ impl Host {
         prepare_lease: PrepareLease<C::Record>,
     ) -> Result<LifecycleBuilder<C>, Error> {
         let ns = config.namespace.clone();
-        if !self.inner.store.has_namespace(&ns) {
-            self.inner.store.register_namespace(config).await?;
-        }
+        self.ensure_namespace(ns.as_str(), |_| config).await?;
         Ok(
             Lifecycle::builder(Arc::new(self.inner.store.clone()), ns, codec, prepare_lease)
                 .clock(Arc::clone(&self.inner.clock))
@@ -342,6 +340,8 @@ impl Host {
         Arc::new(self.inner.store.clone())
     }
 
+    /// Registers `namespace` with `config(namespace)` unless it is registered already (a
+    /// namespace given to the builder keeps its own settings).
     async fn ensure_namespace(
         &self,
         namespace: &str,
