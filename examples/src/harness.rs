@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentHarness, AgentId, ApplyOutcome, BindingStore as _, Error, HarnessId, HostSessionEntry,
     Intent, LeaseToken, LeaseWrite, Namespace, RowWrite, SessionId, SessionKey, ToolErrorSummary,
@@ -20,10 +21,8 @@ use tether_harness_sdk::results::sanitize::sanitize_tool_args;
 use tether_harness_sdk::results::terminal::{
     FingerprintIdentity, ToolTerminalObservation, terminal_outcome_accumulator,
 };
-use tether_storage::{
-    ActiveRuns, CutStatus, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry,
-    Store, TranscriptRole,
-};
+use tether_host::{ActiveRuns, HostSessions};
+use tether_storage::{CutStatus, NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
 
 use crate::runtime::{SimulatedRuntime, ToolOutcome, ToolRun};
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, TransactionTrait};
 use serde_json::json;
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentHarness, BindingKey, Clock, Error, HarnessId, JsonObjectCodec, LeaseConfig, LeaseWrite,
     MutationRun, Namespace, QuarantineEntry, QuarantineStore, ResetParams, RowTransaction,
@@ -14,10 +15,8 @@ use tether_core::{
     SessionDeletionParams, SessionId, SessionKey, SessionMutation,
 };
 use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
-use tether_storage::{
-    ActiveRuns, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry, Store,
-    TransactionHooks, TranscriptRole,
-};
+use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
+use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
 
 use super::{KEYS, agent, db_error, lease_key, lease_ns, session_binding, session_ns, stmt};
 

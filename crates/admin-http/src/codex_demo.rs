@@ -28,14 +28,14 @@ use tether_codex::locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, locate_codex_bin
 use tether_codex::protocol::DynamicToolSpec;
 use tether_codex::scripted::{ModelServer, Step};
 use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentId, AttemptParams, Cancellation, FinalizationAttempt, HarnessId, ResetParams, ResetReason,
     RunId, SessionId, SessionKey, SessionTarget, SettledTurnFinalizer as _,
 };
 use tether_harness_sdk::reset::reset_registered_harness_sessions;
-use tether_storage::{
-    ActiveRuns, HarnessRegistry, HostSessions, NewHostSession, Store, TranscriptRole,
-};
+use tether_host::{ActiveRuns, HostSessions};
+use tether_storage::{NewHostSession, Store, TranscriptRole};
 
 use tracing::Instrument as _;
 

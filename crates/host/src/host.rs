@@ -12,7 +12,9 @@ use tether_harness_sdk::backend::ThreadBindingStore;
 use tether_harness_sdk::generation::GenerationAuthority;
 use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::{Lifecycle, LifecycleBuilder, PrepareLease};
-use tether_storage::{ActiveRuns, HostSessions, ServerClock, Store, StoreOptions};
+use tether_storage::{ServerClock, Store, StoreOptions};
+
+use crate::{ActiveRuns, HostSessions, WorkTracker};
 
 use crate::SqlFallbackTranscript;
 
@@ -260,7 +262,7 @@ impl Host {
         HostSessions::new(
             self.inner.store.clone(),
             Arc::clone(&self.inner.registry),
-            Arc::clone(&self.inner.runs) as Arc<dyn tether_storage::WorkTracker>,
+            Arc::clone(&self.inner.runs) as Arc<dyn WorkTracker>,
         )
     }
 

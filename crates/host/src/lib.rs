@@ -13,8 +13,12 @@
 //! - the settled-turn finalizer's fallback transcript over the SQL store
 //!   ([`SqlFallbackTranscript`]).
 //!
+//! The session coordinator ([`HostSessions`]) is generic over the storage crate's
+//! `HostBackend` port: the SQL store by default, the memory store for tests and embedders.
+//!
 //! Architecture Invariant: this crate sits above `tether-storage`, `tether-harness-sdk` and
-//! `tether-finalizer`; none of them depends on it.
+//! `tether-finalizer`; none of them depends on it. Host-side deletion and context reset exist
+//! here and nowhere else.
 //!
 //! ```
 //! use tether_host::prelude::*;
@@ -39,9 +43,15 @@
 mod fallback;
 mod host;
 pub mod prelude;
+mod sessions;
+mod work;
 
 pub use fallback::SqlFallbackTranscript;
 pub use host::{Host, HostBuilder};
+#[cfg(feature = "test-support")]
+pub use sessions::TransactionHooks;
+pub use sessions::{DeletionRequest, HostSessions};
+pub use work::{ActiveRuns, WorkTracker};
 
 /// The README's quickstart, compiled and run as a doctest.
 #[cfg(doctest)]

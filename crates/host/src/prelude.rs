@@ -7,4 +7,4 @@ pub use tether_finalizer::prelude::*;
 pub use tether_harness_sdk::prelude::*;
 pub use tether_storage::prelude::*;
 
-pub use crate::{Host, HostBuilder, SqlFallbackTranscript};
+pub use crate::{ActiveRuns, DeletionRequest, Host, HostBuilder, HostSessions, SqlFallbackTranscript};

@@ -78,8 +78,6 @@ use tether_core::{
     RowTransaction, RowWrite, StoreErrorKind, StoredRow,
 };
 
-use crate::deletion::TransactionHooks;
-
 /// A named place where a fault can be injected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -339,6 +337,35 @@ pub type BeforeCompare<S> = Arc<
     dyn Fn(Arc<S>, CasCall) -> tether_core::BoxFuture<'static, Result<(), Error>> + Send + Sync,
 >;
 
+/// The faults of a [`FaultInjectingStore`] that fire inside a host transaction (from
+/// [`FaultInjectingStore::host_transaction_faults`]); each call consumes the armed fault.
+#[derive(Clone)]
+pub struct HostTransactionFaults {
+    state: Arc<Mutex<State>>,
+}
+
+impl fmt::Debug for HostTransactionFaults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostTransactionFaults")
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostTransactionFaults {
+    /// The fault armed at the commit edge, before COMMIT ([`FaultPoint::CommitEdge`]).
+    pub fn commit_edge(&self) -> Result<(), Error> {
+        take(&self.state, FaultPoint::CommitEdge, None, None)
+            .map_or(Ok(()), |kind| Err(injected(kind, false)))
+    }
+
+    /// The fault armed right after COMMIT ([`FaultPoint::AfterCommit`]; nothing is rolled
+    /// back).
+    pub fn after_commit(&self) -> Result<(), Error> {
+        take(&self.state, FaultPoint::AfterCommit, None, None)
+            .map_or(Ok(()), |kind| Err(injected(kind, true)))
+    }
+}
+
 /// A [`BindingStore`] wrapper that injects faults at named points (module documentation).
 pub struct FaultInjectingStore<S: ?Sized> {
     inner: Arc<S>,
@@ -427,19 +454,12 @@ impl<S: ?Sized> FaultInjectingStore<S> {
         self.state().stats = FaultStats::default();
     }
 
-    /// The host transaction hooks that inject this wrapper's [`FaultPoint::CommitEdge`] and
-    /// [`FaultPoint::AfterCommit`] faults.
-    pub fn transaction_hooks(&self) -> TransactionHooks {
-        let (edge, after) = (Arc::clone(&self.state), Arc::clone(&self.state));
-        TransactionHooks::new()
-            .after_mutations(move |_| {
-                let fired = take(&edge, FaultPoint::CommitEdge, None, None);
-                Box::pin(async move { fired.map_or(Ok(()), |kind| Err(injected(kind, false))) })
-            })
-            .after_commit(move || {
-                take(&after, FaultPoint::AfterCommit, None, None)
-                    .map_or(Ok(()), |kind| Err(injected(kind, true)))
-            })
+    /// This wrapper's faults of the host transaction ([`FaultPoint::CommitEdge`],
+    /// [`FaultPoint::AfterCommit`]), for the host layer's transaction hooks.
+    pub fn host_transaction_faults(&self) -> HostTransactionFaults {
+        HostTransactionFaults {
+            state: Arc::clone(&self.state),
+        }
     }
 
     /// Wraps a host transaction's row operations with this wrapper's `DeleteIf`,

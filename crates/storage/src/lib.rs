@@ -54,12 +54,12 @@
 //! ```
 
 pub mod admin;
-pub mod deletion;
 pub mod events;
 #[cfg(feature = "test-support")]
 pub mod fault_injection;
 pub mod memory;
 mod plan;
+mod port;
 pub mod prelude;
 pub mod sql;
 #[cfg(feature = "test-support")]
@@ -67,21 +67,19 @@ pub mod testing;
 pub mod transcript;
 
 pub use admin::StoreAdmin;
-#[cfg(feature = "test-support")]
-pub use deletion::TransactionHooks;
-pub use deletion::{ActiveRuns, HarnessRegistry, HostSessions, HostTransaction, WorkTracker};
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};
 #[cfg(feature = "test-support")]
 pub use memory::{CompareCall, HookFuture, ReadCall, StoreHook};
-pub use memory::{MemoryStore, MemoryTransaction};
+pub use memory::{MemoryHostTransaction, MemoryStore, MemoryTransaction};
+pub use port::{HostBackend, HostTransaction};
 /// The sea-orm crate the SQL store is built on, re-exported so a host's own SQL inside Tether's
-/// transaction ([`HostTransaction::sql`]) uses the same version.
+/// transaction ([`SqlHostTransaction::sql`]) uses the same version.
 pub use sea_orm;
 pub use sql::{
     AuditEntry, AuditOutcome, AuditPage, BindingRecord, FinalizationCounts, ForceExpireOutcome,
     GroupCommitStats, NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram,
-    ServerClock, SessionFilter, SessionPage, SqlRowTransaction, Store, StoreOptions, epoch_parts,
-    redact_url, session_binding_keys,
+    ServerClock, SessionFilter, SessionPage, SqlHostTransaction, SqlRowTransaction, Store,
+    StoreOptions, epoch_parts, redact_url, session_binding_keys,
 };
 #[cfg(feature = "test-support")]
 pub use sql::{CommitFault, GroupCommitHold};

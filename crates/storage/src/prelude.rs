@@ -17,6 +17,6 @@
 pub use tether_core::prelude::*;
 
 pub use crate::{
-    HostSessions, HostTransaction, MemoryStore, NewHostSession, NewTranscriptEntry, Store,
+    HostBackend, HostTransaction, MemoryStore, NewHostSession, NewTranscriptEntry, Store,
     StoreAdmin, StoreOptions, TranscriptRole,
 };

@@ -253,3 +253,54 @@ impl FinalizationOutcome {
         }
     }
 }
+
+/// The path from the root to `leaf` in `entries`, root first (a cycle in corrupted data stops
+/// the walk rather than looping).
+pub(crate) fn path_to(
+    entries: &std::collections::HashMap<i64, TranscriptEntry>,
+    leaf: Option<i64>,
+) -> Vec<TranscriptEntry> {
+    let mut path = Vec::new();
+    let mut next = leaf;
+    while let Some(id) = next {
+        let Some(entry) = entries.get(&id) else { break };
+        if path.len() > entries.len() {
+            break;
+        }
+        next = entry.parent.as_ref().map(|p| p.0);
+        path.push(entry.clone());
+    }
+    path.reverse();
+    path
+}
+
+/// Validates `cut` against a session's transcript (`entries`, with the active leaf
+/// `active_leaf`): the new active leaf, or the refusal. One rule for every backend.
+pub(crate) fn plan_cut(
+    entries: &std::collections::HashMap<i64, TranscriptEntry>,
+    active_leaf: Option<i64>,
+    cut: &Cut,
+) -> Result<Option<i64>, CutStatus> {
+    match cut {
+        Cut::Rewind { to } => match entries.get(&to.0) {
+            None => Err(CutStatus::MissingEntry),
+            Some(e) if e.role != TranscriptRole::User => Err(CutStatus::NotUserMessage),
+            Some(_)
+                if !path_to(entries, active_leaf)
+                    .iter()
+                    .any(|e| e.anchor.0 == to.0) =>
+            {
+                Err(CutStatus::OffActivePath)
+            }
+            Some(e) => Ok(e.parent.as_ref().map(|p| p.0)),
+        },
+        Cut::SwitchBranch { to } => match entries.get(&to.0) {
+            None => Err(CutStatus::MissingEntry),
+            Some(_) if active_leaf == Some(to.0) => Err(CutStatus::AlreadyActive),
+            Some(_) if entries.values().any(|e| e.parent.as_ref() == Some(to)) => {
+                Err(CutStatus::NotBranchTip)
+            }
+            Some(_) => Ok(Some(to.0)),
+        },
+    }
+}

@@ -6,11 +6,9 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::IntoResponse as _;
 use serde::Deserialize;
-use tether_core::{AgentId, HarnessId, HostSessionEntry, SessionKey};
-use tether_storage::{
-    HarnessRegistry, HostSessions, SessionFilter, Store, StoreAdmin as _, WorkTracker,
-    session_binding_keys,
-};
+use tether_core::{AgentId, HarnessId, HarnessRegistry, HostSessionEntry, SessionKey};
+use tether_host::{DeletionRequest, HostSessions, WorkTracker};
+use tether_storage::{SessionFilter, Store, StoreAdmin as _, session_binding_keys};
 use utoipa::IntoParams;
 
 use crate::auth::{AdminAccess, ReadAccess};
@@ -233,7 +231,7 @@ impl WorkTracker for NoRuns {
     }
 }
 
-/// Deletes `entry` through the transactional deletion path ([`HostSessions`]): the session row,
+/// Deletes `entry` through the host layer's one deletion coordinator ([`HostSessions`]): the session row,
 /// its transcript and its binding rows go in one transaction. No harness is registered in the
 /// admin process, so the binding rows are removed inside that transaction by the store, which
 /// refuses (rolling everything back) while one of them holds a live lease.
@@ -252,15 +250,9 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
     }
     // No harness runs in the admin process: the session's binding rows go in the same
     // transaction as the session row, refused (nothing changed) if one holds a live lease.
+    let request = DeletionRequest::new(entry.session_key.clone()).removing_unowned_bindings();
     let deleted = HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(NoRuns))
-        .delete_sessions_with(std::slice::from_ref(&entry.session_key), |tx, deleted| {
-            Box::pin(async move {
-                for entry in deleted {
-                    tx.delete_unowned_bindings(entry).await?;
-                }
-                Ok(())
-            })
-        })
+        .delete_requests(&[request])
         .await?;
     Ok(!deleted.is_empty())
 }

@@ -12,14 +12,13 @@ use tether_codex::harness::{CodexHarness, HARNESS_ID, ThreadSettings};
 use tether_codex::host::{HostTranscript, MirrorEntry, ToolCall, ToolExecutor, ToolRun};
 use tether_codex::locate::locate_codex_binary;
 use tether_codex::protocol::DynamicToolSpec;
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentId, AppendOutcome, AttemptParams, HarnessId, LeaseConfig, MessageRole, RunId, SessionId,
     SessionKey, SessionTarget,
 };
-use tether_storage::{
-    ActiveRuns, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry, Store,
-    TransactionHooks, TranscriptEntry, TranscriptRole,
-};
+use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
+use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptEntry, TranscriptRole};
 
 /// The `codex` binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
 #[allow(clippy::print_stderr)]

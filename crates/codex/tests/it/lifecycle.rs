@@ -10,7 +10,8 @@ use tether_codex::native::NativeCleanup;
 use tether_codex::protocol::method;
 use tether_core::{AgentId, LeaseConfig, ResetParams, ResetReason, SessionId};
 use tether_harness_sdk::reset::reset_registered_harness_sessions;
-use tether_storage::{CutStatus, TransactionHooks, TranscriptRole};
+use tether_host::TransactionHooks;
+use tether_storage::{CutStatus, TranscriptRole};
 
 use crate::host::{AGENT, Host, SESSION_ID, World, attempt, attempt_in, codex_binary, session_key};
 use crate::model::{ModelServer, Step, mentions, tool_names};
@@ -401,7 +402,7 @@ async fn codex_e2e_failing_reset_hook_is_logged_once_and_runs_again() {
     .build()
     .await
     .unwrap();
-    let registry = tether_storage::HarnessRegistry::new();
+    let registry = tether_core::HarnessRegistry::new();
     registry.register(Arc::new(broken.clone()));
 
     let first = reset_registered_harness_sessions(

@@ -295,7 +295,7 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
         .iter()
         .find(|e| e.content == "again")
         .expect("the user entry of run-3");
-    host.sessions(tether_storage::TransactionHooks::new())
+    host.sessions(tether_host::TransactionHooks::new())
         .rewind(
             &key,
             again.anchor.clone(),
@@ -314,7 +314,7 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
         .await
         .unwrap();
     assert!(forked.continued_from.is_some());
-    host.sessions(tether_storage::TransactionHooks::new())
+    host.sessions(tether_host::TransactionHooks::new())
         .delete_sessions(std::slice::from_ref(&key))
         .await
         .unwrap();

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentHarness, AgentId, BindingKey, BindingStore, Error, FakeClock, HarnessId, JsonObjectCodec,
     LeaseConfig, LeaseWrite, MutationRun, Namespace, NamespaceConfig, QuarantineStore, ResetParams,
@@ -23,12 +24,11 @@ use tether_harness_sdk::lifecycle::{
     Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DirectRowTransaction,
     LeaseOptions, Lifecycle, ManualTimer, TransactOptions,
 };
+use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
 use tether_storage::fault_injection::{
     CasKind, Fault, FaultInjectingStore, FaultKind, FaultPoint, proves_nothing_written,
 };
-use tether_storage::{
-    ActiveRuns, HarnessRegistry, HostSessions, MemoryStore, NewHostSession, Store, StoreOptions,
-};
+use tether_storage::{MemoryStore, NewHostSession, Store, StoreOptions};
 
 type Record = Map<String, Value>;
 type Lc = Lifecycle<JsonObjectCodec>;
@@ -783,8 +783,9 @@ async fn host_case(w: &Walk, point: FaultPoint, kind: FaultKind, n: usize) {
     } else {
         fault
     });
-    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new()))
-        .with_hooks(w.faulty.transaction_hooks());
+    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new())).with_hooks(
+        TransactionHooks::injecting(w.faulty.host_transaction_faults()),
+    );
     let error = hosts
         .delete_sessions(std::slice::from_ref(&session))
         .await

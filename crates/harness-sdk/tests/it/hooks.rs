@@ -468,10 +468,11 @@ async fn ordinary_compaction_is_a_transfer_not_a_context_reset() {
 
 mod sql {
     use super::*;
+    use tether_core::HarnessRegistry;
+    use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
     use tether_storage::testing::PgTestDatabase;
     use tether_storage::{
-        ActiveRuns, CutStatus, HarnessRegistry, HostSessions, NewHostSession, NewTranscriptEntry,
-        Store, StoreOptions, TransactionHooks, TranscriptRole,
+        CutStatus, NewHostSession, NewTranscriptEntry, Store, StoreOptions, TranscriptRole,
     };
 
     /// What keeps the database alive for the test.

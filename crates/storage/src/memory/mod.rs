@@ -46,6 +46,7 @@ use tether_core::{
 pub use self::hook::{CompareCall, HookFuture, ReadCall, StoreHook};
 #[cfg(not(feature = "test-support"))]
 use self::hook::{CompareCall, ReadCall, StoreHook};
+pub use self::host::MemoryHostTransaction;
 use self::state::State;
 pub use self::transaction::MemoryTransaction;
 use crate::admin::StoreAdmin;
@@ -99,7 +100,7 @@ impl MemoryStore {
         &self.inner.clock
     }
 
-    fn now(&self) -> Timestamp {
+    pub(crate) fn now(&self) -> Timestamp {
         self.inner.clock.now()
     }
 

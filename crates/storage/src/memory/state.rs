@@ -29,6 +29,19 @@ pub(crate) struct State {
     pub(crate) host_sessions: BTreeMap<SessionKey, HostSessionEntry>,
     /// When set, every host session read fails with this error (tests of the failed state).
     pub(crate) host_read_failure: Option<Error>,
+    /// The transcript of each host session.
+    pub(crate) transcripts: BTreeMap<SessionKey, Transcript>,
+    /// Last transcript entry id handed out (store-wide, like the SQL store's row ids).
+    pub(crate) last_entry: i64,
+    /// Upstream (external harness) links of host sessions.
+    pub(crate) upstream_links: BTreeMap<SessionKey, String>,
+}
+
+/// One host session's transcript tree and its active leaf.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Transcript {
+    pub(crate) entries: HashMap<i64, crate::transcript::TranscriptEntry>,
+    pub(crate) active_leaf: Option<i64>,
 }
 
 impl State {

@@ -46,7 +46,7 @@ pub struct MemoryTransaction {
 }
 
 impl MemoryTransaction {
-    pub(super) fn new(store: MemoryStore) -> Self {
+    pub(crate) fn new(store: MemoryStore) -> Self {
         Self {
             store,
             staged: Mutex::new(Staged::default()),
@@ -81,6 +81,16 @@ impl MemoryTransaction {
 
     /// Applies every staged write at once, or nothing.
     pub fn commit(self) -> Result<(), Error> {
+        self.commit_with(|_, _| Ok(()))
+    }
+
+    /// Applies every staged write and `also` (the host session changes of the same
+    /// transaction) at once, or nothing: `also` runs on a copy of the state that replaces the
+    /// store's only when everything succeeded.
+    pub(crate) fn commit_with(
+        self,
+        also: impl FnOnce(&mut super::state::State, tether_core::Timestamp) -> Result<(), Error>,
+    ) -> Result<(), Error> {
         let staged = self
             .staged
             .into_inner()
@@ -105,6 +115,7 @@ impl MemoryTransaction {
                 }
             }
         }
+        also(&mut next, now)?;
         *state = next;
         Ok(())
     }

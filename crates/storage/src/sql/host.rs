@@ -451,28 +451,13 @@ impl Store {
             .collect()
     }
 
-    fn path_to(entries: &HashMap<i64, TranscriptEntry>, leaf: Option<i64>) -> Vec<TranscriptEntry> {
-        let mut path = Vec::new();
-        let mut next = leaf;
-        while let Some(id) = next {
-            let Some(entry) = entries.get(&id) else { break };
-            if path.len() > entries.len() {
-                break; // a cycle in corrupted data: stop rather than loop
-            }
-            next = entry.parent.as_ref().map(|p| p.0);
-            path.push(entry.clone());
-        }
-        path.reverse();
-        path
-    }
-
     /// The active path of the session's transcript, root first.
     pub async fn active_path(&self, key: &SessionKey) -> Result<Vec<TranscriptEntry>, Error> {
         let Some(session) = self.session_row(&self.inner.db, key).await? else {
             return Ok(Vec::new());
         };
         let entries = self.entries_in(&self.inner.db, key).await?;
-        Ok(Self::path_to(&entries, session.active_leaf))
+        Ok(crate::transcript::path_to(&entries, session.active_leaf))
     }
 
     /// The active leaf of the session's transcript.
@@ -491,26 +476,11 @@ impl Store {
         cut: &Cut,
     ) -> Result<Result<Option<i64>, CutStatus>, Error> {
         let entries = self.entries_in(c, &session.entry.session_key).await?;
-        let active: Vec<i64> = Self::path_to(&entries, session.active_leaf)
-            .iter()
-            .map(|e| e.anchor.0)
-            .collect();
-        Ok(match cut {
-            Cut::Rewind { to } => match entries.get(&to.0) {
-                None => Err(CutStatus::MissingEntry),
-                Some(e) if e.role != TranscriptRole::User => Err(CutStatus::NotUserMessage),
-                Some(_) if !active.contains(&to.0) => Err(CutStatus::OffActivePath),
-                Some(e) => Ok(e.parent.as_ref().map(|p| p.0)),
-            },
-            Cut::SwitchBranch { to } => match entries.get(&to.0) {
-                None => Err(CutStatus::MissingEntry),
-                Some(_) if session.active_leaf == Some(to.0) => Err(CutStatus::AlreadyActive),
-                Some(_) if entries.values().any(|e| e.parent.as_ref() == Some(to)) => {
-                    Err(CutStatus::NotBranchTip)
-                }
-                Some(_) => Ok(Some(to.0)),
-            },
-        })
+        Ok(crate::transcript::plan_cut(
+            &entries,
+            session.active_leaf,
+            cut,
+        ))
     }
 
     /// Applies a transcript cut without any harness taking part (no native context to
@@ -574,7 +544,7 @@ impl Store {
             }
             let now = self.inner.clock.now();
             let mut parent = None;
-            for entry in Self::path_to(&entries, target.parent.as_ref().map(|p| p.0)) {
+            for entry in crate::transcript::path_to(&entries, target.parent.as_ref().map(|p| p.0)) {
                 let copy = NewTranscriptEntry {
                     role: entry.role,
                     content: entry.content,

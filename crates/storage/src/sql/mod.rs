@@ -23,6 +23,7 @@ mod clock;
 mod commit;
 mod group;
 mod host;
+mod host_tx;
 mod maintenance;
 mod quarantine;
 mod renew;
@@ -43,6 +44,7 @@ pub(crate) use self::commit::for_key;
 #[cfg(feature = "test-support")]
 pub use self::group::GroupCommitHold;
 pub use self::group::GroupCommitStats;
+pub use self::host_tx::SqlHostTransaction;
 pub use self::operator::{
     AuditEntry, AuditOutcome, AuditPage, FinalizationCounts, NewAuditEntry, QuarantineCursor,
 };

@@ -3,14 +3,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentId, ApplyOutcome, BindingId, BindingKey, BindingStore, Error, FakeClock, HarnessId,
     Intent, LeaseToken, LeaseWrite, Namespace, NamespaceConfig, QuarantineEntry, QuarantineStore,
     RowWrite, SessionId, SessionKey, Timestamp, admit_all,
 };
+use tether_host::{HostSessions, WorkTracker};
 use tether_storage::{
-    ForceExpireOutcome, HarnessRegistry, HostSessions, LeaseEventKind, NewHostSession,
-    SessionFilter, Store, StoreOptions, WorkTracker, session_binding_keys,
+    ForceExpireOutcome, LeaseEventKind, NewHostSession, SessionFilter, Store, StoreOptions,
+    session_binding_keys,
 };
 
 const T0: Timestamp = Timestamp::from_millis(1_700_000_000_000);
@@ -471,16 +473,9 @@ async fn delete_with_bindings(
     store: Store,
     entry: tether_core::HostSessionEntry,
 ) -> Result<Vec<SessionKey>, Error> {
-    let key = entry.session_key.clone();
+    let key = entry.session_key;
     HostSessions::new(store, HarnessRegistry::shared(), Arc::new(Idle))
-        .delete_sessions_with(std::slice::from_ref(&key), |tx, deleted| {
-            Box::pin(async move {
-                for entry in deleted {
-                    tx.delete_unowned_bindings(entry).await?;
-                }
-                Ok(())
-            })
-        })
+        .delete_requests(&[tether_host::DeletionRequest::new(key).removing_unowned_bindings()])
         .await
 }
 

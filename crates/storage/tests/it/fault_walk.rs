@@ -6,18 +6,18 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentHarness, AgentId, ApplyOutcome, BindingKey, BindingStore, Error, HarnessId, Intent,
     LeaseToken, LeaseWrite, MutationRun, Namespace, QuarantineEntry, QuarantineStore, ResetParams,
     RowTransaction, RowWrite, SessionContextResetHook, SessionContextResetParams,
     SessionDeletionHook, SessionDeletionParams, SessionId, SessionKey, SessionMutation, admit_all,
 };
+use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
 use tether_storage::fault_injection::{
     CasKind, Fault, FaultInjectingStore, FaultKind, FaultPoint, FaultStats, proves_nothing_written,
 };
-use tether_storage::{
-    ActiveRuns, HarnessRegistry, HostSessions, NewTranscriptEntry, Store, TranscriptRole,
-};
+use tether_storage::{NewTranscriptEntry, Store, TranscriptRole};
 
 use crate::conformance::host_cases::{new_session, session_key};
 use crate::deletion::harness::{bind, binding_key};
@@ -450,8 +450,9 @@ async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
         _ => fault,
     });
     faulty.reset_stats();
-    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new()))
-        .with_hooks(faulty.transaction_hooks());
+    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new())).with_hooks(
+        TransactionHooks::injecting(faulty.host_transaction_faults()),
+    );
 
     let result = match op {
         HostOp::Delete => hosts.delete_sessions(&targets).await.map(|_| ()),

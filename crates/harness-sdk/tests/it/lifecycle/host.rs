@@ -7,16 +7,15 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::json;
+use tether_core::HarnessRegistry;
 use tether_core::{
     AgentHarness, AgentId, BindingKey, Error, FakeClock, HarnessId, MutationRun, ResetParams,
     SessionDeletionHook, SessionDeletionParams, SessionId, SessionKey, SessionMutation,
 };
 use tether_harness_sdk::lifecycle::DeletionOptions;
+use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
 use tether_storage::testing::PgTestDatabase;
-use tether_storage::{
-    ActiveRuns, HarnessRegistry, HostSessions, NewHostSession, Store, StoreOptions,
-    TransactionHooks,
-};
+use tether_storage::{NewHostSession, Store, StoreOptions};
 
 use super::support::{Fixture, Lc, START};
 

@@ -467,8 +467,9 @@ pub(crate) async fn server_clock_tracks_database_time(store: &Store) {
 /// both rows together.
 pub(crate) async fn deletion_commits_bindings_with_the_session_row(store: &Store) {
     use std::sync::Arc;
+    use tether_core::HarnessRegistry;
     use tether_core::{BindingStore, Error};
-    use tether_storage::{ActiveRuns, HarnessRegistry, HostSessions, TransactionHooks};
+    use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
 
     use crate::deletion::harness::{Log, RecordingHarness, bind, binding_key, entries};
 

@@ -11,7 +11,6 @@ use tether_core::{
     SessionContextResetHook, SessionContextResetParams, SessionDeletionHook, SessionDeletionParams,
     SessionKey, SessionMutation, SettlementOutcome,
 };
-use tether_storage::Store;
 
 /// The shared event log of a test.
 pub(crate) type Log = Arc<Mutex<Vec<String>>>;
@@ -115,7 +114,7 @@ pub(crate) fn binding_key(agent: &AgentId, session_key: &SessionKey) -> BindingK
 }
 
 /// Registers the harness namespace and writes a binding row for `session_key`.
-pub(crate) async fn bind(store: &Store, ns: &Namespace, session_key: &SessionKey) {
+pub(crate) async fn bind(store: &dyn BindingStore, ns: &Namespace, session_key: &SessionKey) {
     store
         .register_namespace(NamespaceConfig::new(ns.clone()))
         .await

@@ -3,9 +3,11 @@
 
 use std::sync::Arc;
 
+use tether_core::HarnessRegistry;
 use tether_core::{AgentId, BindingStore as _, Error, SessionKey};
+use tether_host::{ActiveRuns, HostSessions};
+use tether_storage::Store;
 use tether_storage::testing::PgTestDatabase;
-use tether_storage::{ActiveRuns, HarnessRegistry, HostSessions, Store};
 
 use super::harness::{Log, RecordingHarness, bind, binding_key, entries};
 use crate::conformance::host_cases::{new_session, session_key};

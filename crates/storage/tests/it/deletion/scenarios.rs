@@ -1,16 +1,18 @@
-//! Scenarios 57–66 (host side of deletion and context reset, `docs/deletion-and-reset.md`), on
-//! SQLite.
+//! Scenarios 57–66 (host side of deletion and context reset, `docs/deletion-and-reset.md`):
+//! the host layer's one coordinator over each store that implements the host port — SQLite,
+//! PostgreSQL and the memory store.
 
 use std::sync::Arc;
 
 use sea_orm::ConnectionTrait;
 use tether_core::{
-    AgentId, BindingStore, Error, HostSessionEntry, Namespace, SessionId, SessionKey, StoredRow,
-    TranscriptAnchor,
+    AgentId, BindingStore, BoxFuture, Error, HarnessRegistry, HostSessionEntry, Namespace,
+    SessionId, SessionKey, StoredRow, TranscriptAnchor,
 };
+use tether_host::{ActiveRuns, DeletionRequest, HostSessions, TransactionHooks};
 use tether_storage::{
-    ActiveRuns, CutStatus, HarnessRegistry, HostSessions, NewTranscriptEntry, Store,
-    TransactionHooks, TranscriptRole,
+    Cut, CutStatus, MemoryHostTransaction, MemoryStore, NewHostSession, NewTranscriptEntry,
+    SqlHostTransaction, Store, TranscriptEntry, TranscriptRole,
 };
 
 use super::harness::{Log, RecordingHarness, bind, binding_key, entries};
@@ -19,15 +21,17 @@ use crate::support::{sqlite_store, unique_ns};
 use tether_storage::testing::PgTestDatabase;
 
 /// The backend a scenario runs on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Db {
     Sqlite,
     Postgres,
+    Memory,
 }
 
-/// Each scenario body runs on SQLite and on PostgreSQL (skipped without a server unless
-/// `TETHER_REQUIRE_PG=1`): `<scenario>::on_sqlite`, `<scenario>::on_postgres`.
-macro_rules! on_both_backends {
+/// Each scenario body runs on SQLite, on PostgreSQL (skipped without a server unless
+/// `TETHER_REQUIRE_PG=1`) and on the memory store: `<scenario>::on_sqlite`, `on_postgres`,
+/// `on_memory`.
+macro_rules! on_every_backend {
     ($($name:ident),* $(,)?) => {
         $(
             mod $name {
@@ -40,13 +44,130 @@ macro_rules! on_both_backends {
                 async fn on_postgres() {
                     super::$name(super::Db::Postgres).await;
                 }
+
+                #[tokio::test]
+                async fn on_memory() {
+                    super::$name(super::Db::Memory).await;
+                }
             }
         )*
     };
 }
 
+/// The store under test.
+#[derive(Clone)]
+enum Backend {
+    Sql(Store),
+    Memory(MemoryStore),
+}
+
+/// The coordinator over the store under test.
+enum Hosts {
+    Sql(HostSessions<Store>),
+    Memory(HostSessions<MemoryStore>),
+}
+
+macro_rules! each {
+    ($hosts:expr, $h:ident => $body:expr) => {
+        match $hosts {
+            Hosts::Sql($h) => $body,
+            Hosts::Memory($h) => $body,
+        }
+    };
+}
+
+type Failure = Arc<dyn Fn() -> BoxFuture<'static, Result<(), Error>> + Send + Sync>;
+
+impl Hosts {
+    async fn rewind(
+        &self,
+        key: &SessionKey,
+        to: TranscriptAnchor,
+        next: SessionId,
+    ) -> Result<CutStatus, Error> {
+        each!(self, h => h.rewind(key, to, next).await)
+    }
+
+    async fn switch_branch(
+        &self,
+        key: &SessionKey,
+        to: TranscriptAnchor,
+        next: SessionId,
+    ) -> Result<CutStatus, Error> {
+        each!(self, h => h.switch_branch(key, to, next).await)
+    }
+
+    async fn fork(
+        &self,
+        source: &SessionKey,
+        at: &TranscriptAnchor,
+        new: NewHostSession,
+    ) -> Result<CutStatus, Error> {
+        each!(self, h => h.fork(source, at, new).await)
+    }
+
+    async fn delete_sessions(&self, keys: &[SessionKey]) -> Result<Vec<SessionKey>, Error> {
+        each!(self, h => h.delete_sessions(keys).await)
+    }
+
+    async fn delete_requests(
+        &self,
+        requests: &[DeletionRequest],
+    ) -> Result<Vec<SessionKey>, Error> {
+        each!(self, h => h.delete_requests(requests).await)
+    }
+
+    async fn delete_without_harnesses(&self, key: &SessionKey) -> Result<bool, Error> {
+        each!(self, h => h.delete_without_harnesses(key).await)
+    }
+
+    /// Hooks that need no transaction: `before` fails (or passes) after every harness
+    /// committed, `after` right after COMMIT.
+    fn with_failures(self, before: Option<Failure>, after: Option<&'static str>) -> Self {
+        fn hooks<T>(before: Option<Failure>, after: Option<&'static str>) -> TransactionHooks<T> {
+            let mut hooks = TransactionHooks::new();
+            if let Some(before) = before {
+                hooks = hooks.after_mutations(move |_| before());
+            }
+            if let Some(message) = after {
+                hooks = hooks.after_commit(move || Err(Error::other(message)));
+            }
+            hooks
+        }
+        match self {
+            Self::Sql(h) => Self::Sql(h.with_hooks(hooks(before, after))),
+            Self::Memory(h) => Self::Memory(h.with_hooks(hooks(before, after))),
+        }
+    }
+
+    /// Fails with `message` after every harness committed, before COMMIT.
+    fn failing_before_commit(self, message: &'static str) -> Self {
+        self.with_failures(
+            Some(Arc::new(move || {
+                Box::pin(async move { Err(Error::other(message)) })
+            })),
+            None,
+        )
+    }
+
+    fn with_sql_hooks(self, hooks: TransactionHooks<SqlHostTransaction>) -> Self {
+        match self {
+            Self::Sql(h) => Self::Sql(h.with_hooks(hooks)),
+            Self::Memory(_) => panic!("SQL transaction hooks on the memory store"),
+        }
+    }
+
+    fn with_memory_hooks(self, hooks: TransactionHooks<MemoryHostTransaction>) -> Self {
+        match self {
+            Self::Memory(h) => Self::Memory(h.with_hooks(hooks)),
+            Self::Sql(_) => panic!("memory transaction hooks on a SQL store"),
+        }
+    }
+}
+
 struct Fixture {
-    store: Store,
+    db: Db,
+    store: Backend,
     _dir: Option<tempfile::TempDir>,
     _pg: Option<PgTestDatabase>,
     registry: Arc<HarnessRegistry>,
@@ -64,20 +185,22 @@ struct Turns {
 }
 
 impl Fixture {
-    /// A fresh database of `db`; `None` when PostgreSQL is not there (and not required).
+    /// A fresh store of `db`; `None` when PostgreSQL is not there (and not required).
     async fn on(db: Db) -> Option<Self> {
         let (store, dir, pg) = match db {
             Db::Sqlite => {
                 let (store, dir) = sqlite_store().await;
-                (store, Some(dir), None)
+                (Backend::Sql(store), Some(dir), None)
             }
             Db::Postgres => {
                 let pg = PgTestDatabase::create("deletion_scenarios").await?;
                 let store = Store::open(pg.url()).await.unwrap();
-                (store, None, Some(pg))
+                (Backend::Sql(store), None, Some(pg))
             }
+            Db::Memory => (Backend::Memory(MemoryStore::default()), None, None),
         };
         Some(Self {
+            db,
             store,
             _dir: dir,
             _pg: pg,
@@ -88,12 +211,35 @@ impl Fixture {
         })
     }
 
-    fn hosts(&self) -> HostSessions {
-        HostSessions::new(
-            self.store.clone(),
-            Arc::clone(&self.registry),
-            self.runs.clone(),
-        )
+    fn hosts(&self) -> Hosts {
+        let (registry, runs) = (Arc::clone(&self.registry), self.runs.clone());
+        match &self.store {
+            Backend::Sql(store) => Hosts::Sql(HostSessions::new(store.clone(), registry, runs)),
+            Backend::Memory(store) => {
+                Hosts::Memory(HostSessions::new(store.clone(), registry, runs))
+            }
+        }
+    }
+
+    fn bindings(&self) -> &dyn BindingStore {
+        match &self.store {
+            Backend::Sql(store) => store,
+            Backend::Memory(store) => store,
+        }
+    }
+
+    fn sql_store(&self) -> Option<&Store> {
+        match &self.store {
+            Backend::Sql(store) => Some(store),
+            Backend::Memory(_) => None,
+        }
+    }
+
+    fn memory_store(&self) -> Option<&MemoryStore> {
+        match &self.store {
+            Backend::Memory(store) => Some(store),
+            Backend::Sql(_) => None,
+        }
     }
 
     fn harness(&self, id: &str, deletion: bool, reset: bool) -> Arc<RecordingHarness> {
@@ -102,14 +248,28 @@ impl Fixture {
         h
     }
 
+    async fn append(&self, key: &SessionKey, role: TranscriptRole, text: &str) -> TranscriptAnchor {
+        let entry = NewTranscriptEntry {
+            role,
+            content: text.into(),
+            idempotency_key: None,
+        };
+        match &self.store {
+            Backend::Sql(store) => store.append_transcript(key, entry).await.unwrap().anchor,
+            Backend::Memory(store) => store.append_transcript(key, entry).unwrap().anchor,
+        }
+    }
+
     async fn session(&self, label: &str) -> (SessionKey, Turns) {
         let key = session_key(label);
-        assert!(
-            self.store
+        let created = match &self.store {
+            Backend::Sql(store) => store
                 .create_session(new_session(&key, "s-1"))
                 .await
-                .unwrap()
-        );
+                .unwrap(),
+            Backend::Memory(store) => store.create_session(new_session(&key, "s-1")),
+        };
+        assert!(created);
         let mut ids = Vec::new();
         for (role, text) in [
             (TranscriptRole::User, "u1"),
@@ -117,20 +277,9 @@ impl Fixture {
             (TranscriptRole::User, "u2"),
             (TranscriptRole::Assistant, "a2"),
         ] {
-            let entry = NewTranscriptEntry {
-                role,
-                content: text.into(),
-                idempotency_key: None,
-            };
-            ids.push(
-                self.store
-                    .append_transcript(&key, entry)
-                    .await
-                    .unwrap()
-                    .anchor,
-            );
+            ids.push(self.append(&key, role, text).await);
         }
-        bind(&self.store, &self.ns, &key).await;
+        bind(self.bindings(), &self.ns, &key).await;
         let mut it = ids.into_iter();
         let mut next = || it.next().unwrap();
         (
@@ -145,18 +294,93 @@ impl Fixture {
     }
 
     async fn binding(&self, key: &SessionKey) -> Option<StoredRow> {
-        self.store
+        self.bindings()
             .lookup(&self.ns, &binding_key(&AgentId::new("main").unwrap(), key))
             .await
             .unwrap()
     }
 
     async fn entry(&self, key: &SessionKey) -> Option<HostSessionEntry> {
-        self.store.session(key).await.unwrap()
+        match &self.store {
+            Backend::Sql(store) => store.session(key).await.unwrap(),
+            Backend::Memory(store) => store.session(key),
+        }
+    }
+
+    async fn active_leaf(&self, key: &SessionKey) -> Option<TranscriptAnchor> {
+        match &self.store {
+            Backend::Sql(store) => store.active_leaf(key).await.unwrap(),
+            Backend::Memory(store) => store.active_leaf(key),
+        }
+    }
+
+    async fn active_path(&self, key: &SessionKey) -> Vec<TranscriptEntry> {
+        match &self.store {
+            Backend::Sql(store) => store.active_path(key).await.unwrap(),
+            Backend::Memory(store) => store.active_path(key),
+        }
+    }
+
+    /// A cut made without any harness taking part.
+    async fn cut(&self, key: &SessionKey, cut: &Cut, next: SessionId) {
+        let status = match &self.store {
+            Backend::Sql(store) => store.cut_transcript(key, cut, next).await.unwrap(),
+            Backend::Memory(store) => store.cut_transcript(key, cut, next),
+        };
+        assert_eq!(status, CutStatus::Created);
+    }
+
+    async fn upstream_link(&self, key: &SessionKey) -> Option<String> {
+        match &self.store {
+            Backend::Sql(store) => store.upstream_link(key).await.unwrap(),
+            Backend::Memory(store) => store.upstream_link(key),
+        }
+    }
+
+    /// Changes the session entry of `key` behind the coordinator's back.
+    fn edit_entry(
+        &self,
+        key: &SessionKey,
+        edit: impl Fn(&mut HostSessionEntry) + Send + Sync + 'static,
+    ) -> Arc<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync> {
+        let key = key.clone();
+        let edit = Arc::new(edit);
+        match self.store.clone() {
+            Backend::Sql(store) => Arc::new(move || {
+                let (store, key, edit) = (store.clone(), key.clone(), Arc::clone(&edit));
+                Box::pin(async move {
+                    let mut entry = store.session(&key).await.unwrap().unwrap();
+                    edit(&mut entry);
+                    let sql = format!(
+                        "UPDATE host_sessions SET session_id = '{}', previous_session_id = {}, \
+                         lifecycle_revision = {}, agent_harness_id = {} WHERE session_key = '{}'",
+                        entry.session_id.as_str(),
+                        entry
+                            .previous_session_id
+                            .as_ref()
+                            .map_or("NULL".to_owned(), |p| format!("'{}'", p.as_str())),
+                        entry.lifecycle_revision.get(),
+                        entry
+                            .agent_harness_id
+                            .as_ref()
+                            .map_or("NULL".to_owned(), |h| format!("'{}'", h.as_str())),
+                        key.as_str()
+                    );
+                    store.connection().execute_unprepared(&sql).await.unwrap();
+                })
+            }),
+            Backend::Memory(store) => Arc::new(move || {
+                let mut entry = store.session(&key).unwrap();
+                edit(&mut entry);
+                store.put_host_session(entry);
+                Box::pin(async {})
+            }),
+        }
     }
 
     async fn sql(&self, sql: &str) {
-        self.store
+        self.sql_store()
+            .expect("raw SQL on a SQL store")
             .connection()
             .execute_unprepared(sql)
             .await
@@ -195,18 +419,12 @@ async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context(db
     );
     assert!(h.finalized());
     assert_eq!(effects(&f.log), ["commit:codex"]);
-    assert_eq!(f.store.active_leaf(&key).await.unwrap(), Some(t.a1.clone()));
+    assert_eq!(f.active_leaf(&key).await, Some(t.a1.clone()));
 
     // Branch switch: make a second branch without harnesses, rebind, then switch back.
     let (key, t) = f.session("s57-switch").await;
-    f.store
-        .cut_transcript(
-            &key,
-            &tether_storage::Cut::Rewind { to: t.u2.clone() },
-            sid("s-2"),
-        )
-        .await
-        .unwrap();
+    f.cut(&key, &Cut::Rewind { to: t.u2.clone() }, sid("s-2"))
+        .await;
     let status = hosts
         .switch_branch(&key, t.a2.clone(), sid("s-3"))
         .await
@@ -219,10 +437,8 @@ async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context(db
     );
     assert!(f.binding(&key).await.is_none());
     let path: Vec<_> = f
-        .store
         .active_path(&key)
         .await
-        .unwrap()
         .into_iter()
         .map(|e| e.anchor)
         .collect();
@@ -236,19 +452,26 @@ async fn lifecycle_scenario_58_cut_transaction_failure_restores_native_context(d
     let h = f.harness("codex", true, true);
     let (key, t) = f.session("s58").await;
     let before = f.entry(&key).await;
-    match db {
+    // The session-row change fails inside the transaction: a trigger on SQL, a failing step
+    // at the same place of the memory transaction.
+    let hosts = match db {
         Db::Sqlite => {
             f.sql("CREATE TRIGGER abort_rotation BEFORE UPDATE ON host_sessions BEGIN SELECT RAISE(ABORT, 'injected session-row failure'); END")
                 .await;
+            f.hosts()
         }
         Db::Postgres => {
             f.sql("CREATE FUNCTION abort_rotation() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'injected session-row failure'; END $$ LANGUAGE plpgsql")
                 .await;
             f.sql("CREATE TRIGGER abort_rotation BEFORE UPDATE ON host_sessions FOR EACH ROW EXECUTE FUNCTION abort_rotation()")
                 .await;
+            f.hosts()
         }
-    }
-    let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
+        Db::Memory => f
+            .hosts()
+            .failing_before_commit("injected session-row failure"),
+    };
+    let err = hosts.rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
     assert!(
         err.to_string().contains("injected session-row failure"),
         "{err}"
@@ -265,33 +488,15 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
     };
     let (key, t) = f.session("s59").await;
     // A second branch, made without harnesses: u1 → a1 → {u2 → a2, u2b}.
-    f.store
-        .cut_transcript(
-            &key,
-            &tether_storage::Cut::Rewind { to: t.u2.clone() },
-            sid("s-2"),
-        )
-        .await
-        .unwrap();
-    let u2b = f
-        .store
-        .append_transcript(
-            &key,
-            NewTranscriptEntry {
-                role: TranscriptRole::User,
-                content: "u2b".into(),
-                idempotency_key: None,
-            },
-        )
-        .await
-        .unwrap()
-        .anchor;
+    f.cut(&key, &Cut::Rewind { to: t.u2.clone() }, sid("s-2"))
+        .await;
+    let u2b = f.append(&key, TranscriptRole::User, "u2b").await;
     let h = f.harness("codex", true, true);
     let hosts = f.hosts();
     let before = (
         f.entry(&key).await,
         f.binding(&key).await,
-        f.store.active_leaf(&key).await.unwrap(),
+        f.active_leaf(&key).await,
     );
     let missing = TranscriptAnchor(i64::MAX);
     let rewinds = [
@@ -316,7 +521,7 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
     let after = (
         f.entry(&key).await,
         f.binding(&key).await,
-        f.store.active_leaf(&key).await.unwrap(),
+        f.active_leaf(&key).await,
     );
     assert_eq!(after, before);
     assert!(
@@ -357,17 +562,19 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
     let before = (
         f.entry(&key).await,
         f.binding(&key).await,
-        f.store.active_leaf(&key).await.unwrap(),
+        f.active_leaf(&key).await,
     );
     let (store, link_key) = (f.store.clone(), key.clone());
     h.on_prepare(move || {
         Box::pin(async move {
-            assert!(
-                store
+            let linked = match store {
+                Backend::Sql(store) => store
                     .link_upstream(&link_key, "acp:external-1")
                     .await
-                    .unwrap()
-            );
+                    .unwrap(),
+                Backend::Memory(store) => store.link_upstream(&link_key, "acp:external-1"),
+            };
+            assert!(linked);
         })
     });
     let err = f
@@ -380,7 +587,7 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
         (
             f.entry(&key).await,
             f.binding(&key).await,
-            f.store.active_leaf(&key).await.unwrap()
+            f.active_leaf(&key).await
         ),
         before
     );
@@ -396,23 +603,36 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
     f.harness("codex", true, true);
     let (key, t) = f.session("s61-commit").await;
     let before = (f.entry(&key).await, f.binding(&key).await);
-    let link_sql = format!(
-        "INSERT INTO upstream_links (session_key, upstream, created_at) VALUES ('{}', 'acp:external-2', 0)",
-        key.as_str()
-    );
-    let hooks = TransactionHooks::new().after_mutations(move |tx| {
-        let sql = link_sql.clone();
-        Box::pin(async move {
-            tx.execute_unprepared(&sql).await.unwrap();
-            Ok(())
-        })
-    });
-    let err = f
-        .hosts()
-        .with_hooks(hooks)
-        .rewind(&key, t.u2, sid("s-2"))
-        .await
-        .unwrap_err();
+    // SQL: the link is written inside the transaction (and rolls back with it). Memory: a
+    // third party cannot write inside the memory transaction, so the link is adopted beside
+    // it, after the harness committed; the transaction still sees it before COMMIT.
+    let hosts = match f.memory_store() {
+        None => {
+            let link_sql = format!(
+                "INSERT INTO upstream_links (session_key, upstream, created_at) VALUES ('{}', 'acp:external-2', 0)",
+                key.as_str()
+            );
+            f.hosts()
+                .with_sql_hooks(TransactionHooks::new().after_mutations(
+                    move |tx: &SqlHostTransaction| {
+                        let sql = link_sql.clone();
+                        Box::pin(async move {
+                            tx.sql().execute_unprepared(&sql).await.unwrap();
+                            Ok(())
+                        })
+                    },
+                ))
+        }
+        Some(store) => {
+            let (store, link_key) = (store.clone(), key.clone());
+            f.hosts()
+                .with_memory_hooks(TransactionHooks::new().after_mutations(move |_| {
+                    assert!(store.link_upstream(&link_key, "acp:external-2"));
+                    Box::pin(async { Ok(()) })
+                }))
+        }
+    };
+    let err = hosts.rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
     assert!(err.to_string().contains("external agent harness"), "{err}");
     assert_eq!(effects(&f.log), ["commit:codex", "rollback:codex"]);
     assert_eq!(
@@ -420,10 +640,12 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
         before,
         "binding present again"
     );
-    assert!(
-        f.store.upstream_link(&key).await.unwrap().is_none(),
-        "the in-transaction link rolled back"
-    );
+    if f.db != Db::Memory {
+        assert!(
+            f.upstream_link(&key).await.is_none(),
+            "the in-transaction link rolled back"
+        );
+    }
 }
 
 async fn lifecycle_scenario_62_commit_edge_generation_check(db: Db) {
@@ -434,16 +656,11 @@ async fn lifecycle_scenario_62_commit_edge_generation_check(db: Db) {
 
     // The session rotates while the harness prepares.
     let (key, _) = f.session("s62-rotate").await;
-    let (store, k) = (f.store.clone(), key.clone());
-    h.on_prepare(move || {
-        Box::pin(async move {
-            store
-                .rotate_generation(&k, &sid("s-1"), sid("s-9"))
-                .await
-                .unwrap()
-                .unwrap();
-        })
+    let rotate = f.edit_entry(&key, |entry| {
+        entry.previous_session_id = Some(std::mem::replace(&mut entry.session_id, sid("s-9")));
+        entry.lifecycle_revision = entry.lifecycle_revision.next();
     });
+    h.on_prepare(move || rotate());
     let err = f
         .hosts()
         .delete_sessions(std::slice::from_ref(&key))
@@ -460,16 +677,10 @@ async fn lifecycle_scenario_62_commit_edge_generation_check(db: Db) {
 
     // Only the lifecycle revision moves.
     let (key, _) = f.session("s62-revision").await;
-    let sql = format!(
-        "UPDATE host_sessions SET lifecycle_revision = lifecycle_revision + 1 WHERE session_key = '{}'",
-        key.as_str()
-    );
-    let store = f.store.clone();
-    h.on_prepare(move || {
-        Box::pin(async move {
-            store.connection().execute_unprepared(&sql).await.unwrap();
-        })
+    let bump = f.edit_entry(&key, |entry| {
+        entry.lifecycle_revision = entry.lifecycle_revision.next();
     });
+    h.on_prepare(move || bump());
     let err = f
         .hosts()
         .delete_sessions(std::slice::from_ref(&key))
@@ -483,16 +694,10 @@ async fn lifecycle_scenario_62_commit_edge_generation_check(db: Db) {
 
     // Context reset: only the recorded predecessor moves.
     let (key, t) = f.session("s62-previous").await;
-    let sql = format!(
-        "UPDATE host_sessions SET previous_session_id = 's-0' WHERE session_key = '{}'",
-        key.as_str()
-    );
-    let store = f.store.clone();
-    h.on_prepare(move || {
-        Box::pin(async move {
-            store.connection().execute_unprepared(&sql).await.unwrap();
-        })
+    let predecessor = f.edit_entry(&key, |entry| {
+        entry.previous_session_id = Some(sid("s-0"));
     });
+    h.on_prepare(move || predecessor());
     let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -521,12 +726,6 @@ async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present(db: Db) {
 }
 
 async fn lifecycle_scenario_64_rollback_order_and_aggregation(db: Db) {
-    let fail_before_commit = || {
-        TransactionHooks::new().after_mutations(|_tx| {
-            Box::pin(async { Err(Error::other("injected failure before COMMIT")) })
-        })
-    };
-
     // Both commits ran, the transaction fails before COMMIT: rollbacks B then A.
     let Some(f) = Fixture::on(db).await else {
         return;
@@ -536,7 +735,7 @@ async fn lifecycle_scenario_64_rollback_order_and_aggregation(db: Db) {
     let (key, _) = f.session("s64").await;
     let err = f
         .hosts()
-        .with_hooks(fail_before_commit())
+        .failing_before_commit("injected failure before COMMIT")
         .delete_sessions(std::slice::from_ref(&key))
         .await
         .unwrap_err();
@@ -560,7 +759,7 @@ async fn lifecycle_scenario_64_rollback_order_and_aggregation(db: Db) {
         .store(true, std::sync::atomic::Ordering::SeqCst);
     let err = f
         .hosts()
-        .with_hooks(fail_before_commit())
+        .failing_before_commit("injected failure before COMMIT")
         .delete_sessions(std::slice::from_ref(&key))
         .await
         .unwrap_err();
@@ -583,10 +782,9 @@ async fn lifecycle_scenario_64_rollback_order_and_aggregation(db: Db) {
 
     // The failure happens after COMMIT (publication): nothing is rolled back.
     f.log.lock().unwrap().clear();
-    let hooks = TransactionHooks::new().after_commit(|| Err(Error::other("publication failed")));
     let err = f
         .hosts()
-        .with_hooks(hooks)
+        .with_failures(None, Some("publication failed"))
         .delete_sessions(std::slice::from_ref(&key))
         .await
         .unwrap_err();
@@ -717,8 +915,12 @@ async fn deletion_sorts_targets_filters_owners_and_notifies_after_commit(db: Db)
     let (a, _) = f.session("del-a").await;
     let (b, _) = f.session("del-b").await;
     // Only `codex` drives both sessions.
-    f.sql("UPDATE host_sessions SET agent_harness_id = 'codex'")
+    for key in [&a, &b] {
+        f.edit_entry(key, |entry| {
+            entry.agent_harness_id = Some(tether_core::HarnessId::new("codex").unwrap());
+        })()
         .await;
+    }
     let deleted = f
         .hosts()
         .delete_sessions(&[b.clone(), a.clone(), b.clone()])
@@ -743,10 +945,7 @@ async fn deletion_sorts_targets_filters_owners_and_notifies_after_commit(db: Db)
     assert!(codex.finalized());
     assert!(f.entry(&a).await.is_none() && f.entry(&b).await.is_none());
     assert!(f.binding(&a).await.is_none() && f.binding(&b).await.is_none());
-    assert!(
-        f.store.active_path(&a).await.unwrap().is_empty(),
-        "transcript deleted"
-    );
+    assert!(f.active_path(&a).await.is_empty(), "transcript deleted");
     let resets = log.iter().filter(|e| e.starts_with("reset:")).count();
     assert_eq!(
         resets, 4,
@@ -786,8 +985,6 @@ impl tether_core::InitializationHandle for TestInitialization {
 /// `docs/deletion-and-reset.md`, steps 1 and 3: a deletion that rolls back an initialization
 /// hands the handle to the harnesses, and the owners' authority ends with the handle's.
 async fn deletion_rolling_back_an_initialization_follows_its_handle(db: Db) {
-    use tether_storage::deletion::DeletionRequest;
-
     let Some(f) = Fixture::on(db).await else {
         return;
     };
@@ -861,11 +1058,8 @@ async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_comm
     // Rolled back before COMMIT.
     f.log.lock().unwrap().clear();
     let (key, _) = f.session("settle-rolled-back").await;
-    let hooks = TransactionHooks::new().after_mutations(|_tx| {
-        Box::pin(async { Err(Error::other("injected failure before COMMIT")) })
-    });
     f.hosts()
-        .with_hooks(hooks)
+        .failing_before_commit("injected failure before COMMIT")
         .delete_sessions(std::slice::from_ref(&key))
         .await
         .unwrap_err();
@@ -877,22 +1071,43 @@ async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_comm
 
     // COMMIT fails: outcome unknown, nothing rolled back.
     f.log.lock().unwrap().clear();
-    f.sql(
-        "CREATE TABLE commit_guard (k TEXT REFERENCES host_sessions (session_key) DEFERRABLE INITIALLY DEFERRED)",
-    )
-    .await;
     let (key, _) = f.session("settle-unknown").await;
-    let hooks = TransactionHooks::new().after_mutations(|tx| {
-        Box::pin(async move {
-            tx.execute_unprepared("INSERT INTO commit_guard (k) VALUES ('no-such-session')")
-                .await
-                .map(|_| ())
-                .map_err(|e| Error::other(e.to_string()))
-        })
-    });
-    let err = f
-        .hosts()
-        .with_hooks(hooks)
+    let hosts = match f.memory_store() {
+        // SQL: a deferred foreign-key violation that the database reports only at COMMIT.
+        None => {
+            f.sql(
+                "CREATE TABLE commit_guard (k TEXT REFERENCES host_sessions (session_key) DEFERRABLE INITIALLY DEFERRED)",
+            )
+            .await;
+            f.hosts()
+                .with_sql_hooks(TransactionHooks::new().after_mutations(
+                    |tx: &SqlHostTransaction| {
+                        Box::pin(async move {
+                            tx.execute(
+                                "INSERT INTO commit_guard (k) VALUES ('no-such-session')",
+                                vec![],
+                            )
+                            .await
+                            .map(|_| ())
+                        })
+                    },
+                ))
+        }
+        // Memory: the binding row the transaction read changes beside it, so its COMMIT
+        // refuses.
+        Some(store) => {
+            let (store, ns) = (store.clone(), f.ns.clone());
+            let bkey = binding_key(&AgentId::new("main").unwrap(), &key);
+            f.hosts()
+                .with_memory_hooks(TransactionHooks::new().after_mutations(move |_| {
+                    let mut row = store.raw_row(&ns, &bkey).expect("the binding row");
+                    row.revision = tether_core::Revision::new(row.revision.get() + 1_000);
+                    store.put_raw(&ns, &bkey, row).unwrap();
+                    Box::pin(async { Ok(()) })
+                }))
+        }
+    };
+    let err = hosts
         .delete_sessions(std::slice::from_ref(&key))
         .await
         .unwrap_err();
@@ -907,7 +1122,7 @@ async fn host_transaction_settles_mutations_and_never_rolls_back_an_unknown_comm
     );
 }
 
-on_both_backends!(
+on_every_backend!(
     lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context,
     lifecycle_scenario_58_cut_transaction_failure_restores_native_context,
     lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context,

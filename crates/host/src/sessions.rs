@@ -12,53 +12,81 @@
 //! 3. **nested preparation**: each (owner, target) pair's hook is called with a continuation that
 //!    prepares the next pair, so every harness holds its lease across the whole host
 //!    transaction; the innermost continuation runs the host transaction;
-//! 4. **commit edge** inside the SQL transaction: the session row's `session_id`,
-//!    `lifecycle_revision` (and for a context reset `previous_session_id`) must equal the
-//!    target's; each prepared mutation is pushed onto the rollback list **before** its `commit`
-//!    runs (through a [`SqlRowTransaction`], so binding rows in the
-//!    same database change atomically with the session row); then the session row changes;
-//! 5. **failure before COMMIT**: the SQL transaction rolls back, then the pushed mutations roll
+//! 4. **commit edge** inside one [`HostTransaction`] of the backend: the session row's
+//!    `session_id`, `lifecycle_revision` (and for a context reset `previous_session_id`) must
+//!    equal the target's; each prepared mutation is pushed onto the rollback list **before**
+//!    its `commit` runs (through [`HostTransaction::row_tx`], so binding rows in the same store
+//!    change atomically with the session row); then the host's own writes and, when asked, the
+//!    removal of unowned binding rows; then the session row changes;
+//! 5. **failure before COMMIT**: the transaction rolls back, then the pushed mutations roll
 //!    back in reverse order; rollback failures are aggregated into [`Error::RollbackFailed`].
 //!    **Nothing is rolled back after COMMIT**;
 //! 6. after a deletion every registered harness gets a `reset(reason: Deleted)` notification
-//!    (it owns nothing; failures are logged).
+//!    through the SDK's reset fan-out (concurrent; it owns nothing; a failure is logged once
+//!    per harness per process).
+//!
+//! Owner authority is the SDK's [`HarnessOwnerAuthority`] (closed when the operation ends,
+//! lost when the registry changes or the registration is replaced), plus the operation's own
+//! conditions: every rolled-back initialization still current, no competing work.
+//!
+//! The coordinator is generic over the [`HostBackend`] port, so the same code runs on SQLite,
+//! PostgreSQL and the memory store.
 
-mod host_writes;
-mod work;
-
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use sea_orm::DatabaseTransaction;
 use tether_core::{
-    AgentHarness, AssertCurrent, BindingKey, BoxFuture, Error, HostSessionEntry,
+    AgentHarness, AssertCurrent, BindingKey, BoxFuture, Error, HarnessRegistry, HostSessionEntry,
     InitializationHandle, MutationRun, ResetParams, ResetReason, RowTransaction,
     SessionContextResetParams, SessionDeletionParams, SessionId, SessionKey, SessionMutation,
     SettlementOutcome, TranscriptAnchor,
 };
+use tether_harness_sdk::reset::{HarnessOwnerAuthority, reset_registered_harness_sessions};
+use tether_storage::{Cut, CutStatus, HostBackend, HostTransaction, NewHostSession, Store};
 
-pub use self::host_writes::HostTransaction;
-use self::host_writes::HostWrites;
-pub use self::work::{ActiveRuns, WorkTracker};
-use crate::sql::{End, SqlRowTransaction, Store};
-use crate::transcript::{Cut, CutStatus, NewHostSession};
-pub use tether_core::HarnessRegistry;
+use crate::work::WorkTracker;
 
-type AfterMutations =
-    Arc<dyn for<'a> Fn(&'a DatabaseTransaction) -> BoxFuture<'a, Result<(), Error>> + Send + Sync>;
+/// The host's own writes of one deletion: called once, inside the transaction, after the
+/// harnesses committed and before the session rows are removed, with the sessions being
+/// deleted.
+type HostWrites<T> = Arc<
+    dyn for<'a> Fn(&'a T, &'a [HostSessionEntry]) -> BoxFuture<'a, Result<(), Error>> + Send + Sync,
+>;
+type AfterMutations<T> =
+    Arc<dyn for<'a> Fn(&'a T) -> BoxFuture<'a, Result<(), Error>> + Send + Sync>;
 type AfterCommit = Arc<dyn Fn() -> Result<(), Error> + Send + Sync>;
 
 /// Fault injection into the host transaction, for tests and chaos drills (installed with
 /// `HostSessions::with_hooks`, feature `test-support`). A host's own writes go through
-/// [`HostSessions::delete_sessions_with`] instead.
-#[derive(Clone, Default)]
-pub struct TransactionHooks {
-    after_mutations: Option<AfterMutations>,
+/// [`HostSessions::delete_sessions_with`] instead; an operator's removal of unowned binding
+/// rows through [`DeletionRequest::removing_unowned_bindings`].
+#[cfg_attr(not(feature = "test-support"), allow(unreachable_pub))]
+pub struct TransactionHooks<T = tether_storage::SqlHostTransaction> {
+    after_mutations: Option<AfterMutations<T>>,
     after_commit: Option<AfterCommit>,
 }
 
-impl std::fmt::Debug for TransactionHooks {
+impl<T> Clone for TransactionHooks<T> {
+    fn clone(&self) -> Self {
+        Self {
+            after_mutations: self.after_mutations.clone(),
+            after_commit: self.after_commit.clone(),
+        }
+    }
+}
+
+impl<T> Default for TransactionHooks<T> {
+    fn default() -> Self {
+        Self {
+            after_mutations: None,
+            after_commit: None,
+        }
+    }
+}
+
+impl<T> std::fmt::Debug for TransactionHooks<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TransactionHooks")
             .field("after_mutations", &self.after_mutations.is_some())
@@ -67,8 +95,8 @@ impl std::fmt::Debug for TransactionHooks {
     }
 }
 
-#[cfg_attr(not(feature = "test-support"), allow(dead_code))]
-impl TransactionHooks {
+#[cfg_attr(not(feature = "test-support"), allow(dead_code, unreachable_pub))]
+impl<T> TransactionHooks<T> {
     /// No hooks.
     pub fn new() -> Self {
         Self::default()
@@ -79,13 +107,24 @@ impl TransactionHooks {
     #[must_use]
     pub fn after_mutations(
         mut self,
-        f: impl for<'a> Fn(&'a DatabaseTransaction) -> BoxFuture<'a, Result<(), Error>>
-        + Send
-        + Sync
-        + 'static,
+        f: impl for<'a> Fn(&'a T) -> BoxFuture<'a, Result<(), Error>> + Send + Sync + 'static,
     ) -> Self {
         self.after_mutations = Some(Arc::new(f));
         self
+    }
+
+    /// Hooks that inject the commit-edge and after-commit faults armed on a
+    /// `FaultInjectingStore` (`faults` from its `host_transaction_faults`).
+    #[cfg(feature = "test-support")]
+    #[must_use]
+    pub fn injecting(faults: tether_storage::fault_injection::HostTransactionFaults) -> Self {
+        let after = faults.clone();
+        Self::new()
+            .after_mutations(move |_| {
+                let fired = faults.commit_edge();
+                Box::pin(async move { fired })
+            })
+            .after_commit(move || after.after_commit())
     }
 
     /// Runs right after COMMIT (the publication step). An error is returned to the caller but
@@ -100,7 +139,7 @@ impl TransactionHooks {
     }
 }
 
-/// One session to delete, optionally undoing a failed session initialization.
+/// One session to delete, with its options.
 #[derive(Clone)]
 pub struct DeletionRequest {
     /// The session to delete.
@@ -109,6 +148,10 @@ pub struct DeletionRequest {
     /// [`SessionDeletionParams::initialization`], and every owner's authority also requires
     /// [`InitializationHandle::assert_rollback_current`] to pass.
     pub initialization: Option<Arc<dyn InitializationHandle>>,
+    /// Also remove, in the same transaction, the session's binding rows that no registered
+    /// harness owns (an operator's deletion: rows left by a harness that is not running in
+    /// this process). Refused, changing nothing, while one of them holds a live lease.
+    pub unowned_bindings: bool,
 }
 
 impl std::fmt::Debug for DeletionRequest {
@@ -116,6 +159,7 @@ impl std::fmt::Debug for DeletionRequest {
         f.debug_struct("DeletionRequest")
             .field("session_key", &self.session_key)
             .field("initialization", &self.initialization)
+            .field("unowned_bindings", &self.unowned_bindings)
             .finish()
     }
 }
@@ -126,6 +170,7 @@ impl DeletionRequest {
         Self {
             session_key,
             initialization: None,
+            unowned_bindings: false,
         }
     }
 
@@ -133,6 +178,14 @@ impl DeletionRequest {
     #[must_use]
     pub fn with_initialization(mut self, initialization: Arc<dyn InitializationHandle>) -> Self {
         self.initialization = Some(initialization);
+        self
+    }
+
+    /// Also removes the session's binding rows no harness owns (see
+    /// [`unowned_bindings`](Self::unowned_bindings)).
+    #[must_use]
+    pub fn removing_unowned_bindings(mut self) -> Self {
+        self.unowned_bindings = true;
         self
     }
 }
@@ -151,15 +204,18 @@ impl Operation {
         matches!(self, Self::Delete)
     }
 
-    fn owner_changed(&self, owner: &str) -> Error {
-        let what = if self.is_delete() {
-            "deletion"
+    fn owner_changed_text(&self) -> &'static str {
+        if self.is_delete() {
+            "Session deletion harness owner changed: {harness_id}"
         } else {
-            "mutation"
-        };
+            "Session mutation harness owner changed: {harness_id}"
+        }
+    }
+
+    fn owner_changed(&self, owner: &str) -> Error {
         Error::OwnerChanged {
             owner: owner.to_owned(),
-            message: format!("Session {what} harness owner changed: {owner}"),
+            message: self.owner_changed_text().replace("{harness_id}", owner),
         }
     }
 
@@ -217,8 +273,10 @@ impl SessionMutation for GuardedMutation {
     }
 }
 
+/// One harness taking part in an operation: the SDK's owner authority over its registration,
+/// plus the operation's own conditions (initializations still current, no competing work).
 struct Owner {
-    harness: Arc<dyn AgentHarness>,
+    authority: HarnessOwnerAuthority,
     assert_current: AssertCurrent,
 }
 
@@ -227,30 +285,34 @@ struct Prepared {
     mutation: Arc<dyn SessionMutation>,
 }
 
-struct OpContext {
+struct OpContext<T> {
     op: Operation,
     targets: Vec<HostSessionEntry>,
     initializations: Initializations,
+    /// Per target: also remove the binding rows no harness owns.
+    unowned_bindings: Vec<bool>,
     owners: Vec<Owner>,
     /// (owner index, target index), targets outermost in key order.
     pairs: Vec<(usize, usize)>,
     prepared: Mutex<Vec<Prepared>>,
     host_ran: AtomicBool,
     host_error: Mutex<Option<Error>>,
-    closed: Arc<AtomicBool>,
-    host_writes: Option<HostWrites>,
+    host_writes: Option<HostWrites<T>>,
 }
 
 /// Host session operations that involve the registered harnesses: deletion and context reset
-/// (rewind, branch switch), plus fork (which never touches native context).
-pub struct HostSessions {
-    store: Store,
+/// (rewind, branch switch), plus fork (which never touches native context) — one coordinator
+/// over any store implementing the [`HostBackend`] port (the SQL [`Store`] by default, or
+/// `MemoryStore`).
+pub struct HostSessions<B: HostBackend = Store> {
+    store: B,
     registry: Arc<HarnessRegistry>,
     work: Arc<dyn WorkTracker>,
-    hooks: TransactionHooks,
+    hooks: TransactionHooks<B::Transaction>,
+    _backend: PhantomData<fn() -> B>,
 }
 
-impl std::fmt::Debug for HostSessions {
+impl<B: HostBackend> std::fmt::Debug for HostSessions<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HostSessions")
             .field("store", &self.store)
@@ -261,27 +323,29 @@ impl std::fmt::Debug for HostSessions {
     }
 }
 
-impl HostSessions {
-    /// Operations over `store`'s host sessions with owners from `registry`.
-    pub fn new(store: Store, registry: Arc<HarnessRegistry>, work: Arc<dyn WorkTracker>) -> Self {
+impl<B: HostBackend> HostSessions<B> {
+    /// Operations over `store`'s host sessions with owners from `registry`; `work` tells
+    /// whether runs are in flight for a session (an operation waits for none and refuses).
+    pub fn new(store: B, registry: Arc<HarnessRegistry>, work: Arc<dyn WorkTracker>) -> Self {
         Self {
             store,
             registry,
             work,
             hooks: TransactionHooks::default(),
+            _backend: PhantomData,
         }
     }
 
     /// Installs fault-injection hooks (feature `test-support`).
     #[cfg(feature = "test-support")]
     #[must_use]
-    pub fn with_hooks(mut self, hooks: TransactionHooks) -> Self {
+    pub fn with_hooks(mut self, hooks: TransactionHooks<B::Transaction>) -> Self {
         self.hooks = hooks;
         self
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &B {
         &self.store
     }
 
@@ -301,18 +365,19 @@ impl HostSessions {
     pub async fn delete_sessions(&self, keys: &[SessionKey]) -> Result<Vec<SessionKey>, Error> {
         let requests: Vec<DeletionRequest> =
             keys.iter().cloned().map(DeletionRequest::new).collect();
-        self.delete_requests(&requests).await
+        self.delete(&requests, None).await
     }
 
     /// Like [`delete_sessions`](Self::delete_sessions), with the host's own writes in the same
-    /// SQL transaction: `host_writes` runs once, after every harness committed its prepared
-    /// mutation and before the session rows are removed, with a [`HostTransaction`] and the
-    /// sessions being deleted. If it fails, nothing commits: the SQL transaction rolls back and
-    /// the harness mutations roll back newest first. It is not called when none of `keys`
-    /// exists.
+    /// transaction: `host_writes` runs once, after every harness committed its prepared
+    /// mutation and before the session rows are removed, with the backend's transaction (on
+    /// the SQL store a [`SqlHostTransaction`](tether_storage::SqlHostTransaction), which runs
+    /// the host's statements) and the sessions being deleted. If it fails, nothing commits:
+    /// the transaction rolls back and the harness mutations roll back newest first. It is not
+    /// called when none of `keys` exists.
     ///
     /// ```no_run
-    /// # async fn demo(hosts: tether_storage::HostSessions, key: tether_core::SessionKey) -> Result<(), tether_core::Error> {
+    /// # async fn demo(hosts: tether_host::HostSessions, key: tether_core::SessionKey) -> Result<(), tether_core::Error> {
     /// hosts
     ///     .delete_sessions_with(&[key], |tx, deleted| {
     ///         Box::pin(async move {
@@ -337,7 +402,7 @@ impl HostSessions {
     ) -> Result<Vec<SessionKey>, Error>
     where
         F: for<'a> Fn(
-                HostTransaction<'a>,
+                &'a B::Transaction,
                 &'a [HostSessionEntry],
             ) -> BoxFuture<'a, Result<(), Error>>
             + Send
@@ -350,7 +415,8 @@ impl HostSessions {
     }
 
     /// Like [`delete_sessions`](Self::delete_sessions), with per-session options (the
-    /// initialization a deletion rolls back). For a key requested twice the first request wins.
+    /// initialization a deletion rolls back, the removal of unowned binding rows). For a key
+    /// requested twice the first request wins.
     #[tracing::instrument(level = "info", skip(self, requests), fields(count = requests.len()))]
     pub async fn delete_requests(
         &self,
@@ -362,17 +428,19 @@ impl HostSessions {
     async fn delete(
         &self,
         requests: &[DeletionRequest],
-        host_writes: Option<HostWrites>,
+        host_writes: Option<HostWrites<B::Transaction>>,
     ) -> Result<Vec<SessionKey>, Error> {
         let mut requests: Vec<DeletionRequest> = requests.to_vec();
         requests.sort_by(|a, b| a.session_key.cmp(&b.session_key));
         requests.dedup_by(|later, first| later.session_key == first.session_key);
         let mut targets = Vec::new();
         let mut initializations = Vec::new();
+        let mut unowned = Vec::new();
         for request in &requests {
-            if let Some(entry) = self.store.session(&request.session_key).await? {
+            if let Some(entry) = self.store.host_session(&request.session_key).await? {
                 targets.push(entry);
                 initializations.push(request.initialization.clone());
+                unowned.push(request.unowned_bindings);
             }
         }
         if targets.is_empty() {
@@ -382,6 +450,7 @@ impl HostSessions {
             Operation::Delete,
             targets.clone(),
             initializations,
+            unowned,
             host_writes,
         )
         .await?;
@@ -393,6 +462,7 @@ impl HostSessions {
 
     /// Deletes a session outside a prepared deletion: refused while any registered harness
     /// implements the deletion hook (its native binding would be abandoned).
+    #[tracing::instrument(level = "info", skip(self))]
     pub async fn delete_without_harnesses(&self, key: &SessionKey) -> Result<bool, Error> {
         let (_, harnesses) = self.registry.snapshot();
         if harnesses.iter().any(|h| h.session_deletion().is_some()) {
@@ -400,16 +470,21 @@ impl HostSessions {
                 message: format!("Session deletion requires prepared harness ownership: {key}"),
             });
         }
-        let Some(entry) = self.store.session(key).await? else {
+        let Some(entry) = self.store.host_session(key).await? else {
             return Ok(false);
         };
-        let tx = self.store.begin_write().await?;
-        let result = self
-            .store
-            .delete_session_in(&tx, &entry)
-            .await
-            .map(|deleted| (deleted, End::Commit));
-        self.store.finish(tx, result).await
+        let tx = self.store.begin_host().await?;
+        match tx.delete_session(&entry).await {
+            Ok(true) => tx.commit().await.map(|()| true),
+            Ok(false) => {
+                rollback_quietly(tx).await;
+                Ok(false)
+            }
+            Err(err) => {
+                rollback_quietly(tx).await;
+                Err(err)
+            }
+        }
     }
 
     /// Rewinds the session to just before the user message `to`, invalidating native context
@@ -439,13 +514,14 @@ impl HostSessions {
 
     /// Forks at a user message into a new session. The source and its native context are not
     /// touched.
+    #[tracing::instrument(level = "info", skip(self, new), fields(new = %new.session_key))]
     pub async fn fork(
         &self,
         source: &SessionKey,
         at: &TranscriptAnchor,
         new: NewHostSession,
     ) -> Result<CutStatus, Error> {
-        self.store.fork_session(source, at, new).await
+        self.store.fork_host_session(source, at, new).await
     }
 
     async fn context_reset(
@@ -454,24 +530,71 @@ impl HostSessions {
         cut: Cut,
         next: SessionId,
     ) -> Result<CutStatus, Error> {
-        let db = self.store.connection();
-        let Some(session) = self.store.session_row(db, key).await? else {
-            return Ok(CutStatus::MissingEntry);
+        let entry = match self.store.check_host_cut(key, &cut).await? {
+            Ok(entry) => entry,
+            Err(status) => return Ok(status),
         };
-        if let Err(status) = self.store.plan_cut_in(db, &session, &cut).await? {
-            return Ok(status);
-        }
-        if let Some(upstream) = self.store.upstream_link(key).await? {
+        if let Some(upstream) = self.store.host_upstream_link(key).await? {
             return Err(external_harness(key, &upstream));
         }
         self.run(
             Operation::ContextReset { cut, next },
-            vec![session.entry],
+            vec![entry],
             vec![None],
+            vec![false],
             None,
         )
         .await?;
         Ok(CutStatus::Created)
+    }
+
+    /// The owners of an operation: every harness with the operation's hook (a deletion's
+    /// filtered by the entries' `agent_harness_id` when set), each with the SDK's owner
+    /// authority over its registration and the operation's own conditions.
+    fn owners(
+        &self,
+        op: &Operation,
+        targets: &[HostSessionEntry],
+        initializations: &Initializations,
+    ) -> Result<Vec<Owner>, Error> {
+        let (_, harnesses) = self.registry.snapshot();
+        let mut owners = Vec::new();
+        for harness in harnesses {
+            let has_hook = if op.is_delete() {
+                harness.session_deletion().is_some()
+            } else {
+                harness.session_context_reset().is_some()
+            };
+            if !has_hook {
+                continue;
+            }
+            let authority = HarnessOwnerAuthority::capture(&self.registry, &harness, None)?
+                .with_owner_changed_text(op.owner_changed_text());
+            let (check, work, op2, keys, inits) = (
+                authority.clone(),
+                Arc::clone(&self.work),
+                op.clone(),
+                targets.to_vec(),
+                initializations.clone(),
+            );
+            let assert_current: AssertCurrent = Arc::new(move || {
+                check.assert_current()?;
+                for init in inits.iter().flatten() {
+                    init.assert_rollback_current()?;
+                }
+                for t in &keys {
+                    if work.has_competing_work(&t.session_key, &t.session_id) {
+                        return Err(op2.competing(&t.session_key));
+                    }
+                }
+                Ok(())
+            });
+            owners.push(Owner {
+                authority,
+                assert_current,
+            });
+        }
+        Ok(owners)
     }
 
     async fn run(
@@ -479,59 +602,21 @@ impl HostSessions {
         op: Operation,
         targets: Vec<HostSessionEntry>,
         initializations: Initializations,
-        host_writes: Option<HostWrites>,
+        unowned_bindings: Vec<bool>,
+        host_writes: Option<HostWrites<B::Transaction>>,
     ) -> Result<(), Error> {
         self.idle(&op, &targets)?;
-        let (generation, harnesses) = self.registry.snapshot();
-        let closed = Arc::new(AtomicBool::new(false));
-        let owners: Vec<Owner> = harnesses
-            .into_iter()
-            .filter(|h| {
-                if op.is_delete() {
-                    h.session_deletion().is_some()
-                } else {
-                    h.session_context_reset().is_some()
-                }
-            })
-            .map(|harness| {
-                let id = harness.id().to_string();
-                let (closed, registry, work, op2, keys, inits) = (
-                    Arc::clone(&closed),
-                    Arc::clone(&self.registry),
-                    Arc::clone(&self.work),
-                    op.clone(),
-                    targets.clone(),
-                    initializations.clone(),
-                );
-                let assert_current: AssertCurrent = Arc::new(move || {
-                    if closed.load(Ordering::SeqCst) || registry.generation() != generation {
-                        return Err(op2.owner_changed(&id));
-                    }
-                    for init in inits.iter().flatten() {
-                        init.assert_rollback_current()?;
-                    }
-                    for t in &keys {
-                        if work.has_competing_work(&t.session_key, &t.session_id) {
-                            return Err(op2.competing(&t.session_key));
-                        }
-                    }
-                    Ok(())
-                });
-                Owner {
-                    harness,
-                    assert_current,
-                }
-            })
-            .collect();
+        let owners = self.owners(&op, &targets, &initializations)?;
         let mut pairs = Vec::new();
         for (ti, target) in targets.iter().enumerate() {
             for (oi, owner) in owners.iter().enumerate() {
-                let selected = !op.is_delete()
-                    || target
+                let harness = owner.authority.harness();
+                let filtered_out = op.is_delete()
+                    && target
                         .agent_harness_id
                         .as_ref()
-                        .is_none_or(|h| h == owner.harness.id());
-                if selected {
+                        .is_some_and(|wanted| wanted != harness.id());
+                if !filtered_out {
                     pairs.push((oi, ti));
                 }
             }
@@ -540,16 +625,18 @@ impl HostSessions {
             op,
             targets,
             initializations,
+            unowned_bindings,
             owners,
             pairs,
             prepared: Mutex::new(Vec::new()),
             host_ran: AtomicBool::new(false),
             host_error: Mutex::new(None),
-            closed,
             host_writes,
         };
         let chain = self.prepare(&ctx, 0).await;
-        ctx.closed.store(true, Ordering::SeqCst);
+        for owner in &ctx.owners {
+            owner.authority.close();
+        }
         let host_error = ctx
             .host_error
             .lock()
@@ -558,14 +645,18 @@ impl HostSessions {
         match (host_error, chain) {
             (Some(host), _) => Err(host),
             (None, Err(err)) => Err(err),
-            (None, Ok(())) if !ctx.host_ran.load(Ordering::SeqCst) => Err(Error::other(
-                "a harness returned from its deletion hook without running the host operation; nothing was changed",
-            )),
+            (None, Ok(())) if !ctx.host_ran.load(Ordering::SeqCst) => Err(Error::MutationBlocked {
+                message: "a harness returned from its deletion hook without running the host operation; nothing was changed".into(),
+            }),
             (None, Ok(())) => Ok(()),
         }
     }
 
-    fn prepare<'a>(&'a self, ctx: &'a OpContext, idx: usize) -> BoxFuture<'a, Result<(), Error>> {
+    fn prepare<'a>(
+        &'a self,
+        ctx: &'a OpContext<B::Transaction>,
+        idx: usize,
+    ) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(async move {
             let Some(&(oi, ti)) = ctx.pairs.get(idx) else {
                 ctx.host_ran.store(true, Ordering::SeqCst);
@@ -594,11 +685,11 @@ impl HostSessions {
                     self.prepare(ctx, idx + 1).await
                 })
             });
-            let id = owner.harness.id().to_string();
+            let harness: &Arc<dyn AgentHarness> = owner.authority.harness();
+            let id = harness.id().to_string();
             match &ctx.op {
                 Operation::Delete => {
-                    let hook = owner
-                        .harness
+                    let hook = harness
                         .session_deletion()
                         .ok_or_else(|| ctx.op.owner_changed(&id))?;
                     let params = SessionDeletionParams {
@@ -612,8 +703,7 @@ impl HostSessions {
                     hook.with_session_deletion(params, run).await
                 }
                 Operation::ContextReset { .. } => {
-                    let hook = owner
-                        .harness
+                    let hook = harness
                         .session_context_reset()
                         .ok_or_else(|| ctx.op.owner_changed(&id))?;
                     let params = SessionContextResetParams {
@@ -630,18 +720,16 @@ impl HostSessions {
         })
     }
 
-    async fn host_transaction(&self, ctx: &OpContext) -> Result<(), Error> {
-        let tx = self.store.begin_write().await?;
+    async fn host_transaction(&self, ctx: &OpContext<B::Transaction>) -> Result<(), Error> {
+        let tx = self.store.begin_host().await?;
         let mut pushed: Vec<Arc<dyn SessionMutation>> = Vec::new();
         if let Err(original) = self.commit_edge(ctx, &tx, &mut pushed).await {
-            // Failed before COMMIT: the SQL rollback restores the rows deleted through the
+            // Failed before COMMIT: the rollback restores the rows deleted through the
             // transaction; the harnesses undo what they hold elsewhere, newest first.
-            if let Err(rollback) = tx.rollback().await {
-                tracing::warn!(error = %rollback, "host transaction rollback failed");
-            }
+            rollback_quietly(tx).await;
             return Err(Self::roll_back(&pushed, original).await);
         }
-        if let Err(err) = self.store.commit(tx).await {
+        if let Err(err) = tx.commit().await {
             // The COMMIT itself failed: whether it happened cannot be known, so nothing is
             // rolled back (that could resurrect committed deletions); every owner blocks its key.
             // The error names the first target's physical binding key; the message names all.
@@ -709,38 +797,38 @@ impl HostSessions {
         }
     }
 
-    async fn commit_edge(
-        &self,
-        ctx: &OpContext,
-        tx: &DatabaseTransaction,
-        pushed: &mut Vec<Arc<dyn SessionMutation>>,
+    async fn check_links(
+        ctx: &OpContext<B::Transaction>,
+        tx: &B::Transaction,
     ) -> Result<(), Error> {
-        let mut rows = Vec::with_capacity(ctx.targets.len());
-        for target in &ctx.targets {
-            let row = self
-                .store
-                .session_row(tx, &target.session_key)
-                .await?
-                .filter(|row| {
-                    row.entry.session_id == target.session_id
-                        && row.entry.lifecycle_revision == target.lifecycle_revision
-                        && (ctx.op.is_delete()
-                            || row.entry.previous_session_id == target.previous_session_id)
-                })
-                .ok_or_else(|| session_changed(&target.session_key, &target.session_id))?;
-            rows.push(row);
-        }
-        let check_links = || async {
-            if !ctx.op.is_delete() {
-                for t in &ctx.targets {
-                    if let Some(upstream) = self.store.upstream_link_in(tx, &t.session_key).await? {
-                        return Err(external_harness(&t.session_key, &upstream));
-                    }
+        if !ctx.op.is_delete() {
+            for t in &ctx.targets {
+                if let Some(upstream) = tx.upstream_link(&t.session_key).await? {
+                    return Err(external_harness(&t.session_key, &upstream));
                 }
             }
-            Ok::<(), Error>(())
-        };
-        check_links().await?;
+        }
+        Ok(())
+    }
+
+    async fn commit_edge(
+        &self,
+        ctx: &OpContext<B::Transaction>,
+        tx: &B::Transaction,
+        pushed: &mut Vec<Arc<dyn SessionMutation>>,
+    ) -> Result<(), Error> {
+        for target in &ctx.targets {
+            tx.session(&target.session_key)
+                .await?
+                .filter(|current| {
+                    current.session_id == target.session_id
+                        && current.lifecycle_revision == target.lifecycle_revision
+                        && (ctx.op.is_delete()
+                            || current.previous_session_id == target.previous_session_id)
+                })
+                .ok_or_else(|| session_changed(&target.session_key, &target.session_id))?;
+        }
+        Self::check_links(ctx, tx).await?;
         self.idle(&ctx.op, &ctx.targets)?;
         let prepared: Vec<(usize, Arc<dyn SessionMutation>)> = ctx
             .prepared
@@ -760,53 +848,52 @@ impl HostSessions {
                 });
             }
         }
-        let row_tx = SqlRowTransaction::new(&self.store, tx);
         for (_, mutation) in prepared {
             pushed.push(Arc::clone(&mutation));
-            mutation.commit(&row_tx).await?;
+            mutation.commit(tx.row_tx()).await?;
+        }
+        for (target, unowned) in ctx.targets.iter().zip(&ctx.unowned_bindings) {
+            if *unowned {
+                tx.delete_unowned_bindings(target).await?;
+            }
         }
         if let Some(writes) = &ctx.host_writes {
-            writes(HostTransaction::new(&self.store, tx), &ctx.targets).await?;
+            writes(tx, &ctx.targets).await?;
         }
         if let Some(after) = &self.hooks.after_mutations {
             after(tx).await?;
         }
-        check_links().await?;
-        for row in rows {
-            let key = &row.entry.session_key;
+        Self::check_links(ctx, tx).await?;
+        for target in &ctx.targets {
             let applied = match &ctx.op {
-                Operation::Delete => self.store.delete_session_in(tx, &row.entry).await?,
-                Operation::ContextReset { cut, next } => {
-                    match self.store.plan_cut_in(tx, &row, cut).await? {
-                        Ok(leaf) => self
-                            .store
-                            .rotate_in(tx, &row.entry, next, leaf)
-                            .await?
-                            .is_some(),
-                        Err(_) => false,
-                    }
-                }
+                Operation::Delete => tx.delete_session(target).await?,
+                Operation::ContextReset { cut, next } => tx.apply_cut(target, cut, next).await?,
             };
             if !applied {
-                return Err(session_changed(key, &row.entry.session_id));
+                return Err(session_changed(&target.session_key, &target.session_id));
             }
         }
         Ok(())
     }
 
+    /// After a deletion every registered harness is told (`reset` with reason `Deleted`): the
+    /// SDK's fan-out, concurrent, failures logged once per harness per process.
     async fn notify_deleted(&self, target: &HostSessionEntry) {
-        let (_, harnesses) = self.registry.snapshot();
-        for harness in harnesses {
-            let params = ResetParams {
-                agent_id: target.agent_id.clone(),
-                session_id: target.session_id.clone(),
-                session_key: Some(target.session_key.clone()),
-                reason: ResetReason::Deleted,
-                lifecycle_revision: Some(target.lifecycle_revision),
-            };
-            if let Err(err) = harness.reset(params).await {
-                tracing::warn!(harness = %harness.id(), session = %target.session_key, error = %err, "post-delete reset notification failed");
-            }
-        }
+        let params = ResetParams {
+            agent_id: target.agent_id.clone(),
+            session_id: target.session_id.clone(),
+            session_key: Some(target.session_key.clone()),
+            reason: ResetReason::Deleted,
+            lifecycle_revision: Some(target.lifecycle_revision),
+        };
+        reset_registered_harness_sessions(&[&self.registry], &params).await;
+    }
+}
+
+/// Rolls back a transaction whose failure is already being reported; a rollback failure is
+/// logged, never returned in place of the original error.
+async fn rollback_quietly<T: HostTransaction>(tx: T) {
+    if let Err(err) = tx.rollback().await {
+        tracing::warn!(error = %err, "host transaction rollback failed");
     }
 }
