@@ -18,6 +18,7 @@ mod chaos;
 mod codex;
 mod faults;
 mod forwarder;
+mod public_api;
 mod ui_check;
 
 /// One `cargo xtask` task: its name, its arguments, what it does, and how it runs.
@@ -56,7 +57,7 @@ static TASKS: &[Task] = &[
     Task {
         name: "ci",
         args: "",
-        about: "fmt --check, clippy -D warnings, the OpenAPI snapshot, all tests, chaos on SQLite \
+        about: "fmt --check, clippy -D warnings, the OpenAPI and public API snapshots, all tests, chaos on SQLite \
                 and PostgreSQL, faults --quick, docs -D warnings, the architecture check, each \
                 storage backend built alone",
         run: |_| ci().map_or_else(Outcome::Failed, Outcome::Ci),
@@ -79,6 +80,13 @@ static TASKS: &[Task] = &[
         args: "[--check]",
         about: "write crates/admin-http/openapi.json; `--check` compares instead",
         run: |args| openapi(args.first().map(String::as_str)).into(),
+    },
+    Task {
+        name: "public-api",
+        args: "[--check]",
+        about: "write each library crate's public surface to crates/<crate>/public-api.txt; \
+                `--check` compares instead",
+        run: |args| public_api::public_api(args).into(),
     },
     Task {
         name: "chaos",
@@ -226,6 +234,8 @@ fn ci() -> Result<Summary, String> {
     )?;
     say("==> openapi snapshot");
     openapi(Some("--check"))?;
+    say("==> public API snapshot");
+    public_api::public_api(&["--check".to_owned()])?;
     let summary = test()?;
     chaos::ci()?;
     say("==> faults --quick");
