@@ -10,35 +10,35 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tether_core::{AgentId, BindingKey, HarnessId, Namespace};
 use tether_storage::{SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url};
 
-use crate::actions::CLI_ACTOR;
-use crate::config::ServeConfig;
-use crate::database::open_database;
-use crate::dto::{BindingBody, QuarantineBody, SessionSummary};
-use crate::error::ApiError;
-use crate::params::{MAX_PAGE_SIZE, decode_cursor, encode_cursor};
-use crate::routes::sessions::{load_session, session_detail};
+use tether_admin_http::actions::CLI_ACTOR;
+use tether_admin_http::config::ServeConfig;
+use tether_admin_http::database::open_database;
+use tether_admin_http::dto::{BindingBody, QuarantineBody, SessionSummary};
+use tether_admin_http::error::ApiError;
+use tether_admin_http::params::{MAX_PAGE_SIZE, decode_cursor, encode_cursor};
+use tether_admin_http::routes::sessions::{load_session, session_detail};
 
 /// A failed command: what to tell the operator and the exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandError {
+pub(crate) struct CommandError {
     /// The message (says what to do).
-    pub message: String,
+    pub(crate) message: String,
     /// The exit code.
-    pub code: u8,
+    pub(crate) code: u8,
 }
 
 /// Exit code: generic failure (bad input, database error).
-pub const EXIT_FAILURE: u8 = 1;
+pub(crate) const EXIT_FAILURE: u8 = 1;
 /// Exit code: the session, binding or key does not exist.
-pub const EXIT_NOT_FOUND: u8 = 3;
+pub(crate) const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: a live lease or a concurrent change blocks the action.
-pub const EXIT_CONFLICT: u8 = 4;
+pub(crate) const EXIT_CONFLICT: u8 = 4;
 /// Exit code: the database is unreachable.
-pub const EXIT_UNAVAILABLE: u8 = 5;
+pub(crate) const EXIT_UNAVAILABLE: u8 = 5;
 
 impl CommandError {
     /// A generic failure.
-    pub fn failure(message: impl Into<String>) -> Self {
+    pub(crate) fn failure(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: EXIT_FAILURE,
@@ -46,7 +46,7 @@ impl CommandError {
     }
 
     /// The process exit code.
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)
     }
 }
@@ -102,14 +102,14 @@ fn spinner(message: &str) -> ProgressBar {
 }
 
 /// Exit code: a bad configuration or usage (blank token, unsupported URL, no database there).
-pub const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code: the database cannot be used as it is (read-only, corrupt, not a database):
 /// retrying does not help until an operator fixes it.
-pub const EXIT_UNUSABLE: u8 = 6;
+pub(crate) const EXIT_UNUSABLE: u8 = 6;
 
 /// How a command opens its database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Open {
+pub(crate) enum Open {
     /// Create the database (SQLite file and folder) when missing, and migrate it: `migrate`,
     /// `demo`.
     CreateAndMigrate,
@@ -146,12 +146,12 @@ fn open_error(err: tether_core::Error) -> CommandError {
 }
 
 /// Opens the database behind a spinner: created and migrated, or existing only (see [`Open`]).
-pub async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandError> {
+pub(crate) async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandError> {
     let shown = redact_url(database_url);
     let config = ServeConfig::new(
         database_url,
-        crate::DEFAULT_BIND,
-        &crate::auth::Tokens::default(),
+        tether_admin_http::DEFAULT_BIND,
+        &tether_admin_http::auth::Tokens::default(),
     )
     .map_err(|e| CommandError {
         message: e.to_string(),
@@ -175,7 +175,7 @@ pub async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandE
 }
 
 /// `tether migrate`: creates or upgrades the schema.
-pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
+pub(crate) async fn migrate(database_url: &str) -> Result<(), CommandError> {
     open_store(database_url, Open::CreateAndMigrate).await?;
     say(&format!(
         "database {} is migrated",
@@ -185,7 +185,7 @@ pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
 }
 
 /// `tether demo`: drives the example harness through the real APIs to populate the database.
-pub async fn demo(database_url: &str) -> Result<(), CommandError> {
+pub(crate) async fn demo(database_url: &str) -> Result<(), CommandError> {
     let store = open_store(database_url, Open::CreateAndMigrate).await?;
     let bar = demo_progress(tether_example_harness::demo::STEPS);
     let summary = tether_example_harness::demo::populate(store, &|step: &str| {
@@ -213,7 +213,7 @@ pub async fn demo(database_url: &str) -> Result<(), CommandError> {
     say(&format!(
         "next: tether serve --database-url {}   (then open http://{}/)",
         redact_url(database_url),
-        crate::DEFAULT_BIND
+        tether_admin_http::DEFAULT_BIND
     ));
     Ok(())
 }
@@ -230,7 +230,7 @@ fn demo_progress(steps: u64) -> ProgressBar {
 /// `tether demo --codex`: drives the real Codex app-server with the scripted model server to
 /// populate the database (see [`crate::codex_demo`]). Fails before touching the database when
 /// no Codex binary is found.
-pub async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
+pub(crate) async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
     let here = std::env::current_dir()
         .map_err(|e| CommandError::failure(format!("no current directory: {e}")))?;
     let codex = crate::codex_demo::find_codex(&here).map_err(|e| CommandError {
@@ -264,28 +264,28 @@ pub async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
     say(&format!(
         "next: tether serve --database-url {}   (then open http://{}/)",
         redact_url(database_url),
-        crate::DEFAULT_BIND
+        tether_admin_http::DEFAULT_BIND
     ));
     Ok(())
 }
 
 /// Filters of `tether sessions list`.
 #[derive(Debug, Clone, Default)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Only this agent.
-    pub agent: Option<String>,
+    pub(crate) agent: Option<String>,
     /// Only this harness.
-    pub harness: Option<String>,
+    pub(crate) harness: Option<String>,
     /// Only sessions with (or without) a live lease.
-    pub has_lease: Option<bool>,
+    pub(crate) has_lease: Option<bool>,
     /// Only sessions with (or without) a quarantined key.
-    pub quarantined: Option<bool>,
+    pub(crate) quarantined: Option<bool>,
     /// Page size.
-    pub limit: usize,
+    pub(crate) limit: usize,
     /// The cursor printed by the previous page.
-    pub cursor: Option<String>,
+    pub(crate) cursor: Option<String>,
     /// Print JSON.
-    pub json: bool,
+    pub(crate) json: bool,
 }
 
 fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
@@ -296,7 +296,7 @@ fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
 }
 
 /// `tether sessions list`.
-pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), CommandError> {
+pub(crate) async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), CommandError> {
     if args.limit == 0 || args.limit > MAX_PAGE_SIZE {
         return Err(bad(
             "--limit",
@@ -334,7 +334,7 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
     let sessions: Vec<SessionSummary> = page.sessions.iter().map(SessionSummary::from).collect();
     let next = page.next.map(|k| encode_cursor(&[k.as_str()]));
     if args.json {
-        return json(&crate::dto::SessionPageBody {
+        return json(&tether_admin_http::dto::SessionPageBody {
             sessions,
             next_cursor: next,
         });
@@ -361,7 +361,7 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
 /// Asks the operator to confirm `what` on the terminal unless `yes`; without a terminal (a
 /// script) the command is refused with exit 2 unless `--yes` is given.
 #[allow(clippy::print_stderr)]
-pub fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
+pub(crate) fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
     use std::io::{BufRead as _, IsTerminal as _, Write as _};
     if yes {
         return Ok(());
@@ -391,7 +391,7 @@ pub fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
 
 /// `tether sessions show KEY`: a human summary, or the whole detail as JSON (sanitized, like
 /// `GET /v1/sessions/{key}`).
-pub async fn sessions_show(
+pub(crate) async fn sessions_show(
     database_url: &str,
     key: &str,
     as_json: bool,
@@ -449,20 +449,21 @@ pub async fn sessions_show(
 
 /// `tether sessions delete KEY --reason WHY` (the transactional deletion path; refused under a
 /// live lease; recorded in the audit trail with actor `cli`).
-pub async fn sessions_delete(
+pub(crate) async fn sessions_delete(
     database_url: &str,
     key: &str,
     reason: &str,
 ) -> Result<(), CommandError> {
-    let why = crate::params::reason(reason)?;
+    let why = tether_admin_http::params::reason(reason)?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
-    let done = crate::actions::delete_session_action(&store, CLI_ACTOR, key, &why).await?;
+    let done =
+        tether_admin_http::actions::delete_session_action(&store, CLI_ACTOR, key, &why).await?;
     say(&done.message);
     Ok(())
 }
 
 /// `tether leases list`.
-pub async fn leases_list(
+pub(crate) async fn leases_list(
     database_url: &str,
     namespace: Option<&str>,
     all: bool,
@@ -507,25 +508,26 @@ pub async fn leases_list(
 }
 
 /// `tether leases expire` (recorded in the audit trail with actor `cli`).
-pub async fn leases_expire(
+pub(crate) async fn leases_expire(
     database_url: &str,
     namespace: &str,
     key: &str,
     reason: &str,
     epoch: Option<u64>,
 ) -> Result<(), CommandError> {
-    let why = crate::params::reason(reason)?;
+    let why = tether_admin_http::params::reason(reason)?;
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
     let done =
-        crate::actions::expire_lease_action(&store, CLI_ACTOR, &ns, &key, epoch, &why).await?;
+        tether_admin_http::actions::expire_lease_action(&store, CLI_ACTOR, &ns, &key, epoch, &why)
+            .await?;
     say(&done.message);
     Ok(())
 }
 
 /// `tether quarantine list`.
-pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), CommandError> {
+pub(crate) async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), CommandError> {
     let store = open_store(database_url, Open::ExistingOnly).await?;
     let keys: Vec<QuarantineBody> = store
         .quarantined_keys(MAX_PAGE_SIZE)
@@ -546,18 +548,19 @@ pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), Co
 }
 
 /// `tether quarantine release` (recorded in the audit trail with actor `cli`).
-pub async fn quarantine_release(
+pub(crate) async fn quarantine_release(
     database_url: &str,
     namespace: &str,
     key: &str,
     reason: &str,
 ) -> Result<(), CommandError> {
-    let why = crate::params::reason(reason)?;
+    let why = tether_admin_http::params::reason(reason)?;
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
     let store = open_store(database_url, Open::ExistingOnly).await?;
     let done =
-        crate::actions::release_quarantine_action(&store, CLI_ACTOR, &ns, &key, &why).await?;
+        tether_admin_http::actions::release_quarantine_action(&store, CLI_ACTOR, &ns, &key, &why)
+            .await?;
     say(&done.message);
     Ok(())
 }

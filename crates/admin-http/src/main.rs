@@ -1,14 +1,18 @@
 //! The `tether` command-line binary. See `tether --help`.
 
+mod chat;
+mod cli;
+mod codex_demo;
+mod commands;
+
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use std::time::Duration;
-use tether_admin_http::commands::{self, CommandError, ListArgs};
-
+use commands::{CommandError, ListArgs};
 use tether_admin_http::auth::Tokens;
-use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLimits, cli};
+use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLimits};
 
 /// Tether: native-session bindings for agent harnesses, and their admin service.
 ///
@@ -304,7 +308,7 @@ fn main() -> ExitCode {
                 model,
                 message,
             } => {
-                tether_admin_http::chat::chat(tether_admin_http::chat::ChatArgs {
+                chat::chat(chat::ChatArgs {
                     database_url: db.database_url,
                     session,
                     message,
