@@ -50,7 +50,7 @@ pub async fn list_audit(
 }
 
 /// One page of the audit trail for `q` (the API's and the dashboard's).
-pub(crate) async fn audit_list(
+pub async fn audit_list(
     store: &tether_storage::Store,
     q: &AuditQuery,
 ) -> Result<AuditPageBody, ApiError> {

@@ -89,7 +89,7 @@ pub async fn list_leases(
 }
 
 /// One page of the binding list for `q` (the API's and the dashboard's).
-pub(crate) async fn binding_page(
+pub async fn binding_page(
     store: &tether_storage::Store,
     q: &LeaseQuery,
 ) -> Result<BindingPageBody, ApiError> {
@@ -212,7 +212,7 @@ pub async fn list_lease_events(
 }
 
 /// One page of the lease history for `q` (the API's and the dashboard's).
-pub(crate) async fn event_page(
+pub async fn event_page(
     store: &tether_storage::Store,
     q: &LeaseEventQuery,
 ) -> Result<LeaseEventPageBody, ApiError> {

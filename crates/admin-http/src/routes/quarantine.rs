@@ -51,7 +51,7 @@ pub async fn list_quarantine(
 }
 
 /// One page of the quarantine list for `q` (the API's and the dashboard's).
-pub(crate) async fn quarantine_list(
+pub async fn quarantine_list(
     store: &tether_storage::Store,
     q: &QuarantineQuery,
 ) -> Result<QuarantinePageBody, ApiError> {

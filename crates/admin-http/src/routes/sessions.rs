@@ -92,10 +92,7 @@ pub async fn list_sessions(
 }
 
 /// One page of the session list for `q` (the API's and the dashboard's).
-pub(crate) async fn session_page(
-    store: &Store,
-    q: &SessionQuery,
-) -> Result<SessionPageBody, ApiError> {
+pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPageBody, ApiError> {
     let limit = page_size(q.limit)?;
     let after = match cursor(q.cursor.as_deref()) {
         Some(token) => {
