@@ -268,3 +268,33 @@ async fn ui_audit_trail_lists_dashboard_actions_by_actor_and_outcome() {
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers["location"], "/signin");
 }
+
+#[tokio::test]
+async fn metrics_export_process_cpu_memory_file_descriptors_and_start_time() {
+    let f = Fixture::new().await;
+    let state = f.state(Default::default());
+    let text = call(&state, "GET", "/metrics", None, None).await.text;
+    let value = |name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(text.contains("# TYPE process_cpu_seconds_total counter"));
+    assert!(value("process_cpu_seconds_total") > 0.0);
+    assert!(value("process_resident_memory_bytes") > 1_000_000.0);
+    assert!(value("process_virtual_memory_bytes") >= value("process_resident_memory_bytes"));
+    assert!(value("process_open_fds") >= 3.0);
+    assert!(value("process_max_fds") >= value("process_open_fds"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value("process_start_time_seconds");
+    assert!(
+        started <= now && now - started < 600.0,
+        "{started} vs {now}"
+    );
+    assert!(text.contains("tether_build_info{version=\""));
+}
