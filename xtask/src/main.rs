@@ -56,9 +56,9 @@ static TASKS: &[Task] = &[
     Task {
         name: "ci",
         args: "",
-        about: "fmt --check, clippy -D warnings, the OpenAPI snapshot, all tests, chaos on SQLite \
-                and PostgreSQL, faults --quick, docs -D warnings, the architecture check, each \
-                storage backend built alone",
+        about: "fmt --check, clippy -D warnings, the OpenAPI snapshot, all tests, the console in \
+                headless Chromium (ui-check), chaos on SQLite and PostgreSQL, faults --quick, docs \
+                -D warnings, the architecture check, each storage backend built alone",
         run: |_| ci().map_or_else(Outcome::Failed, Outcome::Ci),
     },
     Task {
@@ -106,13 +106,18 @@ static TASKS: &[Task] = &[
     Task {
         name: "ui-check",
         args: "",
-        about: "screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)",
+        about: "walk the operator console in headless Chromium through ChromeDriver (sign-in, a \
+                session page, a filtered list, the holder view, each action with its \
+                confirmation, the audit trail, sign-out, Swagger UI), checking the DOM and saving \
+                screenshots in <target>/ui-check/ (installs Debian's chromium and chromium-driver \
+                when missing)",
         run: |_| ui_check::ui_check().into(),
     },
     Task {
         name: "api-fuzz",
-        args: "[--examples N]",
-        about: "run schemathesis against `tether serve` on a demo database (not part of ci)",
+        args: "[--examples N] [--require]",
+        about: "run schemathesis against `tether serve` on a demo database (`--require`: fail when \
+                schemathesis is missing; .ci/run installs it with pip and runs this)",
         run: |args| chaos::api_fuzz(args).into(),
     },
     Task {
@@ -227,6 +232,10 @@ fn ci() -> Result<Summary, String> {
     say("==> openapi snapshot");
     openapi(Some("--check"))?;
     let summary = test()?;
+    say("==> ui-check");
+    let started = Instant::now();
+    ui_check::ui_check()?;
+    say(&format!("    ui-check: ok ({:.0?})", started.elapsed()));
     chaos::ci()?;
     say("==> faults --quick");
     faults::ci()?;

@@ -55,6 +55,7 @@ pub struct LeaseQuery {
     /// Only this namespace.
     pub namespace: Option<String>,
     /// Only rows with a live lease (default `true`; `false` lists every live row).
+    #[serde(default, deserialize_with = "crate::params::optional_bool")]
     pub leased: Option<bool>,
     /// Only rows whose lease is held by exactly this holder ("what does worker X hold?").
     pub holder: Option<String>,

@@ -48,8 +48,10 @@ pub struct SessionQuery {
     /// Only sessions driven by this harness.
     pub harness: Option<String>,
     /// Only sessions whose binding holds (`true`) or does not hold (`false`) a live lease.
+    #[serde(default, deserialize_with = "crate::params::optional_bool")]
     pub has_lease: Option<bool>,
     /// Only sessions with (`true`) or without (`false`) a quarantined binding key.
+    #[serde(default, deserialize_with = "crate::params::optional_bool")]
     pub quarantined: Option<bool>,
     /// Only sessions whose key contains this text (any case).
     pub q: Option<String>,

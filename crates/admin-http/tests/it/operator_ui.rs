@@ -174,7 +174,8 @@ async fn ui_lists_filter_page_sort_name_sessions_and_show_the_holder_view() {
     }
 
     // Sessions: search, filters, and cursor paging that keeps the filters.
-    let page = get("/ui/sessions?q=beta".into()).await;
+    // What the filter form submits: every field, the unset ones empty.
+    let page = get("/ui/sessions?q=beta&agent=&harness=&has_lease=&quarantined=".into()).await;
     assert!(page.contains("agent:main:beta") && !page.contains(">agent:main:alpha<"));
     let first = get("/ui/sessions?limit=1&agent=main".into()).await;
     assert!(first.contains(">agent:main:alpha<") && !first.contains(">agent:main:beta<"));
@@ -203,7 +204,7 @@ async fn ui_lists_filter_page_sort_name_sessions_and_show_the_holder_view() {
     assert!(holder.contains("id=\"holder-view\""));
     assert!(holder.contains(">agent:main:alpha<"));
     assert!(holder.contains("Recent lease events of"));
-    let nobody = get("/ui/leases?holder=nobody".into()).await;
+    let nobody = get("/ui/leases?q=&holder=nobody&namespace=&leased=".into()).await;
     assert!(nobody.contains("No binding rows match."));
 
     // Lease events by kind; quarantine names the session of its key.
