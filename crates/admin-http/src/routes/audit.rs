@@ -59,6 +59,27 @@ pub async fn audit_list(
         None => None,
         Some(token) => Some(decode_seq_cursor(token)?),
     };
+    let one_of = |field: &str, value: &Option<String>, allowed: &[&str]| match value.as_deref() {
+        Some(v) if !v.is_empty() && !allowed.contains(&v) => Err(ApiError::BadRequest(format!(
+            "invalid `{field}` `{v}`: one of {}",
+            allowed.join(", ")
+        ))),
+        _ => Ok(()),
+    };
+    one_of(
+        "action",
+        &q.action,
+        &[
+            crate::actions::DELETE_SESSION,
+            crate::actions::EXPIRE_LEASE,
+            crate::actions::RELEASE_QUARANTINE,
+        ],
+    )?;
+    one_of(
+        "outcome",
+        &q.outcome,
+        &tether_storage::AuditOutcome::ALL.map(tether_storage::AuditOutcome::as_str),
+    )?;
     let (entries, next) = crate::lists::audit(
         store,
         &crate::lists::AuditQuery {

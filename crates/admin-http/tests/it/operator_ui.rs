@@ -264,6 +264,19 @@ async fn ui_audit_trail_lists_dashboard_actions_by_actor_and_outcome() {
     .await;
     assert!(refused.contains("<td>refused</td>") && !refused.contains("<td>succeeded</td>"));
 
+    // An unknown action or outcome is bad input, not an empty list.
+    for bad in ["outcome=done", "action=reboot"] {
+        call(
+            &state,
+            "GET",
+            &format!("/v1/audit?{bad}"),
+            Some(ADMIN),
+            None,
+        )
+        .await
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    }
+
     // Without a session a browser is sent to sign in.
     let (status, headers, _) = send(&state, "GET", "/ui/audit", &[], "").await;
     assert_eq!(status, StatusCode::SEE_OTHER);
