@@ -288,6 +288,16 @@ pub fn session_cell(session_key: Option<&str>) -> String {
     )
 }
 
+/// A cell linking a binding key to its lease history page.
+pub fn history_link(namespace: &str, key: &str) -> String {
+    format!(
+        "<a href=\"/ui/lease-events?namespace={}&amp;key={}\" title=\"lease history of this binding\"><code>{}</code></a>",
+        escape(&encode_query(namespace)),
+        escape(&encode_query(key)),
+        escape(key)
+    )
+}
+
 /// A cell linking a holder to its holder view ("what does it hold?"), or a dash.
 pub fn holder_cell(holder: Option<&str>) -> String {
     holder.map_or_else(
@@ -350,14 +360,7 @@ pub fn binding_rows(
             let lease = b.lease.as_ref();
             let mut row = vec![
                 code(&b.namespace),
-                link(
-                    &format!(
-                        "/v1/namespaces/{}/bindings/{}",
-                        encode_segment(&b.namespace),
-                        encode_segment(&b.key)
-                    ),
-                    &b.key,
-                ),
+                history_link(&b.namespace, &b.key),
                 session_cell(b.session_key.as_deref()),
                 native_cell(b.native_id.as_deref()),
                 holder_cell(lease.and_then(|l| l.holder.as_deref())),
@@ -487,7 +490,7 @@ pub fn event_rows(events: &[LeaseEventBody], now: Timestamp) -> Vec<Vec<String>>
                 when(now, e.at_ms),
                 escape(&e.kind),
                 code(&e.namespace),
-                code(&e.key),
+                history_link(&e.namespace, &e.key),
                 session_cell(e.session_key.as_deref()),
                 e.epoch.map_or_else(String::new, |x| {
                     epoch_cell(x, e.epoch_label.as_deref().unwrap_or_default())

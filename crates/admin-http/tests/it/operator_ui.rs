@@ -204,6 +204,14 @@ async fn ui_lists_filter_page_sort_name_sessions_and_show_the_holder_view() {
     assert!(holder.contains("id=\"holder-view\""));
     assert!(holder.contains(">agent:main:alpha<"));
     assert!(holder.contains("Recent lease events of"));
+    // A binding key links to its own lease history.
+    let history = format!(
+        "/ui/lease-events?namespace={NS}&key={}",
+        q(alpha_stable(&f).await.as_str())
+    );
+    assert!(leases.contains(&history.replace('&', "&amp;")), "{leases}");
+    let own = get(history).await;
+    assert!(own.contains(">acquired<") && own.contains("value=\"codex-bindings\""));
     let nobody = get("/ui/leases?q=&holder=nobody&namespace=&leased=".into()).await;
     assert!(nobody.contains("No binding rows match."));
 
