@@ -266,8 +266,15 @@ fn without_schemathesis(require: bool) -> Result<(), String> {
 }
 
 pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
-    let tool = ["schemathesis", "st"].into_iter().find(|bin| {
-        Command::new(bin)
+    // The console scripts pip installs, or the module when they are not on PATH.
+    let candidates: [&[&str]; 3] = [
+        &["schemathesis"],
+        &["st"],
+        &["python3", "-m", "schemathesis.cli"],
+    ];
+    let tool = candidates.into_iter().find(|cmd| {
+        Command::new(cmd[0])
+            .args(&cmd[1..])
             .arg("--version")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -310,7 +317,8 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
         .spawn()
         .map_err(|e| format!("tether serve: {e}"))?;
     sleep(Duration::from_secs(2));
-    let status = Command::new(tool)
+    let status = Command::new(tool[0])
+        .args(&tool[1..])
         .args([
             "run",
             &format!("http://{bind}/api-docs/openapi.json"),
@@ -334,7 +342,7 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
     match status {
         Ok(s) if s.success() => Ok(()),
         Ok(s) => Err(format!("schemathesis found problems ({s})")),
-        Err(e) => Err(format!("cannot run {tool}: {e}")),
+        Err(e) => Err(format!("cannot run {}: {e}", tool.join(" "))),
     }
 }
 
