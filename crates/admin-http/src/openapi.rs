@@ -201,6 +201,7 @@ pub fn app(state: AppState) -> Router {
         .route("/ui/lease-events", axum::routing::get(ui::lease_events))
         .route("/ui/quarantine", axum::routing::get(ui::quarantine))
         .route("/ui/audit", axum::routing::get(ui::audit))
+        .route("/ui/search", axum::routing::get(ui::transcript_search))
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)

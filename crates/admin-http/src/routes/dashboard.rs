@@ -137,6 +137,7 @@ const NAV: &[(&str, &str)] = &[
     ("/ui/lease-events", "Lease events"),
     ("/ui/quarantine", "Quarantine"),
     ("/ui/audit", "Audit trail"),
+    ("/ui/search", "Transcript search"),
 ];
 
 /// A whole page: the title, the navigation, the live-update controls, the sign-out form of a

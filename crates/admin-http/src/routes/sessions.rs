@@ -381,17 +381,23 @@ async fn search(
     session: Option<&SessionKey>,
     q: &SearchQuery,
 ) -> Result<Json<SearchBody>, ApiError> {
+    Ok(Json(search_hits(state.store()?, session, q).await?))
+}
+
+/// The transcript hits of `q` (the API's and the dashboard's), within one session or all.
+pub async fn search_hits(
+    store: &Store,
+    session: Option<&SessionKey>,
+    q: &SearchQuery,
+) -> Result<SearchBody, ApiError> {
     let limit = page_size(q.limit)?;
     if !q.q.chars().any(|c| c.is_ascii_alphanumeric()) {
         return Err(ApiError::BadRequest(
             "`q` is required: pass the words to search for (letters or digits)".into(),
         ));
     }
-    let hits = state
-        .store()?
-        .search_transcripts(&q.q, session, limit)
-        .await?;
-    Ok(Json(SearchBody {
+    let hits = store.search_transcripts(&q.q, session, limit).await?;
+    Ok(SearchBody {
         hits: hits.iter().map(TranscriptHitBody::from).collect(),
-    }))
+    })
 }

@@ -17,11 +17,11 @@ use crate::routes::audit::{AuditQuery, audit_list};
 use crate::routes::bindings::{LeaseEventQuery, LeaseQuery, binding_page, event_page};
 use crate::routes::dashboard::{
     BINDING_HEADERS, EVENT_HEADERS, QUARANTINE_HEADERS, SESSION_HEADERS, Viewer, binding_rows,
-    encode_query, escape, event_rows, holder_cell, page_or_signin, quarantine_rows, session_rows,
-    shell, table_html, when, with_action_headers,
+    encode_query, escape, event_rows, holder_cell, page_or_signin, quarantine_rows, session_cell,
+    session_rows, shell, table_html, when, with_action_headers,
 };
 use crate::routes::quarantine::{QuarantineQuery, quarantine_list};
-use crate::routes::sessions::{SessionQuery, session_page};
+use crate::routes::sessions::{SearchQuery, SessionQuery, search_hits, session_page};
 use crate::state::AppState;
 
 /// One field of a filter form.
@@ -414,6 +414,65 @@ pub async fn audit(
             page.entries.len(),
         ));
         Ok(shell("Audit trail", now, &viewer, &body))
+    })
+    .await
+}
+
+/// The query of the transcript search page (`q` may be absent: the empty form).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct TranscriptSearchQuery {
+    /// Words that must all appear.
+    #[serde(default)]
+    pub q: Option<String>,
+    /// At most this many hits (default 50, at most 200).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// `GET /ui/search`: transcript search across every session (sanitized snippets), each hit
+/// linking its session.
+pub async fn transcript_search(
+    access: Result<ReadAccess, ApiError>,
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    query: Result<ApiQuery<TranscriptSearchQuery>, ApiError>,
+) -> Response {
+    let viewer = Viewer::of(&state, &headers);
+    page_or_signin(access, &headers, async {
+        let ApiQuery(q) = query?;
+        let store = state.store()?;
+        let now = store.clock().now();
+        let words = q.q.as_deref().map(str::trim).filter(|w| !w.is_empty());
+        let mut body = filter_form("/ui/search", &[Field::Text("q", "Words", words)]);
+        if let Some(words) = words {
+            let hits = search_hits(
+                store,
+                None,
+                &SearchQuery {
+                    q: words.to_owned(),
+                    limit: q.limit,
+                },
+            )
+            .await?;
+            let rows: Vec<Vec<String>> = hits
+                .hits
+                .iter()
+                .map(|h| {
+                    vec![
+                        session_cell(Some(&h.session_key)),
+                        escape(&h.role),
+                        escape(&h.snippet),
+                    ]
+                })
+                .collect();
+            body.push_str(&table_html(
+                &["Session", "Role", "Text"],
+                &rows,
+                "No transcript entry holds all these words.",
+            ));
+            let _ = write!(body, "<p class=\"pager\">{} shown</p>", hits.hits.len());
+        }
+        Ok(shell("Transcript search", now, &viewer, &body))
     })
     .await
 }

@@ -221,6 +221,13 @@ async fn ui_lists_filter_page_sort_name_sessions_and_show_the_holder_view() {
     let quarantine = get("/ui/quarantine".into()).await;
     assert!(quarantine.contains(">agent:main:beta<"));
 
+    // Transcript search: sanitized snippets, each linking its session.
+    let empty = get("/ui/search".into()).await;
+    assert!(empty.contains("role=\"search\"") && !empty.contains("<table>"));
+    let hits = get("/ui/search?q=deploying".into()).await;
+    assert!(hits.contains(">agent:main:alpha<") && hits.contains("deploying with token"));
+    assert!(!hits.contains(crate::support::SECRET), "sanitized");
+
     // The overview names the session of each lease and links the full lists.
     let overview = get("/".into()).await;
     assert!(overview.contains(">agent:main:alpha<") && overview.contains("href=\"/ui/audit\""));
