@@ -352,20 +352,25 @@ impl Browser {
         }
     }
 
+    /// Runs `action` on the element matching `css`, finding it again when the page's live
+    /// update replaced it in between (a stale element).
+    fn on_element(&self, css: &str, action: &str, body: &str) -> Result<(), String> {
+        let mut tries = 0;
+        loop {
+            let element = self.find(css)?;
+            match self.command("POST", &format!("/element/{element}/{action}"), Some(body)) {
+                Err(e) if e.contains("stale") && tries < 3 => tries += 1,
+                other => return other.map(drop),
+            }
+        }
+    }
+
     fn type_into(&self, css: &str, text: &str) -> Result<(), String> {
-        let element = self.find(css)?;
-        self.command(
-            "POST",
-            &format!("/element/{element}/value"),
-            Some(&format!("{{\"text\":{}}}", json_string(text))),
-        )
-        .map(drop)
+        self.on_element(css, "value", &format!("{{\"text\":{}}}", json_string(text)))
     }
 
     fn click(&self, css: &str) -> Result<(), String> {
-        let element = self.find(css)?;
-        self.command("POST", &format!("/element/{element}/click"), Some("{}"))
-            .map(drop)
+        self.on_element(css, "click", "{}")
     }
 
     /// Checks that the DOM holds each of `needles` and none of `absent`, waiting up to five
