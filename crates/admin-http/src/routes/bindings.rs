@@ -54,8 +54,10 @@ pub async fn list_namespaces(
 pub struct LeaseQuery {
     /// Only this namespace.
     pub namespace: Option<String>,
-    /// Only rows with a live lease (default `true`; `false` lists every live row).
+    /// Only rows with a live lease (`true`, the default when absent or empty; `false` lists every
+    /// live row).
     #[serde(default, deserialize_with = "crate::params::optional_bool")]
+    #[param(value_type = Option<String>, pattern = "^(true|false)?$")]
     pub leased: Option<bool>,
     /// Only rows whose lease is held by exactly this holder ("what does worker X hold?").
     pub holder: Option<String>,

@@ -47,11 +47,15 @@ pub struct SessionQuery {
     pub agent: Option<String>,
     /// Only sessions driven by this harness.
     pub harness: Option<String>,
-    /// Only sessions whose binding holds (`true`) or does not hold (`false`) a live lease.
+    /// Only sessions whose binding holds (`true`) or does not hold (`false`) a live lease;
+    /// empty: either.
     #[serde(default, deserialize_with = "crate::params::optional_bool")]
+    #[param(value_type = Option<String>, pattern = "^(true|false)?$")]
     pub has_lease: Option<bool>,
-    /// Only sessions with (`true`) or without (`false`) a quarantined binding key.
+    /// Only sessions with (`true`) or without (`false`) a quarantined binding key; empty:
+    /// either.
     #[serde(default, deserialize_with = "crate::params::optional_bool")]
+    #[param(value_type = Option<String>, pattern = "^(true|false)?$")]
     pub quarantined: Option<bool>,
     /// Only sessions whose key contains this text (any case).
     pub q: Option<String>,
