@@ -353,3 +353,68 @@ pub(crate) async fn audit(
     )
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{SCAN_BUDGET, scan};
+    use crate::error::ApiError;
+
+    /// A keyset-paged list of the numbers `0..n`: rows after `cursor`, `step` at a time.
+    async fn numbers(
+        n: u32,
+        cursor: Option<u32>,
+        step: usize,
+    ) -> Result<(Vec<u32>, Option<u32>), ApiError> {
+        let start = cursor.map_or(0, |c| c + 1);
+        let rows: Vec<u32> = (start..n).take(step).collect();
+        let next = rows.last().copied().filter(|last| last + 1 < n);
+        Ok((rows, next))
+    }
+
+    /// Every page of the numbers `keep` accepts among `0..n`, following the cursors.
+    async fn pages(n: u32, keep: impl Fn(&u32) -> bool + Copy, limit: usize) -> Vec<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let (rows, next) = scan(
+                cursor,
+                limit,
+                |c, step| numbers(n, c, step),
+                |r: &u32| *r,
+                keep,
+            )
+            .await
+            .unwrap();
+            out.push(rows);
+            match next {
+                Some(next) => cursor = Some(next),
+                None => return out,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn filtered_scans_page_every_match_once_within_the_budget() {
+        // Dense matches: full pages, the cursor after the last row kept.
+        let dense = pages(1_000, |r| r % 3 == 0, 50).await;
+        assert!(dense[..dense.len() - 1].iter().all(|p| p.len() == 50));
+        let all: Vec<u32> = dense.concat();
+        assert_eq!(all, (0..1_000).filter(|r| r % 3 == 0).collect::<Vec<_>>());
+
+        // Sparse matches: a request stops after the budget with a short page and a cursor.
+        let n = u32::try_from(SCAN_BUDGET * 3).unwrap();
+        let sparse = pages(n, |r| r % 4_000 == 0, 10).await;
+        // (Without the budget one request would hold all four matches: the limit is 10.)
+        assert!(sparse.len() >= 3, "{sparse:?}");
+        assert!(sparse.iter().all(|p| p.len() < 4), "{sparse:?}");
+        assert_eq!(
+            sparse.concat(),
+            (0..n).filter(|r| r % 4_000 == 0).collect::<Vec<_>>()
+        );
+
+        // No match at all: every page empty, and the last one ends the list.
+        let none = pages(n, |_| false, 10).await;
+        assert!(none.iter().all(Vec::is_empty));
+        assert!(none.len() >= 3);
+    }
+}
