@@ -57,9 +57,10 @@ static TASKS: &[Task] = &[
     Task {
         name: "ci",
         args: "",
-        about: "fmt --check, clippy -D warnings, the OpenAPI and public API snapshots, all tests, chaos on SQLite \
-                and PostgreSQL, faults --quick, docs -D warnings, the architecture check, each \
-                storage backend built alone",
+        about: "fmt --check, clippy -D warnings, the OpenAPI and public API snapshots, all tests, \
+                the console in headless Chromium (ui-check), schemathesis against the admin API \
+                (api-fuzz), chaos on SQLite and PostgreSQL, faults --quick, docs -D warnings, the \
+                architecture check, each storage backend built alone",
         run: |_| ci().map_or_else(Outcome::Failed, Outcome::Ci),
     },
     Task {
@@ -114,13 +115,18 @@ static TASKS: &[Task] = &[
     Task {
         name: "ui-check",
         args: "",
-        about: "screenshot the dashboard and Swagger UI in headless Chromium (target/ui-check/)",
+        about: "walk the operator console in headless Chromium through ChromeDriver (sign-in, a \
+                session page, a filtered list, the holder view, each action with its \
+                confirmation, the audit trail, sign-out, Swagger UI), checking the DOM and saving \
+                screenshots in <target>/ui-check/ (installs Debian's chromium and chromium-driver \
+                when missing)",
         run: |_| ui_check::ui_check().into(),
     },
     Task {
         name: "api-fuzz",
-        args: "[--examples N]",
-        about: "run schemathesis against `tether serve` on a demo database (not part of ci)",
+        args: "[--examples N] [--require]",
+        about: "run schemathesis against `tether serve` on a demo database (`--require`: fail when \
+                schemathesis is missing; ci runs it, required under .ci/run)",
         run: |args| chaos::api_fuzz(args).into(),
     },
     Task {
@@ -237,6 +243,18 @@ fn ci() -> Result<Summary, String> {
     say("==> public API snapshot");
     public_api::public_api(&["--check".to_owned()])?;
     let summary = test()?;
+    say("==> ui-check");
+    let started = Instant::now();
+    ui_check::ui_check()?;
+    say(&format!("    ui-check: ok ({:.0?})", started.elapsed()));
+    // schemathesis against the served OpenAPI document: required where CI installs it
+    // (`TETHER_REQUIRE_API_FUZZ=1`, set by `.ci/run`), a skip note elsewhere.
+    say("==> api-fuzz");
+    let mut fuzz = Vec::new();
+    if env::var("TETHER_REQUIRE_API_FUZZ").is_ok_and(|v| v == "1") {
+        fuzz.push("--require".to_owned());
+    }
+    chaos::api_fuzz(&fuzz)?;
     chaos::ci()?;
     say("==> faults --quick");
     faults::ci()?;

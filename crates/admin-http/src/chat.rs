@@ -20,30 +20,30 @@ use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
 use crate::commands::{CommandError, open_store};
 
 /// The environment variable holding the model provider's API key (read by Codex itself).
-pub const API_KEY_ENV: &str = "OPENAI_API_KEY";
+pub(crate) const API_KEY_ENV: &str = "OPENAI_API_KEY";
 
 /// The provider used without `--model-provider-url`.
-pub const DEFAULT_PROVIDER_URL: &str = "https://api.openai.com/v1";
+pub(crate) const DEFAULT_PROVIDER_URL: &str = "https://api.openai.com/v1";
 
 /// What `tether chat` needs.
 #[derive(Debug, Clone)]
-pub struct ChatArgs {
+pub(crate) struct ChatArgs {
     /// The database.
-    pub database_url: String,
+    pub(crate) database_url: String,
     /// The host session key.
-    pub session: String,
+    pub(crate) session: String,
     /// The user message.
-    pub message: String,
+    pub(crate) message: String,
     /// A Responses-API base URL (default: OpenAI).
-    pub model_provider_url: Option<String>,
+    pub(crate) model_provider_url: Option<String>,
     /// The `codex` binary (default: `TETHER_CODEX_BIN`, else `.tether-cache/` here).
-    pub codex_bin: Option<PathBuf>,
+    pub(crate) codex_bin: Option<PathBuf>,
     /// `CODEX_HOME` (default: `tether-data/codex-home`).
-    pub codex_home: Option<PathBuf>,
+    pub(crate) codex_home: Option<PathBuf>,
     /// The thread's working directory (default: the current directory).
-    pub cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
     /// The model, when pinned.
-    pub model: Option<String>,
+    pub(crate) model: Option<String>,
 }
 
 fn say(line: &str) {
@@ -105,7 +105,7 @@ fn failure(message: impl Into<String>) -> CommandError {
 }
 
 /// Runs one turn and prints the reply and the tool outcomes.
-pub async fn chat(args: ChatArgs) -> Result<(), CommandError> {
+pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     if std::env::var_os(API_KEY_ENV).is_none() {
         return Err(failure(format!(
             "set {API_KEY_ENV} (your provider's key; any value for a local scripted model server)"

@@ -3,16 +3,16 @@
 
 use tracing_subscriber::EnvFilter;
 
-use crate::auth::Tokens;
-use crate::config::ServeConfig;
-use crate::database::open_database;
-use crate::openapi::app;
-use crate::server::ServeLimits;
-use crate::state::AppState;
+use tether_admin_http::auth::Tokens;
+use tether_admin_http::config::ServeConfig;
+use tether_admin_http::database::open_database;
+use tether_admin_http::openapi::app;
+use tether_admin_http::server::ServeLimits;
+use tether_admin_http::state::AppState;
 
 /// How log lines are written on stderr.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// Human-readable lines; coloured only when stderr is a terminal.
     #[default]
     Text,
@@ -23,7 +23,7 @@ pub enum LogFormat {
 /// Initialises `tracing` output on stderr (`RUST_LOG`, default `info`) in `format`. Terminal
 /// colour codes are written only when stderr is a terminal: a log file or a collector reading a
 /// pipe gets plain text.
-pub fn init_logging(format: LogFormat) {
+pub(crate) fn init_logging(format: LogFormat) {
     use std::io::IsTerminal as _;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
@@ -43,7 +43,7 @@ pub fn init_logging(format: LogFormat) {
 
 /// Prints a user-facing error and returns the failure exit code.
 #[allow(clippy::print_stderr)]
-pub fn fail(message: &str) -> std::process::ExitCode {
+pub(crate) fn fail(message: &str) -> std::process::ExitCode {
     eprintln!("tether: error: {message}");
     std::process::ExitCode::FAILURE
 }
@@ -51,7 +51,7 @@ pub fn fail(message: &str) -> std::process::ExitCode {
 /// User-facing output on stdout. A closed pipe (`tether openapi | head`) is not an error:
 /// the reader has what it wanted, so the rest is dropped instead of panicking as `println!`
 /// would; the process exits normally.
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush())
@@ -63,7 +63,11 @@ pub fn say(line: &str) {
 
 /// Opens (creating and migrating) the database, then serves with `limits` until Ctrl-C or
 /// SIGTERM, and drains in-flight requests before returning.
-pub async fn serve(config: ServeConfig, tokens: Tokens, limits: ServeLimits) -> Result<(), String> {
+pub(crate) async fn serve(
+    config: ServeConfig,
+    tokens: Tokens,
+    limits: ServeLimits,
+) -> Result<(), String> {
     let database = open_database(&config)
         .await
         .map_err(|e| format!("cannot open the database: {e}"))?;
@@ -88,7 +92,7 @@ pub async fn serve(config: ServeConfig, tokens: Tokens, limits: ServeLimits) -> 
         "OpenAPI document: http://{addr}/api-docs/openapi.json"
     ));
     say("Press Ctrl-C to stop.");
-    crate::server::serve(listener, app(state), limits, shutdown)
+    tether_admin_http::server::serve(listener, app(state), limits, shutdown)
         .await
         .map_err(|e| format!("server error: {e}"))?;
     tracing::info!("tether admin service stopped");
@@ -96,8 +100,8 @@ pub async fn serve(config: ServeConfig, tokens: Tokens, limits: ServeLimits) -> 
 }
 
 /// Prints the OpenAPI document, pretty JSON with a trailing newline.
-pub fn print_openapi() -> Result<(), String> {
-    let doc = crate::openapi::openapi()
+pub(crate) fn print_openapi() -> Result<(), String> {
+    let doc = tether_admin_http::openapi::openapi()
         .to_pretty_json()
         .map_err(|e| format!("cannot render the OpenAPI document: {e}"))?;
     say(&doc);

@@ -42,7 +42,7 @@ use tracing::Instrument as _;
 use crate::chat::StoreTranscript;
 
 /// The demo's steps (for a progress bar).
-pub const STEPS: u64 = 11;
+pub(crate) const STEPS: u64 = 11;
 
 /// The agent of every demo session.
 const AGENT: &str = "main";
@@ -56,7 +56,7 @@ const MODEL: &str = "tether-scripted";
 /// Why the Codex demo did not run or stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CodexDemoError {
+pub(crate) enum CodexDemoError {
     /// No Codex binary was found.
     #[error(
         "tether demo --codex needs the Codex CLI {PINNED_CODEX_VERSION}: set {CODEX_BIN_ENV} to a `codex` binary{}, or run `cargo xtask codex-install` in the Tether workspace and start the demo there",
@@ -86,19 +86,19 @@ pub enum CodexDemoError {
 
 /// What the demo did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CodexDemoSummary {
+pub(crate) struct CodexDemoSummary {
     /// Host sessions created.
-    pub sessions: usize,
+    pub(crate) sessions: usize,
     /// Codex turns run.
-    pub turns: usize,
+    pub(crate) turns: usize,
     /// The settled-turn finalizer's answer to the tool-only turn.
-    pub finalized: String,
+    pub(crate) finalized: String,
     /// The reset session's thread before and after the reset.
-    pub reset: (String, String),
+    pub(crate) reset: (String, String),
     /// The rewound session's thread before the rewind and the fork after it.
-    pub context_reset: (String, String),
+    pub(crate) context_reset: (String, String),
     /// The deleted session.
-    pub deleted: String,
+    pub(crate) deleted: String,
 }
 
 /// The host tool of the demo: `lookup` answers with a canned definition.
@@ -150,7 +150,7 @@ fn step(step: &'static str) -> impl Fn(String) -> CodexDemoError {
 }
 
 /// Finds the Codex binary: `TETHER_CODEX_BIN`, else the cache under `workspace`.
-pub fn find_codex(workspace: &Path) -> Result<PathBuf, CodexDemoError> {
+pub(crate) fn find_codex(workspace: &Path) -> Result<PathBuf, CodexDemoError> {
     locate_codex_binary(Some(workspace)).ok_or_else(|| CodexDemoError::CodexMissing {
         explicit: std::env::var_os(CODEX_BIN_ENV).map(PathBuf::from),
     })
@@ -232,7 +232,7 @@ fn key(name: &str) -> Result<SessionKey, CodexDemoError> {
 
 /// Runs the demo against `store` with the Codex binary `codex`; `progress` is called once per
 /// step with its label.
-pub async fn populate(
+pub(crate) async fn populate(
     store: Store,
     codex: &Path,
     progress: &(dyn Fn(&str) + Send + Sync),

@@ -6,39 +6,50 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
+use axum::http::Method;
 use indicatif::{ProgressBar, ProgressStyle};
-use tether_core::{AgentId, BindingKey, HarnessId, Namespace};
-use tether_storage::{SessionFilter, Store, StoreAdmin as _, StoreOptions, redact_url};
+use tether_core::{BindingKey, Namespace};
+use tether_storage::{Store, StoreOptions, redact_url};
 
-use crate::actions::CLI_ACTOR;
-use crate::config::ServeConfig;
-use crate::database::open_database;
-use crate::dto::{BindingBody, QuarantineBody, SessionSummary};
-use crate::error::ApiError;
-use crate::params::{MAX_PAGE_SIZE, decode_cursor, encode_cursor};
-use crate::routes::sessions::{load_session, session_detail};
+use tether_admin_http::actions::CLI_ACTOR;
+use tether_admin_http::config::ServeConfig;
+use tether_admin_http::database::open_database;
+use tether_admin_http::dto::{
+    ActionResult, AuditPageBody, BindingBody, BindingPageBody, QuarantinePageBody, SessionDetail,
+    SessionPageBody,
+};
+use tether_admin_http::error::ApiError;
+use tether_admin_http::params::MAX_PAGE_SIZE;
+use tether_admin_http::routes::audit::AuditQuery;
+use tether_admin_http::routes::bindings::{LeaseQuery, binding_page};
+use tether_admin_http::routes::quarantine::QuarantineQuery;
+use tether_admin_http::routes::sessions::{
+    SessionQuery, load_session, session_detail, session_page,
+};
+
+use crate::client::{self, ApiClient};
 
 /// A failed command: what to tell the operator and the exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandError {
+pub(crate) struct CommandError {
     /// The message (says what to do).
-    pub message: String,
+    pub(crate) message: String,
     /// The exit code.
-    pub code: u8,
+    pub(crate) code: u8,
 }
 
 /// Exit code: generic failure (bad input, database error).
-pub const EXIT_FAILURE: u8 = 1;
+pub(crate) const EXIT_FAILURE: u8 = 1;
 /// Exit code: the session, binding or key does not exist.
-pub const EXIT_NOT_FOUND: u8 = 3;
+pub(crate) const EXIT_NOT_FOUND: u8 = 3;
 /// Exit code: a live lease or a concurrent change blocks the action.
-pub const EXIT_CONFLICT: u8 = 4;
+pub(crate) const EXIT_CONFLICT: u8 = 4;
 /// Exit code: the database is unreachable.
-pub const EXIT_UNAVAILABLE: u8 = 5;
+pub(crate) const EXIT_UNAVAILABLE: u8 = 5;
 
 impl CommandError {
     /// A generic failure.
-    pub fn failure(message: impl Into<String>) -> Self {
+    pub(crate) fn failure(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             code: EXIT_FAILURE,
@@ -46,7 +57,7 @@ impl CommandError {
     }
 
     /// The process exit code.
-    pub fn exit_code(&self) -> ExitCode {
+    pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)
     }
 }
@@ -102,14 +113,14 @@ fn spinner(message: &str) -> ProgressBar {
 }
 
 /// Exit code: a bad configuration or usage (blank token, unsupported URL, no database there).
-pub const EXIT_USAGE: u8 = 2;
+pub(crate) const EXIT_USAGE: u8 = 2;
 /// Exit code: the database cannot be used as it is (read-only, corrupt, not a database):
 /// retrying does not help until an operator fixes it.
-pub const EXIT_UNUSABLE: u8 = 6;
+pub(crate) const EXIT_UNUSABLE: u8 = 6;
 
 /// How a command opens its database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Open {
+pub(crate) enum Open {
     /// Create the database (SQLite file and folder) when missing, and migrate it: `migrate`,
     /// `demo`.
     CreateAndMigrate,
@@ -146,12 +157,12 @@ fn open_error(err: tether_core::Error) -> CommandError {
 }
 
 /// Opens the database behind a spinner: created and migrated, or existing only (see [`Open`]).
-pub async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandError> {
+pub(crate) async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandError> {
     let shown = redact_url(database_url);
     let config = ServeConfig::new(
         database_url,
-        crate::DEFAULT_BIND,
-        &crate::auth::Tokens::default(),
+        tether_admin_http::DEFAULT_BIND,
+        &tether_admin_http::auth::Tokens::default(),
     )
     .map_err(|e| CommandError {
         message: e.to_string(),
@@ -175,7 +186,7 @@ pub async fn open_store(database_url: &str, how: Open) -> Result<Store, CommandE
 }
 
 /// `tether migrate`: creates or upgrades the schema.
-pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
+pub(crate) async fn migrate(database_url: &str) -> Result<(), CommandError> {
     open_store(database_url, Open::CreateAndMigrate).await?;
     say(&format!(
         "database {} is migrated",
@@ -185,7 +196,7 @@ pub async fn migrate(database_url: &str) -> Result<(), CommandError> {
 }
 
 /// `tether demo`: drives the example harness through the real APIs to populate the database.
-pub async fn demo(database_url: &str) -> Result<(), CommandError> {
+pub(crate) async fn demo(database_url: &str) -> Result<(), CommandError> {
     let store = open_store(database_url, Open::CreateAndMigrate).await?;
     let bar = demo_progress(tether_example_harness::demo::STEPS);
     let summary = tether_example_harness::demo::populate(store, &|step: &str| {
@@ -213,7 +224,7 @@ pub async fn demo(database_url: &str) -> Result<(), CommandError> {
     say(&format!(
         "next: tether serve --database-url {}   (then open http://{}/)",
         redact_url(database_url),
-        crate::DEFAULT_BIND
+        tether_admin_http::DEFAULT_BIND
     ));
     Ok(())
 }
@@ -230,7 +241,7 @@ fn demo_progress(steps: u64) -> ProgressBar {
 /// `tether demo --codex`: drives the real Codex app-server with the scripted model server to
 /// populate the database (see [`crate::codex_demo`]). Fails before touching the database when
 /// no Codex binary is found.
-pub async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
+pub(crate) async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
     let here = std::env::current_dir()
         .map_err(|e| CommandError::failure(format!("no current directory: {e}")))?;
     let codex = crate::codex_demo::find_codex(&here).map_err(|e| CommandError {
@@ -264,28 +275,24 @@ pub async fn demo_codex(database_url: &str) -> Result<(), CommandError> {
     say(&format!(
         "next: tether serve --database-url {}   (then open http://{}/)",
         redact_url(database_url),
-        crate::DEFAULT_BIND
+        tether_admin_http::DEFAULT_BIND
     ));
     Ok(())
 }
 
-/// Filters of `tether sessions list`.
-#[derive(Debug, Clone, Default)]
-pub struct ListArgs {
-    /// Only this agent.
-    pub agent: Option<String>,
-    /// Only this harness.
-    pub harness: Option<String>,
-    /// Only sessions with (or without) a live lease.
-    pub has_lease: Option<bool>,
-    /// Only sessions with (or without) a quarantined key.
-    pub quarantined: Option<bool>,
-    /// Page size.
-    pub limit: usize,
-    /// The cursor printed by the previous page.
-    pub cursor: Option<String>,
-    /// Print JSON.
-    pub json: bool,
+/// Where an operator command acts: a database directly, or a running admin service.
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    /// The database at this URL (existing and migrated); actions are recorded as `cli`.
+    Database(String),
+    /// A running service (`--server`); actions are recorded under the token's name.
+    Server(ApiClient),
+}
+
+impl Backend {
+    async fn store(url: &str) -> Result<Store, CommandError> {
+        open_store(url, Open::ExistingOnly).await
+    }
 }
 
 fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
@@ -295,54 +302,81 @@ fn bad(field: &str, e: impl std::fmt::Display) -> CommandError {
     }
 }
 
-/// `tether sessions list`.
-pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), CommandError> {
-    if args.limit == 0 || args.limit > MAX_PAGE_SIZE {
+/// The page size of a list command: 1 to [`MAX_PAGE_SIZE`], else bad input (exit 2).
+fn limit(limit: usize) -> Result<usize, CommandError> {
+    if limit == 0 || limit > MAX_PAGE_SIZE {
         return Err(bad(
             "--limit",
             format!("it must be between 1 and {MAX_PAGE_SIZE}; follow the printed cursor for more"),
         ));
     }
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let after = match &args.cursor {
-        Some(c) => Some(
-            tether_core::SessionKey::new(&decode_cursor(c, 1)?[0])
-                .map_err(|e| bad("--cursor", e))?,
-        ),
-        None => None,
-    };
-    let page = store
-        .list_sessions(&SessionFilter {
-            agent: args
-                .agent
-                .as_deref()
-                .map(AgentId::new)
-                .transpose()
-                .map_err(|e| bad("--agent", e))?,
-            harness: args
-                .harness
-                .as_deref()
-                .map(HarnessId::new)
-                .transpose()
-                .map_err(|e| bad("--harness", e))?,
-            has_lease: args.has_lease,
-            quarantined: args.quarantined,
-            after,
-            limit: args.limit,
-        })
-        .await?;
-    let sessions: Vec<SessionSummary> = page.sessions.iter().map(SessionSummary::from).collect();
-    let next = page.next.map(|k| encode_cursor(&[k.as_str()]));
-    if args.json {
-        return json(&crate::dto::SessionPageBody {
-            sessions,
-            next_cursor: next,
-        });
+    Ok(limit)
+}
+
+/// Prints the cursor line of a page.
+fn more(next: Option<&str>) {
+    if let Some(next) = next {
+        say(&format!("more: --cursor {next}"));
     }
-    if sessions.is_empty() {
+}
+
+/// Filters of `tether sessions list`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ListArgs {
+    /// Only this agent.
+    pub(crate) agent: Option<String>,
+    /// Only this harness.
+    pub(crate) harness: Option<String>,
+    /// Only sessions with (or without) a live lease.
+    pub(crate) has_lease: Option<bool>,
+    /// Only sessions with (or without) a quarantined key.
+    pub(crate) quarantined: Option<bool>,
+    /// Only sessions whose key contains this text.
+    pub(crate) search: Option<String>,
+    /// Page size.
+    pub(crate) limit: usize,
+    /// The cursor printed by the previous page.
+    pub(crate) cursor: Option<String>,
+    /// Print JSON.
+    pub(crate) json: bool,
+}
+
+/// `tether sessions list`.
+pub(crate) async fn sessions_list(backend: &Backend, args: ListArgs) -> Result<(), CommandError> {
+    let query = SessionQuery {
+        agent: args.agent,
+        harness: args.harness,
+        has_lease: args.has_lease,
+        quarantined: args.quarantined,
+        q: args.search,
+        cursor: args.cursor,
+        limit: Some(limit(args.limit)?),
+    };
+    let page: SessionPageBody = match backend {
+        Backend::Database(url) => session_page(&Backend::store(url).await?, &query).await?,
+        Backend::Server(api) => {
+            api.get(&format!(
+                "/v1/sessions{}",
+                client::query(&[
+                    ("agent", query.agent.clone()),
+                    ("harness", query.harness.clone()),
+                    ("has_lease", query.has_lease.map(|b| b.to_string())),
+                    ("quarantined", query.quarantined.map(|b| b.to_string())),
+                    ("q", query.q.clone()),
+                    ("cursor", query.cursor.clone()),
+                    ("limit", query.limit.map(|l| l.to_string())),
+                ])
+            ))
+            .await?
+        }
+    };
+    if args.json {
+        return json(&page);
+    }
+    if page.sessions.is_empty() {
         say("no sessions match (populate a database with `tether demo`)");
     }
-    for s in &sessions {
+    for s in &page.sessions {
         say(&format!(
             "{}  agent={}  generation={}  revision={}  harness={}",
             s.session_key,
@@ -352,16 +386,14 @@ pub async fn sessions_list(database_url: &str, args: ListArgs) -> Result<(), Com
             s.agent_harness_id.as_deref().unwrap_or("-")
         ));
     }
-    if let Some(next) = next {
-        say(&format!("more: --cursor {next}"));
-    }
+    more(page.next_cursor.as_deref());
     Ok(())
 }
 
 /// Asks the operator to confirm `what` on the terminal unless `yes`; without a terminal (a
 /// script) the command is refused with exit 2 unless `--yes` is given.
 #[allow(clippy::print_stderr)]
-pub fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
+pub(crate) fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
     use std::io::{BufRead as _, IsTerminal as _, Write as _};
     if yes {
         return Ok(());
@@ -391,14 +423,22 @@ pub fn confirm(yes: bool, what: &str) -> Result<(), CommandError> {
 
 /// `tether sessions show KEY`: a human summary, or the whole detail as JSON (sanitized, like
 /// `GET /v1/sessions/{key}`).
-pub async fn sessions_show(
-    database_url: &str,
+pub(crate) async fn sessions_show(
+    backend: &Backend,
     key: &str,
     as_json: bool,
 ) -> Result<(), CommandError> {
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let entry = load_session(&store, key).await?;
-    let d = session_detail(&store, &entry).await?;
+    let d: SessionDetail = match backend {
+        Backend::Database(url) => {
+            let store = Backend::store(url).await?;
+            let entry = load_session(&store, key).await?;
+            session_detail(&store, &entry).await?
+        }
+        Backend::Server(api) => {
+            api.get(&format!("/v1/sessions/{}", client::encode(key)))
+                .await?
+        }
+    };
     if as_json {
         return json(&d);
     }
@@ -415,22 +455,12 @@ pub async fn sessions_show(
         d.session.agent_harness_id.as_deref().unwrap_or("-")
     ));
     for b in &d.bindings {
-        let lease = b.lease.as_ref().map_or_else(
-            || "no lease".to_owned(),
-            |l| {
-                format!(
-                    "epoch={} holder={} {}",
-                    l.epoch_label,
-                    l.holder.as_deref().unwrap_or("-"),
-                    if l.live {
-                        format!("expires_in={}s", l.expires_in_ms / 1000)
-                    } else {
-                        "expired".into()
-                    }
-                )
-            },
-        );
-        say(&format!("binding     {}  {}  {lease}", b.namespace, b.key));
+        say(&format!(
+            "binding     {}  {}  {}",
+            b.namespace,
+            b.key,
+            lease_text(b)
+        ));
     }
     for q in &d.quarantine {
         say(&format!("quarantined {}  reason: {}", q.key, q.reason));
@@ -447,117 +477,320 @@ pub async fn sessions_show(
     Ok(())
 }
 
+/// A binding's lease in one line.
+fn lease_text(b: &BindingBody) -> String {
+    b.lease.as_ref().map_or_else(
+        || "no lease".to_owned(),
+        |l| {
+            format!(
+                "epoch={} ({}) holder={} {}",
+                l.epoch_label,
+                l.epoch,
+                l.holder.as_deref().unwrap_or("-"),
+                if l.live {
+                    format!("expires_in={}s", l.expires_in_ms / 1000)
+                } else {
+                    "expired".into()
+                }
+            )
+        },
+    )
+}
+
+/// Prints what an action did.
+fn done(result: &ActionResult, as_json: bool) -> Result<(), CommandError> {
+    if as_json {
+        return json(result);
+    }
+    say(&result.message);
+    Ok(())
+}
+
 /// `tether sessions delete KEY --reason WHY` (the transactional deletion path; refused under a
-/// live lease; recorded in the audit trail with actor `cli`).
-pub async fn sessions_delete(
-    database_url: &str,
+/// live lease; recorded in the audit trail: as `cli` on a database, under the token's name
+/// through a service).
+pub(crate) async fn sessions_delete(
+    backend: &Backend,
     key: &str,
     reason: &str,
+    as_json: bool,
 ) -> Result<(), CommandError> {
-    let why = crate::params::reason(reason)?;
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let done = crate::actions::delete_session_action(&store, CLI_ACTOR, key, &why).await?;
-    say(&done.message);
-    Ok(())
+    let why = tether_admin_http::params::reason(reason)?;
+    let result = match backend {
+        Backend::Database(url) => {
+            let store = Backend::store(url).await?;
+            tether_admin_http::actions::delete_session_action(&store, CLI_ACTOR, key, &why).await?
+        }
+        Backend::Server(api) => {
+            api.send(
+                Method::DELETE,
+                &format!("/v1/sessions/{}", client::encode(key)),
+                &serde_json::json!({ "reason": why }),
+            )
+            .await?
+        }
+    };
+    done(&result, as_json)
+}
+
+/// Filters of `tether leases list`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeaseListArgs {
+    /// Only this namespace.
+    pub(crate) namespace: Option<String>,
+    /// Every live binding row, leased or not.
+    pub(crate) all: bool,
+    /// Only rows held by exactly this holder.
+    pub(crate) holder: Option<String>,
+    /// Only rows whose namespace, key or holder contains this text.
+    pub(crate) search: Option<String>,
+    /// Page size.
+    pub(crate) limit: usize,
+    /// The cursor printed by the previous page.
+    pub(crate) cursor: Option<String>,
+    /// Print JSON.
+    pub(crate) json: bool,
 }
 
 /// `tether leases list`.
-pub async fn leases_list(
-    database_url: &str,
-    namespace: Option<&str>,
-    all: bool,
-    limit: usize,
-    as_json: bool,
+pub(crate) async fn leases_list(
+    backend: &Backend,
+    args: LeaseListArgs,
 ) -> Result<(), CommandError> {
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let ns = namespace
-        .map(Namespace::new)
-        .transpose()
-        .map_err(|e| bad("--namespace", e))?;
-    let limit = limit.clamp(1, MAX_PAGE_SIZE);
-    let rows = store.list_bindings(ns.as_ref(), !all, None, limit).await?;
-    let now = store.clock().now();
-    let bodies: Vec<BindingBody> = rows.iter().map(|r| BindingBody::new(r, now)).collect();
-    if as_json {
-        return json(&bodies);
+    let query = LeaseQuery {
+        namespace: args.namespace,
+        leased: Some(!args.all),
+        holder: args.holder,
+        q: args.search,
+        cursor: args.cursor,
+        limit: Some(limit(args.limit)?),
+    };
+    let page: BindingPageBody = match backend {
+        Backend::Database(url) => binding_page(&Backend::store(url).await?, &query).await?,
+        Backend::Server(api) => {
+            api.get(&format!(
+                "/v1/leases{}",
+                client::query(&[
+                    ("namespace", query.namespace.clone()),
+                    ("leased", query.leased.map(|b| b.to_string())),
+                    ("holder", query.holder.clone()),
+                    ("q", query.q.clone()),
+                    ("cursor", query.cursor.clone()),
+                    ("limit", query.limit.map(|l| l.to_string())),
+                ])
+            ))
+            .await?
+        }
+    };
+    if args.json {
+        return json(&page);
     }
-    if bodies.is_empty() {
-        say(if all {
-            "no binding rows"
+    if page.bindings.is_empty() {
+        say(if args.all {
+            "no binding rows match"
         } else {
-            "no live leases (use --all to list every binding row)"
+            "no live leases match (use --all to list every binding row)"
         });
     }
-    for b in &bodies {
-        let lease = b.lease.as_ref().map_or_else(
-            || "no lease".to_owned(),
-            |l| {
-                format!(
-                    "epoch={} ({}) holder={} expires_in={}s",
-                    l.epoch_label,
-                    l.epoch,
-                    l.holder.as_deref().unwrap_or("-"),
-                    l.expires_in_ms / 1000
-                )
-            },
-        );
-        say(&format!("{}  {}  {lease}", b.namespace, b.key));
+    for b in &page.bindings {
+        say(&format!(
+            "{}  {}  session={}  {}",
+            b.namespace,
+            b.key,
+            b.session_key.as_deref().unwrap_or("-"),
+            lease_text(b)
+        ));
     }
+    more(page.next_cursor.as_deref());
     Ok(())
 }
 
-/// `tether leases expire` (recorded in the audit trail with actor `cli`).
-pub async fn leases_expire(
-    database_url: &str,
+/// `tether leases expire` (recorded in the audit trail).
+pub(crate) async fn leases_expire(
+    backend: &Backend,
     namespace: &str,
     key: &str,
     reason: &str,
     epoch: Option<u64>,
+    as_json: bool,
 ) -> Result<(), CommandError> {
-    let why = crate::params::reason(reason)?;
+    let why = tether_admin_http::params::reason(reason)?;
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let done =
-        crate::actions::expire_lease_action(&store, CLI_ACTOR, &ns, &key, epoch, &why).await?;
-    say(&done.message);
-    Ok(())
+    let result = match backend {
+        Backend::Database(url) => {
+            let store = Backend::store(url).await?;
+            tether_admin_http::actions::expire_lease_action(
+                &store, CLI_ACTOR, &ns, &key, epoch, &why,
+            )
+            .await?
+        }
+        Backend::Server(api) => {
+            api.send(
+                Method::POST,
+                &format!(
+                    "/v1/namespaces/{}/bindings/{}/expire-lease",
+                    client::encode(ns.as_str()),
+                    client::encode(key.as_str())
+                ),
+                &serde_json::json!({ "reason": why, "expected_epoch": epoch }),
+            )
+            .await?
+        }
+    };
+    done(&result, as_json)
 }
 
 /// `tether quarantine list`.
-pub async fn quarantine_list(database_url: &str, as_json: bool) -> Result<(), CommandError> {
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let keys: Vec<QuarantineBody> = store
-        .quarantined_keys(MAX_PAGE_SIZE)
-        .await?
-        .iter()
-        .map(QuarantineBody::from)
-        .collect();
+pub(crate) async fn quarantine_list(
+    backend: &Backend,
+    search: Option<String>,
+    page_size: usize,
+    cursor: Option<String>,
+    as_json: bool,
+) -> Result<(), CommandError> {
+    let query = QuarantineQuery {
+        q: search,
+        limit: Some(limit(page_size)?),
+        cursor,
+    };
+    let page: QuarantinePageBody = match backend {
+        Backend::Database(url) => {
+            tether_admin_http::routes::quarantine::quarantine_list(
+                &Backend::store(url).await?,
+                &query,
+            )
+            .await?
+        }
+        Backend::Server(api) => {
+            api.get(&format!(
+                "/v1/quarantine{}",
+                client::query(&[
+                    ("q", query.q.clone()),
+                    ("cursor", query.cursor.clone()),
+                    ("limit", query.limit.map(|l| l.to_string())),
+                ])
+            ))
+            .await?
+        }
+    };
     if as_json {
-        return json(&keys);
+        return json(&page);
     }
-    if keys.is_empty() {
+    if page.quarantine.is_empty() {
         say("no quarantined keys");
     }
-    for q in &keys {
-        say(&format!("{}  {}  reason: {}", q.namespace, q.key, q.reason));
+    for q in &page.quarantine {
+        say(&format!(
+            "{}  {}  session={}  reason: {}",
+            q.namespace,
+            q.key,
+            q.session_key.as_deref().unwrap_or("-"),
+            q.reason
+        ));
     }
+    more(page.next_cursor.as_deref());
     Ok(())
 }
 
-/// `tether quarantine release` (recorded in the audit trail with actor `cli`).
-pub async fn quarantine_release(
-    database_url: &str,
+/// `tether quarantine release` (recorded in the audit trail).
+pub(crate) async fn quarantine_release(
+    backend: &Backend,
     namespace: &str,
     key: &str,
     reason: &str,
+    as_json: bool,
 ) -> Result<(), CommandError> {
-    let why = crate::params::reason(reason)?;
+    let why = tether_admin_http::params::reason(reason)?;
     let ns = Namespace::new(namespace).map_err(|e| bad("--namespace", e))?;
     let key = BindingKey::parse(key).map_err(|e| bad("--key", e))?;
-    let store = open_store(database_url, Open::ExistingOnly).await?;
-    let done =
-        crate::actions::release_quarantine_action(&store, CLI_ACTOR, &ns, &key, &why).await?;
-    say(&done.message);
+    let result = match backend {
+        Backend::Database(url) => {
+            let store = Backend::store(url).await?;
+            tether_admin_http::actions::release_quarantine_action(
+                &store, CLI_ACTOR, &ns, &key, &why,
+            )
+            .await?
+        }
+        Backend::Server(api) => {
+            api.send(
+                Method::POST,
+                &format!(
+                    "/v1/quarantine/{}/{}/release",
+                    client::encode(ns.as_str()),
+                    client::encode(key.as_str())
+                ),
+                &serde_json::json!({ "reason": why }),
+            )
+            .await?
+        }
+    };
+    done(&result, as_json)
+}
+
+/// Filters of `tether audit list`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct AuditListArgs {
+    /// Only this actor.
+    pub(crate) actor: Option<String>,
+    /// Only this action.
+    pub(crate) action: Option<String>,
+    /// Only this outcome.
+    pub(crate) outcome: Option<String>,
+    /// Page size.
+    pub(crate) limit: usize,
+    /// The cursor printed by the previous page.
+    pub(crate) cursor: Option<String>,
+    /// Print JSON.
+    pub(crate) json: bool,
+}
+
+/// `tether audit list`: the operators' audit trail, newest first.
+pub(crate) async fn audit_list(backend: &Backend, args: AuditListArgs) -> Result<(), CommandError> {
+    let query = AuditQuery {
+        actor: args.actor,
+        action: args.action,
+        outcome: args.outcome,
+        limit: Some(limit(args.limit)?),
+        cursor: args.cursor,
+    };
+    let page: AuditPageBody = match backend {
+        Backend::Database(url) => {
+            tether_admin_http::routes::audit::audit_list(&Backend::store(url).await?, &query)
+                .await?
+        }
+        Backend::Server(api) => {
+            api.get(&format!(
+                "/v1/audit{}",
+                client::query(&[
+                    ("actor", query.actor.clone()),
+                    ("action", query.action.clone()),
+                    ("outcome", query.outcome.clone()),
+                    ("cursor", query.cursor.clone()),
+                    ("limit", query.limit.map(|l| l.to_string())),
+                ])
+            ))
+            .await?
+        }
+    };
+    if args.json {
+        return json(&page);
+    }
+    if page.entries.is_empty() {
+        say("no recorded actions match");
+    }
+    for e in &page.entries {
+        say(&format!(
+            "{}  {}  {}  {}  {}  {}  reason: {}",
+            e.id,
+            tether_core::Timestamp::from_millis(e.at_ms),
+            e.actor,
+            e.action,
+            e.target,
+            e.outcome,
+            e.reason
+        ));
+    }
+    more(page.next_cursor.as_deref());
     Ok(())
 }

@@ -11,6 +11,7 @@ use tether_harness_sdk::backend::ThreadBindingCodec;
 use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntry, TranscriptHit};
 use utoipa::ToSchema;
 
+use crate::lists::SessionNames;
 use crate::sanitize::{preview_bytes, sanitize_text};
 
 /// A host session as listed.
@@ -143,6 +144,9 @@ pub struct BindingBody {
     pub expires_at_ms: Option<i64>,
     /// The lease, if the row carries one.
     pub lease: Option<LeaseBody>,
+    /// The host session this row binds, where the store knows it (physical and stable keys of
+    /// a stored session); `None` for conversation keys and unknown sessions.
+    pub session_key: Option<String>,
 }
 
 impl BindingBody {
@@ -176,7 +180,14 @@ impl BindingBody {
                 expires_in_ms: (l.expires_at.as_millis() - now.as_millis()).max(0),
                 live: l.expires_at > now,
             }),
+            session_key: None,
         }
+    }
+
+    /// The body naming the host session of its key from `names`.
+    pub(crate) fn named(mut self, names: &SessionNames) -> Self {
+        self.session_key = names.get(&self.key);
+        self
     }
 }
 
@@ -221,6 +232,16 @@ pub struct LeaseEventBody {
     /// For a `renewed` event: how long the renewal's write spent in the store, in
     /// microseconds (commit excluded); absent for other kinds and batched renewals.
     pub latency_us: Option<u64>,
+    /// The host session of the event's key, where the store knows it.
+    pub session_key: Option<String>,
+}
+
+impl LeaseEventBody {
+    /// The body naming the host session of its key from `names`.
+    pub(crate) fn named(mut self, names: &SessionNames) -> Self {
+        self.session_key = names.get(&self.key);
+        self
+    }
 }
 
 impl From<&LeaseEvent> for LeaseEventBody {
@@ -239,6 +260,7 @@ impl From<&LeaseEvent> for LeaseEventBody {
             latency_us: e
                 .latency
                 .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            session_key: None,
         }
     }
 }
@@ -285,6 +307,16 @@ pub struct QuarantineBody {
     pub custody: Option<String>,
     /// When (Unix ms).
     pub quarantined_at_ms: i64,
+    /// The host session of the key, where the store knows it.
+    pub session_key: Option<String>,
+}
+
+impl QuarantineBody {
+    /// The body naming the host session of its key from `names`.
+    pub(crate) fn named(mut self, names: &SessionNames) -> Self {
+        self.session_key = names.get(&self.key);
+        self
+    }
 }
 
 impl From<&QuarantineEntry> for QuarantineBody {
@@ -295,6 +327,7 @@ impl From<&QuarantineEntry> for QuarantineBody {
             reason: sanitize_text(&q.reason),
             custody: q.custody.as_deref().map(sanitize_text),
             quarantined_at_ms: q.quarantined_at.as_millis(),
+            session_key: None,
         }
     }
 }

@@ -39,14 +39,11 @@
 
 pub mod actions;
 pub mod auth;
-pub mod chat;
-pub mod cli;
-pub mod codex_demo;
-pub mod commands;
 pub mod config;
 pub mod database;
 pub mod dto;
 pub mod error;
+pub(crate) mod lists;
 pub mod openapi;
 pub mod params;
 pub mod routes;

@@ -1,14 +1,19 @@
 //! The `tether` command-line binary. See `tether --help`.
 
+mod chat;
+mod cli;
+mod client;
+mod codex_demo;
+mod commands;
+
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use std::time::Duration;
-use tether_admin_http::commands::{self, CommandError, ListArgs};
-
+use commands::{CommandError, ListArgs};
 use tether_admin_http::auth::Tokens;
-use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLimits, cli};
+use tether_admin_http::{DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig, ServeLimits};
 
 /// Tether: native-session bindings for agent harnesses, and their admin service.
 ///
@@ -141,6 +146,55 @@ enum Command {
     /// Quarantined keys: list, release.
     #[command(subcommand)]
     Quarantine(QuarantineCommand),
+    /// The operators' audit trail: list.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+/// Where an operator command acts.
+#[derive(Debug, Clone, Args)]
+struct Target {
+    #[command(flatten)]
+    db: Db,
+    /// Act through a running admin service (http://HOST:PORT) instead of on the database: the
+    /// service's token scopes, audit actor names and metrics apply. The bearer token is read
+    /// from TETHER_TOKEN.
+    #[arg(long, env = "TETHER_SERVER")]
+    server: Option<String>,
+}
+
+impl Target {
+    fn backend(self) -> Result<commands::Backend, CommandError> {
+        match self.server {
+            Some(url) => {
+                let token = match std::env::var(client::TOKEN_VAR) {
+                    Ok(token) => Some(token),
+                    Err(std::env::VarError::NotPresent) => None,
+                    Err(std::env::VarError::NotUnicode(_)) => {
+                        return Err(CommandError {
+                            message: format!("{} is not valid UTF-8", client::TOKEN_VAR),
+                            code: commands::EXIT_USAGE,
+                        });
+                    }
+                };
+                Ok(commands::Backend::Server(client::ApiClient::new(
+                    &url, token,
+                )?))
+            }
+            None => Ok(commands::Backend::Database(self.db.database_url)),
+        }
+    }
+}
+
+/// Paging of a list command.
+#[derive(Debug, Clone, Args)]
+struct Paging {
+    /// Page size (1-200).
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// The cursor printed by the previous page (`more: --cursor …`).
+    #[arg(long)]
+    cursor: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,7 +202,7 @@ enum SessionsCommand {
     /// List sessions (filters and cursor paging like GET /v1/sessions).
     List {
         #[command(flatten)]
-        db: Db,
+        target: Target,
         /// Only this agent.
         #[arg(long)]
         agent: Option<String>,
@@ -161,19 +215,18 @@ enum SessionsCommand {
         /// Only sessions with (true) or without (false) a quarantined key.
         #[arg(long)]
         quarantined: Option<bool>,
-        /// Page size (1-200).
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        /// The cursor printed by the previous page.
+        /// Only sessions whose key contains this text (any case).
         #[arg(long)]
-        cursor: Option<String>,
+        search: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
         #[command(flatten)]
         output: OutputArg,
     },
     /// Show one session (sanitized): a human summary, or everything with `--output json`.
     Show {
         #[command(flatten)]
-        db: Db,
+        target: Target,
         /// The session key.
         key: String,
         #[command(flatten)]
@@ -182,7 +235,7 @@ enum SessionsCommand {
     /// Delete a session, its transcript and its binding rows (refused under a live lease).
     Delete {
         #[command(flatten)]
-        db: Db,
+        target: Target,
         /// The session key.
         key: String,
         /// Why (required; recorded in the audit trail).
@@ -190,31 +243,38 @@ enum SessionsCommand {
         reason: String,
         #[command(flatten)]
         confirm: Confirm,
+        #[command(flatten)]
+        output: OutputArg,
     },
 }
 
 #[derive(Debug, Subcommand)]
 enum LeasesCommand {
-    /// List live leases (or every binding row with --all).
+    /// List live leases (or every binding row with --all), each with its host session.
     List {
         #[command(flatten)]
-        db: Db,
+        target: Target,
         /// Only this namespace.
         #[arg(long)]
         namespace: Option<String>,
         /// Every live binding row, leased or not.
         #[arg(long)]
         all: bool,
-        /// At most this many rows (1-200).
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        /// Only rows held by exactly this holder ("what does worker X hold?").
+        #[arg(long)]
+        holder: Option<String>,
+        /// Only rows whose namespace, key or holder contains this text (any case).
+        #[arg(long)]
+        search: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
         #[command(flatten)]
         output: OutputArg,
     },
     /// Force-expire a lease: the holder is fenced and the epoch bumped.
     Expire {
         #[command(flatten)]
-        db: Db,
+        target: Target,
         /// The binding namespace.
         #[arg(long)]
         namespace: String,
@@ -229,22 +289,29 @@ enum LeasesCommand {
         epoch: Option<u64>,
         #[command(flatten)]
         confirm: Confirm,
+        #[command(flatten)]
+        output: OutputArg,
     },
 }
 
 #[derive(Debug, Subcommand)]
 enum QuarantineCommand {
-    /// List quarantined keys.
+    /// List quarantined keys, oldest first.
     List {
         #[command(flatten)]
-        db: Db,
+        target: Target,
+        /// Only keys whose namespace, key or reason contains this text (any case).
+        #[arg(long)]
+        search: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
         #[command(flatten)]
         output: OutputArg,
     },
     /// Release a quarantined key.
     Release {
         #[command(flatten)]
-        db: Db,
+        target: Target,
         /// The binding namespace.
         #[arg(long)]
         namespace: String,
@@ -256,6 +323,30 @@ enum QuarantineCommand {
         reason: String,
         #[command(flatten)]
         confirm: Confirm,
+        #[command(flatten)]
+        output: OutputArg,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// List the operators' actions, newest first.
+    List {
+        #[command(flatten)]
+        target: Target,
+        /// Only actions by this actor (a token's name, `cli` or `anonymous`).
+        #[arg(long)]
+        actor: Option<String>,
+        /// Only this action (delete_session, expire_lease, release_quarantine).
+        #[arg(long)]
+        action: Option<String>,
+        /// Only this outcome (succeeded, refused, failed, started).
+        #[arg(long)]
+        outcome: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+        #[command(flatten)]
+        output: OutputArg,
     },
 }
 
@@ -304,7 +395,7 @@ fn main() -> ExitCode {
                 model,
                 message,
             } => {
-                tether_admin_http::chat::chat(tether_admin_http::chat::ChatArgs {
+                chat::chat(chat::ChatArgs {
                     database_url: db.database_url,
                     session,
                     message,
@@ -317,13 +408,13 @@ fn main() -> ExitCode {
                 .await
             }
             Command::Sessions(SessionsCommand::List {
-                db,
+                target,
                 agent,
                 harness,
                 has_lease,
                 quarantined,
-                limit,
-                cursor,
+                search,
+                paging,
                 output,
             }) => {
                 let args = ListArgs {
@@ -331,66 +422,111 @@ fn main() -> ExitCode {
                     harness,
                     has_lease,
                     quarantined,
-                    limit,
-                    cursor,
+                    search,
+                    limit: paging.limit,
+                    cursor: paging.cursor,
                     json: output.json(),
                 };
-                commands::sessions_list(&db.database_url, args).await
+                commands::sessions_list(&target.backend()?, args).await
             }
-            Command::Sessions(SessionsCommand::Show { db, key, output }) => {
-                commands::sessions_show(&db.database_url, &key, output.json()).await
-            }
+            Command::Sessions(SessionsCommand::Show {
+                target,
+                key,
+                output,
+            }) => commands::sessions_show(&target.backend()?, &key, output.json()).await,
             Command::Sessions(SessionsCommand::Delete {
-                db,
+                target,
                 key,
                 reason,
                 confirm,
-            }) => {
-                commands::confirm(confirm.yes, &format!("delete session {key}"))?;
-                commands::sessions_delete(&db.database_url, &key, &reason).await
-            }
-            Command::Leases(LeasesCommand::List {
-                db,
-                namespace,
-                all,
-                limit,
                 output,
             }) => {
-                commands::leases_list(
-                    &db.database_url,
-                    namespace.as_deref(),
+                let backend = target.backend()?;
+                commands::confirm(confirm.yes, &format!("delete session {key}"))?;
+                commands::sessions_delete(&backend, &key, &reason, output.json()).await
+            }
+            Command::Leases(LeasesCommand::List {
+                target,
+                namespace,
+                all,
+                holder,
+                search,
+                paging,
+                output,
+            }) => {
+                let args = commands::LeaseListArgs {
+                    namespace,
                     all,
-                    limit,
-                    output.json(),
-                )
-                .await
+                    holder,
+                    search,
+                    limit: paging.limit,
+                    cursor: paging.cursor,
+                    json: output.json(),
+                };
+                commands::leases_list(&target.backend()?, args).await
             }
             Command::Leases(LeasesCommand::Expire {
-                db,
+                target,
                 namespace,
                 key,
                 reason,
                 epoch,
                 confirm,
+                output,
             }) => {
+                let backend = target.backend()?;
                 commands::confirm(
                     confirm.yes,
                     &format!("force-expire the lease on {namespace}/{key}"),
                 )?;
-                commands::leases_expire(&db.database_url, &namespace, &key, &reason, epoch).await
+                commands::leases_expire(&backend, &namespace, &key, &reason, epoch, output.json())
+                    .await
             }
-            Command::Quarantine(QuarantineCommand::List { db, output }) => {
-                commands::quarantine_list(&db.database_url, output.json()).await
+            Command::Quarantine(QuarantineCommand::List {
+                target,
+                search,
+                paging,
+                output,
+            }) => {
+                commands::quarantine_list(
+                    &target.backend()?,
+                    search,
+                    paging.limit,
+                    paging.cursor,
+                    output.json(),
+                )
+                .await
             }
             Command::Quarantine(QuarantineCommand::Release {
-                db,
+                target,
                 namespace,
                 key,
                 reason,
                 confirm,
+                output,
             }) => {
+                let backend = target.backend()?;
                 commands::confirm(confirm.yes, &format!("release {namespace}/{key}"))?;
-                commands::quarantine_release(&db.database_url, &namespace, &key, &reason).await
+                commands::quarantine_release(&backend, &namespace, &key, &reason, output.json())
+                    .await
+            }
+            Command::Audit(AuditCommand::List {
+                target,
+                actor,
+                action,
+                outcome,
+                paging,
+                output,
+            }) => {
+                let args = commands::AuditListArgs {
+                    actor,
+                    action,
+                    outcome,
+                    limit: paging.limit,
+                    cursor: paging.cursor,
+                    json: output.json(),
+                };
+                commands::audit_list(&target.backend()?, args).await
             }
         }
     });

@@ -15,7 +15,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::params::MAX_BODY_BYTES;
-use crate::routes::{audit, bindings, dashboard, health, ops, quarantine, sessions};
+use crate::routes::{audit, bindings, dashboard, health, ops, quarantine, sessions, ui};
 use crate::state::AppState;
 
 /// Path of the served OpenAPI document.
@@ -196,6 +196,12 @@ pub fn app(state: AppState) -> Router {
             "/ui/sessions/{key}",
             axum::routing::get(dashboard::session_page),
         )
+        .route("/ui/sessions", axum::routing::get(ui::sessions))
+        .route("/ui/leases", axum::routing::get(ui::leases))
+        .route("/ui/lease-events", axum::routing::get(ui::lease_events))
+        .route("/ui/quarantine", axum::routing::get(ui::quarantine))
+        .route("/ui/audit", axum::routing::get(ui::audit))
+        .route("/ui/search", axum::routing::get(ui::transcript_search))
         .merge(SwaggerUi::new("/docs").url(OPENAPI_PATH, api))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)

@@ -72,6 +72,21 @@ pub fn parse_id<'a, T, E: std::fmt::Display>(
     parse(raw).map_err(|e| ApiError::BadRequest(format!("invalid `{field}`: {e}")))
 }
 
+/// An optional boolean query value where an empty value means "absent", as an HTML form sends
+/// for "any"; otherwise `true` or `false`.
+pub fn optional_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    match Option::<String>::deserialize(d)?.as_deref() {
+        None | Some("") => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(other) => Err(D::Error::custom(format!(
+            "expected `true` or `false`, found `{other}`"
+        ))),
+    }
+}
+
 /// The operator's reason: required and not blank.
 pub fn reason(raw: &str) -> Result<String, ApiError> {
     let trimmed = raw.trim();

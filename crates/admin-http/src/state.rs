@@ -13,6 +13,13 @@ use crate::auth::Tokens;
 use crate::database::Database;
 use crate::error::ApiError;
 
+/// Now, in seconds since the Unix epoch.
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
 /// Something the service can ask whether its backing database is reachable and migrated.
 #[async_trait]
 pub trait HealthProbe: Send + Sync + fmt::Debug {
@@ -48,6 +55,7 @@ struct Inner {
     probe: Arc<dyn HealthProbe>,
     tokens: Tokens,
     started: Instant,
+    started_unix: f64,
     store: Option<Store>,
     counters: Counters,
     ui_sessions: crate::signin::UiSessions,
@@ -141,6 +149,7 @@ impl AppState {
                 probe,
                 tokens,
                 started: Instant::now(),
+                started_unix: unix_now(),
                 store: None,
                 counters: Counters::default(),
                 ui_sessions: crate::signin::UiSessions::default(),
@@ -157,6 +166,7 @@ impl AppState {
                 probe: Arc::new(database),
                 tokens,
                 started: Instant::now(),
+                started_unix: unix_now(),
                 store: Some(store),
                 counters: Counters::default(),
                 ui_sessions: crate::signin::UiSessions::default(),
@@ -200,6 +210,11 @@ impl AppState {
     /// The health probe.
     pub fn probe(&self) -> &Arc<dyn HealthProbe> {
         &self.inner.probe
+    }
+
+    /// When the state was built, in seconds since the Unix epoch.
+    pub fn started_unix_seconds(&self) -> f64 {
+        self.inner.started_unix
     }
 
     /// Seconds since the state was built.

@@ -7,4 +7,6 @@ pub use tether_finalizer::prelude::*;
 pub use tether_harness_sdk::prelude::*;
 pub use tether_storage::prelude::*;
 
-pub use crate::{ActiveRuns, DeletionRequest, Host, HostBuilder, HostSessions, SqlFallbackTranscript};
+pub use crate::{
+    ActiveRuns, DeletionRequest, Host, HostBuilder, HostSessions, SqlFallbackTranscript,
+};

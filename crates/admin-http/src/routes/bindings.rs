@@ -13,6 +13,7 @@ use crate::dto::{
     LeaseEventPageBody, NamespaceBody, QuarantineBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
+use crate::lists::SessionNames;
 use crate::params::{
     ApiJson, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size, parse_id,
     reason,
@@ -53,8 +54,15 @@ pub async fn list_namespaces(
 pub struct LeaseQuery {
     /// Only this namespace.
     pub namespace: Option<String>,
-    /// Only rows with a live lease (default `true`; `false` lists every live row).
+    /// Only rows with a live lease (`true`, the default when absent or empty; `false` lists every
+    /// live row).
+    #[serde(default, deserialize_with = "crate::params::optional_bool")]
+    #[param(value_type = Option<String>, pattern = "^(true|false)?$")]
     pub leased: Option<bool>,
+    /// Only rows whose lease is held by exactly this holder ("what does worker X hold?").
+    pub holder: Option<String>,
+    /// Only rows whose namespace, key or holder contains this text (any case).
+    pub q: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Page size (default 50, at most 200).
@@ -62,7 +70,9 @@ pub struct LeaseQuery {
     pub limit: Option<usize>,
 }
 
-/// Lists binding rows with their leases (by default only live leases).
+/// Lists binding rows with their leases (by default only live leases), each naming its host
+/// session where the store knows it. A page filtered by `holder` or `q` may hold fewer rows
+/// than asked and still have a `next_cursor`.
 #[utoipa::path(
     get,
     path = "/v1/leases",
@@ -78,8 +88,16 @@ pub async fn list_leases(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<LeaseQuery>,
 ) -> Result<Json<BindingPageBody>, ApiError> {
+    Ok(Json(binding_page(state.store()?, &q).await?))
+}
+
+/// One page of the binding list for `q` (the API's and the dashboard's).
+pub async fn binding_page(
+    store: &tether_storage::Store,
+    q: &LeaseQuery,
+) -> Result<BindingPageBody, ApiError> {
     let limit = page_size(q.limit)?;
-    let ns = q
+    let namespace = q
         .namespace
         .as_deref()
         .filter(|n| !n.is_empty())
@@ -92,27 +110,27 @@ pub async fn list_leases(
         }
         None => None,
     };
-    let store = state.store()?;
-    let mut rows = store
-        .list_bindings(
-            ns.as_ref(),
-            q.leased.unwrap_or(true),
-            after.as_ref().map(|(n, k)| (n, k)),
-            limit + 1,
-        )
-        .await?;
-    let next_cursor = if rows.len() > limit {
-        rows.truncate(limit);
-        rows.last()
-            .map(|r| encode_cursor(&[r.namespace.as_str(), r.key.as_str()]))
-    } else {
-        None
-    };
+    let (rows, next) = crate::lists::bindings(
+        store,
+        &crate::lists::BindingQuery {
+            namespace,
+            leased_only: q.leased.unwrap_or(true),
+            holder: q.holder.clone(),
+            q: q.q.clone(),
+            after,
+            limit,
+        },
+    )
+    .await?;
+    let names = SessionNames::resolve(store, rows.iter().map(|r| &r.key)).await?;
     let now = store.clock().now();
-    Ok(Json(BindingPageBody {
-        bindings: rows.iter().map(|r| BindingBody::new(r, now)).collect(),
-        next_cursor,
-    }))
+    Ok(BindingPageBody {
+        bindings: rows
+            .iter()
+            .map(|r| BindingBody::new(r, now).named(&names))
+            .collect(),
+        next_cursor: next.map(|(n, k)| encode_cursor(&[n.as_str(), k.as_str()])),
+    })
 }
 
 /// One binding row: holder, epoch, acquired / renewed / expires, and its lease history.
@@ -142,17 +160,32 @@ pub async fn get_binding(
     let events = store
         .recent_lease_events(Some((&ns, &key)), BINDING_EVENTS)
         .await?;
+    let names = SessionNames::resolve(store, [&key]).await?;
     Ok(Json(BindingDetail {
-        binding: BindingBody::new(&record, store.clock().now()),
-        quarantine: quarantine.as_ref().map(QuarantineBody::from),
-        events: events.iter().map(LeaseEventBody::from).collect(),
+        binding: BindingBody::new(&record, store.clock().now()).named(&names),
+        quarantine: quarantine
+            .as_ref()
+            .map(|q| QuarantineBody::from(q).named(&names)),
+        events: events
+            .iter()
+            .map(|e| LeaseEventBody::from(e).named(&names))
+            .collect(),
     }))
 }
 
-/// Cursor paging of a list (the lease history, the quarantine list, the audit trail).
+/// Filters and paging of the lease history.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct EventQuery {
+pub struct LeaseEventQuery {
+    /// Only events of this namespace.
+    pub namespace: Option<String>,
+    /// Only events of this binding key.
+    pub key: Option<String>,
+    /// Only events of this kind.
+    #[param(value_type = Option<String>, pattern = "^(acquired|renewed|released|expired|taken_over|fenced)?$")]
+    pub kind: Option<String>,
+    /// Only events naming exactly this holder.
+    pub holder: Option<String>,
     /// Page size (default 50, at most 200).
     #[param(minimum = 1, maximum = 200)]
     pub limit: Option<usize>,
@@ -160,12 +193,14 @@ pub struct EventQuery {
     pub cursor: Option<String>,
 }
 
-/// The lease events of the whole store, newest first, one page at a time.
+/// The lease events of the whole store, newest first, one page at a time, each naming its
+/// host session where the store knows it. A filtered page may hold fewer events than asked and
+/// still have a `next_cursor`.
 #[utoipa::path(
     get,
     path = "/v1/lease-events",
     tag = "bindings",
-    params(EventQuery),
+    params(LeaseEventQuery),
     responses(
         (status = 200, description = "One page of lease events, newest first", body = LeaseEventPageBody),
         ListErrors,
@@ -174,18 +209,55 @@ pub struct EventQuery {
 pub async fn list_lease_events(
     _: ReadAccess,
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<EventQuery>,
+    ApiQuery(q): ApiQuery<LeaseEventQuery>,
 ) -> Result<Json<LeaseEventPageBody>, ApiError> {
+    Ok(Json(event_page(state.store()?, &q).await?))
+}
+
+/// One page of the lease history for `q` (the API's and the dashboard's).
+pub async fn event_page(
+    store: &tether_storage::Store,
+    q: &LeaseEventQuery,
+) -> Result<LeaseEventPageBody, ApiError> {
     let limit = page_size(q.limit)?;
     let before = match cursor(q.cursor.as_deref()) {
         None => None,
         Some(token) => Some(decode_seq_cursor(token)?),
     };
-    let (events, next) = state.store()?.lease_events_page(before, limit).await?;
-    Ok(Json(LeaseEventPageBody {
-        events: events.iter().map(LeaseEventBody::from).collect(),
+    let nonempty = |v: &Option<String>| v.clone().filter(|s| !s.is_empty());
+    let kind = nonempty(&q.kind)
+        .map(|k| {
+            k.parse::<tether_storage::LeaseEventKind>().map_err(|_| {
+                ApiError::BadRequest(format!(
+                    "invalid `kind` `{k}`: one of acquired, renewed, released, expired, taken_over, fenced"
+                ))
+            })
+        })
+        .transpose()?;
+    let (events, next) = crate::lists::events(
+        store,
+        &crate::lists::EventQuery {
+            namespace: nonempty(&q.namespace)
+                .map(|n| parse_id("namespace", &n, Namespace::new))
+                .transpose()?,
+            key: nonempty(&q.key)
+                .map(|k| parse_id("key", &k, BindingKey::parse))
+                .transpose()?,
+            kind,
+            holder: q.holder.clone(),
+            before,
+            limit,
+        },
+    )
+    .await?;
+    let names = SessionNames::resolve(store, events.iter().map(|e| &e.key)).await?;
+    Ok(LeaseEventPageBody {
+        events: events
+            .iter()
+            .map(|e| LeaseEventBody::from(e).named(&names))
+            .collect(),
         next_cursor: next.map(|seq| encode_cursor(&[&seq.to_string()])),
-    }))
+    })
 }
 
 /// The position (a sequence number) of a cursor made by [`encode_cursor`] from one number.

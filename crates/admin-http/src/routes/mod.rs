@@ -7,3 +7,4 @@ pub mod health;
 pub mod ops;
 pub mod quarantine;
 pub mod sessions;
+pub mod ui;

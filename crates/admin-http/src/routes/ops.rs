@@ -276,7 +276,94 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
         &[(String::new(), Counters::get(&c.quarantine_releases))],
     );
     out.push_str(&hist);
+    for (name, kind, help, value) in process_metrics(state) {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
     Ok(out)
+}
+
+/// The clock ticks per second of `/proc/self/stat` times (`USER_HZ`, 100 on Linux builds for
+/// every architecture Tether runs on).
+#[cfg(target_os = "linux")]
+const USER_HZ: f64 = 100.0;
+
+/// The standard process metrics, read from `/proc/self` (Linux; elsewhere only the start
+/// time): CPU seconds, resident and virtual memory, open and allowed file descriptors, and the
+/// start time. A value that cannot be read is left out.
+fn process_metrics(state: &AppState) -> Vec<(&'static str, &'static str, &'static str, f64)> {
+    let mut out = vec![(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the Unix epoch, in seconds.",
+        state.started_unix_seconds(),
+    )];
+    #[cfg(target_os = "linux")]
+    {
+        // Fields after the command name (which may hold spaces) in `/proc/self/stat`:
+        // utime is field 14, stime 15, vsize 23, rss 24 (pages) of the whole line.
+        if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+            && let Some((_, rest)) = stat.rsplit_once(") ")
+        {
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let field = |n: usize| fields.get(n - 3).and_then(|v| v.parse::<f64>().ok());
+            if let (Some(utime), Some(stime)) = (field(14), field(15)) {
+                out.push((
+                    "process_cpu_seconds_total",
+                    "counter",
+                    "User and system CPU time spent, in seconds.",
+                    (utime + stime) / USER_HZ,
+                ));
+            }
+            if let Some(vsize) = field(23) {
+                out.push((
+                    "process_virtual_memory_bytes",
+                    "gauge",
+                    "Virtual memory size, in bytes.",
+                    vsize,
+                ));
+            }
+        }
+        if let Ok(status) = std::fs::read_to_string("/proc/self/status")
+            && let Some(kb) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        {
+            out.push((
+                "process_resident_memory_bytes",
+                "gauge",
+                "Resident memory size, in bytes.",
+                kb * 1024.0,
+            ));
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            #[allow(clippy::cast_precision_loss)]
+            out.push((
+                "process_open_fds",
+                "gauge",
+                "Open file descriptors.",
+                fds.count() as f64,
+            ));
+        }
+        if let Ok(limits) = std::fs::read_to_string("/proc/self/limits")
+            && let Some(max) = limits
+                .lines()
+                .find(|l| l.starts_with("Max open files"))
+                .and_then(|l| l.split_whitespace().nth(3))
+                .and_then(|v| v.parse::<f64>().ok())
+        {
+            out.push((
+                "process_max_fds",
+                "gauge",
+                "Most open file descriptors allowed (the soft limit).",
+                max,
+            ));
+        }
+    }
+    out
 }
 
 fn escape_label(value: &str) -> String {

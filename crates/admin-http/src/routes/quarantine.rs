@@ -13,15 +13,30 @@ use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
 use crate::params::{
     ApiJson, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size, reason,
 };
-use crate::routes::bindings::{EventQuery, parse_ns_key};
+use crate::routes::bindings::parse_ns_key;
 use crate::state::{AppState, Counters};
 
-/// Quarantined keys, oldest first, one page at a time.
+/// Search and paging of the quarantine list.
+#[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct QuarantineQuery {
+    /// Only keys whose namespace, key or reason contains this text (any case).
+    pub q: Option<String>,
+    /// Page size (default 50, at most 200).
+    #[param(minimum = 1, maximum = 200)]
+    pub limit: Option<usize>,
+    /// The `next_cursor` of the previous page (absent or empty: the first page).
+    pub cursor: Option<String>,
+}
+
+/// Quarantined keys, oldest first, one page at a time, each naming its host session where the
+/// store knows it. A page searched with `q` may hold fewer keys than asked and still have a
+/// `next_cursor`.
 #[utoipa::path(
     get,
     path = "/v1/quarantine",
     tag = "quarantine",
-    params(EventQuery),
+    params(QuarantineQuery),
     responses(
         (status = 200, description = "One page of quarantined keys, oldest first", body = QuarantinePageBody),
         ListErrors,
@@ -30,19 +45,28 @@ use crate::state::{AppState, Counters};
 pub async fn list_quarantine(
     _: ReadAccess,
     State(state): State<AppState>,
-    ApiQuery(q): ApiQuery<EventQuery>,
+    ApiQuery(q): ApiQuery<QuarantineQuery>,
 ) -> Result<Json<QuarantinePageBody>, ApiError> {
+    Ok(Json(quarantine_list(state.store()?, &q).await?))
+}
+
+/// One page of the quarantine list for `q` (the API's and the dashboard's).
+pub async fn quarantine_list(
+    store: &tether_storage::Store,
+    q: &QuarantineQuery,
+) -> Result<QuarantinePageBody, ApiError> {
     let limit = page_size(q.limit)?;
     let after = match cursor(q.cursor.as_deref()) {
         None => None,
         Some(token) => Some(decode_quarantine_cursor(token)?),
     };
-    let (keys, next) = state
-        .store()?
-        .quarantine_page(after.as_ref(), limit)
-        .await?;
-    Ok(Json(QuarantinePageBody {
-        quarantine: keys.iter().map(QuarantineBody::from).collect(),
+    let (keys, next) = crate::lists::quarantine(store, after, limit, q.q.as_deref()).await?;
+    let names = crate::lists::SessionNames::resolve(store, keys.iter().map(|k| &k.key)).await?;
+    Ok(QuarantinePageBody {
+        quarantine: keys
+            .iter()
+            .map(|k| QuarantineBody::from(k).named(&names))
+            .collect(),
         next_cursor: next.map(|c| {
             encode_cursor(&[
                 &c.quarantined_at.as_millis().to_string(),
@@ -50,7 +74,7 @@ pub async fn list_quarantine(
                 c.key.as_str(),
             ])
         }),
-    }))
+    })
 }
 
 fn decode_quarantine_cursor(token: &str) -> Result<QuarantineCursor, ApiError> {

@@ -45,10 +45,18 @@ pub struct SessionQuery {
     pub agent: Option<String>,
     /// Only sessions driven by this harness.
     pub harness: Option<String>,
-    /// Only sessions whose binding holds (`true`) or does not hold (`false`) a live lease.
+    /// Only sessions whose binding holds (`true`) or does not hold (`false`) a live lease;
+    /// empty: either.
+    #[serde(default, deserialize_with = "crate::params::optional_bool")]
+    #[param(value_type = Option<String>, pattern = "^(true|false)?$")]
     pub has_lease: Option<bool>,
-    /// Only sessions with (`true`) or without (`false`) a quarantined binding key.
+    /// Only sessions with (`true`) or without (`false`) a quarantined binding key; empty:
+    /// either.
+    #[serde(default, deserialize_with = "crate::params::optional_bool")]
+    #[param(value_type = Option<String>, pattern = "^(true|false)?$")]
     pub quarantined: Option<bool>,
+    /// Only sessions whose key contains this text (any case).
+    pub q: Option<String>,
     /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
     /// Page size (default 50, at most 200).
@@ -72,6 +80,23 @@ pub async fn list_sessions(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<SessionQuery>,
 ) -> Result<axum::response::Response, ApiError> {
+    let body = session_page(state.store()?, &q).await?;
+    // What `Json` answers, serialized into a buffer sized for the page up front (a page of 200
+    // sessions is tens of kilobytes; growing from `Json`'s 128 bytes copies it repeatedly).
+    let mut out = Vec::with_capacity(256 + body.sessions.len() * 256);
+    serde_json::to_writer(&mut out, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            axum::http::HeaderValue::from_static("application/json"),
+        )],
+        out,
+    )
+        .into_response())
+}
+
+/// One page of the session list for `q` (the API's and the dashboard's).
+pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPageBody, ApiError> {
     let limit = page_size(q.limit)?;
     let after = match cursor(q.cursor.as_deref()) {
         Some(token) => {
@@ -98,30 +123,15 @@ pub async fn list_sessions(
         after,
         limit,
     };
-    let page = state.store()?.list_sessions(&filter).await?;
-    let body = SessionPageBody {
-        sessions: page
-            .sessions
-            .into_iter()
-            .map(SessionSummary::from)
-            .collect(),
-        next_cursor: page.next.map(|k| encode_cursor(&[k.as_str()])),
-    };
-    // What `Json` answers, serialized into a buffer sized for the page up front (a page of 200
-    // sessions is tens of kilobytes; growing from `Json`'s 128 bytes copies it repeatedly).
-    let mut out = Vec::with_capacity(256 + body.sessions.len() * 256);
-    serde_json::to_writer(&mut out, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
-    Ok((
-        [(
-            axum::http::header::CONTENT_TYPE,
-            axum::http::HeaderValue::from_static("application/json"),
-        )],
-        out,
-    )
-        .into_response())
+    let (sessions, next) = crate::lists::sessions(store, filter, q.q.as_deref()).await?;
+    Ok(SessionPageBody {
+        sessions: sessions.into_iter().map(SessionSummary::from).collect(),
+        next_cursor: next.map(|k| encode_cursor(&[k.as_str()])),
+    })
 }
 
-pub(crate) async fn load_session(store: &Store, raw: &str) -> Result<HostSessionEntry, ApiError> {
+/// The session stored under the raw key `raw` (a typed 400 for a malformed key, 404 when absent).
+pub async fn load_session(store: &Store, raw: &str) -> Result<HostSessionEntry, ApiError> {
     let key = parse_id("session_key", raw, SessionKey::new)?;
     store.session(&key).await?.ok_or_else(|| {
         ApiError::NotFound(format!(
@@ -177,8 +187,20 @@ pub async fn session_detail(
             previous_session_id: entry.previous_session_id.as_ref().map(ToString::to_string),
             lifecycle_revision: entry.lifecycle_revision.get(),
         },
-        bindings: bindings.iter().map(|b| BindingBody::new(b, now)).collect(),
-        quarantine: quarantined.iter().map(QuarantineBody::from).collect(),
+        bindings: bindings
+            .iter()
+            .map(|b| BindingBody {
+                session_key: Some(entry.session_key.to_string()),
+                ..BindingBody::new(b, now)
+            })
+            .collect(),
+        quarantine: quarantined
+            .iter()
+            .map(|q| QuarantineBody {
+                session_key: Some(entry.session_key.to_string()),
+                ..QuarantineBody::from(q)
+            })
+            .collect(),
         transcript_tail: path[tail_start..]
             .iter()
             .map(TranscriptEntryBody::from)
@@ -192,7 +214,13 @@ pub async fn session_detail(
             .filter(|e| is_finalization_record(e.role, &e.content))
             .map(TranscriptEntryBody::from)
             .collect(),
-        lease_events: lease_events.iter().map(LeaseEventBody::from).collect(),
+        lease_events: lease_events
+            .iter()
+            .map(|e| LeaseEventBody {
+                session_key: Some(entry.session_key.to_string()),
+                ..LeaseEventBody::from(e)
+            })
+            .collect(),
         upstream: store
             .upstream_link(&entry.session_key)
             .await?
@@ -349,17 +377,23 @@ async fn search(
     session: Option<&SessionKey>,
     q: &SearchQuery,
 ) -> Result<Json<SearchBody>, ApiError> {
+    Ok(Json(search_hits(state.store()?, session, q).await?))
+}
+
+/// The transcript hits of `q` (the API's and the dashboard's), within one session or all.
+pub async fn search_hits(
+    store: &Store,
+    session: Option<&SessionKey>,
+    q: &SearchQuery,
+) -> Result<SearchBody, ApiError> {
     let limit = page_size(q.limit)?;
     if !q.q.chars().any(|c| c.is_ascii_alphanumeric()) {
         return Err(ApiError::BadRequest(
             "`q` is required: pass the words to search for (letters or digits)".into(),
         ));
     }
-    let hits = state
-        .store()?
-        .search_transcripts(&q.q, session, limit)
-        .await?;
-    Ok(Json(SearchBody {
+    let hits = store.search_transcripts(&q.q, session, limit).await?;
+    Ok(SearchBody {
         hits: hits.iter().map(TranscriptHitBody::from).collect(),
-    }))
+    })
 }

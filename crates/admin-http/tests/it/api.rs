@@ -999,11 +999,35 @@ async fn read_routes_and_metrics_on_postgres() {
             seg("agent:main:alpha")
         ),
         "/".to_owned(),
+        "/ui/sessions?q=alpha&has_lease=".to_owned(),
+        "/ui/leases?holder=nobody".to_owned(),
+        "/ui/lease-events?kind=renewed".to_owned(),
+        "/ui/quarantine?q=undecodable".to_owned(),
+        "/ui/audit".to_owned(),
+        "/ui/search?q=deploy".to_owned(),
+        format!("/ui/sessions/{}", seg("agent:main:alpha")),
     ] {
         let reply = call(&state, "GET", &path, None, None).await;
         assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.text);
         assert!(!reply.text.contains(SECRET), "{path} is sanitized");
     }
+    // The lists' filters and the session names on PostgreSQL.
+    let held = call(&state, "GET", "/v1/leases?q=WORKER", None, None)
+        .await
+        .json();
+    assert_eq!(
+        held["bindings"][0]["session_key"], "agent:main:alpha",
+        "{held}"
+    );
+    let renewed = call(&state, "GET", "/v1/lease-events?kind=renewed", None, None)
+        .await
+        .json();
+    assert_eq!(renewed["events"].as_array().unwrap().len(), 1, "{renewed}");
+    assert_eq!(renewed["events"][0]["session_key"], "agent:main:alpha");
+    let searched = call(&state, "GET", "/v1/sessions?q=GAMMA", None, None)
+        .await
+        .json();
+    assert_eq!(searched["sessions"][0]["session_key"], "agent:ops:gamma");
     let ready = call(&state, "GET", "/readyz", None, None).await;
     assert_eq!(ready.status, StatusCode::OK, "{}", ready.text);
     let metrics = call(&state, "GET", "/metrics", None, None).await;

@@ -191,8 +191,11 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
     let leases = tether(&["leases", "list", "--output", "json"], &url);
     let leases: serde_json::Value = serde_json::from_slice(&leases.stdout).unwrap();
     let (ns, key) = (
-        leases[0]["namespace"].as_str().unwrap().to_owned(),
-        leases[0]["key"].as_str().unwrap().to_owned(),
+        leases["bindings"][0]["namespace"]
+            .as_str()
+            .unwrap()
+            .to_owned(),
+        leases["bindings"][0]["key"].as_str().unwrap().to_owned(),
     );
     let expire = [
         "leases",
@@ -288,5 +291,206 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
             row("release_quarantine", "record repaired", "succeeded"),
             row("release_quarantine", "record repaired", "refused"),
         ]
+    );
+}
+
+/// A `tether serve` child on `url` (a free loopback port), stopped when dropped.
+struct Served {
+    child: std::process::Child,
+    base: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(url: &str, env: &[(&str, &str)]) -> Served {
+    use std::io::BufRead as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["serve", "--bind", "127.0.0.1:0", "--database-url", url])
+        .env("RUST_LOG", "warn")
+        .env_remove("TETHER_ADMIN_TOKEN")
+        .env_remove("TETHER_READ_TOKEN")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let addr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    Served {
+        child,
+        base: format!("http://{addr}"),
+    }
+}
+
+/// `tether ARGS --server BASE` with `token` in TETHER_TOKEN (no database flag, no stdin).
+fn remote(args: &[&str], base: &str, token: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tether"));
+    cmd.args(args)
+        .args(["--server", base])
+        .env("RUST_LOG", "warn")
+        .env_remove("TETHER_DATABASE_URL")
+        .env_remove("TETHER_TOKEN")
+        .stdin(std::process::Stdio::null());
+    if let Some(token) = token {
+        cmd.env("TETHER_TOKEN", token);
+    }
+    cmd.output().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("remote.db").display());
+    assert!(tether(&["demo"], &url).status.success());
+    let served = serve(
+        &url,
+        &[
+            ("TETHER_ADMIN_TOKENS", "alice:alice-secret"),
+            ("TETHER_READ_TOKENS", "viewer:viewer-secret"),
+        ],
+    );
+    let base_url = served.base.clone();
+    let base = base_url.as_str();
+    let read = Some("viewer-secret");
+    let admin = Some("alice-secret");
+
+    // Lists page through the API, in table and JSON form.
+    let first = remote(&["sessions", "list", "--limit", "2"], base, read);
+    assert!(first.status.success(), "{}", text(&first));
+    let listed = text(&first);
+    assert!(listed.contains("agent:main:direct:alice") && listed.contains("more: --cursor"));
+    let cursor = listed.split("--cursor ").nth(1).unwrap().trim().to_owned();
+    let rest = text(&remote(
+        &["sessions", "list", "--cursor", &cursor],
+        base,
+        read,
+    ));
+    assert!(rest.contains("agent:ops:cron:nightly") && !rest.contains("direct:alice"));
+    let found = remote(
+        &[
+            "sessions", "list", "--search", "NIGHTLY", "--output", "json",
+        ],
+        base,
+        read,
+    );
+    let found: serde_json::Value = serde_json::from_slice(&found.stdout).unwrap();
+    assert_eq!(found["sessions"].as_array().unwrap().len(), 1);
+    let show = text(&remote(
+        &["sessions", "show", "agent:main:direct:alice"],
+        base,
+        read,
+    ));
+    assert!(
+        show.contains("session     agent:main:direct:alice"),
+        "{show}"
+    );
+
+    // The holder view from the command line: leases of one holder, naming their session.
+    let leases = remote(&["leases", "list", "--output", "json"], base, read);
+    let leases: serde_json::Value = serde_json::from_slice(&leases.stdout).unwrap();
+    let lease = &leases["bindings"][0];
+    let holder = lease["lease"]["holder"].as_str().unwrap().to_owned();
+    assert!(lease["session_key"].is_string(), "{lease}");
+    let held = text(&remote(
+        &["leases", "list", "--holder", &holder],
+        base,
+        read,
+    ));
+    assert!(held.contains(lease["key"].as_str().unwrap()), "{held}");
+    assert!(held.contains("session="), "{held}");
+    let paged = remote(
+        &["quarantine", "list", "--limit", "1", "--output", "json"],
+        base,
+        read,
+    );
+    assert!(paged.status.success(), "{}", text(&paged));
+
+    // Exit codes: bad input 2, no token or a read token for an action 2, missing 3, blocked 4.
+    let bad_limit = remote(&["sessions", "list", "--limit", "0"], base, read);
+    assert_eq!(bad_limit.status.code(), Some(2), "{}", text(&bad_limit));
+    assert_eq!(
+        remote(&["sessions", "list"], base, None).status.code(),
+        Some(2),
+        "no token: unauthorized"
+    );
+    assert_eq!(
+        remote(&["sessions", "show", "agent:main:none"], base, read)
+            .status
+            .code(),
+        Some(3)
+    );
+    let (ns, key) = (
+        lease["namespace"].as_str().unwrap().to_owned(),
+        lease["key"].as_str().unwrap().to_owned(),
+    );
+    let expire = [
+        "leases",
+        "expire",
+        "--namespace",
+        &ns,
+        "--key",
+        &key,
+        "--reason",
+        "worker wedged",
+    ];
+    let unconfirmed = remote(&expire, base, admin);
+    assert_eq!(unconfirmed.status.code(), Some(2), "{}", text(&unconfirmed));
+    let as_reader = remote(&[&expire[..], &["--yes"]].concat(), base, read);
+    assert_eq!(as_reader.status.code(), Some(2), "{}", text(&as_reader));
+    assert!(text(&as_reader).contains("TETHER_TOKEN"));
+    let expired = remote(
+        &[&expire[..], &["--yes", "--output", "json"]].concat(),
+        base,
+        admin,
+    );
+    assert!(expired.status.success(), "{}", text(&expired));
+    let result: serde_json::Value = serde_json::from_slice(&expired.stdout).unwrap();
+    assert_eq!(result["outcome"], "expired");
+    assert_eq!(
+        remote(&[&expire[..], &["--yes"]].concat(), base, admin)
+            .status
+            .code(),
+        Some(4),
+        "nothing left to expire"
+    );
+
+    // The service recorded the actions under the token's name, listed by the audit command.
+    let trail = remote(
+        &["audit", "list", "--actor", "alice", "--output", "json"],
+        base,
+        read,
+    );
+    let trail: serde_json::Value = serde_json::from_slice(&trail.stdout).unwrap();
+    let outcomes: Vec<&str> = trail["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["refused", "succeeded"], "{trail}");
+    assert_eq!(trail["entries"][1]["reason"], "worker wedged");
+
+    // A service that does not answer: exit 5; a URL that is not http://: exit 2.
+    drop(served);
+    let down = remote(&["sessions", "list"], base, read);
+    assert_eq!(down.status.code(), Some(5), "{}", text(&down));
+    assert_eq!(
+        remote(&["sessions", "list"], "https://example.invalid", read)
+            .status
+            .code(),
+        Some(2)
     );
 }

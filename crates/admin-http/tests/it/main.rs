@@ -6,6 +6,7 @@ mod cli;
 mod console;
 mod demo_codex;
 mod hardening;
+mod operator_ui;
 mod robustness;
 mod serve;
 mod support;

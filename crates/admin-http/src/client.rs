@@ -1,0 +1,206 @@
+//! The operator commands' client of a running admin service (`--server URL`): one HTTP/1.1
+//! request per call over a plain TCP connection, with the bearer token from `TETHER_TOKEN`.
+//! Typed API errors become the command's exit codes (see [`CommandError`]).
+
+use axum::body::Bytes;
+use axum::http::{Method, Request, StatusCode, header};
+use http_body_util::{BodyExt as _, Full};
+use hyper_util::rt::TokioIo;
+use serde::de::DeserializeOwned;
+use tether_admin_http::error::ErrorBody;
+
+use crate::commands::{
+    CommandError, EXIT_CONFLICT, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE,
+};
+
+/// The variable holding the token the commands send to `--server`.
+pub(crate) const TOKEN_VAR: &str = "TETHER_TOKEN";
+
+/// A running admin service.
+#[derive(Clone)]
+pub(crate) struct ApiClient {
+    /// `host:port`, for the connection and the `Host` header.
+    authority: String,
+    /// The path prefix of the service (empty at the root).
+    prefix: String,
+    token: Option<String>,
+}
+
+impl std::fmt::Debug for ApiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiClient")
+            .field("authority", &self.authority)
+            .field("prefix", &self.prefix)
+            .field("token", &self.token.as_ref().map(|_| "<set>"))
+            .finish()
+    }
+}
+
+fn usage(message: String) -> CommandError {
+    CommandError {
+        message,
+        code: EXIT_USAGE,
+    }
+}
+
+impl ApiClient {
+    /// The service at `url` (`http://HOST:PORT[/prefix]`), with `token` (from
+    /// [`TOKEN_VAR`]) sent as a bearer token when given. A blank token is refused.
+    pub(crate) fn new(url: &str, token: Option<String>) -> Result<Self, CommandError> {
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Err(usage(format!(
+                "invalid --server `{url}`: expected http://HOST:PORT (for TLS, run the command \
+                 where the service's plain port is reachable, for example through an SSH tunnel)"
+            )));
+        };
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        if authority.is_empty() || authority.contains('@') {
+            return Err(usage(format!(
+                "invalid --server `{url}`: expected http://HOST:PORT"
+            )));
+        }
+        let authority = if authority
+            .rsplit_once(':')
+            .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        if token.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(usage(format!("{TOKEN_VAR} is set but blank")));
+        }
+        let prefix = path.trim_end_matches('/');
+        Ok(Self {
+            authority,
+            prefix: if prefix.is_empty() {
+                String::new()
+            } else {
+                format!("/{prefix}")
+            },
+            token: token.map(|t| t.trim().to_owned()),
+        })
+    }
+
+    /// `GET path` (with its query), decoded as `T`.
+    pub(crate) async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, CommandError> {
+        self.call(Method::GET, path, None).await
+    }
+
+    /// `method path` with a JSON `body`, decoded as `T`.
+    pub(crate) async fn send<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<T, CommandError> {
+        self.call(method, path, Some(body.to_string())).await
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<String>,
+    ) -> Result<T, CommandError> {
+        let unreachable = |e: &dyn std::fmt::Display| CommandError {
+            message: format!(
+                "the service at http://{} did not answer ({e}); check --server (or TETHER_SERVER) \
+                 and that `tether serve` runs there, then retry",
+                self.authority
+            ),
+            code: EXIT_UNAVAILABLE,
+        };
+        let stream = tokio::net::TcpStream::connect(&self.authority)
+            .await
+            .map_err(|e| unreachable(&e))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| unreachable(&e))?;
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "admin service connection ended");
+            }
+        });
+        let mut request = Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.prefix))
+            .header(header::HOST, &self.authority)
+            .header(header::ACCEPT, "application/json");
+        if let Some(token) = &self.token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if body.is_some() {
+            request = request.header(header::CONTENT_TYPE, "application/json");
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| usage(format!("cannot build the request: {e}")))?;
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| unreachable(&e))?;
+        let status = response.status();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| unreachable(&e))?
+            .to_bytes();
+        if status.is_success() {
+            return serde_json::from_slice(&bytes).map_err(|e| {
+                CommandError::failure(format!("the service answered unreadable JSON: {e}"))
+            });
+        }
+        Err(api_error(status, &bytes))
+    }
+}
+
+/// The command error of an API error answer: its message, and the exit code of its stable code.
+fn api_error(status: StatusCode, bytes: &[u8]) -> CommandError {
+    let Ok(body) = serde_json::from_slice::<ErrorBody>(bytes) else {
+        return CommandError::failure(format!(
+            "the service answered {status}: {}",
+            String::from_utf8_lossy(bytes)
+                .chars()
+                .take(300)
+                .collect::<String>()
+        ));
+    };
+    let code = match body.code.as_str() {
+        "bad_request" | "page_size_too_large" | "payload_too_large" => EXIT_USAGE,
+        "unauthorized" | "forbidden" => EXIT_USAGE,
+        "not_found" => EXIT_NOT_FOUND,
+        "lease_held" | "conflict" => EXIT_CONFLICT,
+        "unavailable" => EXIT_UNAVAILABLE,
+        _ => EXIT_FAILURE,
+    };
+    let hint = match body.code.as_str() {
+        "unauthorized" | "forbidden" => {
+            format!(" (the commands send the token in {TOKEN_VAR}; actions need an admin token)")
+        }
+        _ => String::new(),
+    };
+    CommandError {
+        message: format!("{}: {}{hint}", body.code, body.message),
+        code,
+    }
+}
+
+/// Percent-encodes a path segment or query value.
+pub(crate) fn encode(raw: &str) -> String {
+    tether_admin_http::routes::dashboard::encode_query(raw)
+}
+
+/// A query string of the set `params` (`?a=1&b=2`, or empty).
+pub(crate) fn query(params: &[(&str, Option<String>)]) -> String {
+    let parts: Vec<String> = params
+        .iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={}", encode(v))))
+        .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", parts.join("&"))
+    }
+}
