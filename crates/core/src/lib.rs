@@ -34,20 +34,20 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod attempt;
-pub mod codec;
-pub mod error;
-pub mod finalization;
-pub mod harness;
-pub mod host;
-pub mod ids;
-pub mod keys;
-pub mod lease;
+mod attempt;
+mod codec;
+mod error;
+mod finalization;
+mod harness;
+mod host;
+mod ids;
+mod keys;
+mod lease;
 pub mod prelude;
-pub mod registry;
-pub mod store;
+mod registry;
+mod store;
 pub mod text;
-pub mod time;
+mod time;
 
 pub use attempt::{
     AcceptedSessionSpawn, AgentMessage, AttemptParams, AttemptResult, AttemptTerminal,
@@ -69,10 +69,12 @@ pub use host::{
     AppendOutcome, HostSessionEntry, HostSessionRead, HostSessionStore, QuarantineEntry,
     QuarantineStore, TranscriptAnchor,
 };
-pub use ids::{AgentId, BindingId, HarnessId, IdError, Namespace, RunId, SessionId, SessionKey};
+pub use ids::{
+    AgentId, BindingId, HarnessId, IdError, MAX_ID_LEN, Namespace, RunId, SessionId, SessionKey,
+};
 pub use keys::{BindingKey, BindingKeyKind};
 pub use lease::{Lease, LeaseConfig, LeaseEpoch, LeaseToken, LifecycleRevision, Revision, is_live};
-pub use registry::HarnessRegistry;
+pub use registry::{HarnessRegistry, same_harness};
 pub use store::{
     Admission, ApplyOutcome, BindingStore, Comparison, DEFAULT_MAX_VALUE_BYTES, Intent,
     LeaseRenewal, LeaseWrite, NamespaceConfig, Observation, ObservedOutcome, OverflowPolicy,

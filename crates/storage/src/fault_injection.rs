@@ -4,9 +4,9 @@
 //! fails, times out, or reports an unknown outcome at a named [`FaultPoint`]. It counts every
 //! call and every write the wrapped store actually applied, so a test can prove that a failed
 //! write was never replayed and that nothing was lost. [`FaultRowTransaction`] does the same for
-//! the row operations of a host transaction, and [`FaultInjectingStore::transaction_hooks`]
-//! turns the commit-edge and after-COMMIT points into the host transaction's
-//! [`TransactionHooks`].
+//! the row operations of a host transaction, and [`FaultInjectingStore::host_transaction_faults`]
+//! hands the commit-edge and after-COMMIT points to the host layer's transaction hooks
+//! (`tether_host::TransactionHooks::injecting`).
 //!
 //! Where the write stands after a fault:
 //!

@@ -10,9 +10,11 @@
 //!   `BEGIN IMMEDIATE` writers) or PostgreSQL, chosen by URL, with migrations, host sessions,
 //!   transcripts (a tree with idempotent append, rewind, branch switch, fork and full-text
 //!   search), upstream links, a background sweeper and a [`ServerClock`];
-//! - [`HostSessions`]: the host side of session deletion and context reset (see
-//!   `docs/deletion-and-reset.md`), with the harnesses' prepared mutations committed inside
-//!   the host's SQL transaction.
+//! - the host port ([`HostBackend`], [`HostTransaction`]) that the host layer's deletion and
+//!   context-reset coordinator (`tether_host::HostSessions`, see `docs/deletion-and-reset.md`)
+//!   runs over: both stores implement it ([`SqlHostTransaction`], [`MemoryHostTransaction`]),
+//!   so the harnesses' prepared mutations commit inside the same transaction as the session
+//!   rows.
 //!
 //! Every write is a compare-and-swap against an observation; a row is invisible once its
 //! `expires_at <= now`; each lease acquisition gets a lease epoch that is never reused; every
@@ -53,18 +55,18 @@
 //! # }).unwrap();
 //! ```
 
-pub mod admin;
-pub mod events;
+mod admin;
+mod events;
 #[cfg(feature = "test-support")]
 pub mod fault_injection;
-pub mod memory;
+mod memory;
 mod plan;
 mod port;
 pub mod prelude;
-pub mod sql;
+mod sql;
 #[cfg(feature = "test-support")]
 pub mod testing;
-pub mod transcript;
+mod transcript;
 
 pub use admin::StoreAdmin;
 pub use events::{LeaseEvent, LeaseEventKind, LeaseEventQuery};

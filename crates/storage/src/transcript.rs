@@ -107,11 +107,7 @@ impl NewTranscriptEntry {
     pub fn check(&self) -> Result<(), tether_core::TextError> {
         tether_core::text::check_content("transcript content", &self.content)?;
         if let Some(key) = &self.idempotency_key {
-            tether_core::text::check_token_like(
-                "idempotency key",
-                key,
-                tether_core::ids::MAX_ID_LEN,
-            )?;
+            tether_core::text::check_token_like("idempotency key", key, tether_core::MAX_ID_LEN)?;
         }
         Ok(())
     }
