@@ -20,15 +20,15 @@ use tether_core::{
     AgentMessage, AssertCurrent, Cancellation, ContentBlock, Error, HarnessFinalizationData,
     HarnessId, MessageRole, SessionKey, SettledTurnFinalizationContext, Usage,
 };
-use tether_finalizer::bounded::ProjectionLimits;
-use tether_finalizer::bounded::{HistoryReadError, ProvenanceInput, prompt_identity};
-use tether_finalizer::bounded_finalizer::{
+use tether_finalizer::ProjectionLimits;
+use tether_finalizer::{
     BoundedTurnFinalizer, BoundedTurnOutput, BoundedTurnRequest, BoundedTurnRuntime, Isolation,
     MirrorRequest, MirroredRow, NativeItem, OwnedEvidence, PreparedAuth,
 };
-use tether_finalizer::capture::{
+use tether_finalizer::{
     CaptureRequest, CapturedTurnContext, ModelSelection, capture_settled_turn_context,
 };
+use tether_finalizer::{HistoryReadError, ProvenanceInput, prompt_identity};
 use tracing::Instrument as _;
 
 use crate::client::{CodexAppServer, CodexClient, ServerEvent};

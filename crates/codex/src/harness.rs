@@ -47,7 +47,7 @@ use crate::protocol::{
     TokenUsageNotification, ToolContentItem, TurnInterruptParams, TurnNotification,
     TurnStartParams, TurnStartResponse, UserInput, method,
 };
-use tether_finalizer::bounded_finalizer::BoundedTurnFinalizer;
+use tether_finalizer::BoundedTurnFinalizer;
 
 /// The binding namespace of the Codex harness.
 pub const NAMESPACE: &str = "codex-threads";

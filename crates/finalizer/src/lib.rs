@@ -4,27 +4,27 @@
 //! capability-free replay that cannot repeat or extend the completed work, with a host fallback
 //! (the contract is in `docs/finalization.md`).
 //!
-//! The crate holds:
-//! - [`result`]: the narrow result with exactly six allowed fields and its validator;
-//! - [`projection`]: the projection of a full attempt result into a narrow result, for harnesses
-//!   that reuse their attempt engine ([`evidence`] holds the extra attempt facts it inspects);
-//! - [`bounded`]: the bounded projection of a settled turn's history with its identity and
+//! The crate holds (by private module; every public item is at the crate root):
+//! - `result`: the narrow result with exactly six allowed fields and its validator;
+//! - `projection`: the projection of a full attempt result into a narrow result, for harnesses
+//!   that reuse their attempt engine (`evidence` holds the extra attempt facts it inspects);
+//! - `bounded`: the bounded projection of a settled turn's history with its identity and
 //!   provenance proof, limits enforced while reading;
-//! - [`capture`]: the context producers (the built-in transcript producer and the bounded,
+//! - `capture`: the context producers (the built-in transcript producer and the bounded,
 //!   provenance-checked capture);
-//! - [`facts`] and [`gate`]: the host's turn facts and the request gate with the settled-batch
+//! - `facts` and `gate`: the host's turn facts and the request gate with the settled-batch
 //!   evidence and the host prompt;
-//! - [`lifecycle`]: one try through the harness with its diagnostics;
-//! - [`orchestrate`]: the once-per-run finalization phase (tries, silence policy, cancellation,
+//! - `lifecycle`: one try through the harness with its diagnostics;
+//! - `orchestrate`: the once-per-run finalization phase (tries, silence policy, cancellation,
 //!   the persisted host fallback, the rebuilt terminal);
-//! - [`policy`]: the hooks skipped during finalization and the terminal-resolution policy after
-//!   it; [`incomplete`]: the side-effect-aware incomplete-turn warning;
-//! - [`bounded_finalizer`]: a reusable finalizer for harnesses that replay their captured
-//!   bounded projection in an isolated native turn; [`engine`]: one for harnesses that reuse
+//! - `policy`: the hooks skipped during finalization and the terminal-resolution policy after
+//!   it; `incomplete`: the side-effect-aware incomplete-turn warning;
+//! - `bounded_finalizer`: a reusable finalizer for harnesses that replay their captured
+//!   bounded projection in an isolated native turn; `engine`: one for harnesses that reuse
 //!   their attempt engine behind a restricted allow-list and project its result.
 //!
 //! It never holds or passes a tool surface: the attempt it hands a harness is
-//! [`tether_core::FinalizationAttempt`], which is plain data ([`restricted`] documents and
+//! [`tether_core::FinalizationAttempt`], which is plain data (`restricted` documents and
 //! proves the type-level guarantee with compile-fail examples).
 //!
 //! ```
@@ -40,22 +40,22 @@
 //! # Ok::<(), FinalizerError>(())
 //! ```
 
-pub mod bounded;
-pub mod bounded_finalizer;
-pub mod capture;
-pub mod engine;
-pub mod error;
-pub mod evidence;
-pub mod facts;
-pub mod gate;
-pub mod incomplete;
-pub mod lifecycle;
-pub mod orchestrate;
-pub mod policy;
+mod bounded;
+mod bounded_finalizer;
+mod capture;
+mod engine;
+mod error;
+mod evidence;
+mod facts;
+mod gate;
+mod incomplete;
+mod lifecycle;
+mod orchestrate;
+mod policy;
 pub mod prelude;
-pub mod projection;
-pub mod restricted;
-pub mod result;
+mod projection;
+mod restricted;
+mod result;
 
 pub use bounded::{
     BoundedProjection, HistoryReadError, HistorySource, ProjectedItem, ProjectionLimits,
@@ -103,3 +103,20 @@ pub use result::{
     depth_within, is_silent_reply_text, is_tool_call_block_type,
     validate_settled_turn_finalization_result,
 };
+
+// The limits, texts and helpers the finalizer's contract names (`docs/finalization.md`), at
+// the crate root like everything else.
+pub use bounded::{
+    MAX_CALL_ID_CHARS, MAX_FIELD_BYTES, MAX_ITEMS, MAX_TOOL_NAME_CHARS, MAX_TOTAL_BYTES,
+    META_EXCLUDE_FROM_CONTEXT, META_TRANSIENT_RUNTIME_CONTEXT, META_UPSTREAM_TEXT,
+    OMITTED_CONTEXT_NOTICE, TOOL_COMPLETED_WITHOUT_TEXT, TOOL_ERROR_PREFIX,
+    TOOL_FAILED_WITHOUT_TEXT, is_valid_tool_name, prompt_identity, rewrite_call_id,
+};
+pub use bounded_finalizer::BOUNDED_TURN_INSTRUCTIONS;
+pub use gate::{should_treat_empty_reply_as_silent, source_reply_delivered, usable_payload_count};
+pub use incomplete::{
+    INCOMPLETE_TURN_BASE_TEXT, INCOMPLETE_TURN_MESSAGE, INCOMPLETE_TURN_TEXT, SIDE_EFFECT_NOTE,
+    TIMED_OUT_MESSAGE, TIMED_OUT_TEXT, incomplete_turn_text,
+};
+pub use lifecycle::SETTLED_TOOL_FINALIZATION_OPERATION;
+pub use orchestrate::{FALLBACK_MODEL, FALLBACK_PROVIDER, MAX_EMPTY_FINALIZATION_TRIES, MAX_TIMER};

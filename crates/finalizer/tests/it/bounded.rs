@@ -8,13 +8,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 use tether_core::{AgentMessage, Cancellation, ContentBlock, Error, MessageRole, always_current};
-use tether_finalizer::bounded::{
-    MAX_FIELD_BYTES, OMITTED_CONTEXT_NOTICE, TOOL_FAILED_WITHOUT_TEXT, rewrite_call_id,
-};
 use tether_finalizer::{
     CaptureRequest, HistoryReadError, HistorySource, ProjectedItem, ProjectionLimits,
     ProvenanceInput, RejectionReason, capture_settled_turn_context, project_current_evidence,
     project_settled_turn_history,
+};
+use tether_finalizer::{
+    MAX_FIELD_BYTES, OMITTED_CONTEXT_NOTICE, TOOL_FAILED_WITHOUT_TEXT, rewrite_call_id,
 };
 
 use crate::support::{tool_calls, tool_result, user, with_id};

@@ -2,12 +2,12 @@
 //! during finalization, and the terminal-resolution policy after it.
 
 use tether_core::{AttemptResult, AttemptTerminal};
-use tether_finalizer::incomplete::{
-    INCOMPLETE_TURN_MESSAGE, INCOMPLETE_TURN_TEXT, SIDE_EFFECT_NOTE, incomplete_turn_text,
-};
 use tether_finalizer::{
     FinalizationOutcome, HookPoint, IncompleteTurnInput, Liveness, ReplyExpectation, RunSignal,
     TerminalResolutionPolicy, TurnFacts, resolve_incomplete_turn,
+};
+use tether_finalizer::{
+    INCOMPLETE_TURN_MESSAGE, INCOMPLETE_TURN_TEXT, SIDE_EFFECT_NOTE, incomplete_turn_text,
 };
 
 use crate::gate::settled_write;

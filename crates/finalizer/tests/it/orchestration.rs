@@ -9,7 +9,6 @@ use tether_core::{
     AttemptResult, AttemptTerminal, Error, HarnessId, RunId, SettledTurnFinalizationContext,
     SettledTurnFinalizer, ToolErrorSummary, Usage,
 };
-use tether_finalizer::orchestrate::{FALLBACK_MODEL, FALLBACK_PROVIDER, MAX_TIMER};
 use tether_finalizer::{
     DiagnosticEvent, DiagnosticPhase, FALLBACK_TEXT, FailureSignal, FallbackAppendError,
     FallbackAppendResult, FinalizationOutcome, FinalizerError, LifecycleOptions, LifecycleOutcome,
@@ -17,6 +16,7 @@ use tether_finalizer::{
     RunTrigger, SETTLED_TOOL_FINALIZATION_INSTRUCTION, SourceReplyMode, TOOL_FAILURE_INSTRUCTION,
     TerminalToolFailure, TimeoutKind, TurnFacts, run_lifecycle_finalization,
 };
+use tether_finalizer::{FALLBACK_MODEL, FALLBACK_PROVIDER, MAX_TIMER};
 
 use crate::gate::{read_and_failed_exec, settled_write};
 use crate::harness::{AppendBehavior, RecordingTranscript, Run, ScriptedFinalizer, Step, fence};

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tether_core::{AttemptResult, AttemptTerminal, Error, ReplayMetadata, ToolErrorSummary};
-use tether_finalizer::orchestrate::MAX_TIMER;
+use tether_finalizer::MAX_TIMER;
 use tether_finalizer::{
     FALLBACK_TEXT, FallbackAppendError, FallbackAppendResult, FinalizationOutcome, FinalizerError,
     ItemLifecycle, ModelSelection, PayloadKind, ReplyExpectation, ReplyPayload, RunSignal,

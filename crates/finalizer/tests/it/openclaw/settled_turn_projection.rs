@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 use tether_core::{AgentMessage, ContentBlock, MessageRole};
-use tether_finalizer::bounded::{MAX_FIELD_BYTES, META_UPSTREAM_TEXT};
 use tether_finalizer::{
     BoundedProjection, ProjectedItem, ProjectionLimits, RejectionReason, project_current_evidence,
 };
+use tether_finalizer::{MAX_FIELD_BYTES, META_UPSTREAM_TEXT};
 
 use crate::bounded::{GuardedSource, call, ok_source};
 use crate::support::{tool_result, user};
