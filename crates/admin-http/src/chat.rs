@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tether_codex::harness::HARNESS_ID;
-use tether_codex::host::{HostTranscript, MirrorEntry};
-use tether_codex::locate::locate_codex_binary;
+use tether_codex::HARNESS_ID;
+use tether_codex::locate_codex_binary;
 use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
+use tether_codex::{HostTranscript, MirrorEntry};
 use tether_core::{
     AgentId, AppendOutcome, AttemptParams, HarnessId, MessageRole, RunId, SessionId, SessionKey,
     SessionTarget,

@@ -22,12 +22,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::json;
-use tether_codex::harness::{HARNESS_ID, TurnOutcome};
-use tether_codex::host::{ToolCall, ToolExecutor, ToolRun};
-use tether_codex::locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, locate_codex_binary};
 use tether_codex::protocol::DynamicToolSpec;
 use tether_codex::scripted::{ModelServer, Step};
+use tether_codex::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, locate_codex_binary};
 use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
+use tether_codex::{HARNESS_ID, TurnOutcome};
+use tether_codex::{ToolCall, ToolExecutor, ToolRun};
 use tether_core::HarnessRegistry;
 use tether_core::{
     AgentId, AttemptParams, Cancellation, FinalizationAttempt, HarnessId, ResetParams, ResetReason,

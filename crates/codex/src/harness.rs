@@ -397,7 +397,7 @@ impl CodexHarness {
 
     /// The settled-turn finalizer of `session_key`: a [`BoundedTurnFinalizer`] answering once
     /// through a capability-free Codex run on a private app-server process (see
-    /// [`crate::finalize`]), mirroring the answer into the host transcript.
+    /// [`CodexFinalizerRuntime`](crate::CodexFinalizerRuntime)), mirroring the answer into the host transcript.
     pub fn settled_turn_finalizer(
         &self,
         session_key: SessionKey,

@@ -3,24 +3,24 @@
 //! The Codex app-server harness: Tether driving a real `codex app-server` (the Codex CLI's
 //! JSON-RPC 2.0 server over stdio).
 //!
-//! - [`client`]: one supervised app-server child per host process ([`CodexAppServer`]), the
+//! - `client`: one supervised app-server child per host process ([`CodexAppServer`]), the
 //!   `initialize` handshake, request/response correlation with per-request timeouts,
 //!   notifications and server requests routed per thread through bounded queues, stderr into
 //!   `tracing`, a crashed or hung child reported as a typed [`CodexError`] and restarted.
 //! - [`protocol`]: typed serde messages for the subset of the protocol the harness uses.
-//! - [`harness`]: [`CodexHarness`], an [`AgentHarness`](tether_core::AgentHarness) on the SDK's
+//! - `harness`: [`CodexHarness`], an [`AgentHarness`](tether_core::AgentHarness) on the SDK's
 //!   thread-binding backend: host session → Codex thread id under the fenced lease, resume
 //!   with `thread/resume`, turns with item mirroring, host tools as dynamic tools, terminal
 //!   outcomes through the SDK's accumulator, approvals through a host policy that refuses by
 //!   default, cancellation with `turn/interrupt`.
-//! - [`native`]: the Codex side of deletion, context reset and reset: claims of running turns,
+//! - `native`: the Codex side of deletion, context reset and reset: claims of running turns,
 //!   the thread cleanup (`thread/delete`, `thread/archive`) after the host's COMMIT, and the
 //!   durable records (due cleanups, context-reset continuations) in the host's binding store.
-//! - [`finalize`]: settled-turn finalization through a capability-free Codex run (the
+//! - `finalize`: settled-turn finalization through a capability-free Codex run (the
 //!   harness captures the context; [`CodexFinalizerRuntime`] answers once, or the host falls
 //!   back).
-//! - [`host`]: what the host supplies (transcript, tool executor, approval policy).
-//! - [`locate`]: the pinned Codex version and where its binary is found.
+//! - `host`: what the host supplies (transcript, tool executor, approval policy).
+//! - `locate`: the pinned Codex version and where its binary is found.
 //! - `scripted` (feature `scripted-model`): a loopback model server answering from a script,
 //!   for tests and demos.
 //!
@@ -51,24 +51,36 @@
 //! # }
 //! ```
 
-pub mod client;
+mod client;
 pub(crate) mod context;
-pub mod error;
-pub mod finalize;
-pub mod harness;
-pub mod host;
-pub mod ids;
-pub mod locate;
-pub mod native;
+mod error;
+mod finalize;
+mod harness;
+mod host;
+mod ids;
+mod locate;
+mod native;
 pub mod prelude;
 pub mod protocol;
 #[cfg(feature = "scripted-model")]
 pub mod scripted;
 
-pub use client::{CodexAppServer, CodexClient, CodexConfig};
+pub use client::{
+    CodexAppServer, CodexClient, CodexConfig, ServerEvent, ServerRequest, WireFrame, WireKind,
+    WireLog,
+};
 pub use error::CodexError;
-pub use finalize::{CodexEvidence, CodexFinalizerRuntime};
-pub use harness::{CodexHarness, ThreadSettings, TurnCancel, TurnOutcome, TurnRequest};
-pub use host::{ApprovalPolicy, HostTranscript, RefuseAll, ToolExecutor};
+pub use finalize::{CodexEvidence, CodexFinalizerRuntime, RESTRICTED_CONFIG, answer_text};
+pub use harness::{
+    ApprovalReport, CodexHarness, CodexHarnessBuilder, HARNESS_ID, MirrorReport, NAMESPACE,
+    ThreadSettings, ToolReport, TurnCancel, TurnOutcome, TurnRequest, approval_response,
+};
+pub use host::{
+    ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,
+    NoTools, RefuseAll, ToolCall, ToolExecutor, ToolRun,
+};
 pub use ids::{ThreadId, TurnId};
-pub use native::{NativeCleanup, PendingCleanup};
+pub use locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, cached_codex_binary, locate_codex_binary};
+pub use native::{
+    CLEANUP_NAMESPACE, CONTINUATION_NAMESPACE, CodexThreads, NativeCleanup, PendingCleanup,
+};

@@ -22,8 +22,8 @@
 
 pub use tether_harness_sdk::prelude::*;
 
-pub use crate::host::{ApprovalDecision, ApprovalKind, ApprovalRequest};
 pub use crate::{
-    ApprovalPolicy, CodexAppServer, CodexConfig, CodexError, CodexHarness, HostTranscript,
-    RefuseAll, ThreadId, ThreadSettings, ToolExecutor, TurnCancel, TurnOutcome, TurnRequest,
+    ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, CodexAppServer, CodexConfig,
+    CodexError, CodexHarness, HostTranscript, RefuseAll, ThreadId, ThreadSettings, ToolExecutor,
+    TurnCancel, TurnOutcome, TurnRequest,
 };

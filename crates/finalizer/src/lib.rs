@@ -114,9 +114,11 @@ pub use bounded::{
 };
 pub use bounded_finalizer::BOUNDED_TURN_INSTRUCTIONS;
 pub use gate::{should_treat_empty_reply_as_silent, source_reply_delivered, usable_payload_count};
+pub use incomplete::IncompleteTurnError;
 pub use incomplete::{
     INCOMPLETE_TURN_BASE_TEXT, INCOMPLETE_TURN_MESSAGE, INCOMPLETE_TURN_TEXT, SIDE_EFFECT_NOTE,
     TIMED_OUT_MESSAGE, TIMED_OUT_TEXT, incomplete_turn_text,
 };
 pub use lifecycle::SETTLED_TOOL_FINALIZATION_OPERATION;
+pub use orchestrate::AgentMeta;
 pub use orchestrate::{FALLBACK_MODEL, FALLBACK_PROVIDER, MAX_EMPTY_FINALIZATION_TRIES, MAX_TIMER};

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use tether_codex::locate::locate_codex_binary;
+use tether_codex::locate_codex_binary;
 use tether_codex::scripted::{ModelServer, Step};
 
 #[allow(clippy::print_stderr)]

@@ -7,7 +7,7 @@ use std::process::Command;
 use tether_admin_http::AppState;
 use tether_admin_http::auth::Tokens;
 use tether_admin_http::database::Database;
-use tether_codex::locate::{CODEX_BIN_ENV, locate_codex_binary};
+use tether_codex::{CODEX_BIN_ENV, locate_codex_binary};
 use tether_core::{RecordCodec as _, SessionKey};
 use tether_harness_sdk::backend::ThreadBindingCodec;
 use tether_storage::{Store, TranscriptRole};

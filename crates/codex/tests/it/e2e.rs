@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use serde_json::json;
-use tether_codex::error::CodexError;
-use tether_codex::harness::{ApprovalReport, TurnCancel, TurnRequest};
-use tether_codex::host::ApprovalDecision;
+use tether_codex::ApprovalDecision;
+use tether_codex::CodexError;
+use tether_codex::{ApprovalReport, TurnCancel, TurnRequest};
 use tether_core::{AttemptTerminal, LeaseConfig, MessageRole};
 use tether_harness_sdk::results::terminal::ToolOutcome;
 use tether_storage::TranscriptRole;
@@ -716,7 +716,7 @@ async fn codex_e2e_lost_lease_mid_turn_runs_no_tool() {
         tether_core::SessionId::new(crate::host::SESSION_ID).unwrap(),
         Some(key.clone()),
     );
-    let ns = tether_core::Namespace::new(tether_codex::harness::NAMESPACE).unwrap();
+    let ns = tether_core::Namespace::new(tether_codex::NAMESPACE).unwrap();
     host.store
         .force_expire_lease(&ns, identity.key(), None)
         .await

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tether_codex::harness::TurnRequest;
+use tether_codex::TurnRequest;
 use tether_core::{
     AgentId, AppendOutcome, AttemptResult, Cancellation, Error, FakeClock, FinalizationAttempt,
     HarnessId, LeaseConfig, MessageRole, RunId, SessionId, SessionTarget,

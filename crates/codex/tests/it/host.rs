@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tether_codex::client::{CodexAppServer, CodexConfig, WireLog};
-use tether_codex::harness::{CodexHarness, HARNESS_ID, ThreadSettings};
-use tether_codex::host::{HostTranscript, MirrorEntry, ToolCall, ToolExecutor, ToolRun};
-use tether_codex::locate::locate_codex_binary;
+use tether_codex::locate_codex_binary;
 use tether_codex::protocol::DynamicToolSpec;
+use tether_codex::{CodexAppServer, CodexConfig, WireLog};
+use tether_codex::{CodexHarness, HARNESS_ID, ThreadSettings};
+use tether_codex::{HostTranscript, MirrorEntry, ToolCall, ToolExecutor, ToolRun};
 use tether_core::HarnessRegistry;
 use tether_core::{
     AgentId, AppendOutcome, AttemptParams, HarnessId, LeaseConfig, MessageRole, RunId, SessionId,

@@ -4,10 +4,10 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use tether_codex::client::{CodexAppServer, CodexConfig};
-use tether_codex::harness::TurnRequest;
-use tether_codex::native::NativeCleanup;
+use tether_codex::NativeCleanup;
+use tether_codex::TurnRequest;
 use tether_codex::protocol::method;
+use tether_codex::{CodexAppServer, CodexConfig};
 use tether_core::{AgentId, LeaseConfig, ResetParams, ResetReason, SessionId};
 use tether_harness_sdk::reset::reset_registered_harness_sessions;
 use tether_host::TransactionHooks;
@@ -554,7 +554,7 @@ async fn codex_e2e_rewind_invalidates_binding_and_next_turn_lacks_cut_turns() {
 async fn continuations(host: &Host) -> u64 {
     tether_core::BindingStore::count(
         &host.store,
-        &tether_core::Namespace::new(tether_codex::native::CONTINUATION_NAMESPACE).unwrap(),
+        &tether_core::Namespace::new(tether_codex::CONTINUATION_NAMESPACE).unwrap(),
     )
     .await
     .unwrap()

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tether_codex::client::{WireKind, WireLog};
-use tether_codex::harness::{TurnCancel, TurnRequest, approval_response};
-use tether_codex::host::ApprovalDecision;
+use tether_codex::ApprovalDecision;
 use tether_codex::protocol::method;
+use tether_codex::{TurnCancel, TurnRequest, approval_response};
+use tether_codex::{WireKind, WireLog};
 use tether_core::LeaseConfig;
 
 use crate::host::{World, attempt, codex_binary, session_key};
