@@ -47,15 +47,18 @@ mod engine;
 mod error;
 mod evidence;
 mod facts;
+mod fallback;
 mod gate;
 mod incomplete;
 mod lifecycle;
+mod model_policy;
 mod orchestrate;
 mod policy;
 pub mod prelude;
 mod projection;
 mod restricted;
 mod result;
+mod signal;
 
 pub use bounded::{
     BoundedProjection, HistoryReadError, HistorySource, ProjectedItem, ProjectionLimits,
@@ -78,6 +81,10 @@ pub use facts::{
     RunTrigger, SourceReplyMode, TerminalToolFailure, ToolCallMeta, TurnFacts,
     WriterDeliveryAuthority, WriterFence,
 };
+pub use fallback::{
+    FALLBACK_MODEL, FALLBACK_PROVIDER, FALLBACK_TEXT, FallbackAppend, FallbackAppendError,
+    FallbackAppendResult, FallbackTranscript, RECOVERY_NOTICE_TEXT, fallback_idempotency_key,
+};
 pub use gate::{
     FinalizationRequest, SETTLED_TOOL_FINALIZATION_INSTRUCTION, SettledBatchEvidence,
     TOOL_FAILURE_INSTRUCTION, resolve_settled_tool_batch_evidence,
@@ -88,11 +95,11 @@ pub use lifecycle::{
     DiagnosticEvent, DiagnosticPhase, LifecycleOptions, LifecycleOutcome, RunCompletion,
     run_lifecycle_finalization,
 };
+pub use model_policy::{
+    ModelPolicyBinding, ModelPolicyGate, NativeModelPolicySupport, OperatorModelPolicy,
+};
 pub use orchestrate::{
-    FALLBACK_TEXT, FallbackAppend, FallbackAppendError, FallbackAppendResult, FallbackTranscript,
-    FinalizationInput, FinalizationOutcome, ModelPolicyBinding, ModelPolicyGate,
-    NativeModelPolicySupport, OperatorModelPolicy, PreparedFinalization, RECOVERY_NOTICE_TEXT,
-    RebuiltTerminal, RunSignal, fallback_idempotency_key,
+    FinalizationInput, FinalizationOutcome, PreparedFinalization, RebuiltTerminal,
     prepare_terminal_with_settled_turn_finalization,
 };
 pub use policy::{HookPoint, TerminalResolutionPolicy};
@@ -103,6 +110,7 @@ pub use result::{
     depth_within, is_silent_reply_text, is_tool_call_block_type,
     validate_settled_turn_finalization_result,
 };
+pub use signal::RunSignal;
 
 // The limits, texts and helpers the finalizer's contract names (`docs/finalization.md`), at
 // the crate root like everything else.
@@ -121,4 +129,4 @@ pub use incomplete::{
 };
 pub use lifecycle::SETTLED_TOOL_FINALIZATION_OPERATION;
 pub use orchestrate::AgentMeta;
-pub use orchestrate::{FALLBACK_MODEL, FALLBACK_PROVIDER, MAX_EMPTY_FINALIZATION_TRIES, MAX_TIMER};
+pub use orchestrate::{MAX_EMPTY_FINALIZATION_TRIES, MAX_TIMER};

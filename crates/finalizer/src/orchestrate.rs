@@ -70,14 +70,13 @@
 //! # }).unwrap();
 //! ```
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tether_core::{
     AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptResult, AttemptTerminal,
-    Cancellation, Clock, ContentBlock, FinalizationAttempt, HarnessId, ReplayMetadata, RunId,
-    SessionTarget, SettledTurnFinalizer, SystemClock, Usage, always_current,
+    Cancellation, Clock, FinalizationAttempt, HarnessId, ReplayMetadata, RunId, SessionTarget,
+    SettledTurnFinalizer, SystemClock, Usage, always_current,
 };
 use tracing::Instrument;
 
@@ -87,34 +86,25 @@ use crate::facts::{
     CarriedFacts, FailureSignal, PayloadKind, ReplyExpectation, ReplyPayload, RunTrigger,
     SourceReplyMode, TerminalToolFailure, TurnFacts, WriterDeliveryAuthority, WriterFence,
 };
+use crate::fallback::{
+    FALLBACK_TEXT, FallbackTranscript, RECOVERY_NOTICE_TEXT, fallback_idempotency_key,
+    fallback_identity, fallback_message, persist_fallback,
+};
 use crate::gate::{FinalizationRequest, resolve_settled_turn_finalization_request};
 use crate::lifecycle::{
     DiagnosticEvent, LifecycleOptions, LifecycleOutcome, run_lifecycle_finalization,
 };
+use crate::model_policy::{ModelPolicyGate, NativeModelPolicySupport};
 use crate::policy::TerminalResolutionPolicy;
 use crate::result::{
     DiagnosticTrace, FinalAssistant, SILENT_REPLY_TOKEN, SettledTurnFinalizationResult,
 };
+use crate::signal::RunSignal;
 
-/// The fixed host fallback text.
-pub const FALLBACK_TEXT: &str = "The tool run finished, but no final summary was produced. I did not repeat any completed actions.";
-/// Provider attribution of the persisted fallback row.
-pub const FALLBACK_PROVIDER: &str = "tether";
-/// Model attribution of the persisted fallback row.
-pub const FALLBACK_MODEL: &str = "delivery-mirror";
 /// At most this many tries when the answer is empty.
 pub const MAX_EMPTY_FINALIZATION_TRIES: u8 = 2;
 /// The maximum timer value (used when the prepared timeout is zero).
 pub const MAX_TIMER: Duration = Duration::from_millis(2_147_483_647);
-
-/// The `message_tool_only` recovery notice (opt-in; see `docs/finalization.md`).
-pub const RECOVERY_NOTICE_TEXT: &str =
-    "I lost that turn before I could answer. Please resend if it still matters.";
-
-/// The idempotency key of the persisted fallback: `<run_id>:settled-finalization-fallback`.
-pub fn fallback_idempotency_key(run_id: &RunId) -> String {
-    format!("{run_id}:settled-finalization-fallback")
-}
 
 /// The outcome of the finalization phase.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,184 +132,6 @@ impl FinalizationOutcome {
             Self::SilentFallback => "silent-fallback",
         }
     }
-}
-
-/// The run's cancellation signal (the queue signal). Cancelling it also cancels the live try;
-/// a retired try's cancellation is detached, so its late callbacks cannot abort the run.
-///
-/// It also remembers whether the run's finalization phase already ran: the phase runs at most
-/// once per run, so a retry loop that calls it again gets `not-attempted`.
-#[derive(Debug, Default)]
-pub struct RunSignal {
-    run: Cancellation,
-    phase_started: std::sync::atomic::AtomicBool,
-    notice_recorded: std::sync::atomic::AtomicBool,
-    reason: Mutex<Option<String>>,
-    live_try: Mutex<Option<Cancellation>>,
-}
-
-impl RunSignal {
-    /// A fresh, uncancelled signal.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Cancels the run (and the live try) with `reason`.
-    pub fn cancel(&self, reason: impl Into<String>) {
-        self.reason
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get_or_insert_with(|| reason.into());
-        self.run.cancel();
-        if let Some(live) = self
-            .live_try
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            live.cancel();
-        }
-    }
-
-    /// Times out the live try only (the host's per-try timer at the try's deadline): the try's
-    /// cancellation fires, the run stays live, and the next try gets a fresh one. Returns
-    /// whether a try was live.
-    pub fn time_out_live_try(&self) -> bool {
-        match self
-            .live_try
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            Some(live) => {
-                live.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Whether the run was cancelled.
-    pub fn is_cancelled(&self) -> bool {
-        self.run.is_cancelled()
-    }
-
-    /// The abort reason.
-    pub fn reason(&self) -> Option<String> {
-        self.reason
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The run-level cancellation flag (handed to the fallback append).
-    pub fn cancellation(&self) -> &Cancellation {
-        &self.run
-    }
-
-    /// Whether the run's finalization phase already ran.
-    pub fn finalization_phase_started(&self) -> bool {
-        self.phase_started.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Claims the run's single finalization phase; `false` when it was already claimed.
-    fn claim_phase(&self) -> bool {
-        !self
-            .phase_started
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Records the run's single recovery notice; `false` when it was already recorded.
-    fn claim_notice(&self) -> bool {
-        !self
-            .notice_recorded
-            .swap(true, std::sync::atomic::Ordering::SeqCst)
-    }
-
-    fn install_try(&self, try_cancel: &Cancellation) {
-        let mut slot = self.live_try.lock().unwrap_or_else(PoisonError::into_inner);
-        *slot = Some(try_cancel.clone());
-        if self.run.is_cancelled() {
-            try_cancel.cancel();
-        }
-    }
-
-    fn retire_try(&self) {
-        *self.live_try.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    }
-}
-
-/// The fallback row append request.
-#[derive(Clone)]
-pub struct FallbackAppend {
-    /// `<run_id>:settled-finalization-fallback`.
-    pub idempotency_key: String,
-    /// The resolved session target.
-    pub target: SessionTarget,
-    /// The row: the fallback text attributed to `tether` / `delivery-mirror`.
-    pub message: AgentMessage,
-    /// The writer fence to enforce.
-    pub fence: WriterFence,
-    /// The run (queue) cancellation.
-    pub cancellation: Cancellation,
-    /// Checked at the commit edge: the run's admitted authority is still active.
-    pub assert_still_active: AssertCurrent,
-}
-
-impl std::fmt::Debug for FallbackAppend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FallbackAppend")
-            .field("idempotency_key", &self.idempotency_key)
-            .field("target", &self.target)
-            .field("fence", &self.fence)
-            .finish_non_exhaustive()
-    }
-}
-
-/// The transcript's answer to a fallback append.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum FallbackAppendResult {
-    /// Written (or found under the idempotency key).
-    Appended(AppendOutcome),
-    /// The writer refused.
-    Blocked {
-        /// Why.
-        reason: String,
-    },
-    /// No active session to write to.
-    MissingActiveSession,
-    /// The session writer was rebound.
-    SessionRebound {
-        /// Why.
-        reason: String,
-    },
-}
-
-/// A failed fallback append.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum FallbackAppendError {
-    /// The transcript writer claim was rebound: propagates, no reply is built.
-    WriterRebound(String),
-    /// Any other failure: logged, the fallback is still delivered without persistence.
-    Failed(tether_core::Error),
-}
-
-/// The host transcript seam for the fallback row (the host implements it).
-#[async_trait]
-pub trait FallbackTranscript: Send + Sync {
-    /// Resolves the run's session target for the append.
-    async fn resolve_target(
-        &self,
-        session: &SessionTarget,
-    ) -> Result<SessionTarget, tether_core::Error>;
-
-    /// Appends the fallback row idempotently under the writer fence.
-    async fn append_fallback(
-        &self,
-        append: FallbackAppend,
-    ) -> Result<FallbackAppendResult, FallbackAppendError>;
 }
 
 /// The agent metadata of a rebuilt terminal.
@@ -492,48 +304,6 @@ impl<'a> FinalizationInput<'a> {
     }
 }
 
-/// An operator model policy binding for one try; released when dropped.
-pub trait ModelPolicyBinding: Send + Sync {
-    /// Fails once the binding no longer holds (policy changed, execution revoked).
-    fn assert_current(&self) -> Result<(), tether_core::Error>;
-}
-
-/// The operator's model policy (see `docs/finalization.md`).
-pub trait OperatorModelPolicy: Send + Sync {
-    /// Binds one finalization try's model execution, to the settled native selection when the
-    /// harness supports the policy exactly.
-    fn bind(
-        &self,
-        selection: Option<&crate::capture::ModelSelection>,
-    ) -> Result<Box<dyn ModelPolicyBinding>, tether_core::Error>;
-}
-
-/// How a harness supports the operator model policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NativeModelPolicySupport {
-    /// The harness runs exactly the bound native model.
-    Exact,
-    /// The harness cannot guarantee the bound model.
-    Unsupported,
-}
-
-/// The operator model policy and the harness's support for it.
-#[derive(Clone, Copy)]
-pub struct ModelPolicyGate<'a> {
-    /// The policy.
-    pub policy: &'a dyn OperatorModelPolicy,
-    /// The harness's support.
-    pub support: NativeModelPolicySupport,
-}
-
-impl std::fmt::Debug for ModelPolicyGate<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ModelPolicyGate")
-            .field("support", &self.support)
-            .finish_non_exhaustive()
-    }
-}
-
 /// Runs one try under the operator model policy: a preflight error for a harness without exact
 /// support, otherwise bind, assert before and after the call, and release.
 async fn run_try(
@@ -628,6 +398,8 @@ enum TryEnd {
     Silence(SettledTurnFinalizationResult),
     Empty,
     Failed,
+    /// The run was cancelled: the original terminal is preserved.
+    Cancelled,
 }
 
 struct Phase<'a> {
@@ -721,7 +493,7 @@ fn writer_authority(
     })
 }
 
-fn strip_error_fields(meta: &mut serde_json::Map<String, serde_json::Value>) {
+pub(crate) fn strip_error_fields(meta: &mut serde_json::Map<String, serde_json::Value>) {
     for key in [
         "error_message",
         "error_code",
@@ -792,90 +564,6 @@ fn rebuild(
     }
 }
 
-/// The fallback assistant identity: the source attempt's current or last assistant, the
-/// settled attempt's completed assistant, then the settled-batch assistant. The gate only
-/// requests finalization when a settled batch exists, so an identity is always found (the
-/// reference's "no assistant identity" error cannot arise here).
-fn fallback_identity<'a>(
-    input: &'a FinalizationInput<'a>,
-    request: &'a FinalizationRequest,
-) -> &'a AgentMessage {
-    input
-        .facts
-        .current_attempt_assistant
-        .as_ref()
-        .or(input.facts.last_assistant.as_ref())
-        .or(input.settled.completed_assistant.as_ref())
-        .unwrap_or(&request.batch.batch_assistant)
-}
-
-fn fallback_message(identity: &AgentMessage, text: &str, now_ms: i64) -> AgentMessage {
-    let mut meta = identity.meta.clone();
-    strip_error_fields(&mut meta);
-    meta.insert("timestamp".into(), now_ms.into());
-    AgentMessage {
-        role: tether_core::MessageRole::Assistant,
-        content: vec![ContentBlock::Text { text: text.into() }],
-        id: None,
-        tool_call_id: None,
-        tool_name: None,
-        is_error: false,
-        stop_reason: Some("stop".into()),
-        meta,
-    }
-}
-
-/// Persists the fallback row. `Ok(None)`: not persisted (skipped or failed, logged).
-async fn persist_fallback(
-    input: &FinalizationInput<'_>,
-    message: &AgentMessage,
-) -> Result<Option<AppendOutcome>, FinalizerError> {
-    let rebound = |message: String| FinalizerError::WriterRebound { message };
-    if input.session.session_key.is_none() {
-        if input.fence.is_set() {
-            return Err(rebound("the fenced session has no session key".into()));
-        }
-        return Ok(None);
-    }
-    let target = match input.transcript.resolve_target(&input.session).await {
-        Ok(target) => target,
-        Err(err) => {
-            tracing::warn!(run_id = %input.run_id, error = %err, "settled-turn fallback transcript append failed");
-            return Ok(None);
-        }
-    };
-    let mut row = message.clone();
-    row.meta.insert("provider".into(), FALLBACK_PROVIDER.into());
-    row.meta.insert("model".into(), FALLBACK_MODEL.into());
-    let append = FallbackAppend {
-        idempotency_key: fallback_idempotency_key(&input.run_id),
-        target,
-        message: row,
-        fence: input.fence.clone(),
-        cancellation: input.signal.cancellation().clone(),
-        assert_still_active: Arc::clone(&input.admission),
-    };
-    match input.transcript.append_fallback(append).await {
-        Ok(FallbackAppendResult::Appended(outcome)) => Ok(Some(outcome)),
-        Ok(FallbackAppendResult::SessionRebound { reason }) => Err(rebound(reason)),
-        Ok(FallbackAppendResult::Blocked { reason }) if input.fence.is_set() => {
-            Err(rebound(reason))
-        }
-        Ok(FallbackAppendResult::MissingActiveSession) if input.fence.is_set() => {
-            Err(rebound("missing active session".into()))
-        }
-        Ok(other) => {
-            tracing::warn!(run_id = %input.run_id, result = ?other, "settled-turn fallback transcript append skipped");
-            Ok(None)
-        }
-        Err(FallbackAppendError::WriterRebound(message)) => Err(rebound(message)),
-        Err(FallbackAppendError::Failed(err)) => {
-            tracing::warn!(run_id = %input.run_id, error = %err, "settled-turn fallback transcript append failed");
-            Ok(None)
-        }
-    }
-}
-
 /// Runs the settled-turn finalization phase once (see `docs/finalization.md`).
 ///
 /// Returns the possibly replaced attempt, the payloads and the outcome. Only a rebound
@@ -931,6 +619,14 @@ async fn finalization_phase(
         session_id = %input.session.session_id,
         "settled post-tool turn lacked a final answer — running isolated finalization"
     );
+    let end = run_tries(&mut phase, &request).await;
+    conclude(phase, &request, end, fallback_allowed).await
+}
+
+/// Runs the tries: at most [`MAX_EMPTY_FINALIZATION_TRIES`] while the answer is empty, each
+/// with a fresh cancellation and deadline; a cancelled run ends them.
+async fn run_tries(phase: &mut Phase<'_>, request: &FinalizationRequest) -> TryEnd {
+    let input = phase.input;
     let timeout = if input.try_timeout.is_zero() {
         MAX_TIMER
     } else {
@@ -939,7 +635,7 @@ async fn finalization_phase(
     let mut end = TryEnd::Failed;
     for try_number in 1..=MAX_EMPTY_FINALIZATION_TRIES {
         if input.signal.is_cancelled() {
-            return Ok(phase.preserve_cancellation());
+            return TryEnd::Cancelled;
         }
         let try_cancel = Cancellation::new();
         input.signal.install_try(&try_cancel);
@@ -958,14 +654,12 @@ async fn finalization_phase(
         match outcome {
             Ok(LifecycleOutcome::Answered(result)) => {
                 add_usage(&mut phase.usage, result.usage);
-                end = TryEnd::Answered(result);
-                break;
+                return TryEnd::Answered(result);
             }
             Ok(LifecycleOutcome::Empty { result, silent }) => {
                 add_usage(&mut phase.usage, result.usage);
-                if silent && silence_accepted(input, &request) {
-                    end = TryEnd::Silence(result);
-                    break;
+                if silent && silence_accepted(input, request) {
+                    return TryEnd::Silence(result);
                 }
                 end = TryEnd::Empty;
                 if try_number < MAX_EMPTY_FINALIZATION_TRIES {
@@ -976,16 +670,28 @@ async fn finalization_phase(
             }
             Err(err) => {
                 if input.signal.is_cancelled() {
-                    return Ok(phase.preserve_cancellation());
+                    return TryEnd::Cancelled;
                 }
                 tracing::warn!(run_id = %input.run_id, error = %err, "settled-turn finalization failed — using terminal fallback reply | preserving original failure");
-                end = TryEnd::Failed;
-                break;
+                return TryEnd::Failed;
             }
         }
     }
-    let assistant_turns = facts.assistant_turns + u32::from(phase.tries);
+    end
+}
+
+/// Turns how the tries ended into the prepared terminal: the rebuilt answer, accepted
+/// silence, the preserved original (cancelled, or fallback not allowed), or the host fallback.
+async fn conclude(
+    phase: Phase<'_>,
+    request: &FinalizationRequest,
+    end: TryEnd,
+    fallback_allowed: bool,
+) -> Result<PreparedFinalization, FinalizerError> {
+    let input = phase.input;
+    let assistant_turns = input.facts.assistant_turns + u32::from(phase.tries);
     match end {
+        TryEnd::Cancelled => Ok(phase.preserve_cancellation()),
         TryEnd::Answered(result) => {
             let text = result.visible_text();
             let rebuilt = rebuild(
@@ -1038,7 +744,7 @@ async fn finalization_phase(
                 return Ok(phase.preserve());
             }
             let empty = matches!(end, TryEnd::Empty);
-            host_fallback(phase, &request, empty, assistant_turns).await
+            host_fallback(phase, request, empty, assistant_turns).await
         }
     }
 }

@@ -1514,6 +1514,9 @@ async fn orchestration_the_answered_path_logs_nothing_above_info() {
         .with_writer(move || sink.clone())
         .finish();
     let _default = tracing::subscriber::set_default(subscriber);
+    // Callsites first hit by another test thread (before this subscriber existed) may have
+    // cached "never interested"; recompute so this thread's subscriber sees every event.
+    tracing::callsite::rebuild_interest_cache();
 
     let (settled, facts) = settled_write();
     let finalizer = ScriptedFinalizer::always(answer_json("Saved."));
