@@ -13,6 +13,50 @@ use crate::keys::BindingKey;
 /// A boxed error for causes that come from outside Tether.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
+/// The backend's own error behind a [`StoreErrorKind`] (a database driver's error), kept as its
+/// [`source`](std::error::Error::source) so a caller can walk the chain. Cheap to clone; two
+/// causes compare equal when their texts do (the kind stays `Clone + Eq`).
+#[derive(Clone)]
+pub struct Cause(Arc<dyn std::error::Error + Send + Sync + 'static>);
+
+impl Cause {
+    /// Keeps `error` as a cause.
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self(Arc::new(error))
+    }
+
+    /// The error itself.
+    pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl std::fmt::Debug for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&*self.0, f)
+    }
+}
+
+impl std::error::Error for Cause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+impl PartialEq for Cause {
+    fn eq(&self, other: &Self) -> bool {
+        self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for Cause {}
+
 /// Why a store operation failed (see [`Error::Store`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -50,6 +94,9 @@ pub enum StoreErrorKind {
     Unavailable {
         /// What the backend said.
         message: String,
+        /// The backend's own error (a database driver's), when there is one.
+        #[source]
+        cause: Option<Cause>,
     },
     /// The database cannot be used as it is — a read-only file, a corrupt file, a file that is
     /// not a database, a server in read-only mode. Nothing was written; retrying does not help
@@ -58,6 +105,9 @@ pub enum StoreErrorKind {
     Unusable {
         /// What the backend said, and what to check.
         message: String,
+        /// The backend's own error (a database driver's), when there is one.
+        #[source]
+        cause: Option<Cause>,
     },
     /// The configuration (URL, options) is unusable.
     #[error("invalid store configuration: {message}")]
@@ -88,6 +138,9 @@ pub enum StoreErrorKind {
     Backend {
         /// What the backend said.
         message: String,
+        /// The backend's own error (a database driver's), when there is one.
+        #[source]
+        cause: Option<Cause>,
     },
 }
 
@@ -223,9 +276,9 @@ pub enum Error {
     },
     /// A store operation failed. Only an explicit conflict proves nothing happened; a store
     /// error from a write is never replayed.
-    #[error("{kind}")]
+    #[error(transparent)]
     Store {
-        /// What failed.
+        /// What failed (its source is the backend's own error, when there is one).
         kind: StoreErrorKind,
     },
     /// A host-session operation was refused for a reason a caller decides on (a missing
@@ -458,6 +511,7 @@ mod tests {
         assert!(timeout.is_busy() && timeout.is_retryable());
         let unavailable = Error::store(StoreErrorKind::Unavailable {
             message: "down".into(),
+            cause: None,
         });
         assert!(!unavailable.is_busy() && unavailable.is_retryable());
         for never in [

@@ -567,12 +567,15 @@ fn injected(kind: FaultKind, applied: bool) -> Error {
     Error::store(match (kind, applied) {
         (FaultKind::Fail, false) => StoreErrorKind::Unavailable {
             message: "injected fault: the store refused the call".into(),
+            cause: None,
         },
         (FaultKind::Timeout, _) => StoreErrorKind::Backend {
             message: "injected fault: the store call timed out".into(),
+            cause: None,
         },
         _ => StoreErrorKind::Backend {
             message: "injected fault: the connection dropped; the outcome is unknown".into(),
+            cause: None,
         },
     })
 }
@@ -603,6 +606,7 @@ async fn fail_read(kind: FaultKind, stall: Duration) -> Error {
     }
     Error::store(StoreErrorKind::Unavailable {
         message: format!("injected fault: the read failed ({kind:?})"),
+        cause: None,
     })
 }
 
@@ -869,6 +873,7 @@ impl<S: QuarantineStore + ?Sized + 'static> QuarantineStore for FaultInjectingSt
                 state.quarantine_failures -= 1;
                 return Err(Error::store(StoreErrorKind::Unavailable {
                     message: "injected fault: the quarantine write was refused".into(),
+                    cause: None,
                 }));
             }
         }

@@ -162,6 +162,7 @@ impl GroupCommit {
                         "the database is busy: {waited_for} within {:?}; retry",
                         self.slot_timeout
                     ),
+                    cause: None,
                 })
             })
     }
@@ -570,6 +571,7 @@ impl Member {
                     message: format!(
                         "the group commit this call's answer was read in did not commit ({error}); nothing of this call was saved; retry"
                     ),
+                    cause: None,
                 }))
             }
         }
@@ -644,7 +646,8 @@ impl Drop for Member {
                 &mut guard,
                 Error::store(StoreErrorKind::Unavailable {
                     message: "a write of this group commit was cancelled in the middle; the batch was rolled back and nothing of it was saved; retry".into(),
-                }),
+ cause: None,
+}),
                 false,
             );
         }

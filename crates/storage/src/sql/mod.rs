@@ -62,7 +62,7 @@ use sea_orm::{
     Value,
 };
 use sea_orm_migration::MigratorTrait;
-use tether_core::{Clock, Error, Namespace, NamespaceConfig, StoreErrorKind, SystemClock};
+use tether_core::{Cause, Clock, Error, Namespace, NamespaceConfig, StoreErrorKind, SystemClock};
 
 use self::migration::Migrator;
 
@@ -380,22 +380,27 @@ fn condition(err: &DbErr) -> Condition {
 /// them saved anything. A single write statement in autocommit maps through
 /// [`autocommit_error`] instead.
 pub(crate) fn db_error(err: DbErr) -> Error {
-    match (condition(&err), &err) {
-        (Condition::Transient(hint), _) => Error::store(StoreErrorKind::Unavailable {
-            message: format!("{err}; {hint}"),
-        }),
-        (Condition::Unusable(hint), _) => Error::store(StoreErrorKind::Unusable {
-            message: format!("{err}; {hint}"),
-        }),
-        (Condition::Other, DbErr::Conn(_) | DbErr::ConnectionAcquire(_)) => {
-            Error::store(StoreErrorKind::Unavailable {
-                message: format!("{err}; check that the database is reachable and retry"),
-            })
-        }
-        (Condition::Other, _) => Error::store(StoreErrorKind::Backend {
-            message: err.to_string(),
-        }),
+    enum Kind {
+        Unavailable,
+        Unusable,
+        Backend,
     }
+    let (kind, message) = match (condition(&err), &err) {
+        (Condition::Transient(hint), _) => (Kind::Unavailable, format!("{err}; {hint}")),
+        (Condition::Unusable(hint), _) => (Kind::Unusable, format!("{err}; {hint}")),
+        (Condition::Other, DbErr::Conn(_) | DbErr::ConnectionAcquire(_)) => (
+            Kind::Unavailable,
+            format!("{err}; check that the database is reachable and retry"),
+        ),
+        (Condition::Other, _) => (Kind::Backend, err.to_string()),
+    };
+    // The driver's error stays reachable as the kind's source.
+    let cause = Some(Cause::new(err));
+    Error::store(match kind {
+        Kind::Unavailable => StoreErrorKind::Unavailable { message, cause },
+        Kind::Unusable => StoreErrorKind::Unusable { message, cause },
+        Kind::Backend => StoreErrorKind::Backend { message, cause },
+    })
 }
 
 /// Maps the error of one write statement run in autocommit (its own transaction): an answer
@@ -744,6 +749,25 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_error_keeps_the_driver_error_as_its_source() {
+        let err = db_error(DbErr::Custom("disk I/O error".into()));
+        assert!(matches!(
+            &err,
+            Error::Store {
+                kind: StoreErrorKind::Backend { .. }
+            }
+        ));
+        let source = std::error::Error::source(&err).expect("the kind's cause is the source");
+        let cause = source
+            .downcast_ref::<tether_core::Cause>()
+            .expect("a Cause");
+        assert!(cause.get().downcast_ref::<DbErr>().is_some(), "{cause:?}");
+        assert!(err.to_string().contains("disk I/O error"), "{err}");
+        // Still Clone and Eq: a sticky failure is compared and reported again.
+        assert_eq!(err.clone().to_string(), err.to_string());
+    }
 
     #[test]
     fn urls_are_classified_and_bad_ones_refused() {

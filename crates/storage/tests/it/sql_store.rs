@@ -321,7 +321,7 @@ async fn read_only_and_corrupt_databases_are_unusable_not_unreachable() {
         matches!(
             &err,
             Error::Store {
-                kind: StoreErrorKind::Unusable { message }
+                kind: StoreErrorKind::Unusable { message, ..}
             } if message.contains("read-only")
         ),
         "{err:?}"

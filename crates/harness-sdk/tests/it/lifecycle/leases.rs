@@ -602,6 +602,7 @@ async fn lifecycle_scenario_16_exact_token_cleanup_after_storage_failure() {
             if call.seq == 1 {
                 return Err(Error::store(StoreErrorKind::Unavailable {
                     message: "F: connection reset after write".into(),
+                    cause: None,
                 }));
             }
             Ok(())
