@@ -1644,7 +1644,6 @@ fn openclaw_redact_authorization_codes_outside_the_transport_boundary() {
 }
 
 #[test]
-#[ignore = "gap: a known transport code is kept by its key and parent alone; the peer also requires a cause chain of objects from the root"]
 fn openclaw_redact_authorization_codes_outside_the_transport_boundary_nested() {
     use serde_json::json;
     for (input, expected) in [
