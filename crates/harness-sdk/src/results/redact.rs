@@ -1139,8 +1139,9 @@ const FAMILY_BASIC: u16 = 1 << 8;
 /// Any built-in token prefix.
 const FAMILY_TOKEN: u16 =
     FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER | FAMILY_TOKEN_VENDOR;
-/// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`.
-/// (The [`VENDOR_PREFIXES`] share the dash, underscore and upper-case families.)
+/// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`,
+/// in a text with at least two `.`. (The [`VENDOR_PREFIXES`] share the dash, underscore and
+/// upper-case families.)
 const FAMILY_TOKEN_VENDOR: u16 = 1 << 9;
 /// Every family (used with caller prefixes, which the families do not cover).
 const FAMILY_ALL: u16 = u16::MAX;
@@ -1237,8 +1238,22 @@ fn pattern_families(bytes: &[u8]) -> u16 {
     if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
         families |= FAMILY_EXTRA;
     }
+    // Every dotted token has two dots (`SG.<id>.<secret>`, `dp.pt.<secret>`,
+    // `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`, a sentence's full stop) is not
+    // enough to scan for them.
+    if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+        families &= !FAMILY_TOKEN_VENDOR;
+    }
     // The last byte pairs with nothing: only the single-byte families.
     families | (first & FAMILY_SINGLE)
+}
+
+/// Whether `bytes` holds at least two `.`.
+fn has_two_dots(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .position(|&b| b == b'.')
+        .is_some_and(|first| bytes[first + 1..].contains(&b'.'))
 }
 
 /// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
@@ -2562,8 +2577,22 @@ mod tests {
             "plain words only",
             "/home/dev/projects/tether",
             "item-7",
+            "C.UTF-8",
+            "The build runs.",
         ] {
             assert_eq!(pattern_families(text.as_bytes()), 0, "{text}");
+        }
+        for text in [
+            "SG.AbCdEfGhIjKlMnOpQrStUv.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abc",
+            "dp.pt.AbCdEfGhIjKlMnOpQrStUvWxYz",
+            "MTIzNDU2Nzg5MDEyMzQ1Njc4.GAbCdE.AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+        ] {
+            assert_ne!(
+                pattern_families(text.as_bytes()) & FAMILY_TOKEN_VENDOR,
+                0,
+                "{text}"
+            );
+            assert_ne!(redact_text(text), text, "{text}");
         }
     }
 

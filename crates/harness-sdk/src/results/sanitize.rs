@@ -309,8 +309,9 @@ fn finish_content_item(
             item_out.insert("omitted".into(), Value::Bool(true));
         }
         Some("text") => {
-            if let Some(Value::String(text)) = item_out.get_mut("text") {
-                let cut = truncate_text(text, config);
+            if let Some(Value::String(text)) = item_out.get_mut("text")
+                && let Some(cut) = truncate_text(text, config)
+            {
                 *text = cut;
             }
         }
@@ -335,17 +336,19 @@ fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
 
-/// Cuts an already redacted text to [`TOOL_RESULT_MAX_CHARS`] UTF-16 units plus the suffix.
-/// The cut backs off until the kept prefix is a redaction fixpoint, so a later pass cannot
-/// change it.
-fn truncate_text(text: &str, config: &RedactionConfig) -> String {
-    if utf16_len(text) <= TOOL_RESULT_MAX_CHARS {
-        return text.to_owned();
+/// Cuts an already redacted text to [`TOOL_RESULT_MAX_CHARS`] UTF-16 units plus the suffix;
+/// `None` when it is kept as it is. The cut backs off until the kept prefix is a redaction
+/// fixpoint, so a later pass cannot change it.
+fn truncate_text(text: &str, config: &RedactionConfig) -> Option<String> {
+    // A character takes at least as many UTF-8 bytes as UTF-16 units: a short text is not
+    // counted.
+    if text.len() <= TOOL_RESULT_MAX_CHARS || utf16_len(text) <= TOOL_RESULT_MAX_CHARS {
+        return None;
     }
     if let Some(prefix) = text.strip_suffix(TRUNCATION_SUFFIX)
         && utf16_len(prefix) <= TOOL_RESULT_MAX_CHARS
     {
-        return text.to_owned();
+        return None;
     }
     let mut prefix = String::new();
     let mut units = 0;
@@ -366,7 +369,7 @@ fn truncate_text(text: &str, config: &RedactionConfig) -> String {
         prefix.clear();
     }
     prefix.push_str(TRUNCATION_SUFFIX);
-    prefix
+    Some(prefix)
 }
 
 #[cfg(test)]
@@ -389,8 +392,11 @@ mod tests {
         v
     }
 
+    /// A scalar's place with owned keys: key, parent key, cause chain.
+    type SeenPlace = (Option<String>, Option<String>, bool);
+
     /// Every scalar's place, in walk order, with the scalar replaced by its index.
-    fn places(v: &Value, bounded: bool) -> (Value, Vec<(Option<String>, Option<String>, bool)>) {
+    fn places(v: &Value, bounded: bool) -> (Value, Vec<SeenPlace>) {
         let mut seen = Vec::new();
         let mut out = clone_iteratively(v);
         let visit = |place: Place<'_>, node: &mut Value| {
@@ -421,8 +427,8 @@ mod tests {
         assert_eq!(
             seen,
             vec![
-                (o("code"), o("cause"), true),
                 (o("CODE"), o("Cause"), true),
+                (o("code"), o("cause"), true),
                 (o("code"), o("list"), false),
                 (o("inner"), o("outer"), false),
                 (o("list"), o("outer"), false),
@@ -444,8 +450,10 @@ mod tests {
     #[test]
     fn truncation_is_stable() {
         let long = "y".repeat(9000);
-        let once = truncate_text(&long, &RedactionConfig::default());
-        assert_eq!(truncate_text(&once, &RedactionConfig::default()), once);
+        let once = truncate_text(&long, &RedactionConfig::default()).expect("cut");
+        assert!(once.ends_with(TRUNCATION_SUFFIX));
+        assert_eq!(truncate_text(&once, &RedactionConfig::default()), None);
+        assert_eq!(truncate_text("short", &RedactionConfig::default()), None);
         let v = json!({"content": [{"type": "text", "text": long}]});
         let s1 = sanitize_tool_result(&v);
         assert_eq!(sanitize_tool_result(&s1), s1);
