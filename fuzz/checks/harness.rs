@@ -58,6 +58,16 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
     ),
     ("flag", "--api-key k3yMaterial991", "k3yMaterial991"),
     (
+        "query and form",
+        "https://example.test/callback?code=oauthGrantValue5678&state=x",
+        "oauthGrantValue5678",
+    ),
+    (
+        "encoded key",
+        "client%5Fsecret=opaqueOauthSecret77",
+        "opaqueOauthSecret77",
+    ),
+    (
         "bearer",
         "Authorization: Bearer opaqueTokenValue12345",
         "opaqueTokenValue12345",

@@ -7,6 +7,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 use tether_core::Error;
 
+use crate::results::deep_clone;
+
 /// The legacy session record schema.
 pub const LEGACY_SESSION_SCHEMA: &str = "openclaw.acpx.session.v1";
 
@@ -41,7 +43,7 @@ fn required(record: &Map<String, Value>, field: &str) -> Result<String, String> 
 
 fn object_or_empty(record: &Map<String, Value>, field: &str) -> Value {
     match record.get(field) {
-        Some(Value::Object(o)) => Value::Object(o.clone()),
+        Some(o @ Value::Object(_)) => deep_clone(o),
         _ => Value::Object(Map::new()),
     }
 }
@@ -75,9 +77,7 @@ pub fn convert_legacy_session(raw: &Value) -> Result<Option<Value>, String> {
         _ => return Err("missing or negative integer field `lastSeq`".into()),
     };
     match record.get("messages") {
-        Some(Value::Array(messages)) => {
-            out.insert("messages".into(), Value::Array(messages.clone()))
-        }
+        Some(messages @ Value::Array(_)) => out.insert("messages".into(), deep_clone(messages)),
         _ => return Err("missing array field `messages`".into()),
     };
     for field in [
@@ -125,7 +125,7 @@ pub fn convert_legacy_session(raw: &Value) -> Result<Option<Value>, String> {
     }
     for field in ["agentCapabilities", "acpx"] {
         if let Some(v @ Value::Object(_)) = record.get(field) {
-            out.insert(field.into(), v.clone());
+            out.insert(field.into(), deep_clone(v));
         }
     }
     out.insert(

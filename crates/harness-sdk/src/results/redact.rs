@@ -480,7 +480,14 @@ fn is_code_secret_parent(parent: &str) -> bool {
     })
 }
 
-/// Transport error codes kept as they are under a `cause` (exact spelling).
+/// Whether `key` is `cause` (compared like the key table: case-insensitively, without `_` and
+/// `-`).
+pub(crate) fn is_cause_key(key: &str) -> bool {
+    compact_eq(key.as_bytes(), b"cause")
+}
+
+/// Transport error codes kept as they are at the end of a cause chain (exact spelling; see
+/// [`redact_field_value`]).
 const TRANSPORT_ERROR_CODES: &[&str] = &[
     "ECONNREFUSED",
     "ECONNRESET",
@@ -1132,8 +1139,9 @@ const FAMILY_BASIC: u16 = 1 << 8;
 /// Any built-in token prefix.
 const FAMILY_TOKEN: u16 =
     FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER | FAMILY_TOKEN_VENDOR;
-/// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`.
-/// (The [`VENDOR_PREFIXES`] share the dash, underscore and upper-case families.)
+/// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`,
+/// in a text with at least two `.`. (The [`VENDOR_PREFIXES`] share the dash, underscore and
+/// upper-case families.)
 const FAMILY_TOKEN_VENDOR: u16 = 1 << 9;
 /// Every family (used with caller prefixes, which the families do not cover).
 const FAMILY_ALL: u16 = u16::MAX;
@@ -1230,8 +1238,22 @@ fn pattern_families(bytes: &[u8]) -> u16 {
     if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
         families |= FAMILY_EXTRA;
     }
+    // Every dotted token has two dots (`SG.<id>.<secret>`, `dp.pt.<secret>`,
+    // `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`, a sentence's full stop) is not
+    // enough to scan for them.
+    if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+        families &= !FAMILY_TOKEN_VENDOR;
+    }
     // The last byte pairs with nothing: only the single-byte families.
     families | (first & FAMILY_SINGLE)
+}
+
+/// Whether `bytes` holds at least two `.`.
+fn has_two_dots(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .position(|&b| b == b'.')
+        .is_some_and(|first| bytes[first + 1..].contains(&b'.'))
 }
 
 /// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
@@ -2253,35 +2275,44 @@ pub fn is_own_shell_reference(key: &str, value: &str) -> bool {
 /// reference to the key itself, or a `$WORKSPACE_DIR/….jsonl` session path); masking the whole
 /// value rather than only the pattern hits keeps the rule idempotent and never leaves part of
 /// a secret behind. Under any other key the free-text patterns apply.
+///
+/// A known transport error code (`ECONNRESET`, …) under `code` with a `cause` parent is kept:
+/// this function sees one level only, so it judges the value as if its holder were a `cause`
+/// directly under the root. The structured walks (`redact_structured`, …) keep such a code only
+/// at the end of a real cause chain (see `docs/redaction.md`).
 pub fn redact_field_value(
     key: &str,
     parent_key: Option<&str>,
     value: &str,
     config: &RedactionConfig,
 ) -> String {
-    redact_field_value_cow(key, parent_key, value, config).into_owned()
+    redact_field_value_cow(key, parent_key, true, value, config).into_owned()
 }
 
 /// [`redact_field_value`] without copying: the value is borrowed when it is kept as it is.
+/// `cause_chain`: whether the path from the root to the value is made of object keys only,
+/// all `cause` but the last (the only place a transport error code is kept).
 pub(crate) fn redact_field_value_cow<'a>(
     key: &str,
     parent_key: Option<&str>,
+    cause_chain: bool,
     value: &'a str,
     config: &RedactionConfig,
 ) -> Cow<'a, str> {
     if !is_sensitive_key_in(key, parent_key) {
         return redact_plain_field(key, value, config);
     }
-    if keeps_sensitive_value(key, parent_key, value) {
+    if keeps_sensitive_value(key, parent_key, cause_chain, value) {
         return Cow::Borrowed(value);
     }
     Cow::Owned(mask_token(value))
 }
 
-/// [`redact_field_value`] on an owned string, in place (a masked secret reuses its buffer).
+/// [`redact_field_value_cow`] on an owned string, in place (a masked secret reuses its buffer).
 pub(crate) fn redact_field_value_in_place(
     key: &str,
     parent_key: Option<&str>,
+    cause_chain: bool,
     value: &mut String,
     config: &RedactionConfig,
 ) {
@@ -2289,7 +2320,7 @@ pub(crate) fn redact_field_value_in_place(
         if let Cow::Owned(redacted) = redact_plain_field(key, value, config) {
             *value = redacted;
         }
-    } else if !keeps_sensitive_value(key, parent_key, value) {
+    } else if !keeps_sensitive_value(key, parent_key, cause_chain, value) {
         mask_in_place(value);
     }
 }
@@ -2308,14 +2339,20 @@ fn redact_plain_field<'a>(key: &str, value: &'a str, config: &RedactionConfig) -
 }
 
 /// Whether a value under the sensitive `key` is kept: already a mask, a shell reference to the
-/// key itself, or a `$WORKSPACE_DIR/….jsonl` session path.
-fn keeps_sensitive_value(key: &str, parent_key: Option<&str>, value: &str) -> bool {
+/// key itself, a `$WORKSPACE_DIR/….jsonl` session path, or a known transport error code at the
+/// end of a cause chain.
+fn keeps_sensitive_value(
+    key: &str,
+    parent_key: Option<&str>,
+    cause_chain: bool,
+    value: &str,
+) -> bool {
     is_masked(value)
         || is_own_shell_reference(key, value)
         || (key.eq_ignore_ascii_case("session") && is_workspace_session_path(value))
-        || (key.eq_ignore_ascii_case("code")
-            && parent_key
-                .is_some_and(|p| compact_lower(p).is_some_and(|(b, n)| &b[..n] == b"cause"))
+        || (cause_chain
+            && key.eq_ignore_ascii_case("code")
+            && parent_key.is_some_and(is_cause_key)
             && TRANSPORT_ERROR_CODES.contains(&value))
 }
 
@@ -2540,8 +2577,22 @@ mod tests {
             "plain words only",
             "/home/dev/projects/tether",
             "item-7",
+            "C.UTF-8",
+            "The build runs.",
         ] {
             assert_eq!(pattern_families(text.as_bytes()), 0, "{text}");
+        }
+        for text in [
+            "SG.AbCdEfGhIjKlMnOpQrStUv.AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abc",
+            "dp.pt.AbCdEfGhIjKlMnOpQrStUvWxYz",
+            "MTIzNDU2Nzg5MDEyMzQ1Njc4.GAbCdE.AbCdEfGhIjKlMnOpQrStUvWxYz0123",
+        ] {
+            assert_ne!(
+                pattern_families(text.as_bytes()) & FAMILY_TOKEN_VENDOR,
+                0,
+                "{text}"
+            );
+            assert_ne!(redact_text(text), text, "{text}");
         }
     }
 

@@ -16,10 +16,10 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::redact::{
-    MASK, RedactionConfig, is_sensitive_key_in, redact_field_value_cow,
+    MASK, RedactionConfig, is_cause_key, is_sensitive_key_in, redact_field_value_cow,
     redact_field_value_in_place, redact_text_cow, redact_text_with,
 };
-use super::tree::{drop_deep, map_scalars};
+use super::tree::{CLONE_RECURSION_LIMIT, clone_iteratively, depth_at_most, drop_deep};
 
 /// Text blocks of a tool result are cut to this many UTF-16 code units.
 pub const TOOL_RESULT_MAX_CHARS: usize = 8000;
@@ -36,19 +36,59 @@ pub(crate) enum ScalarMode {
     Result,
 }
 
+/// Where a node sits in the tree being redacted: what decides a scalar's redaction.
+///
+/// Arrays are transparent: an element of an array stored under `k` is judged as if it were
+/// stored under `k` itself (so `{"token": ["…"]}` masks the element, and the `code` of
+/// `{"cause": [{"code": …}]}` has the parent `cause`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Place<'a> {
+    /// The key the node is stored under (an array element: its array's key); `None` at the
+    /// root or in an array at the root.
+    pub(crate) key: Option<&'a str>,
+    /// The key of the object holding the node (an array element: its array's parent key).
+    pub(crate) parent_key: Option<&'a str>,
+    /// Whether the path from the root to the node is made of object keys only, all `cause`
+    /// but the last (where a known transport error code under `code` is kept).
+    pub(crate) cause_chain: bool,
+}
+
+impl<'a> Place<'a> {
+    /// The place of the root.
+    pub(crate) const ROOT: Place<'static> = Place {
+        key: None,
+        parent_key: None,
+        cause_chain: true,
+    };
+
+    /// The place of the child stored under `key` in the object at this place.
+    pub(crate) fn object_child(self, key: &'a str) -> Self {
+        Place {
+            key: Some(key),
+            parent_key: self.key,
+            cause_chain: self.cause_chain && self.key.is_none_or(is_cause_key),
+        }
+    }
+
+    /// The place of an element of the array at this place.
+    pub(crate) fn array_element(self) -> Self {
+        Place {
+            cause_chain: false,
+            ..self
+        }
+    }
+}
+
 /// Redacts one scalar given where it sits; `None` for arrays and objects.
 pub(crate) fn redact_scalar(
     value: &Value,
-    key: Option<&str>,
-    parent_key: Option<&str>,
+    place: Place<'_>,
     mode: ScalarMode,
     config: &RedactionConfig,
 ) -> Option<Value> {
     match value {
-        Value::String(s) => Some(Value::String(
-            redact_string(s, key, parent_key, config).into_owned(),
-        )),
-        Value::Number(_) | Value::Bool(_) => Some(if masks_scalar(key, parent_key, mode) {
+        Value::String(s) => Some(Value::String(redact_string(s, place, config).into_owned())),
+        Value::Number(_) | Value::Bool(_) => Some(if masks_scalar(place, mode) {
             Value::String(MASK.to_owned())
         } else {
             value.clone()
@@ -58,35 +98,35 @@ pub(crate) fn redact_scalar(
     }
 }
 
-/// Free-text redaction at the root or inside an array, key-aware redaction under a key.
-fn redact_string<'a>(
-    s: &'a str,
-    key: Option<&str>,
-    parent_key: Option<&str>,
-    config: &RedactionConfig,
-) -> Cow<'a, str> {
-    match key {
-        Some(k) => redact_field_value_cow(k, parent_key, s, config),
+/// Free-text redaction at the root or inside an array at the root, key-aware redaction under
+/// a key.
+fn redact_string<'a>(s: &'a str, place: Place<'_>, config: &RedactionConfig) -> Cow<'a, str> {
+    match place.key {
+        Some(k) => redact_field_value_cow(k, place.parent_key, place.cause_chain, s, config),
         None => redact_text_cow(s, config).0,
     }
 }
 
 /// Whether a number or boolean at this place becomes [`MASK`].
-fn masks_scalar(key: Option<&str>, parent_key: Option<&str>, mode: ScalarMode) -> bool {
-    mode == ScalarMode::Result && key.is_some_and(|k| is_sensitive_key_in(k, parent_key))
+fn masks_scalar(place: Place<'_>, mode: ScalarMode) -> bool {
+    mode == ScalarMode::Result
+        && place
+            .key
+            .is_some_and(|k| is_sensitive_key_in(k, place.parent_key))
 }
 
 /// [`redact_scalar`] on a scalar of a copy, in place (a kept string is not copied again).
 fn redact_scalar_in_place(
     value: &mut Value,
-    key: Option<&str>,
-    parent_key: Option<&str>,
+    place: Place<'_>,
     mode: ScalarMode,
     config: &RedactionConfig,
 ) {
     match value {
-        Value::String(s) => match key {
-            Some(k) => redact_field_value_in_place(k, parent_key, s, config),
+        Value::String(s) => match place.key {
+            Some(k) => {
+                redact_field_value_in_place(k, place.parent_key, place.cause_chain, s, config);
+            }
             None => {
                 if let (Cow::Owned(redacted), _) = redact_text_cow(s, config) {
                     *s = redacted;
@@ -94,7 +134,7 @@ fn redact_scalar_in_place(
             }
         },
         Value::Number(_) | Value::Bool(_) => {
-            if masks_scalar(key, parent_key, mode) {
+            if masks_scalar(place, mode) {
                 *value = Value::String(MASK.to_owned());
             }
         }
@@ -102,18 +142,88 @@ fn redact_scalar_in_place(
     }
 }
 
-/// A redacted copy of a whole tree.
+/// A redacted copy of a whole tree. Values of ordinary depth are copied with `Value::clone`
+/// and walked by recursion (both bounded by [`CLONE_RECURSION_LIMIT`]); deeper ones are
+/// copied and walked with an explicit stack.
 fn redact_tree(value: &Value, mode: ScalarMode, config: &RedactionConfig) -> Value {
-    map_scalars(value, |key, parent_key, node| {
-        redact_scalar_in_place(node, key, parent_key, mode, config);
-    })
+    let visit = |place: Place<'_>, node: &mut Value| {
+        redact_scalar_in_place(node, place, mode, config);
+    };
+    if depth_at_most(value, CLONE_RECURSION_LIMIT) {
+        let mut out = value.clone();
+        walk_bounded(&mut out, Place::ROOT, &mut { visit });
+        out
+    } else {
+        let mut out = clone_iteratively(value);
+        walk_iteratively(&mut out, visit);
+        out
+    }
+}
+
+/// Calls `f(place, scalar)` for every scalar of a tree whose depth is known to be bounded, by
+/// recursion.
+fn walk_bounded<F>(node: &mut Value, place: Place<'_>, f: &mut F)
+where
+    F: FnMut(Place<'_>, &mut Value),
+{
+    match node {
+        Value::Array(items) => {
+            let inner = place.array_element();
+            for child in items {
+                walk_bounded(child, inner, f);
+            }
+        }
+        Value::Object(map) => {
+            for (k, child) in map.iter_mut() {
+                walk_bounded(child, place.object_child(k), f);
+            }
+        }
+        scalar => f(place, scalar),
+    }
+}
+
+enum WalkFrame<'a> {
+    Array(std::slice::IterMut<'a, Value>, Place<'a>),
+    Object(serde_json::map::IterMut<'a>, Place<'a>),
+}
+
+/// Calls `f(place, scalar)` for every scalar of a tree of any depth, without recursion.
+fn walk_iteratively<'a, F>(root: &'a mut Value, mut f: F)
+where
+    F: FnMut(Place<'a>, &'a mut Value),
+{
+    let mut stack: Vec<WalkFrame<'a>> = Vec::new();
+    let mut visit =
+        |node: &'a mut Value, place: Place<'a>, stack: &mut Vec<WalkFrame<'a>>| match node {
+            Value::Array(items) => stack.push(WalkFrame::Array(items.iter_mut(), place)),
+            Value::Object(map) => stack.push(WalkFrame::Object(map.iter_mut(), place)),
+            scalar => f(place, scalar),
+        };
+    visit(root, Place::ROOT, &mut stack);
+    while let Some(top) = stack.last_mut() {
+        let next = match top {
+            WalkFrame::Array(iter, place) => {
+                iter.next().map(|child| (child, place.array_element()))
+            }
+            WalkFrame::Object(iter, place) => iter
+                .next()
+                .map(|(k, child)| (child, place.object_child(k.as_str()))),
+        };
+        match next {
+            Some((child, place)) => visit(child, place, &mut stack),
+            None => {
+                stack.pop();
+            }
+        }
+    }
 }
 
 /// Sanitizes tool arguments for diagnostics, event payloads and UI tool cards.
 ///
-/// Strings at the root or inside arrays get free-text redaction; strings under an object key
-/// get key-aware redaction (a sensitive key masks the whole value); numbers, booleans and null
-/// are returned as they are. A `__proto__` key is an ordinary key.
+/// Strings at the root (or in arrays at the root) get free-text redaction; strings under an
+/// object key get key-aware redaction (a sensitive key masks the whole value), and so do the
+/// strings of an array stored under a key; numbers, booleans and null are returned as they are.
+/// A `__proto__` key is an ordinary key.
 pub fn sanitize_tool_args(args: &Value) -> Value {
     sanitize_tool_args_with(args, &RedactionConfig::default())
 }
@@ -199,8 +309,9 @@ fn finish_content_item(
             item_out.insert("omitted".into(), Value::Bool(true));
         }
         Some("text") => {
-            if let Some(Value::String(text)) = item_out.get_mut("text") {
-                let cut = truncate_text(text, config);
+            if let Some(Value::String(text)) = item_out.get_mut("text")
+                && let Some(cut) = truncate_text(text, config)
+            {
                 *text = cut;
             }
         }
@@ -225,17 +336,19 @@ fn utf16_len(s: &str) -> usize {
     s.chars().map(char::len_utf16).sum()
 }
 
-/// Cuts an already redacted text to [`TOOL_RESULT_MAX_CHARS`] UTF-16 units plus the suffix.
-/// The cut backs off until the kept prefix is a redaction fixpoint, so a later pass cannot
-/// change it.
-fn truncate_text(text: &str, config: &RedactionConfig) -> String {
-    if utf16_len(text) <= TOOL_RESULT_MAX_CHARS {
-        return text.to_owned();
+/// Cuts an already redacted text to [`TOOL_RESULT_MAX_CHARS`] UTF-16 units plus the suffix;
+/// `None` when it is kept as it is. The cut backs off until the kept prefix is a redaction
+/// fixpoint, so a later pass cannot change it.
+fn truncate_text(text: &str, config: &RedactionConfig) -> Option<String> {
+    // A character takes at least as many UTF-8 bytes as UTF-16 units: a short text is not
+    // counted.
+    if text.len() <= TOOL_RESULT_MAX_CHARS || utf16_len(text) <= TOOL_RESULT_MAX_CHARS {
+        return None;
     }
     if let Some(prefix) = text.strip_suffix(TRUNCATION_SUFFIX)
         && utf16_len(prefix) <= TOOL_RESULT_MAX_CHARS
     {
-        return text.to_owned();
+        return None;
     }
     let mut prefix = String::new();
     let mut units = 0;
@@ -256,7 +369,7 @@ fn truncate_text(text: &str, config: &RedactionConfig) -> String {
         prefix.clear();
     }
     prefix.push_str(TRUNCATION_SUFFIX);
-    prefix
+    Some(prefix)
 }
 
 #[cfg(test)]
@@ -271,11 +384,76 @@ mod tests {
         assert_eq!(base64_decoded_len(""), 0);
     }
 
+    fn nest(depth: usize) -> Value {
+        let mut v = json!("x");
+        for _ in 0..depth {
+            v = Value::Array(vec![v]);
+        }
+        v
+    }
+
+    /// A scalar's place with owned keys: key, parent key, cause chain.
+    type SeenPlace = (Option<String>, Option<String>, bool);
+
+    /// Every scalar's place, in walk order, with the scalar replaced by its index.
+    fn places(v: &Value, bounded: bool) -> (Value, Vec<SeenPlace>) {
+        let mut seen = Vec::new();
+        let mut out = clone_iteratively(v);
+        let visit = |place: Place<'_>, node: &mut Value| {
+            seen.push((
+                place.key.map(str::to_owned),
+                place.parent_key.map(str::to_owned),
+                place.cause_chain,
+            ));
+            *node = json!(seen.len());
+        };
+        if bounded {
+            walk_bounded(&mut out, Place::ROOT, &mut { visit });
+        } else {
+            walk_iteratively(&mut out, visit);
+        }
+        (out, seen)
+    }
+
+    #[test]
+    fn places_inherit_through_arrays_and_track_cause_chains() {
+        let v = json!({
+            "outer": {"inner": "s", "list": [1, [2]]},
+            "top": true,
+            "cause": {"code": "c", "Cause": {"CODE": "d"}, "list": [{"code": "e"}]},
+        });
+        let o = |s: &str| Some(s.to_owned());
+        let (_, seen) = places(&v, true);
+        assert_eq!(
+            seen,
+            vec![
+                (o("CODE"), o("Cause"), true),
+                (o("code"), o("cause"), true),
+                (o("code"), o("list"), false),
+                (o("inner"), o("outer"), false),
+                (o("list"), o("outer"), false),
+                (o("list"), o("outer"), false),
+                (o("top"), None, true),
+            ]
+        );
+    }
+
+    #[test]
+    fn both_walks_agree() {
+        let shallow = json!({"a": [{"b": "s", "c": [1, null]}, "t"], "d": {"e": false}});
+        let deep = Value::Array(vec![nest(150), shallow.clone()]);
+        for v in [shallow, deep] {
+            assert_eq!(places(&v, true), places(&v, false));
+        }
+    }
+
     #[test]
     fn truncation_is_stable() {
         let long = "y".repeat(9000);
-        let once = truncate_text(&long, &RedactionConfig::default());
-        assert_eq!(truncate_text(&once, &RedactionConfig::default()), once);
+        let once = truncate_text(&long, &RedactionConfig::default()).expect("cut");
+        assert!(once.ends_with(TRUNCATION_SUFFIX));
+        assert_eq!(truncate_text(&once, &RedactionConfig::default()), None);
+        assert_eq!(truncate_text("short", &RedactionConfig::default()), None);
         let v = json!({"content": [{"type": "text", "text": long}]});
         let s1 = sanitize_tool_result(&v);
         assert_eq!(sanitize_tool_result(&s1), s1);

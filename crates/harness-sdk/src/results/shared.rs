@@ -13,7 +13,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use serde_json::{Map, Value};
 
 use super::redact::RedactionConfig;
-use super::sanitize::{ScalarMode, redact_scalar};
+use super::sanitize::{Place, ScalarMode, redact_scalar};
 
 /// What a repeated node becomes in the output.
 pub const CIRCULAR: &str = "[Circular]";
@@ -190,18 +190,52 @@ enum RepeatPolicy {
     AncestorsOnly,
 }
 
+/// [`Place`] with owned keys (the entries of a shared node are copied out of it).
+#[derive(Clone)]
+struct OwnedPlace {
+    key: Option<String>,
+    parent_key: Option<String>,
+    cause_chain: bool,
+}
+
+impl OwnedPlace {
+    fn borrow(&self) -> Place<'_> {
+        Place {
+            key: self.key.as_deref(),
+            parent_key: self.parent_key.as_deref(),
+            cause_chain: self.cause_chain,
+        }
+    }
+
+    fn object_child(&self, key: String) -> Self {
+        let cause_chain = self.borrow().object_child(&key).cause_chain;
+        OwnedPlace {
+            key: Some(key),
+            parent_key: self.key.clone(),
+            cause_chain,
+        }
+    }
+
+    fn array_element(&self) -> Self {
+        OwnedPlace {
+            cause_chain: false,
+            ..self.clone()
+        }
+    }
+}
+
 enum Frame {
     Array {
         items: std::vec::IntoIter<SharedValue>,
         out: Vec<Value>,
-        key: Option<String>,
+        place: OwnedPlace,
         ptr: usize,
     },
     Object {
         entries: std::vec::IntoIter<(String, SharedValue)>,
         out: Map<String, Value>,
         pending: Option<String>,
-        key: Option<String>,
+        place: OwnedPlace,
         ptr: usize,
     },
 }
@@ -223,13 +257,16 @@ fn walk(
     let mut seen: HashSet<usize> = HashSet::new();
     let mut stack: Vec<Frame> = Vec::new();
     let mut finished: Option<Value> = None;
-    let mut next: Option<(SharedValue, Option<String>, Option<String>)> =
-        Some((root.clone(), None, None));
+    let root_place = OwnedPlace {
+        key: None,
+        parent_key: None,
+        cause_chain: Place::ROOT.cause_chain,
+    };
+    let mut next: Option<(SharedValue, OwnedPlace)> = Some((root.clone(), root_place));
     loop {
-        if let Some((node, key, parent_key)) = next.take() {
+        if let Some((node, place)) = next.take() {
             if let Some(scalar) = node.scalar_json() {
-                finished =
-                    redact_scalar(&scalar, key.as_deref(), parent_key.as_deref(), mode, config);
+                finished = redact_scalar(&scalar, place.borrow(), mode, config);
             } else {
                 let ptr = match &node {
                     SharedValue::Array(a) => a.ptr(),
@@ -247,14 +284,14 @@ fn walk(
                         SharedValue::Array(a) => stack.push(Frame::Array {
                             items: a.items().into_iter(),
                             out: Vec::new(),
-                            key,
+                            place,
                             ptr,
                         }),
                         SharedValue::Object(o) => stack.push(Frame::Object {
                             entries: o.entries().into_iter(),
                             out: Map::new(),
                             pending: None,
-                            key,
+                            place,
                             ptr,
                         }),
                         _ => {}
@@ -277,8 +314,8 @@ fn walk(
             return Value::Null;
         };
         match top {
-            Frame::Array { items, key, .. } => match items.next() {
-                Some(child) => next = Some((child, None, key.clone())),
+            Frame::Array { items, place, .. } => match items.next() {
+                Some(child) => next = Some((child, place.array_element())),
                 None => {
                     if let Some(Frame::Array { out, .. }) = stack.pop() {
                         finished = Some(Value::Array(out));
@@ -288,12 +325,12 @@ fn walk(
             Frame::Object {
                 entries,
                 pending,
-                key,
+                place,
                 ..
             } => match entries.next() {
                 Some((k, child)) => {
                     *pending = Some(k.clone());
-                    next = Some((child, Some(k), key.clone()));
+                    next = Some((child, place.object_child(k)));
                 }
                 None => {
                     if let Some(Frame::Object { out, .. }) = stack.pop() {

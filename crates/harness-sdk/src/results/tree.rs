@@ -72,11 +72,11 @@ pub(crate) fn deep_equal(a: &Value, b: &Value) -> bool {
 /// Values nested at most this deep are copied with `Value::clone`, whose recursion is then
 /// bounded (the limit equals `serde_json`'s own parser recursion limit); deeper values are
 /// copied iteratively.
-const CLONE_RECURSION_LIMIT: usize = 128;
+pub(crate) const CLONE_RECURSION_LIMIT: usize = 128;
 
 /// Whether no array or object in `value` is nested more than `limit` levels deep (a scalar
 /// has depth 0, `[1]` depth 1). Recurses at most `limit` levels.
-fn depth_at_most(value: &Value, limit: usize) -> bool {
+pub(crate) fn depth_at_most(value: &Value, limit: usize) -> bool {
     fn within(child: &Value, limit: usize) -> bool {
         !matches!(child, Value::Array(_) | Value::Object(_)) || depth_at_most(child, limit - 1)
     }
@@ -117,7 +117,7 @@ enum CloneFrame<'a> {
 }
 
 /// A deep copy with an explicit stack instead of recursion.
-fn clone_iteratively(root: &Value) -> Value {
+pub(crate) fn clone_iteratively(root: &Value) -> Value {
     fn enter<'a>(node: &'a Value, stack: &mut Vec<CloneFrame<'a>>) -> Option<Value> {
         match node {
             Value::Array(items) => {
@@ -171,82 +171,6 @@ fn clone_iteratively(root: &Value) -> Value {
     }
 }
 
-/// A deep copy of `value` (any depth) with `f(key, parent_key, scalar)` applied to every
-/// scalar of the copy (see [`for_each_scalar_mut`] for `key` and `parent_key`).
-pub(crate) fn map_scalars<F>(value: &Value, mut f: F) -> Value
-where
-    F: FnMut(Option<&str>, Option<&str>, &mut Value),
-{
-    if depth_at_most(value, CLONE_RECURSION_LIMIT) {
-        let mut out = value.clone();
-        walk_bounded(&mut out, None, None, &mut f);
-        out
-    } else {
-        let mut out = clone_iteratively(value);
-        for_each_scalar_mut(&mut out, f);
-        out
-    }
-}
-
-/// [`for_each_scalar_mut`] by recursion, for a value whose depth is known to be bounded.
-fn walk_bounded<F>(node: &mut Value, key: Option<&str>, parent_key: Option<&str>, f: &mut F)
-where
-    F: FnMut(Option<&str>, Option<&str>, &mut Value),
-{
-    match node {
-        Value::Array(items) => {
-            for child in items {
-                walk_bounded(child, None, key, f);
-            }
-        }
-        Value::Object(map) => {
-            for (k, child) in map.iter_mut() {
-                walk_bounded(child, Some(k), key, f);
-            }
-        }
-        scalar => f(key, parent_key, scalar),
-    }
-}
-
-enum WalkFrame<'a> {
-    Array(std::slice::IterMut<'a, Value>, Option<&'a str>),
-    Object(serde_json::map::IterMut<'a>, Option<&'a str>),
-}
-
-/// Calls `f(key, parent_key, scalar)` for every scalar (string, number, boolean, null) of a
-/// tree of any depth, without recursion. `key` is the object key the scalar is stored under
-/// (`None` at the root or inside an array); `parent_key` is the key of the array or object
-/// that holds it.
-pub(crate) fn for_each_scalar_mut<'a, F>(root: &'a mut Value, mut f: F)
-where
-    F: FnMut(Option<&'a str>, Option<&'a str>, &'a mut Value),
-{
-    let mut stack: Vec<WalkFrame<'a>> = Vec::new();
-    let mut visit = |node: &'a mut Value,
-                     key: Option<&'a str>,
-                     parent_key: Option<&'a str>,
-                     stack: &mut Vec<WalkFrame<'a>>| match node {
-        Value::Array(items) => stack.push(WalkFrame::Array(items.iter_mut(), key)),
-        Value::Object(map) => stack.push(WalkFrame::Object(map.iter_mut(), key)),
-        scalar => f(key, parent_key, scalar),
-    };
-    visit(root, None, None, &mut stack);
-    while let Some(top) = stack.last_mut() {
-        let next = match top {
-            WalkFrame::Array(iter, key) => iter.next().map(|child| (child, None, *key)),
-            WalkFrame::Object(iter, key) => iter
-                .next()
-                .map(|(k, child)| (child, Some(k.as_str()), *key)),
-        };
-        match next {
-            Some((child, key, parent_key)) => visit(child, key, parent_key, &mut stack),
-            None => {
-                stack.pop();
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -280,27 +204,6 @@ mod tests {
     }
 
     #[test]
-    fn scalar_walk_reports_keys_and_parents() {
-        let mut v = json!({"outer": {"inner": "s", "list": [1]}, "top": true});
-        let mut seen = Vec::new();
-        for_each_scalar_mut(&mut v, |key, parent_key, node| {
-            seen.push((
-                key.map(str::to_owned),
-                parent_key.map(str::to_owned),
-                node.clone(),
-            ));
-        });
-        assert_eq!(
-            seen,
-            vec![
-                (Some("inner".into()), Some("outer".into()), json!("s")),
-                (None, Some("list".into()), json!(1)),
-                (Some("top".into()), None, json!(true)),
-            ]
-        );
-    }
-
-    #[test]
     fn depth_limit_picks_the_clone_strategy() {
         assert!(depth_at_most(&json!(1), 0));
         assert!(depth_at_most(&json!([]), 1));
@@ -309,26 +212,5 @@ mod tests {
         assert!(!depth_at_most(&nest(129), CLONE_RECURSION_LIMIT));
         let v = nest(200);
         assert_eq!(deep_clone(&v), v);
-    }
-
-    #[test]
-    fn both_walks_agree() {
-        let shallow = json!({"a": [{"b": "s", "c": [1, null]}, "t"], "d": {"e": false}});
-        let deep = Value::Array(vec![nest(150), shallow.clone()]);
-        for v in [shallow, deep] {
-            let mut seen = Vec::new();
-            let out = map_scalars(&v, |key, parent_key, node| {
-                seen.push((key.map(str::to_owned), parent_key.map(str::to_owned)));
-                *node = json!(seen.len());
-            });
-            let mut expected = Vec::new();
-            let mut copy = clone_iteratively(&v);
-            for_each_scalar_mut(&mut copy, |key, parent_key, node| {
-                expected.push((key.map(str::to_owned), parent_key.map(str::to_owned)));
-                *node = json!(expected.len());
-            });
-            assert_eq!(seen, expected);
-            assert_eq!(out, copy);
-        }
     }
 }

@@ -1644,7 +1644,6 @@ fn openclaw_redact_authorization_codes_outside_the_transport_boundary() {
 }
 
 #[test]
-#[ignore = "gap: a known transport code is kept by its key and parent alone; the peer also requires a cause chain of objects from the root"]
 fn openclaw_redact_authorization_codes_outside_the_transport_boundary_nested() {
     use serde_json::json;
     for (input, expected) in [
@@ -1667,6 +1666,40 @@ fn openclaw_redact_authorization_codes_outside_the_transport_boundary_nested() {
     ] {
         assert_eq!(redact_structured(&input), expected, "{input}");
     }
+}
+
+#[test]
+fn openclaw_redact_diagnostic_codes_and_source_paths_kept_authorization_fields_masked() {
+    use serde_json::json;
+    let out = redact_structured(&json!({
+        "manifest": {
+            "sourceFiles": {"session": "$WORKSPACE_DIR/session.jsonl"},
+            "warnings": [{"code": "invalid-runtime-event"}],
+        },
+        "status": {"code": "SYSTEM_RUN_DENIED"},
+        "nodeError": {"code": "NOT_PAIRED"},
+        "error": {"code": "ERR_ROOTOPAQUECODE1234567890"},
+        "provider": {"code": "provider-code-value-1234567890"},
+        "providerNestedError": {"error": {"code": "ERR_PROVIDEROPAQUECODE1234567890"}},
+        "bearerToken": "bearer-token-value-1234567890",
+        "numericSecrets": {"cardNumber": 4111111111111111_u64, "cvc": 123, "token": 1234567890, "amount": 4200},
+    }));
+    assert_eq!(
+        out,
+        json!({
+            "manifest": {
+                "sourceFiles": {"session": "$WORKSPACE_DIR/session.jsonl"},
+                "warnings": [{"code": "invalid-runtime-event"}],
+            },
+            "status": {"code": "SYSTEM_RUN_DENIED"},
+            "nodeError": {"code": "NOT_PAIRED"},
+            "error": {"code": "ERR_ROOTOPAQUECODE1234567890"},
+            "provider": {"code": "provid…7890"},
+            "providerNestedError": {"error": {"code": "ERR_PROVIDEROPAQUECODE1234567890"}},
+            "bearerToken": "bearer…7890",
+            "numericSecrets": {"cardNumber": "***", "cvc": "***", "token": "***", "amount": 4200},
+        })
+    );
 }
 
 #[test]

@@ -57,6 +57,43 @@ fn redaction_row_codes_by_parent() {
 }
 
 #[test]
+fn redaction_row_transport_codes_only_at_the_end_of_a_cause_chain() {
+    let kept = json!({"cause": {"code": "ECONNRESET", "cause": {"code": "EPIPE"}}});
+    assert_eq!(sanitize_tool_result(&kept), kept);
+    assert_eq!(sanitize_tool_args(&kept), kept);
+    for (input, path) in [
+        (
+            json!({"error": {"cause": {"code": "ECONNRESET"}}}),
+            "/error/cause/code",
+        ),
+        (json!({"cause": [{"code": "ECONNRESET"}]}), "/cause/0/code"),
+        (json!({"cause": {"code": ["ECONNRESET"]}}), "/cause/code/0"),
+        (json!([{"cause": {"code": "ECONNRESET"}}]), "/0/cause/code"),
+    ] {
+        for out in [sanitize_tool_result(&input), sanitize_tool_args(&input)] {
+            assert_eq!(out.pointer(path), Some(&json!("***")), "{input}");
+        }
+    }
+}
+
+#[test]
+fn redaction_row_array_elements_under_sensitive_keys() {
+    let input = json!({
+        "token": ["opaque plain words 0427", ["nested words 0427"]],
+        "headers": {"Cookie": ["session=opaque-cookie-value"]},
+        "tags": ["alpha", "beta"],
+        "publicShare": [{"id": "share-secret-id"}],
+    });
+    for out in [sanitize_tool_args(&input), sanitize_tool_result(&input)] {
+        assert_eq!(out["token"], json!(["opaque…0427", ["***"]]), "{out}");
+        assert_eq!(out["headers"]["Cookie"], json!(["sessio…alue"]), "{out}");
+        assert_eq!(out["tags"], json!(["alpha", "beta"]), "{out}");
+        assert_eq!(out["publicShare"][0]["id"], json!("***"), "{out}");
+        assert_eq!(sanitize_tool_args(&out), out, "idempotent");
+    }
+}
+
+#[test]
 fn redaction_row_sensitive_key_names_mask_the_whole_value() {
     for key in [
         "apiKey",
