@@ -259,6 +259,7 @@ impl HostTranscript for StoreTranscript {
                     role,
                     content: entry.text,
                     idempotency_key: Some(entry.idempotency_key),
+                    metadata: None,
                 },
             )
             .await

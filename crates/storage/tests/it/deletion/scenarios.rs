@@ -121,6 +121,7 @@ impl Fixture {
                 role,
                 content: text.into(),
                 idempotency_key: None,
+                metadata: None,
             };
             ids.push(
                 self.store
@@ -281,6 +282,7 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
                 role: TranscriptRole::User,
                 content: "u2b".into(),
                 idempotency_key: None,
+                metadata: None,
             },
         )
         .await
