@@ -1,9 +1,10 @@
 //! Two host processes contending for one session (`example-host hold` and
 //! `example-host contend`, each a process of its own on the same database).
 //!
-//! - [`hold`] takes the session's lease, writes the binding under it, and keeps the lease for
-//!   a while with heartbeats, selecting its work against [`LeaseGuard::lost`]; it reports the
-//!   lease epoch, and how far heartbeats pushed the expiry, or that the lease was lost.
+//! - [`hold`] takes the session's lease, writes the binding under it, and keeps the lease with
+//!   heartbeats until it is told to release it or a time limit passes, selecting its wait
+//!   against [`LeaseGuard::lost`]; it reports the lease epoch, each expiry a heartbeat wrote,
+//!   and the release, or that the lease was lost.
 //! - [`contend`] first tries without waiting (`try_with_lease`: the typed busy error while the
 //!   other process holds the lease), then waits within a budget, gets the lease once the holder
 //!   released it, and writes the binding under it.
@@ -76,13 +77,15 @@ async fn write_binding(
     guard.verify_fence().await.map(|_| ())
 }
 
-/// Holds the session's lease for `hold_for` (heartbeats keep it), unless it is lost first.
-/// Reports `held` (the epoch), `expires_at`, then `renewed_until` and `released`; or `lost`
-/// and the error.
+/// Holds the session's lease until `release` completes or `hold_for` passed (heartbeats keep
+/// it), unless it is lost first. Reports `held` (the epoch) and `expires_at`, `renewed` (the
+/// new expiry) after each heartbeat, then `renewed_until` and `released`; or `lost` and the
+/// error.
 pub async fn hold(
     host: &Host,
     contended: &Contended,
     hold_for: Duration,
+    release: impl std::future::Future<Output = ()> + Send,
     report: Report<'_>,
 ) -> Result<(), Error> {
     let (harness, identity) = contended.harness(host, Duration::from_secs(5)).await?;
@@ -94,10 +97,22 @@ pub async fn hold(
             async move {
                 write_binding(harness, identity, &guard, &holder).await?;
                 report("held", guard.epoch().get().to_string());
-                report("expires_at", guard.expires_at().as_millis().to_string());
-                tokio::select! {
-                    () = tokio::time::sleep(hold_for) => Ok(guard.expires_at()),
-                    lost = guard.lost() => Err(lost),
+                let mut expires_at = guard.expires_at();
+                report("expires_at", expires_at.as_millis().to_string());
+                let deadline = tokio::time::sleep(hold_for);
+                tokio::pin!(deadline, release);
+                loop {
+                    tokio::select! {
+                        () = &mut deadline => break Ok(guard.expires_at()),
+                        () = &mut release => break Ok(guard.expires_at()),
+                        lost = guard.lost() => break Err(lost),
+                        () = tokio::time::sleep(Duration::from_millis(50)) => {
+                            if guard.expires_at() != expires_at {
+                                expires_at = guard.expires_at();
+                                report("renewed", expires_at.as_millis().to_string());
+                            }
+                        }
+                    }
                 }
             }
         })

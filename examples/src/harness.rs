@@ -451,7 +451,7 @@ impl ExampleHarness {
             .with_intent(json!({"kind": "task"}));
         meta_key.write(&mut prepared, &meta);
         let mut hooked = prepared.clone();
-        hooked["__openclaw"] = json!({"senderIsOwner": false, "steerTargetRunId": "forged"});
+        hooked[meta_key.as_str()] = json!({"senderIsOwner": false, "steerTargetRunId": "forged"});
         let restored = meta_key.restore(&hooked, Some(&prepared)).into_owned();
 
         let mut recorder = UserTurnTranscriptRecorder::with_meta_key(meta_key.clone());

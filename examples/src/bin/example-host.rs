@@ -9,6 +9,7 @@
 //!
 //! `tour` runs [`tether_example_harness::tour`]; `hold` and `contend` are the two sides of
 //! [`tether_example_harness::contention`], meant to run as separate processes on one database.
+//! `hold` releases the lease when its standard input closes or `--hold-ms` passed.
 //! Each prints what it observed as `name=value` lines on stdout as it happens; logs go to
 //! stderr (`RUST_LOG`, default `info`). Exit codes: 0 done, 1 failed, 2 bad usage, 3 the lease
 //! was lost.
@@ -100,7 +101,12 @@ async fn run(args: &Args) -> Result<(), Error> {
         }
         "hold" => {
             let hold_for = args.millis("hold-ms", 4_000).map_err(Error::other)?;
-            contention::hold(&host, &contended(args)?, hold_for, &report).await
+            let stdin_closed = async {
+                let mut sink = tokio::io::sink();
+                // Whatever arrives is discarded; the end of input (or a read error) releases.
+                let _ = tokio::io::copy(&mut tokio::io::stdin(), &mut sink).await;
+            };
+            contention::hold(&host, &contended(args)?, hold_for, stdin_closed, &report).await
         }
         "contend" => {
             let wait = args.millis("wait-ms", 20_000).map_err(Error::other)?;
@@ -114,8 +120,7 @@ async fn run(args: &Args) -> Result<(), Error> {
     result
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -131,15 +136,32 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&args).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error @ Error::LostLease { .. }) => {
-            tracing::error!(%error, "the lease was lost");
-            ExitCode::from(3)
-        }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
         Err(error) => {
-            tracing::error!(%error, "failed");
-            ExitCode::FAILURE
+            tracing::error!(%error, "cannot start the runtime");
+            return ExitCode::FAILURE;
         }
-    }
+    };
+    let code = runtime.block_on(async {
+        match run(&args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error @ Error::LostLease { .. }) => {
+                tracing::error!(%error, "the lease was lost");
+                ExitCode::from(3)
+            }
+            Err(error) => {
+                tracing::error!(%error, "failed");
+                ExitCode::FAILURE
+            }
+        }
+    });
+    // `hold`'s read of standard input blocks a runtime thread until the input closes: exit
+    // without waiting for it.
+    runtime.shutdown_background();
+    code
 }

@@ -12,7 +12,7 @@ use tether_example_harness::harness::{EXAMPLE_API_KEY, NAMESPACE};
 use tether_storage::testing::PgTestDatabase;
 use tether_storage::{ForceExpireOutcome, LeaseEventKind, Store};
 use tokio::io::{AsyncBufReadExt as _, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 /// How long any one expected line may take.
 const LINE_TIMEOUT: Duration = Duration::from_secs(90);
@@ -70,6 +70,8 @@ fn facts(stdout: &str) -> HashMap<String, String> {
 struct Running {
     name: &'static str,
     child: Child,
+    /// Open while the process runs; `hold` releases its lease when it closes.
+    stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
     seen: Vec<String>,
 }
@@ -77,6 +79,7 @@ struct Running {
 impl Running {
     fn spawn(name: &'static str, args: &[&str]) -> Self {
         let mut child = example_host(args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -84,10 +87,16 @@ impl Running {
         let lines = BufReader::new(child.stdout.take().unwrap()).lines();
         Self {
             name,
+            stdin: child.stdin.take(),
             child,
             lines,
             seen: Vec::new(),
         }
+    }
+
+    /// Closes the process's standard input (a `hold` releases its lease).
+    fn close_stdin(&mut self) {
+        self.stdin = None;
     }
 
     /// Reads lines until `name=…` and returns its value.
@@ -110,14 +119,18 @@ impl Running {
         }
     }
 
+    /// Reads the remaining lines and waits for the process to exit.
     async fn exit(mut self) -> ExitStatus {
-        while let Ok(Some(line)) = self.lines.next_line().await {
-            self.seen.push(line);
-        }
-        tokio::time::timeout(LINE_TIMEOUT, self.child.wait())
+        let name = self.name;
+        let finished = async {
+            while let Ok(Some(line)) = self.lines.next_line().await {
+                self.seen.push(line);
+            }
+            self.child.wait().await.unwrap()
+        };
+        tokio::time::timeout(LINE_TIMEOUT, finished)
             .await
-            .unwrap()
-            .unwrap()
+            .unwrap_or_else(|_| panic!("{name}: did not exit in time"))
     }
 }
 
@@ -176,7 +189,8 @@ async fn tour(db: &Database) {
 
 /// One process holds the session's lease with heartbeats; a second one is refused at once
 /// with the typed busy error, then waits and gets the lease with a greater epoch after the
-/// first released it. The lease history shows exactly one holder at a time.
+/// first released it (when the test closes its input). The lease history shows exactly one
+/// holder at a time.
 async fn contention(db: &Database) {
     let url = db.url();
     let session = "agent:main:direct:contended";
@@ -191,7 +205,7 @@ async fn contention(db: &Database) {
             "--holder",
             "worker-a",
             "--hold-ms",
-            "4000",
+            "60000",
             "--lease-ms",
             "1500",
         ],
@@ -218,11 +232,14 @@ async fn contention(db: &Database) {
     assert_eq!(contender.expect("try").await, "busy");
     assert_eq!(contender.expect("try_busy").await, "true");
     assert!(try_ms < 2_000, "try_with_lease waited {try_ms} ms");
-    let renewed_until: i64 = holder.expect("renewed_until").await.parse().unwrap();
+    let renewed: i64 = holder.expect("renewed").await.parse().unwrap();
     assert!(
-        renewed_until > expires_at,
-        "heartbeats pushed the expiry ({expires_at} -> {renewed_until})"
+        renewed > expires_at,
+        "a heartbeat pushed the expiry ({expires_at} -> {renewed})"
     );
+    holder.close_stdin();
+    let renewed_until: i64 = holder.expect("renewed_until").await.parse().unwrap();
+    assert!(renewed_until >= renewed);
     assert_eq!(holder.expect("released").await, "true");
     let second: u64 = contender.expect("acquired").await.parse().unwrap();
     assert!(second > first, "epochs {first} then {second}");
