@@ -165,7 +165,8 @@ async fn portable_lease(
                 let write = |bindings: tether_harness_sdk::backend::ThreadBindingStore| {
                     let (identity, thread) = (identity.clone(), thread.clone());
                     async move {
-                        // Outside the scope, do not wait behind our own lease: say so.
+                        // Run outside the lease scope, this refuses instead of waiting for
+                        // our own lease (in the scope it writes under the lease).
                         let options = WriteOptions::default().failing_if_held_here();
                         bindings
                             .set(&identity, ThreadBinding::new(thread, CWD), options)

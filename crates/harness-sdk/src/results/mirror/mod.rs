@@ -4,6 +4,11 @@
 //! back onto the message a runtime hook produced, and [`UserTurnTranscriptRecorder`] is the
 //! persisted marker that announces "the original input committed" only for a fresh append.
 //!
+//! The metadata is typed ([`UserTurnMeta`]) and travels on a message under a wire key
+//! ([`MetaKey`]: OpenClaw's `__openclaw` by default, or the host's own).
+//! [`UserTurnTranscriptRecorder::append_user_turn`] appends a restored message with its
+//! metadata ([`UserTurnEntry`]) and feeds the append's outcome to the marker.
+//!
 //! Restored metadata authorizes nothing and does not prove that a transcript append happened.
 
 use std::borrow::Cow;
