@@ -1,35 +1,50 @@
 //! # tether-example-harness
 //!
-//! A complete example harness built on `tether-harness-sdk` over a simulated native runtime
-//! ([`SimulatedRuntime`]): it binds native threads to host sessions through the SDK's
-//! thread-binding backend, holds the binding's lease while a turn runs, mirrors the transcript
-//! into the host store, reports tool terminal outcomes, finalizes settled tool turns through
-//! `tether-finalizer`'s narrow-result validator (with a host fallback), and supports deletion
-//! and context reset through the host's transactional path. [`demo::populate`] is what `tether demo` runs.
+//! An example host gateway and harness over a simulated native runtime ([`SimulatedRuntime`]),
+//! built only on public APIs:
+//!
+//! - [`ExampleHarness`] binds native threads to host sessions through the SDK's thread-binding
+//!   backend. A turn holds the session's lease (renewed by heartbeats) while it runs, restores
+//!   the host's typed user-turn metadata onto what the runtime's hook wrote and appends it with
+//!   that metadata (feeding the persisted marker), feeds each tool call's terminal outcome to
+//!   the terminal-outcome accumulator, logs the call's arguments sanitized, and finalizes a tool
+//!   turn through `tether-finalizer`'s orchestration with the SQL fallback transcript. Deletion
+//!   and context reset go through the host's transactional path.
+//! - [`tour::run`] drives it on a [`tether_host::Host`]: the turns above, the lease handle
+//!   (writes from a spawned task, `try_with_lease`, `lost()`), and a deletion whose host writes
+//!   share the deletion's transaction.
+//! - [`contention`] is the two-process part: one process holds a session's lease, another
+//!   contends for it.
+//! - The `example-host` binary runs the tour and either side of the contention on a SQLite or
+//!   PostgreSQL database; [`demo::populate`] is what `tether demo` runs.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use tether_core::{AgentId, SessionId, SessionKey};
-//! use tether_example_harness::{ExampleHarness, SimulatedRuntime};
-//! use tether_storage::Store;
+//! use tether_example_harness::{ExampleHarness, Finalization, SimulatedRuntime};
+//! use tether_host::Host;
 //!
-//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! let store = Store::open("sqlite::memory:").await?;
-//! let harness = ExampleHarness::new(store.clone(), Arc::new(SimulatedRuntime::new()), "worker-1").await?;
+//! # tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap().block_on(async {
+//! let host = Host::open("sqlite::memory:").await?;
+//! let harness = ExampleHarness::on_host(&host, Arc::new(SimulatedRuntime::new()), None).await?;
 //! let key = SessionKey::new("agent:main:direct:alice")?;
 //! harness.start_session(&key, &AgentId::new("main")?, &SessionId::new("g1")?).await?;
 //! let turn = harness.run_turn(&key, 1, "run cargo test").await?;
-//! assert!(turn.started_thread);
-//! assert_eq!(turn.finalization, Some(tether_example_harness::Finalization::Succeeded));
-//! // user, tool result, finalization record, final answer
-//! assert_eq!(store.active_path(&key).await?.len(), 4);
+//! assert!(turn.started_thread && turn.user_turn_announced);
+//! assert_eq!(turn.finalization, Some(Finalization::Succeeded));
+//! // user (with its metadata), tool result, final answer, finalization record
+//! let path = host.store().active_path(&key).await?;
+//! assert_eq!(path.len(), 4);
+//! assert!(path[0].metadata.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```
 
+pub mod contention;
 pub mod demo;
 pub mod harness;
 pub mod runtime;
+pub mod tour;
 
 pub use harness::{ExampleHarness, Finalization, TurnReport};
 pub use runtime::{NativeReply, SimulatedRuntime, ToolOutcome, ToolRun};

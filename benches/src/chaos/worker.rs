@@ -484,6 +484,7 @@ impl Worker {
                 role,
                 content: text.into(),
                 idempotency_key: None,
+                metadata: None,
             };
             anchors.push(self.store.append_transcript(&session, entry).await?.anchor);
         }

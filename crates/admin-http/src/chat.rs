@@ -81,6 +81,7 @@ impl HostTranscript for StoreTranscript {
                     role,
                     content: entry.text,
                     idempotency_key: Some(entry.idempotency_key),
+                    metadata: None,
                 },
             )
             .await

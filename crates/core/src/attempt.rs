@@ -74,7 +74,8 @@ pub struct AgentMessage {
 }
 
 impl AgentMessage {
-    /// A message with `role` and a single text block.
+    /// A message with `role` and a single text block (read it back with
+    /// [`AgentMessage::visible_text`]).
     pub fn text(role: MessageRole, text: impl Into<String>) -> Self {
         Self {
             role,
@@ -120,7 +121,9 @@ impl AgentMessage {
         self
     }
 
-    /// The concatenated visible text blocks.
+    /// The message's text: its visible text blocks, concatenated (thinking, tool calls and
+    /// images left out). The accessor of the text; [`AgentMessage::text`] is the constructor.
+    #[doc(alias = "text")]
     pub fn visible_text(&self) -> String {
         let mut out = String::new();
         for block in &self.content {

@@ -78,6 +78,10 @@ impl From<TextError> for IdError {
             TextError::SurroundingWhitespace { field } => {
                 Self::SurroundingWhitespace { kind: field }
             }
+            TextError::TooDeep { field, .. } => Self::Malformed {
+                kind: field,
+                reason: "nested too deep",
+            },
         }
     }
 }

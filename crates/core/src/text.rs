@@ -88,6 +88,14 @@ pub enum TextError {
         /// Which value.
         field: &'static str,
     },
+    /// JSON nested deeper than the field's limit (arrays and objects count one level each).
+    #[error("{field} is nested more than {limit} levels deep")]
+    TooDeep {
+        /// Which value.
+        field: &'static str,
+        /// The limit.
+        limit: usize,
+    },
 }
 
 /// Whether `c` is an invisible formatting character refused in ids and labels: soft hyphen,

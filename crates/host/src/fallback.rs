@@ -74,6 +74,7 @@ impl FallbackTranscript for SqlFallbackTranscript {
             role: TranscriptRole::Assistant,
             content: append.message.visible_text(),
             idempotency_key: Some(append.idempotency_key.clone()),
+            metadata: None,
         };
         match self
             .store

@@ -86,6 +86,7 @@ pub use sql::{
 #[cfg(feature = "test-support")]
 pub use sql::{CommitFault, GroupCommitHold};
 pub use transcript::{
-    Cut, CutStatus, FINALIZATION_PREFIX, FinalizationOutcome, NewHostSession, NewTranscriptEntry,
-    SessionExpectation, TranscriptEntry, TranscriptHit, TranscriptRole,
+    Cut, CutStatus, FINALIZATION_PREFIX, FinalizationOutcome, MAX_METADATA_DEPTH, NewHostSession,
+    NewTranscriptEntry, SessionExpectation, TranscriptEntry, TranscriptHit, TranscriptMetadata,
+    TranscriptRole,
 };

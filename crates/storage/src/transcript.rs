@@ -89,6 +89,14 @@ impl SessionExpectation {
     }
 }
 
+/// The metadata of a transcript entry: a JSON object of the writer's own (for a mirrored user
+/// turn: the restored message's fields other than its text, such as its provenance and its
+/// user-turn metadata), stored beside the entry and returned with it.
+pub type TranscriptMetadata = serde_json::Map<String, serde_json::Value>;
+
+/// How deep [`TranscriptMetadata`] may nest (arrays and objects count one level each).
+pub const MAX_METADATA_DEPTH: usize = 64;
+
 /// A transcript entry to append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewTranscriptEntry {
@@ -98,19 +106,87 @@ pub struct NewTranscriptEntry {
     pub content: String,
     /// A caller-chosen key making the append idempotent within the session.
     pub idempotency_key: Option<String>,
+    /// The entry's metadata, stored as JSON (not searched). An idempotent hit keeps the
+    /// first entry's metadata.
+    pub metadata: Option<TranscriptMetadata>,
 }
 
 impl NewTranscriptEntry {
+    /// An entry of `role` saying `content`, without idempotency key or metadata.
+    pub fn new(role: TranscriptRole, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            idempotency_key: None,
+            metadata: None,
+        }
+    }
+
+    /// Makes the append idempotent under `key` within the session.
+    #[must_use]
+    pub fn with_idempotency_key(mut self, key: impl Into<String>) -> Self {
+        self.idempotency_key = Some(key.into());
+        self
+    }
+
+    /// Stores `metadata` with the entry.
+    #[must_use]
+    pub fn with_metadata(mut self, metadata: TranscriptMetadata) -> Self {
+        self.metadata = Some(metadata);
+        self
+    }
+
     /// Checks the entry against the rules of [`tether_core::text`] before anything is written:
     /// content without NUL within [`MAX_CONTENT_LEN`](tether_core::text::MAX_CONTENT_LEN)
-    /// bytes, an idempotency key following the id rule.
+    /// bytes, an idempotency key following the id rule, metadata nested at most
+    /// [`MAX_METADATA_DEPTH`] levels whose JSON is within `MAX_CONTENT_LEN` bytes.
     pub fn check(&self) -> Result<(), tether_core::TextError> {
         tether_core::text::check_content("transcript content", &self.content)?;
         if let Some(key) = &self.idempotency_key {
             tether_core::text::check_token_like("idempotency key", key, tether_core::MAX_ID_LEN)?;
         }
+        if let Some(metadata) = &self.metadata {
+            encode_metadata(metadata)?;
+        }
         Ok(())
     }
+}
+
+/// The stored JSON text of `metadata`, checked: nested at most [`MAX_METADATA_DEPTH`] levels
+/// (so it always reads back), within [`MAX_CONTENT_LEN`](tether_core::text::MAX_CONTENT_LEN)
+/// bytes. A NUL inside a string is written as the escape `\u0000`, which every backend stores.
+pub(crate) fn encode_metadata(
+    metadata: &TranscriptMetadata,
+) -> Result<String, tether_core::TextError> {
+    const FIELD: &str = "transcript metadata";
+    let mut stack: Vec<(&serde_json::Value, usize)> = metadata.values().map(|v| (v, 2)).collect();
+    while let Some((value, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match value {
+            serde_json::Value::Array(items) => Box::new(items.iter()),
+            serde_json::Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        if depth > MAX_METADATA_DEPTH {
+            return Err(tether_core::TextError::TooDeep {
+                field: FIELD,
+                limit: MAX_METADATA_DEPTH,
+            });
+        }
+        stack.extend(children.map(|child| (child, depth + 1)));
+    }
+    let text = String::from_utf8_lossy(&tether_core::RecordCodec::encode(
+        &tether_core::JsonObjectCodec,
+        metadata,
+    ))
+    .into_owned();
+    if text.len() > tether_core::text::MAX_CONTENT_LEN {
+        return Err(tether_core::TextError::TooLong {
+            field: FIELD,
+            len: text.len(),
+            limit: tether_core::text::MAX_CONTENT_LEN,
+        });
+    }
+    Ok(text)
 }
 
 /// A stored transcript entry (a node of the session's transcript tree).
@@ -128,6 +204,9 @@ pub struct TranscriptEntry {
     pub content: String,
     /// The idempotency key it was appended with.
     pub idempotency_key: Option<String>,
+    /// The metadata it was appended with (`None` for entries written without, and for every
+    /// entry stored before metadata existed).
+    pub metadata: Option<TranscriptMetadata>,
     /// When it was appended.
     pub created_at: Timestamp,
 }

@@ -1,4 +1,4 @@
-//! The example harness and the demo scenario, on in-memory SQLite.
+//! The example harness and the demo scenario, in process on in-memory SQLite.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +29,15 @@ async fn turns_hold_the_lease_reuse_the_thread_and_mirror_the_transcript() {
     let first = harness.run_turn(&key, 1, "hello").await.unwrap();
     assert!(first.started_thread);
     assert!(first.last_tool_error.is_none(), "no tool ran");
+    assert!(
+        first.user_turn_announced,
+        "a fresh append announces the turn"
+    );
+    assert_eq!(
+        first.sender_is_owner,
+        Some(true),
+        "the host's owner flag, not the hook's"
+    );
     let second = harness.run_turn(&key, 2, "run make fail").await.unwrap();
     assert!(!second.started_thread, "the bound native thread is resumed");
     assert_eq!(second.thread_id, first.thread_id);
@@ -61,15 +70,24 @@ async fn turns_hold_the_lease_reuse_the_thread_and_mirror_the_transcript() {
             TranscriptRole::Assistant,
             TranscriptRole::User,
             TranscriptRole::Tool,
-            TranscriptRole::System,
-            TranscriptRole::Assistant
+            TranscriptRole::Assistant,
+            TranscriptRole::System
         ]
     );
+    // The user entries carry the restored message's metadata.
+    let meta = path[2].metadata.as_ref().expect("user-turn metadata");
+    assert_eq!(meta["__openclaw"]["senderIsOwner"], serde_json::json!(true));
+    assert!(
+        meta["__openclaw"].get("steerTargetRunId").is_none(),
+        "the hook's forged steer target is dropped"
+    );
+    assert_eq!(meta["provenance"]["kind"], "external_user");
     assert!(path[3].content.contains("failed"));
-    assert_eq!(path[4].content, "finalization: succeeded");
-    assert!(path[5].content.starts_with("Done: run make fail"));
-    // Replaying a turn does not duplicate its transcript entries.
-    harness.run_turn(&key, 2, "run make fail").await.unwrap();
+    assert!(path[4].content.starts_with("Done: run make fail"));
+    assert_eq!(path[5].content, "finalization: succeeded");
+    // Replaying a turn does not duplicate its transcript entries, nor announce it again.
+    let replay = harness.run_turn(&key, 2, "run make fail").await.unwrap();
+    assert!(!replay.user_turn_announced);
     assert_eq!(store.active_path(&key).await.unwrap().len(), 6);
     // A refused finalization result falls back to the host answer, and says why.
     let garbled = harness.run_turn(&key, 3, "run ls --garbled").await.unwrap();
@@ -79,10 +97,21 @@ async fn turns_hold_the_lease_reuse_the_thread_and_mirror_the_transcript() {
     ));
     assert_eq!(garbled.reply, FALLBACK_TEXT);
     let path = store.active_path(&key).await.unwrap();
+    // The orchestration persisted the host fallback under the run's key, then the record.
+    let fallback = &path[path.len() - 2];
+    assert_eq!(fallback.role, TranscriptRole::Assistant);
+    assert_eq!(fallback.content, FALLBACK_TEXT);
     assert!(
-        path[path.len() - 2]
-            .content
-            .contains("unsupported result field: tools")
+        fallback
+            .idempotency_key
+            .as_deref()
+            .unwrap()
+            .ends_with(":settled-finalization-fallback")
+    );
+    let record = &path[path.len() - 1].content;
+    assert!(
+        record.starts_with("finalization: fell back") && record.contains("tools"),
+        "{record}"
     );
     // The lease was released after the turn; the binding row stays.
     let rows = store.session_bindings(&entry).await.unwrap();

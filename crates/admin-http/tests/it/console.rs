@@ -29,6 +29,7 @@ async fn append(f: &Fixture, key: &str, role: TranscriptRole, content: &str) {
                 role,
                 content: content.into(),
                 idempotency_key: None,
+                metadata: None,
             },
         )
         .await

@@ -103,6 +103,7 @@ impl Fixture {
                         role,
                         content: text,
                         idempotency_key: None,
+                        metadata: None,
                     },
                 )
                 .await

@@ -460,6 +460,7 @@ async fn codex_e2e_consecutive_turns_share_one_process() {
                 role: TranscriptRole::Assistant,
                 content: "second".to_owned(),
                 idempotency_key: Some(repeated_key.clone()),
+                metadata: None,
             },
         )
         .await

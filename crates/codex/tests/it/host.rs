@@ -258,6 +258,7 @@ impl HostTranscript for StoreTranscript {
                     role,
                     content: entry.text,
                     idempotency_key: Some(entry.idempotency_key),
+                    metadata: None,
                 },
             )
             .await

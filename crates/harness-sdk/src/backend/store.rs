@@ -32,6 +32,10 @@ pub type ThreadLifecycle = Lifecycle<ThreadBindingCodec>;
 pub struct WriteOptions {
     /// The caller's authority, checked before the write and at its commit admission.
     pub assert_current: Option<AssertCurrent>,
+    /// Outside every lease scope, refuse at once with [`Error::HeldOutsideScope`] when this
+    /// store's own lifecycle holds the row under a live lease, instead of waiting behind it
+    /// (see [`TransactOptions::fail_if_held_here`]).
+    pub fail_if_held_here: bool,
 }
 
 impl WriteOptions {
@@ -39,7 +43,15 @@ impl WriteOptions {
     pub fn checked(assert_current: AssertCurrent) -> Self {
         Self {
             assert_current: Some(assert_current),
+            fail_if_held_here: false,
         }
+    }
+
+    /// Sets [`WriteOptions::fail_if_held_here`].
+    #[must_use]
+    pub fn failing_if_held_here(mut self) -> Self {
+        self.fail_if_held_here = true;
+        self
     }
 }
 
@@ -47,6 +59,7 @@ impl fmt::Debug for WriteOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WriteOptions")
             .field("assert_current", &self.assert_current.is_some())
+            .field("fail_if_held_here", &self.fail_if_held_here)
             .finish()
     }
 }
@@ -312,6 +325,7 @@ impl ThreadBindingStore {
                 identity.key(),
                 TransactOptions {
                     assert_current: options.assert_current,
+                    fail_if_held_here: options.fail_if_held_here,
                     ..TransactOptions::default()
                 },
                 |current, owned| Ok(decide(current, owned.is_some())),
@@ -669,6 +683,31 @@ impl ThreadBindingStore {
         };
         self.lifecycle
             .with_lease(identity.key(), options, run)
+            .await
+    }
+
+    /// [`Self::with_lease`] without waiting: when a live lease of another owner holds the row,
+    /// the call fails at once with [`Error::LeaseTimeout`] (`is_busy()`) and `run` never
+    /// starts (see [`Lifecycle::try_with_lease`]).
+    pub async fn try_with_lease<T, F, Fut>(
+        &self,
+        identity: &BindingIdentity,
+        allow_retired: bool,
+        assert_current: Option<AssertCurrent>,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        let options = LeaseOptions {
+            assert_current,
+            prepare_lease: Some(prepare_lease(identity, allow_retired)),
+            ..LeaseOptions::default()
+        };
+        self.lifecycle
+            .try_with_lease(identity.key(), options, run)
             .await
     }
 

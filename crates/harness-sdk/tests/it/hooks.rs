@@ -584,6 +584,7 @@ mod sql {
                     role,
                     content: text.into(),
                     idempotency_key: None,
+                    metadata: None,
                 };
                 anchors.push(
                     self.store

@@ -102,6 +102,7 @@ impl MemoryStore {
                 role: entry.role,
                 content: entry.content,
                 idempotency_key: entry.idempotency_key,
+                metadata: entry.metadata,
                 created_at: now,
             },
         );
@@ -505,6 +506,7 @@ impl HostBackend for MemoryStore {
                     role: entry.role,
                     content: entry.content,
                     idempotency_key: entry.idempotency_key,
+                    metadata: entry.metadata,
                 },
             )?;
         }

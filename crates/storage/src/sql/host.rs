@@ -13,7 +13,7 @@ use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, corrupt, db_error, to_i64};
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, SessionExpectation, TranscriptEntry,
-    TranscriptHit, TranscriptRole,
+    TranscriptHit, TranscriptMetadata, TranscriptRole, encode_metadata,
 };
 
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
@@ -94,12 +94,26 @@ fn decode_entry(r: &QueryResult) -> Result<TranscriptEntry, Error> {
         role: role.parse().map_err(|e| corrupt("transcript role", e))?,
         content: r.try_get("", "content").map_err(db_error)?,
         idempotency_key: r.try_get("", "idempotency_key").map_err(db_error)?,
+        metadata: r
+            .try_get::<Option<String>>("", "metadata")
+            .map_err(db_error)?
+            .map(|text| decode_metadata(&text))
+            .transpose()?,
         created_at: Timestamp::from_millis(r.try_get("", "created_at").map_err(db_error)?),
     })
 }
 
 const ENTRY_COLUMNS: &str =
-    "id, session_key, parent_id, role, content, idempotency_key, created_at";
+    "id, session_key, parent_id, role, content, idempotency_key, metadata, created_at";
+
+/// Reads a stored metadata text back (an object, as every write stores).
+fn decode_metadata(text: &str) -> Result<TranscriptMetadata, Error> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(corrupt("transcript metadata", "not a JSON object")),
+        Err(e) => Err(corrupt("transcript metadata", e)),
+    }
+}
 
 /// The search terms of a free-text query: alphanumeric words, lower-cased.
 fn search_terms(query: &str) -> Vec<String> {
@@ -417,16 +431,18 @@ impl Store {
         entry: &NewTranscriptEntry,
         now: Timestamp,
     ) -> Result<i64, Error> {
+        let metadata = entry.metadata.as_ref().map(encode_metadata).transpose()?;
         let row = tx
             .query_one_raw(self.stmt(
-                "INSERT INTO transcript_entries (session_key, parent_id, role, content, idempotency_key, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+                "INSERT INTO transcript_entries (session_key, parent_id, role, content, idempotency_key, metadata, created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
                 vec![
                     key.as_str().into(),
                     Value::from(parent),
                     entry.role.as_str().into(),
                     entry.content.as_str().into(),
                     Value::from(entry.idempotency_key.clone()),
+                    Value::from(metadata),
                     now.as_millis().into(),
                 ],
             ))
@@ -549,6 +565,7 @@ impl Store {
                     role: entry.role,
                     content: entry.content,
                     idempotency_key: entry.idempotency_key,
+                    metadata: entry.metadata,
                 };
                 parent = Some(
                     self.insert_entry(&tx, &new.session_key, parent, &copy, now)

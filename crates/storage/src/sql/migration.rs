@@ -24,6 +24,7 @@ impl MigratorTrait for Migrator {
             Box::new(RenewalHotUpdates),
             Box::new(FinalizationCounters),
             Box::new(OperatorAudit),
+            Box::new(TranscriptMetadata),
         ]
     }
 }
@@ -415,6 +416,39 @@ impl MigrationTrait for OperatorAudit {
     }
 }
 
+/// Metadata on transcript entries: a nullable JSON text column, so every entry written before
+/// it reads back with no metadata.
+struct TranscriptMetadata;
+
+impl MigrationName for TranscriptMetadata {
+    fn name(&self) -> &str {
+        "m0007_transcript_metadata"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for TranscriptMetadata {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["ALTER TABLE transcript_entries ADD COLUMN metadata TEXT".into()],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["ALTER TABLE transcript_entries DROP COLUMN metadata".into()],
+        )
+        .await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use sea_orm_migration::MigratorTrait;
@@ -447,6 +481,79 @@ mod tests {
             .await
             .unwrap();
         down_and_up(&store).await;
+    }
+
+    /// An entry written before the metadata column existed reads back with no metadata, and
+    /// new entries beside it keep theirs.
+    async fn entries_before_metadata_stay_readable(store: &Store) {
+        use sea_orm::ConnectionTrait as _;
+        use tether_core::SessionKey;
+
+        use crate::{NewTranscriptEntry, TranscriptRole};
+
+        let conn = store.connection();
+        Migrator::down(conn, Some(1)).await.unwrap();
+        for sql in [
+            "INSERT INTO host_sessions (session_key, agent_id, session_id, lifecycle_revision, \
+             created_at, updated_at) VALUES ('agent:main:old', 'main', 's-1', 1, 0, 0)",
+            "INSERT INTO transcript_entries (session_key, parent_id, role, content, \
+             idempotency_key, created_at) VALUES ('agent:main:old', NULL, 'user', 'written before', 'old-1', 0)",
+        ] {
+            conn.execute_unprepared(sql).await.unwrap();
+        }
+        let leaf: i64 = conn
+            .query_one_raw(sea_orm::Statement::from_string(
+                store.backend(),
+                "SELECT MAX(id) AS id FROM transcript_entries",
+            ))
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get("", "id")
+            .unwrap();
+        conn.execute_unprepared(&format!(
+            "UPDATE host_sessions SET active_leaf = {leaf} WHERE session_key = 'agent:main:old'"
+        ))
+        .await
+        .unwrap();
+        Migrator::up(conn, None).await.unwrap();
+
+        let key = SessionKey::new("agent:main:old").unwrap();
+        let mut metadata = serde_json::Map::new();
+        metadata.insert("display".into(), serde_json::Value::Bool(false));
+        store
+            .append_transcript(
+                &key,
+                NewTranscriptEntry::new(TranscriptRole::User, "written after")
+                    .with_metadata(metadata.clone()),
+            )
+            .await
+            .unwrap();
+        let path = store.active_path(&key).await.unwrap();
+        assert_eq!(path.len(), 2);
+        assert_eq!(path[0].content, "written before");
+        assert_eq!(path[0].idempotency_key.as_deref(), Some("old-1"));
+        assert_eq!(path[0].metadata, None);
+        assert_eq!(path[1].metadata, Some(metadata));
+    }
+
+    #[tokio::test]
+    async fn sqlite_entries_written_before_metadata_stay_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("old.db").display());
+        let store = Store::open_with(StoreOptions::new(url)).await.unwrap();
+        entries_before_metadata_stay_readable(&store).await;
+    }
+
+    #[tokio::test]
+    async fn postgres_entries_written_before_metadata_stay_readable() {
+        let Some(db) = crate::testing::PgTestDatabase::create("metadata_migration").await else {
+            return;
+        };
+        let store = Store::open_with(StoreOptions::new(db.url())).await.unwrap();
+        entries_before_metadata_stay_readable(&store).await;
+        let _ = store.close().await;
+        db.cleanup().await;
     }
 
     #[tokio::test]

@@ -117,6 +117,7 @@ async fn run(
                         role: TranscriptRole::User,
                         content: "hello".into(),
                         idempotency_key: Some(format!("idem-{k}")),
+                        metadata: None,
                     },
                 )
                 .await?;

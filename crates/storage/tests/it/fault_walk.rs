@@ -425,6 +425,7 @@ async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
                 role,
                 content: format!("turn {i}"),
                 idempotency_key: None,
+                metadata: None,
             };
             let anchor = store
                 .append_transcript(&session, entry)

@@ -159,3 +159,71 @@ async fn host_sessions_read_tri_state_and_rotate() {
         HostSessionRead::Missing
     ));
 }
+
+/// The memory store's transcripts keep what the SQL store keeps: an entry's metadata round
+/// trips, a fork copies it, and an idempotency-key hit appends nothing.
+#[test]
+fn memory_transcript_metadata_round_trips_and_forks() {
+    use serde_json::json;
+    use tether_storage::{
+        CutStatus, HostBackend as _, NewHostSession, NewTranscriptEntry, TranscriptRole,
+    };
+
+    let store = tether_storage::MemoryStore::default();
+    let key = tether_core::SessionKey::new("agent:main:memory-metadata").unwrap();
+    let new = |key: &tether_core::SessionKey, id: &str| NewHostSession {
+        session_key: key.clone(),
+        agent_id: tether_core::AgentId::new("main").unwrap(),
+        session_id: tether_core::SessionId::new(id).unwrap(),
+        agent_harness_id: None,
+    };
+    assert!(store.create_session(new(&key, "s-1")));
+    assert!(!store.create_session(new(&key, "s-1")), "the key exists");
+    let metadata = json!({"__openclaw": {"senderIsOwner": true, "steerTargetRunId": "run-7"}})
+        .as_object()
+        .unwrap()
+        .clone();
+    let first = store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::User, "hi")
+                .with_idempotency_key("turn-1:user")
+                .with_metadata(metadata.clone()),
+        )
+        .unwrap();
+    assert!(first.appended);
+    let again = store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::User, "hi").with_idempotency_key("turn-1:user"),
+        )
+        .unwrap();
+    assert_eq!(
+        (again.appended, again.anchor),
+        (false, first.anchor.clone())
+    );
+    store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::Assistant, "hello"),
+        )
+        .unwrap();
+    let second_user = store
+        .append_transcript(&key, NewTranscriptEntry::new(TranscriptRole::User, "more"))
+        .unwrap();
+    let path = store.active_path(&key);
+    assert_eq!(path.len(), 3);
+    assert_eq!(path[0].metadata.as_ref(), Some(&metadata));
+    assert_eq!(path[1].metadata, None);
+
+    let fork = tether_core::SessionKey::new("agent:main:memory-metadata-fork").unwrap();
+    let status = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(store.fork_host_session(&key, &second_user.anchor, new(&fork, "f-1")))
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    let copied = store.active_path(&fork);
+    assert_eq!(copied.len(), 2, "the path before the fork point");
+    assert_eq!(copied[0].metadata.as_ref(), Some(&metadata));
+}

@@ -363,6 +363,7 @@ async fn a_fenced_transcript_append_writes_only_to_the_session_it_expects() {
             role: TranscriptRole::Assistant,
             content: text.into(),
             idempotency_key: Some(idem.into()),
+            metadata: None,
         };
         let revision = store
             .session(&key)
@@ -428,4 +429,12 @@ async fn a_fenced_transcript_append_writes_only_to_the_session_it_expects() {
         store.close().await.unwrap();
         db.cleanup().await;
     }
+}
+
+/// Transcript metadata round trip on an in-memory SQLite database (the conformance suite runs
+/// the same case on a SQLite file and on PostgreSQL).
+#[tokio::test]
+async fn sqlite_in_memory_transcript_metadata_round_trips() {
+    let store = crate::support::open_store("sqlite::memory:").await;
+    crate::conformance::host_cases::transcript_metadata_round_trips(&store).await;
 }

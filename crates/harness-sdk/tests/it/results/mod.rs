@@ -5,6 +5,7 @@ mod display;
 mod fidelity;
 mod media;
 mod mirror;
+mod mirror_metadata;
 mod properties;
 mod recorder_paths;
 mod redaction;

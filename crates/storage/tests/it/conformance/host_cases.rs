@@ -28,6 +28,7 @@ fn msg(role: TranscriptRole, content: &str, idem: Option<&str>) -> NewTranscript
         role,
         content: content.into(),
         idempotency_key: idem.map(str::to_owned),
+        metadata: None,
     }
 }
 
@@ -566,4 +567,116 @@ pub(crate) async fn transcript_text_rules_refuse_before_writing(store: &Store) {
         .await
         .unwrap();
     assert!(ok.appended);
+}
+
+/// Metadata stored with an entry comes back as written (nested values, unicode, an escaped
+/// NUL), through the active path and a fork; an idempotent hit keeps the first entry's
+/// metadata; an entry without metadata reads `None`; metadata nested too deep is refused
+/// before anything is written.
+pub(crate) async fn transcript_metadata_round_trips(store: &Store) {
+    use serde_json::json;
+    use tether_core::{Error, TextError};
+    use tether_storage::{MAX_METADATA_DEPTH, TranscriptMetadata};
+
+    let key = session_key("metadata");
+    assert!(
+        store
+            .create_session(new_session(&key, "s-1"))
+            .await
+            .unwrap()
+    );
+    let metadata =
+        |value: serde_json::Value| -> TranscriptMetadata { value.as_object().unwrap().clone() };
+    let restored = metadata(json!({
+        "provenance": {"kind": "external_user", "sourceChannel": "telegram"},
+        "timestamp": 1_700_000_000_000_i64,
+        "__openclaw": {
+            "senderIsOwner": true,
+            "steerTargetRunId": "run-7",
+            "humanMentions": [{"profileId": "ada", "start": 3, "end": 7}],
+            "senderName": "Ada \u{1F600} \u{0} end"
+        }
+    }));
+    let first = store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::User, "hi @ada")
+                .with_idempotency_key("turn-1:user")
+                .with_metadata(restored.clone()),
+        )
+        .await
+        .unwrap();
+    assert!(first.appended);
+    let again = store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::User, "hi @ada")
+                .with_idempotency_key("turn-1:user")
+                .with_metadata(metadata(json!({"other": "ignored"}))),
+        )
+        .await
+        .unwrap();
+    assert_eq!((again.appended, &again.anchor), (false, &first.anchor));
+    store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::Assistant, "hello"),
+        )
+        .await
+        .unwrap();
+    let path = store.active_path(&key).await.unwrap();
+    assert_eq!(path.len(), 2);
+    assert_eq!(path[0].metadata.as_ref(), Some(&restored));
+    assert_eq!(path[1].metadata, None);
+
+    // A fork copies the entries before its user message, metadata included.
+    let second_user = store
+        .append_transcript(&key, msg(TranscriptRole::User, "next", None))
+        .await
+        .unwrap()
+        .anchor;
+    let forked = session_key("metadata-fork");
+    assert_eq!(
+        store
+            .fork_session(&key, &second_user, new_session(&forked, "f-1"))
+            .await
+            .unwrap(),
+        CutStatus::Created
+    );
+    let copy = store.active_path(&forked).await.unwrap();
+    assert_eq!(copy[0].metadata.as_ref(), Some(&restored));
+
+    // Too deep: refused with a typed error, nothing written.
+    let mut deep = json!("leaf");
+    for _ in 0..MAX_METADATA_DEPTH {
+        deep = json!([deep]);
+    }
+    let err = store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::User, "deep")
+                .with_metadata(metadata(json!({ "deep": deep }))),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidText(TextError::TooDeep { .. })),
+        "{err:?}"
+    );
+    assert_eq!(store.active_path(&key).await.unwrap().len(), 3);
+    let mut within = json!("leaf");
+    for _ in 0..MAX_METADATA_DEPTH - 2 {
+        within = json!([within]);
+    }
+    let kept = metadata(json!({ "deep": within }));
+    store
+        .append_transcript(
+            &key,
+            NewTranscriptEntry::new(TranscriptRole::User, "deep but within")
+                .with_metadata(kept.clone()),
+        )
+        .await
+        .unwrap();
+    let path = store.active_path(&key).await.unwrap();
+    assert_eq!(path.last().unwrap().metadata.as_ref(), Some(&kept));
 }

@@ -98,5 +98,6 @@ conformance!(
         server_clock_tracks_database_time,
         deletion_commits_bindings_with_the_session_row,
         transcript_text_rules_refuse_before_writing,
+        transcript_metadata_round_trips,
     ]
 );

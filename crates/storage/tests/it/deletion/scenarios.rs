@@ -253,6 +253,7 @@ impl Fixture {
             role,
             content: text.into(),
             idempotency_key: None,
+            metadata: None,
         };
         match &self.store {
             Backend::Sql(store) => store.append_transcript(key, entry).await.unwrap().anchor,

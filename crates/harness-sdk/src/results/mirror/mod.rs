@@ -4,6 +4,11 @@
 //! back onto the message a runtime hook produced, and [`UserTurnTranscriptRecorder`] is the
 //! persisted marker that announces "the original input committed" only for a fresh append.
 //!
+//! The metadata is typed ([`UserTurnMeta`]) and travels on a message under a wire key
+//! ([`MetaKey`]: OpenClaw's `__openclaw` by default, or the host's own).
+//! [`UserTurnTranscriptRecorder::append_user_turn`] appends a restored message with its
+//! metadata ([`UserTurnEntry`]) and feeds the append's outcome to the marker.
+//!
 //! Restored metadata authorizes nothing and does not prove that a transcript append happened.
 
 use std::borrow::Cow;
@@ -11,119 +16,26 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 use tether_core::{AppendOutcome, TranscriptAnchor};
 
-use super::tree::{deep_clone, deep_equal, drop_deep, is_truthy};
+use super::tree::{deep_clone, deep_equal, drop_deep};
 
-/// The key that holds host operational metadata on a JSON message.
-pub const META_KEY: &str = "__openclaw";
+mod entry;
+mod meta;
 
-/// The longest accepted `steerTargetRunId`, in characters.
-pub const STEER_TARGET_RUN_ID_MAX_CHARS: usize = 512;
+pub use entry::UserTurnEntry;
+pub use meta::{
+    MAX_META_KEY_LEN, META_KEY, MetaKey, STEER_TARGET_RUN_ID_MAX_CHARS, UserTurnMeta, wire,
+};
 
 /// Restores the prepared user-turn operational metadata onto `runtime` (the message after
-/// `before_message_write` hooks ran).
-///
-/// * No `prepared` snapshot, or a runtime message whose `role` is not `"user"`: the runtime
-///   message is returned as is ([`Cow::Borrowed`]).
-/// * `provenance` comes from the prepared message when it is valid (an object with a non-empty
-///   string `kind`); `display: false` on the prepared message is forced.
-/// * `intent` and `autoSteer`: the runtime's are dropped, the prepared ones (when truthy) restored.
-/// * `steerTargetRunId`: the runtime's is dropped; the prepared one is restored when it is a
-///   trimmed non-empty string of at most [`STEER_TARGET_RUN_ID_MAX_CHARS`] characters.
-/// * `senderIsOwner`: the prepared boolean wins. **Decision** (test `tool_results_011`): when the
-///   prepared snapshot has none, the runtime's value is dropped too — a hook cannot grant owner
-///   status (OpenClaw keeps the hook's value; we close that gap).
-/// * `humanMentions`: the runtime's are always dropped; the prepared ones are kept only when the
-///   runtime `content` deep-equals the prepared `content`.
-/// * The metadata object is attached only when it has at least one key.
+/// `before_message_write` hooks ran), under OpenClaw's key [`META_KEY`]: the rules are those
+/// of [`MetaKey::restore`], which does the same under a key of the host's own.
 ///
 /// Neither input is mutated; `prepared` should be a snapshot taken before hooks ran.
 pub fn restore_prepared_user_turn_meta<'a>(
     runtime: &'a Value,
     prepared: Option<&Value>,
 ) -> Cow<'a, Value> {
-    let Some(prepared) = prepared else {
-        return Cow::Borrowed(runtime);
-    };
-    let Some(runtime_obj) = runtime.as_object() else {
-        return Cow::Borrowed(runtime);
-    };
-    if runtime_obj.get("role").and_then(Value::as_str) != Some("user") {
-        return Cow::Borrowed(runtime);
-    }
-    let empty = Map::new();
-    let prepared_obj = prepared.as_object().unwrap_or(&empty);
-    let prepared_meta = prepared_obj
-        .get(META_KEY)
-        .and_then(Value::as_object)
-        .unwrap_or(&empty);
-
-    let mut out = Map::new();
-    for (k, v) in runtime_obj {
-        if k != META_KEY {
-            out.insert(k.clone(), deep_clone(v));
-        }
-    }
-    if let Some(provenance) = prepared_obj
-        .get("provenance")
-        .filter(|p| is_valid_provenance(p))
-    {
-        out.insert("provenance".into(), deep_clone(provenance));
-    }
-    if prepared_obj.get("display") == Some(&Value::Bool(false)) {
-        out.insert("display".into(), Value::Bool(false));
-    }
-
-    let mut meta = Map::new();
-    if let Some(runtime_meta) = runtime_obj.get(META_KEY).and_then(Value::as_object) {
-        for (k, v) in runtime_meta {
-            meta.insert(k.clone(), deep_clone(v));
-        }
-    }
-    for key in ["intent", "autoSteer"] {
-        meta.remove(key);
-        if let Some(v) = prepared_meta.get(key).filter(|v| is_truthy(v)) {
-            meta.insert(key.into(), deep_clone(v));
-        }
-    }
-    meta.remove("steerTargetRunId");
-    if let Some(id) = normalize_steer_target_run_id(prepared_meta.get("steerTargetRunId")) {
-        meta.insert("steerTargetRunId".into(), Value::String(id.to_owned()));
-    }
-    meta.remove("senderIsOwner");
-    if let Some(owner) = prepared_meta
-        .get("senderIsOwner")
-        .filter(|v| v.is_boolean())
-    {
-        meta.insert("senderIsOwner".into(), owner.clone());
-    }
-    meta.remove("humanMentions");
-    if let Some(mentions) = prepared_meta.get("humanMentions") {
-        let same_content = match (runtime_obj.get("content"), prepared_obj.get("content")) {
-            (Some(a), Some(b)) => deep_equal(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        if same_content {
-            meta.insert("humanMentions".into(), deep_clone(mentions));
-        }
-    }
-    if !meta.is_empty() {
-        out.insert(META_KEY.into(), Value::Object(meta));
-    }
-    Cow::Owned(Value::Object(out))
-}
-
-/// Whether `value` is a usable input provenance (an object with a non-empty string `kind`).
-fn is_valid_provenance(value: &Value) -> bool {
-    value
-        .get("kind")
-        .and_then(Value::as_str)
-        .is_some_and(|k| !k.trim().is_empty())
-}
-
-fn normalize_steer_target_run_id(value: Option<&Value>) -> Option<&str> {
-    let id = value?.as_str()?.trim();
-    (!id.is_empty() && id.chars().count() <= STEER_TARGET_RUN_ID_MAX_CHARS).then_some(id)
+    MetaKey::OPENCLAW.restore(runtime, prepared)
 }
 
 /// What the transcript store reported for the harness's own canonical append.
@@ -195,7 +107,7 @@ pub enum FallbackPlan {
     Append(Value),
     /// Media resolved after the prompt reached the provider. The bytes the provider saw are
     /// never rewritten: append `admitted` first when the turn was never persisted, then
-    /// `late_media`, a separate message (marked `__openclaw.lateMedia: true`, never announced
+    /// `late_media`, a separate message (its metadata marked `lateMedia: true`, never announced
     /// as the original input).
     LateMedia {
         /// The admitted message, when the turn still has to be persisted.
@@ -229,6 +141,7 @@ pub struct UserTurnTranscriptRecorder {
     /// The lazily resolved input and whether it resolved before the prompt was sent.
     resolved: Option<(Value, bool)>,
     sources: Vec<(Value, bool)>,
+    key: MetaKey,
 }
 
 impl Default for UserTurnTranscriptRecorder {
@@ -258,6 +171,7 @@ impl Clone for UserTurnTranscriptRecorder {
                 .iter()
                 .map(|(c, mentions)| (deep_clone(c), *mentions))
                 .collect(),
+            key: self.key.clone(),
         }
     }
 }
@@ -277,8 +191,14 @@ impl Drop for UserTurnTranscriptRecorder {
 }
 
 impl UserTurnTranscriptRecorder {
-    /// A fresh recorder with a random logical turn id.
+    /// A fresh recorder with a random logical turn id, reading user-turn metadata under
+    /// OpenClaw's key ([`MetaKey::OPENCLAW`]).
     pub fn new() -> Self {
+        Self::with_meta_key(MetaKey::OPENCLAW)
+    }
+
+    /// A fresh recorder reading and writing user-turn metadata under `key`.
+    pub fn with_meta_key(key: MetaKey) -> Self {
         Self {
             logical_turn_id: uuid::Uuid::new_v4().to_string(),
             runtime_persisted: false,
@@ -291,7 +211,13 @@ impl UserTurnTranscriptRecorder {
             sent_to_provider: false,
             resolved: None,
             sources: Vec::new(),
+            key,
         }
+    }
+
+    /// The key this recorder reads and writes user-turn metadata under.
+    pub fn meta_key(&self) -> &MetaKey {
+        &self.key
     }
 
     /// The runtime started its own append of the turn; until its outcome is reported,
@@ -354,7 +280,9 @@ impl UserTurnTranscriptRecorder {
         {
             let admitted = self.persisted_message.as_ref().unwrap_or(message);
             let late_key = format!("late-media:{}", self.logical_turn_id);
-            if let Some(late_media) = late_media_message(Some(admitted), resolved, &late_key) {
+            if let Some(late_media) =
+                late_media_message(Some(admitted), resolved, &late_key, &self.key)
+            {
                 let admitted = (!self.runtime_persisted).then(|| {
                     self.runtime_persisted = true;
                     self.replace_persisted(deep_clone(message));
@@ -491,11 +419,38 @@ impl UserTurnTranscriptRecorder {
         )
     }
 
+    /// The canonical append of a committed user turn, with its metadata: `message` (the
+    /// restored message) is split into a [`UserTurnEntry`] — text, idempotency key, and every
+    /// other field as metadata — which `append` writes to the host transcript (idempotently,
+    /// under the entry's key). The store's [`AppendOutcome`] then feeds the persisted marker
+    /// exactly as [`Self::mark_runtime_persisted_from_append`] does, so only a fresh append
+    /// announces the original input.
+    ///
+    /// An `append` error is returned as it is and records nothing: the turn is not persisted,
+    /// and the fallback may append it.
+    pub async fn append_user_turn<F, Fut, E>(
+        &mut self,
+        message: &Value,
+        append: F,
+    ) -> Result<PersistedMarkEffects, E>
+    where
+        F: FnOnce(UserTurnEntry) -> Fut,
+        Fut: std::future::Future<Output = Result<AppendOutcome, E>>,
+    {
+        let outcome = append(UserTurnEntry::from_message(message)).await?;
+        tracing::debug!(
+            appended = outcome.appended,
+            anchor = outcome.anchor.0,
+            "user turn appended"
+        );
+        Ok(self.mark_runtime_persisted_from_append(message, &outcome))
+    }
+
     /// The host's fallback persistence path: returns the message to append, if any.
     ///
     /// After the runtime persisted the turn nothing is appended again, unless media resolved
     /// after the prompt was sent to the provider: then a separate late-media message (marked
-    /// `__openclaw.lateMedia: true`) is returned. A blocked turn is never appended.
+    /// `lateMedia: true` in its metadata) is returned. A blocked turn is never appended.
     pub fn persist_fallback(
         &mut self,
         message: &Value,
@@ -508,8 +463,9 @@ impl UserTurnTranscriptRecorder {
             if !media_resolved_after_prompt {
                 return None;
             }
-            let mut late = object_without(message, &[META_KEY]);
-            late.insert(META_KEY.into(), late_media_meta(message));
+            let key = self.key.as_str();
+            let mut late = object_without(message, &[key]);
+            late.insert(key.into(), late_media_meta(message, &self.key));
             return Some(Value::Object(late));
         }
         self.runtime_persisted = true;
@@ -539,11 +495,14 @@ impl UserTurnTranscriptRecorder {
         {
             return false;
         }
-        let meta = message.get(META_KEY);
-        if meta.and_then(|m| m.get("lateMedia")) == Some(&Value::Bool(true)) {
+        let meta = self.key.wire_of(message);
+        if meta.and_then(|m| m.get(wire::LATE_MEDIA)) == Some(&Value::Bool(true)) {
             return false;
         }
-        if meta.and_then(|m| m.get("beforeAgentRunBlocked")).is_some() {
+        if meta
+            .and_then(|m| m.get(wire::BEFORE_AGENT_RUN_BLOCKED))
+            .is_some()
+        {
             return false;
         }
         true
@@ -567,11 +526,12 @@ fn media_blocks(message: &Value) -> Vec<&Value> {
 /// The separate message carrying media that resolved after the admitted message reached the
 /// provider, or `None` when the resolved input adds no media. Its content drops what the
 /// admitted message already said; its idempotency key derives from the resolved one (or
-/// `fallback_key`), and it is marked `__openclaw.lateMedia: true`.
+/// `fallback_key`), and its metadata is marked `lateMedia: true`.
 fn late_media_message(
     admitted: Option<&Value>,
     resolved: &Value,
     fallback_key: &str,
+    meta_key: &MetaKey,
 ) -> Option<Value> {
     let resolved_media = media_blocks(resolved);
     let same_media = |a: &Value| {
@@ -585,7 +545,7 @@ fn late_media_message(
     if resolved_media.is_empty() || admitted.is_some_and(same_media) {
         return None;
     }
-    let mut out = object_without(resolved, &["content", "idempotencyKey", META_KEY]);
+    let mut out = object_without(resolved, &["content", "idempotencyKey", meta_key.as_str()]);
     let admitted_content = admitted.and_then(|a| a.get("content"));
     let resolved_content = resolved.get("content");
     let content = match (admitted_content, resolved_content) {
@@ -609,7 +569,10 @@ fn late_media_message(
         _ => fallback_key.to_owned(),
     };
     out.insert("idempotencyKey".into(), Value::String(key));
-    out.insert(META_KEY.into(), late_media_meta(resolved));
+    out.insert(
+        meta_key.as_str().into(),
+        late_media_meta(resolved, meta_key),
+    );
     Some(Value::Object(out))
 }
 
@@ -628,12 +591,11 @@ fn object_without(message: &Value, skip: &[&str]) -> Map<String, Value> {
 }
 
 /// `message`'s operational metadata with `lateMedia: true` added.
-fn late_media_meta(message: &Value) -> Value {
-    let mut meta: Map<String, Value> = message
-        .get(META_KEY)
-        .and_then(Value::as_object)
+fn late_media_meta(message: &Value, key: &MetaKey) -> Value {
+    let mut meta: Map<String, Value> = key
+        .wire_of(message)
         .map(|m| m.iter().map(|(k, v)| (k.clone(), deep_clone(v))).collect())
         .unwrap_or_default();
-    meta.insert("lateMedia".into(), Value::Bool(true));
+    meta.insert(wire::LATE_MEDIA.into(), Value::Bool(true));
     Value::Object(meta)
 }
