@@ -3,12 +3,12 @@
 
 use tracing_subscriber::EnvFilter;
 
+use tether_admin_http::AppState;
+use tether_admin_http::ServeConfig;
+use tether_admin_http::ServeLimits;
+use tether_admin_http::app;
 use tether_admin_http::auth::Tokens;
-use tether_admin_http::config::ServeConfig;
 use tether_admin_http::database::open_database;
-use tether_admin_http::openapi::app;
-use tether_admin_http::server::ServeLimits;
-use tether_admin_http::state::AppState;
 
 /// How log lines are written on stderr.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -92,7 +92,7 @@ pub(crate) async fn serve(
         "OpenAPI document: http://{addr}/api-docs/openapi.json"
     ));
     say("Press Ctrl-C to stop.");
-    tether_admin_http::server::serve(listener, app(state), limits, shutdown)
+    tether_admin_http::serve(listener, app(state), limits, shutdown)
         .await
         .map_err(|e| format!("server error: {e}"))?;
     tracing::info!("tether admin service stopped");
@@ -101,7 +101,7 @@ pub(crate) async fn serve(
 
 /// Prints the OpenAPI document, pretty JSON with a trailing newline.
 pub(crate) fn print_openapi() -> Result<(), String> {
-    let doc = tether_admin_http::openapi::openapi()
+    let doc = tether_admin_http::openapi()
         .to_pretty_json()
         .map_err(|e| format!("cannot render the OpenAPI document: {e}"))?;
     say(&doc);

@@ -7,7 +7,7 @@ use axum::http::{Method, Request, StatusCode, header};
 use http_body_util::{BodyExt as _, Full};
 use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
-use tether_admin_http::error::ErrorBody;
+use tether_admin_http::ErrorBody;
 
 use crate::commands::{
     CommandError, EXIT_CONFLICT, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE,

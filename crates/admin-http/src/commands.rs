@@ -11,14 +11,14 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tether_core::{BindingKey, Namespace};
 use tether_storage::{Store, StoreOptions, redact_url};
 
+use tether_admin_http::ApiError;
+use tether_admin_http::ServeConfig;
 use tether_admin_http::actions::CLI_ACTOR;
-use tether_admin_http::config::ServeConfig;
 use tether_admin_http::database::open_database;
 use tether_admin_http::dto::{
     ActionResult, AuditPageBody, BindingBody, BindingPageBody, QuarantinePageBody, SessionDetail,
     SessionPageBody,
 };
-use tether_admin_http::error::ApiError;
 use tether_admin_http::params::MAX_PAGE_SIZE;
 use tether_admin_http::routes::audit::AuditQuery;
 use tether_admin_http::routes::bindings::{LeaseQuery, binding_page};

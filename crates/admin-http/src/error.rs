@@ -216,7 +216,7 @@ macro_rules! error_set {
     ($(#[$doc:meta])* $name:ident = [$($d:ident),*]) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy)]
-        pub struct $name;
+        pub(crate) struct $name;
 
         impl utoipa::IntoResponses for $name {
             fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {

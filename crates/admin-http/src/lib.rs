@@ -39,21 +39,21 @@
 
 pub mod actions;
 pub mod auth;
-pub mod config;
+mod config;
 pub mod database;
 pub mod dto;
-pub mod error;
+mod error;
 pub(crate) mod lists;
-pub mod openapi;
+mod openapi;
 pub mod params;
 pub mod routes;
 pub mod sanitize;
-pub mod server;
+mod server;
 pub mod signin;
-pub mod state;
+mod state;
 
 pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};
-pub use error::ApiError;
-pub use openapi::{app, openapi};
+pub use error::{ApiError, ErrorBody};
+pub use openapi::{OPENAPI_PATH, app, openapi};
 pub use server::{ServeLimits, serve};
-pub use state::{AppState, HealthProbe};
+pub use state::{AppState, Counters, HTTP_LATENCY_BOUNDS, HealthProbe, HttpMetrics, RouteStats};

@@ -676,11 +676,7 @@ impl ThreadBindingStore {
         F: FnOnce(LeaseGuard) -> Fut + Send,
         Fut: Future<Output = Result<T, Error>> + Send,
     {
-        let options = LeaseOptions {
-            assert_current,
-            prepare_lease: Some(prepare_lease(identity, allow_retired)),
-            ..LeaseOptions::default()
-        };
+        let options = lease_options(identity, allow_retired, assert_current);
         self.lifecycle
             .with_lease(identity.key(), options, run)
             .await
@@ -701,11 +697,7 @@ impl ThreadBindingStore {
         F: FnOnce(LeaseGuard) -> Fut + Send,
         Fut: Future<Output = Result<T, Error>> + Send,
     {
-        let options = LeaseOptions {
-            assert_current,
-            prepare_lease: Some(prepare_lease(identity, allow_retired)),
-            ..LeaseOptions::default()
-        };
+        let options = lease_options(identity, allow_retired, assert_current);
         self.lifecycle
             .try_with_lease(identity.key(), options, run)
             .await
@@ -898,5 +890,19 @@ impl ThreadBindingStore {
     /// The TTL this backend gives a retired physical fence (for operators and tests).
     pub fn physical_retire_ttl(&self) -> Duration {
         PHYSICAL_RETIRE_TTL
+    }
+}
+
+/// The options of the thread-binding lease of `identity`: the backend's lease policy
+/// ([`prepare_lease`]) and the caller's assertion.
+fn lease_options(
+    identity: &BindingIdentity,
+    allow_retired: bool,
+    assert_current: Option<AssertCurrent>,
+) -> LeaseOptions<ThreadBindingRecord> {
+    LeaseOptions {
+        assert_current,
+        prepare_lease: Some(prepare_lease(identity, allow_retired)),
+        ..LeaseOptions::default()
     }
 }
