@@ -1489,13 +1489,17 @@ async fn orchestration_an_input_built_from_a_harness_takes_its_id_finalizer_and_
     assert_eq!(answering.finalizer.as_ref().unwrap().call_count(), 1);
 }
 
-/// A log line buffer for the capturing subscriber.
-#[derive(Clone, Default)]
-struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+thread_local! {
+    /// The log lines of events emitted on this thread (see [`capture_logs`]).
+    static THREAD_LOGS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
-impl std::io::Write for Captured {
+/// Writes into the current thread's [`THREAD_LOGS`].
+struct ThreadLogWriter;
+
+impl std::io::Write for ThreadLogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
+        THREAD_LOGS.with(|logs| logs.borrow_mut().extend_from_slice(buf));
         Ok(buf.len())
     }
 
@@ -1504,19 +1508,33 @@ impl std::io::Write for Captured {
     }
 }
 
+/// Installs, once per test process, a global INFO subscriber that writes each thread's events
+/// into that thread's buffer, and empties this thread's buffer. A global subscriber, not a
+/// scoped one: with `set_default`, a callsite first reached by another test thread could stay
+/// disabled for this one (it happened under parallel tests).
+fn capture_logs() {
+    static INSTALLED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(|| ThreadLogWriter)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber)
+            .expect("no other global subscriber in this test binary");
+    });
+    THREAD_LOGS.with(|logs| logs.borrow_mut().clear());
+}
+
+/// The lines logged on this thread since [`capture_logs`].
+fn captured_logs() -> String {
+    THREAD_LOGS.with(|logs| String::from_utf8_lossy(&logs.borrow()).into_owned())
+}
+
 #[tokio::test]
 async fn orchestration_the_answered_path_logs_nothing_above_info() {
-    let captured = Captured::default();
-    let sink = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || sink.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
-    // Callsites first hit by another test thread (before this subscriber existed) may have
-    // cached "never interested"; recompute so this thread's subscriber sees every event.
-    tracing::callsite::rebuild_interest_cache();
+    // The current-thread runtime of `tokio::test` polls everything on this thread.
+    capture_logs();
 
     let (settled, facts) = settled_write();
     let finalizer = ScriptedFinalizer::always(answer_json("Saved."));
@@ -1529,7 +1547,7 @@ async fn orchestration_the_answered_path_logs_nothing_above_info() {
     let again = run.prepare().await.unwrap();
     assert_eq!(again.outcome, FinalizationOutcome::NotAttempted);
 
-    let logs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let logs = captured_logs();
     assert!(
         logs.contains("running isolated finalization"),
         "the phase is logged: {logs}"
