@@ -228,6 +228,23 @@ pub(crate) fn row_is_live(row: &StoredRow, now: Timestamp) -> bool {
     row.expires_at.is_none_or(|e| tether_core::is_live(e, now))
 }
 
+/// The refusal of an operator's binding removal while the row `ns`/`key` of `session` holds the
+/// live `lease` (both stores: nothing is removed; the operator force-expires the lease first).
+pub(crate) fn live_lease_refusal(
+    ns: &tether_core::Namespace,
+    key: &tether_core::BindingKey,
+    session: &tether_core::SessionKey,
+    lease: &Lease,
+) -> Error {
+    Error::MutationBlocked {
+        message: format!(
+            "binding {ns}/{key} of session {session} holds a live lease (epoch {}, holder {}); force-expire it first",
+            lease.epoch.get(),
+            lease.holder.as_deref().unwrap_or("unknown"),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -366,15 +366,13 @@ impl HostTransaction for MemoryHostTransaction {
         for ns in &namespaces {
             for key in &keys {
                 if let Some(row) = self.rows.lookup(ns, key).await? {
-                    if let Some(lease) = row.lease.as_ref().filter(|l| l.expires_at > now) {
-                        return Err(Error::MutationBlocked {
-                            message: format!(
-                                "binding {ns}/{key} of session {} holds a live lease (epoch {}, holder {}); force-expire it first",
-                                entry.session_key,
-                                lease.epoch.get(),
-                                lease.holder.as_deref().unwrap_or("unknown"),
-                            ),
-                        });
+                    if let Some(lease) = row.lease.as_ref().filter(|l| l.is_live(now)) {
+                        return Err(crate::plan::live_lease_refusal(
+                            ns,
+                            key,
+                            &entry.session_key,
+                            lease,
+                        ));
                     }
                     found.push((ns.clone(), key.clone()));
                 }

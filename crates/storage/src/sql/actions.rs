@@ -161,23 +161,17 @@ impl Store {
             .iter()
             .map(decode_record)
             .collect::<Result<Vec<_>, Error>>()?;
-        if let Some(held) = records
+        if let Some((held, lease)) = records
             .iter()
-            .find(|r| plan::row_is_live(&r.row, now) && r.live_lease(now).is_some())
+            .filter(|r| plan::row_is_live(&r.row, now))
+            .find_map(|r| r.live_lease(now).map(|lease| (r, lease)))
         {
-            let lease = held.live_lease(now).map(|l| (l.epoch, l.holder.clone()));
-            return Err(Error::MutationBlocked {
-                message: format!(
-                    "binding {}/{} of session {} holds a live lease (epoch {}, holder {}); force-expire it first",
-                    held.namespace,
-                    held.key,
-                    entry.session_key,
-                    lease.as_ref().map_or(0, |(e, _)| e.get()),
-                    lease
-                        .and_then(|(_, h)| h)
-                        .unwrap_or_else(|| "unknown".into()),
-                ),
-            });
+            return Err(plan::live_lease_refusal(
+                &held.namespace,
+                &held.key,
+                &entry.session_key,
+                lease,
+            ));
         }
         let mut removed = 0;
         for r in records {
