@@ -308,6 +308,7 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
             exclusive_turn: tokio::sync::Mutex::new(()),
             batch: self.batched_heartbeats.then(BatchRenewal::default),
             live_owners: Mutex::new(HashMap::new()),
+            free_rows: Mutex::new(HashMap::new()),
         };
         Ok(Lifecycle {
             shared: Arc::new(shared),

@@ -97,7 +97,14 @@ pub(crate) struct Shared {
     pub(crate) batch: Option<BatchRenewal>,
     /// The owners of this instance between acquisition and release, by key.
     pub(crate) live_owners: Mutex<HashMap<BindingKey, std::sync::Weak<OwnerState>>>,
+    /// Rows this instance's last write on their key left without a lease (a release, say),
+    /// kept as the starting observation of the key's next write here (at most
+    /// [`FREE_ROWS_KEPT`]; possibly stale, like an owner's remembered row).
+    pub(crate) free_rows: Mutex<HashMap<BindingKey, Observation>>,
 }
+
+/// The most free rows one lifecycle instance remembers ([`Shared::free_rows`]).
+const FREE_ROWS_KEPT: usize = 4096;
 
 impl fmt::Debug for Shared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -292,7 +299,9 @@ impl Shared {
         memo: Option<&Arc<OwnerState>>,
         decide: &mut Decide<'_, T>,
     ) -> Result<CasResult<T>, Error> {
-        let remembered = memo.and_then(|m| m.take_observation());
+        let remembered = memo
+            .and_then(|m| m.take_observation())
+            .or_else(|| self.take_free_row(key));
         let mut fresh = remembered.is_none();
         let mut observation = match remembered {
             Some(observation) => observation,
@@ -353,8 +362,8 @@ impl Shared {
             };
             match applied.outcome {
                 ApplyOutcome::Applied { epoch, .. } => {
-                    if let (Some(memo), Some(written)) = (memo, applied.written) {
-                        memo.remember_observation(written);
+                    if let Some(written) = applied.written {
+                        self.remember_written(key, memo, written);
                     }
                     return Ok(CasResult::Done {
                         result,
@@ -384,6 +393,39 @@ impl Shared {
                 }
             }
         }
+    }
+
+    /// Keeps the row a write of this instance left on `key`: as `memo`'s last write when it
+    /// carries `memo`'s lease, else as the key's free row when it carries no lease (the next
+    /// acquisition here starts from it instead of reading the row).
+    fn remember_written(
+        &self,
+        key: &BindingKey,
+        memo: Option<&Arc<OwnerState>>,
+        written: Observation,
+    ) {
+        let leased = written.row.as_ref().is_some_and(|r| r.lease.is_some());
+        if leased {
+            if let Some(memo) = memo {
+                memo.remember_observation(written);
+            }
+            return;
+        }
+        let mut rows = self
+            .free_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if rows.len() < FREE_ROWS_KEPT || rows.contains_key(key) {
+            rows.insert(key.clone(), written);
+        }
+    }
+
+    /// The free row remembered for `key` (see [`Shared::free_rows`]), taken out.
+    fn take_free_row(&self, key: &BindingKey) -> Option<Observation> {
+        self.free_rows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key)
     }
 
     /// One heartbeat renewal. Never fails: a failure is recorded on the owner.

@@ -11,12 +11,10 @@ use tether_core::{
     ObservedOutcome, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
+use super::observed::{EPOCH_FROM_SQL, ObservedSet};
 use super::{End, Store, db_error, micros, to_i64};
 use crate::events::{LeaseEventKind, PendingEvent};
 use crate::plan;
-
-/// The placeholder of a lease epoch that the single-statement path counts up in SQL.
-const EPOCH_FROM_SQL: LeaseEpoch = LeaseEpoch::new(u64::MAX);
 
 const ROW_COLUMNS: &str = "value, revision, lease_token, lease_epoch, lease_expires_at, \
      lease_acquired_at, lease_renewed_at, holder, created_at, expires_at";
@@ -108,21 +106,22 @@ pub(crate) struct EventRow {
     latency: Option<Duration>,
 }
 
-/// Runs the single-statement write of [`Store::write_observed`] on `conn`: the epoch written
-/// when it applied (`Some(None)` when it drew none, or on SQLite), `None` when the row moved.
-async fn observed_statement(
-    conn: &impl ConnectionTrait,
-    stmt: sea_orm::Statement,
-    postgres: bool,
-) -> Result<Option<Option<i64>>, sea_orm::DbErr> {
-    if postgres {
-        let found = conn.query_one_raw(stmt).await?;
-        found
-            .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
-            .transpose()
-    } else {
-        let done = conn.execute_raw(stmt).await?;
-        Ok((done.rows_affected() == 1).then_some(None))
+impl EventRow {
+    /// The event row of `event` on `namespace`/`key` at `at`.
+    pub(crate) fn new(
+        namespace: String,
+        key: String,
+        at: Timestamp,
+        event: PendingEvent,
+        latency: Option<Duration>,
+    ) -> Self {
+        Self {
+            namespace,
+            key,
+            at,
+            event,
+            latency,
+        }
     }
 }
 
@@ -569,7 +568,6 @@ impl Store {
         else {
             return Ok(None);
         };
-        let postgres = self.inner.backend == DbBackend::Postgres;
         let new_epoch = plan::needs_new_epoch(current.lease.as_ref(), write.lease.as_ref());
         let now = self.now();
         if !plan::row_is_live(current, now) {
@@ -591,111 +589,27 @@ impl Store {
         }
         let mut row = planned.row;
         let lease = row.lease.as_ref();
-        let mut values: Vec<Value> = vec![
-            config.namespace.as_str().into(),
-            key.as_str().into(),
-            row.value.clone().into(),
-            to_i64(row.revision.get()).into(),
-            Value::from(lease.map(|l| l.token.as_str().to_owned())),
-            opt_ts(lease.map(|l| l.expires_at)),
-            opt_ts(lease.map(|l| l.acquired_at)),
-            opt_ts(lease.map(|l| l.renewed_at)),
-            Value::from(lease.and_then(|l| l.holder.clone())),
-            row.created_at.as_millis().into(),
-            opt_ts(row.expires_at),
-            to_i64(current.revision.get()).into(),
-            now.as_millis().into(),
-        ];
-        // Without a new epoch `lease_epoch` stays: it already holds the lease's epoch, or the
-        // epoch floor of a row without a lease. With one, it counts up from that floor.
-        let epoch = if new_epoch {
-            "lease_epoch = COALESCE(lease_epoch, 0) + 1, "
-        } else {
-            ""
+        let set = ObservedSet {
+            namespace: config.namespace.as_str().to_owned(),
+            key: key.clone(),
+            columns: [
+                row.value.clone().into(),
+                to_i64(row.revision.get()).into(),
+                Value::from(lease.map(|l| l.token.as_str().to_owned())),
+                opt_ts(lease.map(|l| l.expires_at)),
+                opt_ts(lease.map(|l| l.acquired_at)),
+                opt_ts(lease.map(|l| l.renewed_at)),
+                Value::from(lease.and_then(|l| l.holder.clone())),
+                row.created_at.as_millis().into(),
+                opt_ts(row.expires_at),
+            ],
+            expected: to_i64(current.revision.get()),
+            now,
+            new_epoch,
+            events,
+            started,
         };
-        let update = format!(
-            "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, {epoch}\
-             lease_expires_at = $6, lease_acquired_at = $7, lease_renewed_at = $8, holder = $9, \
-             created_at = $10, expires_at = $11 \
-             WHERE namespace = $1 AND key = $2 AND revision = $12 \
-             AND (expires_at IS NULL OR expires_at > $13)"
-        );
-        let sql = if postgres {
-            let mut sql = format!("WITH w AS ({update} RETURNING lease_epoch)");
-            for (i, event) in events.iter().enumerate() {
-                let mut param = |value: Value| {
-                    values.push(value);
-                    format!("${}", values.len())
-                };
-                let epoch = if event.epoch == Some(EPOCH_FROM_SQL) {
-                    "w.lease_epoch".to_owned()
-                } else {
-                    param(Value::from(event.epoch.map(|e| to_i64(e.get()))))
-                };
-                let latency =
-                    (event.kind == LeaseEventKind::Renewed).then(|| micros(started.elapsed()));
-                let kind = param(event.kind.as_str().into());
-                let token = param(Value::from(event.token_prefix.clone()));
-                let other = param(Value::from(event.other_token_prefix.clone()));
-                let holder = param(Value::from(event.holder.clone()));
-                let latency = param(Value::from(latency));
-                sql.push_str(&format!(
-                    ", e{i} AS (INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, \
-                     other_token_prefix, holder, at, latency_us) \
-                     SELECT $1, $2, {kind}, {epoch}, {token}, {other}, {holder}, $13, {latency} FROM w)"
-                ));
-            }
-            sql.push_str(" SELECT lease_epoch FROM w");
-            sql
-        } else {
-            update
-        };
-        let applied = if !postgres && (new_epoch || !events.is_empty()) {
-            // SQLite: the conditional update reports the epoch it wrote, then the events are
-            // written: in a batch they go into the batch's one event insert before its COMMIT,
-            // alone in a transaction of their own.
-            let stmt = self.stmt(&format!("{sql} RETURNING lease_epoch"), values);
-            let event_rows = |epoch: i64| -> Result<Vec<EventRow>, Error> {
-                let epoch = LeaseEpoch::new(
-                    u64::try_from(epoch).map_err(|_| ErrorTexts::default().invalid_row(key))?,
-                );
-                Ok(events
-                    .iter()
-                    .cloned()
-                    .map(|mut event| {
-                        if event.epoch == Some(EPOCH_FROM_SQL) {
-                            event.epoch = Some(epoch);
-                        }
-                        let latency =
-                            (event.kind == LeaseEventKind::Renewed).then(|| started.elapsed());
-                        EventRow {
-                            namespace: config.namespace.as_str().to_owned(),
-                            key: key.as_str().to_owned(),
-                            at: now,
-                            event,
-                            latency,
-                        }
-                    })
-                    .collect())
-            };
-            self.write_in(false, async |scope| {
-                let found = scope.tx().query_one_raw(stmt).await.map_err(db_error)?;
-                let Some(epoch) = found
-                    .map(|r| r.try_get::<i64>("", "lease_epoch").map_err(db_error))
-                    .transpose()?
-                else {
-                    return Ok((None, End::Rollback));
-                };
-                scope.record_events(self, event_rows(epoch)?).await?;
-                Ok((Some(Some(epoch)), End::Commit))
-            })
-            .await
-            .map_err(|e| super::for_key(key, e))?
-        } else {
-            let stmt = self.stmt(&sql, values);
-            self.write_statement(key, stmt, postgres).await?
-        };
-        let Some(epoch) = applied else {
+        let Some(epoch) = self.write_set(set).await? else {
             return Ok(None);
         };
         if let (Some(epoch), Some(lease)) = (epoch, row.lease.as_mut())
@@ -708,45 +622,73 @@ impl Store {
         Ok(Some(row))
     }
 
-    /// Runs the single statement of [`Store::write_observed`]: through group commit when the
-    /// store uses it, else in autocommit.
-    async fn write_statement(
-        &self,
-        key: &BindingKey,
-        stmt: sea_orm::Statement,
-        postgres: bool,
-    ) -> Result<Option<Option<i64>>, Error> {
-        let alone = async |stmt| {
-            observed_statement(&self.inner.db, stmt, postgres)
+    /// Runs the single-statement write `set`: in a group-commit batch with the others of the
+    /// batch (see the `observed` module), else by itself. Returns the epoch it left on the row
+    /// when it applied (`Some(None)` when it did not read it back), `None` when the row moved.
+    async fn write_set(&self, set: ObservedSet) -> Result<Option<Option<i64>>, Error> {
+        let key = set.key.clone();
+        let slot = if self.grouped() {
+            let mut member = self
+                .join_group(false)
                 .await
-                .map_err(|e| super::for_key(key, super::autocommit_error(e)))
+                .map_err(|e| super::for_key(&key, e))?;
+            match member.solo.take() {
+                Some(slot) => Some(slot),
+                None => {
+                    return member
+                        .finish_observed(set)
+                        .await
+                        .map_err(|e| super::for_key(&key, e));
+                }
+            }
+        } else {
+            None
         };
-        if !self.grouped() {
-            return alone(stmt).await;
+        let postgres = self.inner.backend == DbBackend::Postgres;
+        if postgres || !set.records() {
+            // One statement in autocommit (alone in its batch: in the write slot it holds).
+            let (sql, values) = set.alone(self.inner.backend, false);
+            let stmt = self.stmt(&sql, values);
+            let written = if postgres {
+                self.inner.db.query_one_raw(stmt).await.and_then(|found| {
+                    found
+                        .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
+                        .transpose()
+                })
+            } else {
+                self.inner
+                    .db
+                    .execute_raw(stmt)
+                    .await
+                    .map(|done| (done.rows_affected() == 1).then_some(None))
+            };
+            drop(slot);
+            return written.map_err(|e| super::for_key(&key, super::autocommit_error(e)));
         }
-        let mut member = self
-            .join_group(false)
-            .await
-            .map_err(|e| super::for_key(key, e))?;
-        if let Some(_slot) = member.solo.take() {
-            // Alone: the statement in autocommit, in the batch slot.
-            return alone(stmt).await;
+        // SQLite with a new epoch or events: the update reports the epoch it wrote, then the
+        // events are written, in a transaction of its own.
+        let tx = match slot {
+            Some(slot) => self.begin_in_slot(slot).await,
+            None => self.begin_write().await,
         }
-        let result = observed_statement(member.tx(), stmt, postgres)
+        .map_err(|e| super::for_key(&key, e))?;
+        let (sql, values) = set.alone(self.inner.backend, true);
+        let stmt = self.stmt(&sql, values);
+        let result = async {
+            let found = tx.query_one_raw(stmt).await.map_err(db_error)?;
+            let Some(epoch) = found
+                .map(|r| r.try_get::<i64>("", "lease_epoch").map_err(db_error))
+                .transpose()?
+            else {
+                return Ok((None, End::Rollback));
+            };
+            self.insert_event_rows(&tx, &set.event_rows(epoch)?).await?;
+            Ok((Some(Some(epoch)), End::Commit))
+        }
+        .await;
+        self.finish(tx, result)
             .await
-            .map_err(db_error)
-            .map(|w| {
-                let end = if w.is_some() {
-                    End::Commit
-                } else {
-                    End::Rollback
-                };
-                (w, end)
-            });
-        member
-            .finish(result)
-            .await
-            .map_err(|e| super::for_key(key, e))
+            .map_err(|e| super::for_key(&key, e))
     }
 
     async fn fresh_observation(

@@ -50,6 +50,7 @@ use tether_core::{Error, StoreErrorKind};
 use tokio::sync::{OwnedMutexGuard, watch};
 
 use super::binding::EventRow;
+use super::observed::{ObservedSet, SetResult};
 use super::{End, Store};
 
 /// The most members one batch takes; later writers open the next batch.
@@ -257,10 +258,27 @@ struct Batch {
     members: Mutex<Members>,
     /// Lease events of the members' writes, inserted in one statement before the COMMIT.
     events: Mutex<Vec<EventRow>>,
+    /// Single-statement writes the members handed over, written together before the COMMIT.
+    sets: Mutex<Sets>,
     outcome: watch::Sender<Option<Outcome>>,
 }
 
+/// The single-statement writes of a batch ([`Member::finish_observed`]) and what became of them.
+#[derive(Debug, Default)]
+struct Sets {
+    writes: Vec<ObservedSet>,
+    /// Per write, once written: the epoch it left on its row, `None` when its row moved, or
+    /// its own error.
+    applied: Vec<SetResult>,
+    /// The error of the statement that wrote them, when it failed.
+    failed: Option<Error>,
+}
+
 impl Batch {
+    fn sets(&self) -> std::sync::MutexGuard<'_, Sets> {
+        self.sets.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn new() -> Self {
         Self {
             tx: Arc::new(tokio::sync::Mutex::new(TxState::Idle)),
@@ -269,6 +287,7 @@ impl Batch {
                 ..Members::default()
             }),
             events: Mutex::new(Vec::new()),
+            sets: Mutex::new(Sets::default()),
             outcome: watch::channel(None).0,
         }
     }
@@ -448,22 +467,6 @@ impl WriteScope<'_> {
             Self::Batch(member) => member.tx(),
         }
     }
-
-    /// Records lease events of the write: in its own transaction now; in a batch, with the
-    /// batch's one event insert before its COMMIT (saved exactly when the batch commits).
-    pub(crate) async fn record_events(
-        &self,
-        store: &Store,
-        rows: Vec<EventRow>,
-    ) -> Result<(), Error> {
-        match self {
-            Self::Own(tx) => store.insert_event_rows(tx, &rows).await,
-            Self::Batch(member) => {
-                member.defer_events(rows);
-                Ok(())
-            }
-        }
-    }
 }
 
 /// Holds back a store's group-commit batches while it lives (feature `test-support`, from
@@ -524,16 +527,6 @@ impl Member {
         }
     }
 
-    /// Has the lease events of this member's write inserted with the batch's COMMIT (one
-    /// statement for the whole batch); they are saved exactly when the batch commits.
-    pub(crate) fn defer_events(&self, rows: impl IntoIterator<Item = EventRow>) {
-        self.batch
-            .events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(rows);
-    }
-
     /// Ends this write with `result` (what it wrote is kept on `Ok((_, End::Commit))`), waits for the batch's COMMIT and returns what the write may
     /// report: its own result once the batch committed; see the module documentation for a
     /// failed or abandoned batch.
@@ -574,6 +567,48 @@ impl Member {
                     cause: None,
                 }))
             }
+        }
+    }
+
+    /// Ends this write by handing its single statement to the batch, which writes it with the
+    /// other members' before its COMMIT (one statement per round of distinct keys), and waits
+    /// for that COMMIT. Returns the epoch the write left on its row (`Some(Some(_))`) or `None`
+    /// when the row had moved, once the batch committed; when the COMMIT failed, a write that
+    /// applied gets [`StoreErrorKind::CommitFailed`]; when the batch was rolled back, the
+    /// statement's own error if it was the one that failed, else a retryable
+    /// [`StoreErrorKind::Unavailable`].
+    pub(crate) async fn finish_observed(
+        mut self,
+        set: ObservedSet,
+    ) -> Result<Option<Option<i64>>, Error> {
+        let index = {
+            let mut sets = self.batch.sets();
+            sets.writes.push(set);
+            sets.writes.len() - 1
+        };
+        // Nothing was written yet: the turn passes on untouched.
+        drop(self.turn.take());
+        let outcome = self.leave().await;
+        let (own, failed) = {
+            let sets = self.batch.sets();
+            (sets.applied.get(index).cloned(), sets.failed.clone())
+        };
+        let retry = |error: Error| {
+            Error::store(StoreErrorKind::Unavailable {
+                message: format!(
+                    "the group commit this write was to be saved in did not commit ({error}); nothing of this call was saved; retry"
+                ),
+                cause: None,
+            })
+        };
+        match (outcome, own, failed) {
+            (Outcome::Committed, Some(own), _) => own.map(|applied| applied.map(Some)),
+            (_, Some(Err(own)), _) | (Outcome::Abandoned(_), _, Some(own)) => Err(own),
+            (Outcome::Unknown(error), Some(Ok(Some(_))), _) => Err(error),
+            (Outcome::Committed, None, _) => Err(retry(Error::other(
+                "its write was never run (a Tether bug)",
+            ))),
+            (Outcome::Unknown(error) | Outcome::Abandoned(error), _, _) => Err(retry(error)),
         }
     }
 
@@ -672,6 +707,44 @@ impl Drop for Member {
     }
 }
 
+/// Writes the single-statement writes handed to `batch` inside `tx` and queues the lease
+/// events of those that applied; on failure records the error for those writes and returns it.
+async fn write_sets(store: &Store, tx: &WriteTx, batch: &Batch) -> Result<(), Error> {
+    let writes = std::mem::take(&mut batch.sets().writes);
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let written = async {
+        let applied = store.write_observed_sets(tx, &writes).await?;
+        let mut events = Vec::new();
+        for (set, applied) in writes.iter().zip(&applied) {
+            if let Ok(Some(epoch)) = applied {
+                events.extend(set.event_rows(*epoch)?);
+            }
+        }
+        Ok::<_, Error>((applied, events))
+    }
+    .await;
+    let mut sets = batch.sets();
+    sets.writes = writes;
+    match written {
+        Ok((applied, events)) => {
+            sets.applied = applied;
+            drop(sets);
+            batch
+                .events
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(events);
+            Ok(())
+        }
+        Err(error) => {
+            sets.failed = Some(error.clone());
+            Err(error)
+        }
+    }
+}
+
 /// Commits (or rolls back) a sealed batch; returns what its members learn.
 async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
     let members = batch.members().joined;
@@ -689,6 +762,13 @@ async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
             commit: true,
             ..
         } => {
+            if let Err(error) = write_sets(store, &tx, batch).await {
+                tracing::warn!(error = %error, "the batched writes of a group commit failed; the batch is rolled back");
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(error = %rollback, "rollback of a group commit failed");
+                }
+                return Outcome::Abandoned(error);
+            }
             let events =
                 std::mem::take(&mut *batch.events.lock().unwrap_or_else(PoisonError::into_inner));
             match store.insert_event_rows(&tx, &events).await {

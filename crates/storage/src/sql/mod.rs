@@ -25,6 +25,7 @@ mod group;
 mod host;
 mod host_tx;
 mod maintenance;
+mod observed;
 mod quarantine;
 mod renew;
 mod row_tx;

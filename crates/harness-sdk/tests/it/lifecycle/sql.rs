@@ -406,3 +406,104 @@ async fn lifecycle_reused_observation_is_confirmed_by_the_store_postgres() {
     let _ = store.close().await;
     db.cleanup().await;
 }
+
+/// An acquisition after this instance released the key starts from the row the release left
+/// (no read). That row goes stale when another instance takes the key: the acquisition is then
+/// refused by the store's comparison and waits behind the live foreign lease like any other.
+async fn free_row_after_release_is_confirmed_by_the_store(store: Store, clock: FakeClock) {
+    use tether_storage::fault_injection::FaultInjectingStore;
+    let ns = Namespace::new("free-row").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let counted = Arc::new(FaultInjectingStore::new(Arc::new(store.clone())));
+    let lc: Lc = Lifecycle::builder(
+        counted.clone(),
+        ns.clone(),
+        JsonObjectCodec,
+        Arc::new(|current: Option<&Record>, _: &LeaseWrite| {
+            Some(current.cloned().unwrap_or_default())
+        }),
+    )
+    .lease_config(LeaseConfig {
+        lease_duration: Duration::from_secs(60),
+        wait_budget: Duration::ZERO,
+        retry_interval: Duration::from_millis(5),
+        renew_interval: Duration::from_secs(50),
+    })
+    .clock(Arc::new(clock.clone()))
+    .holder("free-row")
+    .build()
+    .unwrap();
+    let k = &key("k");
+    let cycle = || {
+        lc.with_lease(k, LeaseOptions::default(), |guard| async move {
+            Ok(guard.epoch())
+        })
+    };
+
+    let first = cycle().await.unwrap();
+    let reads = counted.stats().reads;
+    let second = cycle().await.unwrap();
+    assert_eq!(
+        counted.stats().reads,
+        reads,
+        "the second acquisition started from the released row"
+    );
+    assert!(second > first, "{second:?} > {first:?}");
+
+    // Another instance takes the key behind this one's back.
+    let seen = store.observe(&ns, k).await.unwrap();
+    let mut takeover = seen.row.clone().unwrap().to_write();
+    takeover.lease = Some(LeaseWrite {
+        token: tether_core::LeaseToken::new("foreign-token").unwrap(),
+        expires_at: clock.now() + Duration::from_secs(60),
+        holder: Some("foreign".into()),
+    });
+    let taken = store
+        .compare_and_apply(
+            &ns,
+            k,
+            &seen.comparison,
+            tether_core::Intent::Set {
+                row: takeover,
+                ttl: None,
+            },
+            &tether_core::admit_all,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(taken, tether_core::ApplyOutcome::Applied { .. }),
+        "{taken:?}"
+    );
+    let refused = cycle().await;
+    assert!(
+        matches!(refused, Err(Error::LeaseTimeout { .. })),
+        "the stale free row does not win over the live foreign lease: {refused:?}"
+    );
+    let row = store.lookup(&ns, k).await.unwrap().unwrap();
+    assert_eq!(row.lease.unwrap().token.as_str(), "foreign-token");
+}
+
+#[tokio::test]
+async fn lifecycle_free_row_after_release_is_confirmed_by_the_store_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/tether.db", dir.path().display());
+    let clock = FakeClock::new(START);
+    let store = open(&url, Arc::new(clock.clone())).await;
+    free_row_after_release_is_confirmed_by_the_store(store, clock).await;
+}
+
+#[tokio::test]
+async fn lifecycle_free_row_after_release_is_confirmed_by_the_store_postgres() {
+    let Some(db) = PgTestDatabase::create("harness_free_row").await else {
+        return;
+    };
+    let clock = FakeClock::new(START);
+    let store = open(db.url(), Arc::new(clock.clone())).await;
+    free_row_after_release_is_confirmed_by_the_store(store.clone(), clock).await;
+    let _ = store.close().await;
+    db.cleanup().await;
+}

@@ -1,0 +1,379 @@
+//! The single-statement write over an observed live row, alone or with the others of a
+//! group-commit batch in one statement.
+//!
+//! [`Store::write_observed`](super::Store) plans a write from the row an owner observed and
+//! writes it with one conditional `UPDATE … WHERE revision = <observed>`. Alone, that is one
+//! statement in autocommit (on PostgreSQL together with its lease events, a data-modifying
+//! `WITH`). In a batch, the members do not take turns running their statements: each hands
+//! its [`ObservedSet`] to the batch, and the batch writes all of them with one
+//! `UPDATE … FROM (VALUES …)` before its COMMIT, each row still guarded by its own expected
+//! revision and liveness, and the lease events of the rows that applied go into the batch's
+//! one event insert. Two writes of one key in a batch never share a statement: the later one
+//! runs in a later round and sees the earlier one's result, as it would have in turn.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Value};
+use tether_core::{BindingKey, Error, ErrorTexts, LeaseEpoch, Timestamp};
+
+use super::binding::EventRow;
+use super::{Store, db_error, micros, to_i64};
+use crate::events::{LeaseEventKind, PendingEvent};
+
+/// The placeholder of a lease epoch that the single-statement path counts up in SQL.
+pub(crate) const EPOCH_FROM_SQL: LeaseEpoch = LeaseEpoch::new(u64::MAX);
+
+/// The columns an observed write sets, in the order of [`ObservedSet::columns`].
+const SET_COLUMNS: [&str; 9] = [
+    "value",
+    "revision",
+    "lease_token",
+    "lease_expires_at",
+    "lease_acquired_at",
+    "lease_renewed_at",
+    "holder",
+    "created_at",
+    "expires_at",
+];
+
+/// PostgreSQL types of one `VALUES` row of the batch statement: the key, the set columns, the
+/// expected revision, the writer's clock reading and whether a new epoch is counted up.
+const PG_ROW_TYPES: [&str; 14] = [
+    "text", "text", "bytea", "bigint", "text", "bigint", "bigint", "bigint", "text", "bigint",
+    "bigint", "bigint", "bigint", "boolean",
+];
+
+/// One planned single-statement write: the row's new columns, guarded by the revision the
+/// write was planned from and by the row being live at `now`.
+#[derive(Debug)]
+pub(crate) struct ObservedSet {
+    pub(crate) namespace: String,
+    pub(crate) key: BindingKey,
+    /// The new values of [`SET_COLUMNS`], in that order.
+    pub(crate) columns: [Value; 9],
+    /// The revision the write was planned from.
+    pub(crate) expected: i64,
+    /// The store clock when the write was planned.
+    pub(crate) now: Timestamp,
+    /// Whether the write counts a new lease epoch up from the row's epoch floor.
+    pub(crate) new_epoch: bool,
+    /// Lease events of the write (at most two); an epoch of [`EPOCH_FROM_SQL`] is the epoch
+    /// the statement counts up.
+    pub(crate) events: Vec<PendingEvent>,
+    /// When the write's operation started (a `renewed` event records its latency).
+    pub(crate) started: Instant,
+}
+
+impl ObservedSet {
+    /// Whether the write needs more than the row update: a new epoch read back, or events.
+    pub(crate) fn records(&self) -> bool {
+        self.new_epoch || !self.events.is_empty()
+    }
+
+    /// The `UPDATE` of this write alone, with its parameters: `$1` namespace, `$2` key, the set
+    /// columns `$3..=$11`, `$12` expected revision, `$13` now.
+    fn update(&self) -> (String, Vec<Value>) {
+        let mut values: Vec<Value> = Vec::with_capacity(13);
+        values.push(self.namespace.as_str().into());
+        values.push(self.key.as_str().into());
+        values.extend(self.columns.iter().cloned());
+        values.push(self.expected.into());
+        values.push(self.now.as_millis().into());
+        // Without a new epoch `lease_epoch` stays: it already holds the lease's epoch, or the
+        // epoch floor of a row without a lease. With one, it counts up from that floor.
+        let epoch = if self.new_epoch {
+            "lease_epoch = COALESCE(lease_epoch, 0) + 1, "
+        } else {
+            ""
+        };
+        let sql = format!(
+            "UPDATE binding_records SET value = $3, revision = $4, lease_token = $5, {epoch}\
+             lease_expires_at = $6, lease_acquired_at = $7, lease_renewed_at = $8, holder = $9, \
+             created_at = $10, expires_at = $11 \
+             WHERE namespace = $1 AND key = $2 AND revision = $12 \
+             AND (expires_at IS NULL OR expires_at > $13)"
+        );
+        (sql, values)
+    }
+
+    /// The statement of this write alone. On PostgreSQL it inserts the lease events too (a
+    /// data-modifying `WITH`) and answers the row's `lease_epoch` when it applied; on SQLite it
+    /// is the bare `UPDATE`, with `RETURNING lease_epoch` when `returning`.
+    pub(crate) fn alone(&self, backend: DbBackend, returning: bool) -> (String, Vec<Value>) {
+        let (update, mut values) = self.update();
+        if backend != DbBackend::Postgres {
+            let sql = if returning {
+                format!("{update} RETURNING lease_epoch")
+            } else {
+                update
+            };
+            return (sql, values);
+        }
+        let mut sql = format!("WITH w AS ({update} RETURNING lease_epoch)");
+        for (i, event) in self.events.iter().enumerate() {
+            let mut param = |value: Value| {
+                values.push(value);
+                format!("${}", values.len())
+            };
+            let epoch = if event.epoch == Some(EPOCH_FROM_SQL) {
+                "w.lease_epoch".to_owned()
+            } else {
+                param(Value::from(event.epoch.map(|e| to_i64(e.get()))))
+            };
+            let latency =
+                (event.kind == LeaseEventKind::Renewed).then(|| micros(self.started.elapsed()));
+            let kind = param(event.kind.as_str().into());
+            let token = param(Value::from(event.token_prefix.clone()));
+            let other = param(Value::from(event.other_token_prefix.clone()));
+            let holder = param(Value::from(event.holder.clone()));
+            let latency = param(Value::from(latency));
+            sql.push_str(&format!(
+                ", e{i} AS (INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, \
+                 other_token_prefix, holder, at, latency_us) \
+                 SELECT $1, $2, {kind}, {epoch}, {token}, {other}, {holder}, $13, {latency} FROM w)"
+            ));
+        }
+        sql.push_str(" SELECT lease_epoch FROM w");
+        (sql, values)
+    }
+
+    /// The lease event rows of this write, which applied and left `epoch` on the row.
+    pub(crate) fn event_rows(&self, epoch: i64) -> Result<Vec<EventRow>, Error> {
+        let epoch = LeaseEpoch::new(
+            u64::try_from(epoch).map_err(|_| ErrorTexts::default().invalid_row(&self.key))?,
+        );
+        Ok(self
+            .events
+            .iter()
+            .cloned()
+            .map(|mut event| {
+                if event.epoch == Some(EPOCH_FROM_SQL) {
+                    event.epoch = Some(epoch);
+                }
+                let latency =
+                    (event.kind == LeaseEventKind::Renewed).then(|| self.started.elapsed());
+                EventRow::new(
+                    self.namespace.clone(),
+                    self.key.as_str().to_owned(),
+                    self.now,
+                    event,
+                    latency,
+                )
+            })
+            .collect())
+    }
+}
+
+/// The statement writing `n` observed sets at once: one `VALUES` row per write (the
+/// parameters of [`batch_values`]); it answers the key and `lease_epoch` of every row it wrote.
+fn batch_sql(backend: DbBackend, n: usize) -> String {
+    let width = PG_ROW_TYPES.len();
+    let mut rows = String::with_capacity(n * width * 8);
+    for r in 0..n {
+        if r > 0 {
+            rows.push_str(", ");
+        }
+        rows.push('(');
+        for (c, ty) in PG_ROW_TYPES.iter().enumerate() {
+            if c > 0 {
+                rows.push_str(", ");
+            }
+            let p = r * width + c + 1;
+            if backend == DbBackend::Postgres && r == 0 {
+                rows.push_str(&format!("${p}::{ty}"));
+            } else {
+                rows.push_str(&format!("${p}"));
+            }
+        }
+        rows.push(')');
+    }
+    let names = [
+        "namespace",
+        "key",
+        "value",
+        "revision",
+        "token",
+        "lease_expires_at",
+        "lease_acquired_at",
+        "lease_renewed_at",
+        "holder",
+        "created_at",
+        "expires_at",
+        "expected",
+        "now",
+        "new_epoch",
+    ];
+    let set = SET_COLUMNS
+        .iter()
+        .zip(&names[2..11])
+        .map(|(column, v)| format!("{column} = v.{v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let from = if backend == DbBackend::Postgres {
+        format!("(VALUES {rows}) AS v({})", names.join(", "))
+    } else {
+        // SQLite names the columns of a VALUES list column1, column2, …
+        let renamed = names
+            .iter()
+            .enumerate()
+            .map(|(i, name)| format!("column{} AS {name}", i + 1))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("(SELECT {renamed} FROM (VALUES {rows})) AS v")
+    };
+    // SQLite's RETURNING names the updated table's columns bare (no alias); PostgreSQL's
+    // needs the alias, the `VALUES` list having columns of the same names.
+    let returning = if backend == DbBackend::Postgres {
+        "b.namespace, b.key, b.lease_epoch"
+    } else {
+        "namespace, key, lease_epoch"
+    };
+    format!(
+        "UPDATE binding_records AS b SET {set}, \
+         lease_epoch = CASE WHEN v.new_epoch THEN COALESCE(b.lease_epoch, 0) + 1 ELSE b.lease_epoch END \
+         FROM {from} \
+         WHERE b.namespace = v.namespace AND b.key = v.key AND b.revision = v.expected \
+         AND (b.expires_at IS NULL OR b.expires_at > v.now) \
+         RETURNING {returning}"
+    )
+}
+
+/// The parameters of [`batch_sql`] for `sets`.
+fn batch_values(sets: &[&ObservedSet]) -> Vec<Value> {
+    let mut values = Vec::with_capacity(sets.len() * PG_ROW_TYPES.len());
+    for set in sets {
+        values.push(set.namespace.as_str().into());
+        values.push(set.key.as_str().into());
+        values.extend(set.columns.iter().cloned());
+        values.push(set.expected.into());
+        values.push(set.now.as_millis().into());
+        values.push(set.new_epoch.into());
+    }
+    values
+}
+
+/// Splits `sets` into rounds in which every key occurs once, keeping the order of the writes
+/// of one key: the n-th write of a key runs in round n.
+fn rounds(sets: &[ObservedSet]) -> Vec<Vec<usize>> {
+    let mut seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(sets.len());
+    let mut rounds: Vec<Vec<usize>> = Vec::new();
+    for (i, set) in sets.iter().enumerate() {
+        let n = seen
+            .entry((set.namespace.as_str(), set.key.as_str()))
+            .or_insert(0);
+        if rounds.len() <= *n {
+            rounds.push(Vec::new());
+        }
+        rounds[*n].push(i);
+        *n += 1;
+    }
+    rounds
+}
+
+/// What became of one write of [`Store::write_observed_sets`]: the epoch it left on its row
+/// when it applied, `None` when its row had moved, or its own error.
+pub(crate) type SetResult = Result<Option<i64>, Error>;
+
+impl Store {
+    /// Writes `sets` inside `tx`, one statement per round of distinct keys, and says per write
+    /// what became of it. An `Err` is a failure of the batch as a whole: the transaction must
+    /// not commit (PostgreSQL aborted it with the failed statement). On SQLite a failed
+    /// statement undid only itself, so the writes of its round are retried one by one there:
+    /// a write the database refuses fails alone and its neighbours are still written.
+    pub(crate) async fn write_observed_sets(
+        &self,
+        tx: &DatabaseTransaction,
+        sets: &[ObservedSet],
+    ) -> Result<Vec<SetResult>, Error> {
+        let mut results: Vec<SetResult> = (0..sets.len()).map(|_| Ok(None)).collect();
+        let backend = self.inner.backend;
+        for round in rounds(sets) {
+            let members: Vec<&ObservedSet> = round.iter().map(|&i| &sets[i]).collect();
+            let stmt = self.stmt(&batch_sql(backend, members.len()), batch_values(&members));
+            let written = match tx.query_all_raw(stmt).await {
+                Ok(written) => written,
+                Err(error) if backend == DbBackend::Sqlite && round.len() > 1 => {
+                    tracing::debug!(error = %error, writes = round.len(), "a batched statement failed; its writes run one by one");
+                    for &i in &round {
+                        results[i] = self.write_one_set(tx, &sets[i]).await;
+                    }
+                    continue;
+                }
+                Err(error) => return Err(db_error(error)),
+            };
+            let mut answered = vec![false; round.len()];
+            for row in written {
+                let namespace: String = row.try_get("", "namespace").map_err(db_error)?;
+                let key: String = row.try_get("", "key").map_err(db_error)?;
+                let epoch: Option<i64> = row.try_get("", "lease_epoch").map_err(db_error)?;
+                let found = round
+                    .iter()
+                    .position(|&i| sets[i].namespace == namespace && sets[i].key.as_str() == key);
+                let Some(at) = found.filter(|&at| !std::mem::replace(&mut answered[at], true))
+                else {
+                    return Err(Error::other(format!(
+                        "a batched write answered for a row it did not write ({key}; a Tether bug)"
+                    )));
+                };
+                // A row that never held a lease keeps a NULL epoch; nothing reads it then.
+                results[round[at]] = Ok(Some(epoch.unwrap_or(0)));
+            }
+        }
+        Ok(results)
+    }
+
+    /// Writes one set inside `tx` by itself (SQLite, after its round's statement failed).
+    async fn write_one_set(&self, tx: &DatabaseTransaction, set: &ObservedSet) -> SetResult {
+        let (sql, values) = set.alone(self.inner.backend, true);
+        let found = tx
+            .query_one_raw(self.stmt(&sql, values))
+            .await
+            .map_err(db_error)?;
+        found
+            .map(|r| {
+                r.try_get::<Option<i64>>("", "lease_epoch")
+                    .map(|epoch| epoch.unwrap_or(0))
+                    .map_err(db_error)
+            })
+            .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(key: &str) -> ObservedSet {
+        ObservedSet {
+            namespace: "ns".into(),
+            key: BindingKey::parse(&format!("session:main:{key}")).unwrap(),
+            columns: std::array::from_fn(|_| Value::from(None::<i64>)),
+            expected: 1,
+            now: Timestamp::from_millis(0),
+            new_epoch: false,
+            events: Vec::new(),
+            started: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn writes_of_one_key_run_in_later_rounds_in_their_order() {
+        let sets = [set("a"), set("b"), set("a"), set("c"), set("a"), set("b")];
+        assert_eq!(rounds(&sets), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
+        assert_eq!(rounds(&[]), Vec::<Vec<usize>>::new());
+    }
+
+    #[test]
+    fn the_batch_statement_numbers_every_parameter_once() {
+        for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
+            let sql = batch_sql(backend, 3);
+            let width = PG_ROW_TYPES.len();
+            for p in 1..=3 * width {
+                assert!(sql.contains(&format!("${p}")), "{backend:?}: ${p} missing");
+            }
+            assert!(!sql.contains(&format!("${}", 3 * width + 1)));
+            assert!(sql.contains("RETURNING") && sql.contains("lease_epoch"));
+        }
+    }
+}
