@@ -434,7 +434,7 @@ mod tests {
     use tether_storage::{MemoryStore, Store};
     use tokio::sync::watch;
 
-    use super::{BatchRenewal, OwnerState};
+    use super::{BatchRenewal, OwnerPhase, OwnerState};
     use crate::lifecycle::{LeaseOptions, Lifecycle, LifecycleBuilder, ManualTimer, PrepareLease};
 
     type Record = serde_json::Map<String, serde_json::Value>;
@@ -587,6 +587,46 @@ mod tests {
         batch.lock().owners.clear();
         assert!(batch.plan(Timestamp::from_millis(700)).is_none());
         assert!(!batch.lock().running, "an empty registry stops the driver");
+    }
+
+    #[test]
+    fn the_plan_parks_owners_not_held_and_drops_released_ones() {
+        let batch = BatchRenewal::default();
+        let owner = |i: usize, expires_at: i64| {
+            let owner = Arc::new(OwnerState::new(
+                key(i),
+                LeaseToken::new(format!("t-{i}")).unwrap(),
+                None,
+            ));
+            owner.record_lease(Timestamp::from_millis(expires_at), None);
+            owner
+        };
+        let (settling, released, held) = (owner(0, 100), owner(1, 100), owner(2, 200));
+        {
+            let mut state = batch.lock();
+            state.insert(0, settling.clone());
+            state.insert(1, released.clone());
+            state.insert(2, held.clone());
+            // What dropping the registration does.
+            state.owners.remove(&1);
+            released.set_batch_registration(None);
+        }
+        settling.set_phase(OwnerPhase::Settling);
+        let (due, next) = batch.plan(Timestamp::from_millis(500)).unwrap();
+        let keys: Vec<BindingKey> = due.iter().map(|e| e.owner.key.clone()).collect();
+        assert_eq!(keys, vec![key(2)], "only the held, registered owner is due");
+        assert_eq!(next, None, "the settling owner is parked, not queued");
+        // Renewed to 900 ms: queued again in the batch's bucket.
+        batch.requeue(&due, &[true], Timestamp::from_millis(900));
+        settling.set_phase(OwnerPhase::Held);
+        let (due, next) = batch.plan(Timestamp::from_millis(500)).unwrap();
+        let keys: Vec<BindingKey> = due.iter().map(|e| e.owner.key.clone()).collect();
+        assert_eq!(
+            keys,
+            vec![key(0)],
+            "held again: taken from the parked owners"
+        );
+        assert_eq!(next, Some(Timestamp::from_millis(900)));
     }
 
     /// Two owners acquired 150 ms apart are each renewed one renew interval after their own

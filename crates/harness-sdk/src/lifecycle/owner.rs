@@ -577,6 +577,49 @@ mod tests {
         assert!(owner.failure().is_some());
     }
 
+    #[test]
+    fn a_batch_entry_is_handed_back_and_records_the_expiry_only_when_renewed() {
+        let owner = owner();
+        let keep: crate::lifecycle::PrepareLease<serde_json::Map<String, serde_json::Value>> =
+            Arc::new(|current, _| current.cloned());
+        let shared = crate::lifecycle::Lifecycle::builder(
+            Arc::new(tether_storage::MemoryStore::default()),
+            tether_core::Namespace::new("owner").unwrap(),
+            tether_core::JsonObjectCodec,
+            keep,
+        )
+        .build()
+        .unwrap()
+        .shared;
+        let entry = owner
+            .begin_batch_renewal(&shared, Timestamp::from_millis(5_000))
+            .unwrap();
+        assert_eq!(
+            (entry.key.clone(), entry.token.clone()),
+            (owner.key.clone(), owner.token.clone())
+        );
+        assert!(owner.renewal_pending());
+        owner.end_batch_renewal(entry, false);
+        owner.set_renewal_pending(false);
+        assert_eq!(owner.expires_at(), Timestamp::EPOCH, "refused: expiry kept");
+        let entry = owner
+            .begin_batch_renewal(&shared, Timestamp::from_millis(7_000))
+            .unwrap();
+        assert_eq!(entry.expires_at, Timestamp::from_millis(7_000));
+        owner.end_batch_renewal(entry, true);
+        owner.set_renewal_pending(false);
+        assert_eq!(owner.expires_at(), Timestamp::from_millis(7_000));
+        assert!(!owner.renewal_pending());
+        owner.set_phase(OwnerPhase::Settling);
+        assert!(
+            owner
+                .begin_batch_renewal(&shared, Timestamp::from_millis(9_000))
+                .is_err(),
+            "only held owners renew"
+        );
+        assert!(!owner.renewal_pending());
+    }
+
     #[tokio::test]
     async fn join_renewal_waits_for_the_pending_renewal() {
         let owner = Arc::new(owner());
