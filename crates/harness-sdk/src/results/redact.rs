@@ -778,18 +778,30 @@ pub fn redact_text_with(text: &str, config: &RedactionConfig) -> TextRedaction {
 /// The checks run in a fixed order at every word start (token prefix, `Bearer`, `--flag`,
 /// assignment); each is gated on a cheap necessary condition (word length and first byte, the
 /// byte after the word) so that ordinary words cost a table lookup per byte.
+#[inline]
 pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (Cow<'a, str>, bool) {
-    let bytes = text.as_bytes();
-    let n = bytes.len();
     let custom_prefixes = config.token_prefixes.iter().any(|p| !p.is_empty());
     let families = if custom_prefixes {
         FAMILY_ALL
     } else {
-        pattern_families(bytes)
+        pattern_families(text.as_bytes())
     };
     if families == 0 {
+        // Most text: no family, nothing to scan (decided here, inlined into the callers).
         return (Cow::Borrowed(text), false);
     }
+    scan_words(text, config, families, custom_prefixes)
+}
+
+/// The word scan of [`redact_text_cow`], for a text where some `families` can match.
+fn scan_words<'a>(
+    text: &'a str,
+    config: &RedactionConfig,
+    families: u16,
+    custom_prefixes: bool,
+) -> (Cow<'a, str>, bool) {
+    let bytes = text.as_bytes();
+    let n = bytes.len();
     let shell = families & FAMILY_SHELL != 0;
     let tokens = families & FAMILY_TOKEN != 0;
     let bearer = families & FAMILY_BEARER != 0;
@@ -1023,6 +1035,7 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             word
         };
         if assignment_check
+            && assignment_operator(bytes, j).is_some()
             && let Some(mut a) = assignment(text, j)
             && (is_text_key(key)
                 || is_query_secret(bytes, i, next, &a, key)
@@ -1228,6 +1241,10 @@ const CARD_HINT: u16 = 1 << 14;
 const DA_HINT: u16 = 1 << 13;
 /// In [`PAIR`]: `ya`, the pair of [`FAMILY_EXTRA`] that only `ya29.…` needs.
 const YA_HINT: u16 = 1 << 12;
+/// In [`PAIR`]: `ap`, the other pair of `dapi` (looked for only with [`DA_HINT`]).
+const AP_HINT: u16 = 1 << 10;
+/// Every hint bit of [`PAIR`] (none of them is a family).
+const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT;
 
 /// [`PAIR_FIRST`] and [`PAIR_SECOND`] in one load: the first-byte families in the low half,
 /// the second-byte families in the high half (the digit bit left out), plus the hints
@@ -1253,7 +1270,11 @@ static PAIR: [u32; 256] = {
             first |= YA_HINT;
         }
         if c == b'a' {
+            first |= AP_HINT;
             second = (second & !(FAMILY_TOKEN_UPPER | FAMILY_EXTRA)) | DA_HINT | YA_HINT;
+        }
+        if c == b'p' {
+            second |= AP_HINT;
         }
         table[b] = first as u32 | (second as u32) << 16;
         b += 1;
@@ -1294,6 +1315,7 @@ fn pattern_families(bytes: &[u8]) -> u16 {
     if families & (CARD_HINT | DA_HINT | YA_HINT | FAMILY_BEARER | FAMILY_BASIC) != 0 {
         families = confirm_word_families(bytes, families);
     }
+    families &= !HINTS;
     // Every dotted token has two dots (`SG.<id>.<secret>`, `dp.pt.<secret>`,
     // `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`, a sentence's full stop) is not
     // enough to scan for them.
@@ -1304,7 +1326,8 @@ fn pattern_families(bytes: &[u8]) -> u16 {
     families | ((previous >> 16) as u16 & FAMILY_SINGLE)
 }
 
-/// Turns the hints of [`pattern_families`] into families and keeps `Bearer` and `Basic` only
+/// Turns the hints of [`pattern_families`] into families (the hint bits themselves are
+/// cleared by the caller) and keeps `Bearer` and `Basic` only
 /// when their word is in the text: the word checks of [`redact_text_cow`] need the whole word
 /// (`bearer` and `basic` in any case, `dapi…` and `ya29.…` as spelled), so a text without it
 /// cannot match them.
@@ -1318,7 +1341,8 @@ fn confirm_word_families(bytes: &[u8], mut families: u16) -> u16 {
     {
         families |= FAMILY_EXTRA;
     }
-    if families & DA_HINT != 0 && contains_bytes(bytes, b"dapi", false) {
+    if families & (DA_HINT | AP_HINT) == DA_HINT | AP_HINT && contains_bytes(bytes, b"dapi", false)
+    {
         families |= FAMILY_TOKEN_UPPER;
     }
     if families & YA_HINT != 0 && contains_bytes(bytes, b"ya29", false) {
@@ -1330,7 +1354,7 @@ fn confirm_word_families(bytes: &[u8], mut families: u16) -> u16 {
     if families & FAMILY_BASIC != 0 && !contains_bytes(bytes, b"basic", true) {
         families &= !FAMILY_BASIC;
     }
-    families & !(CARD_HINT | DA_HINT | YA_HINT)
+    families
 }
 
 /// Whether `needle` (lower-case ASCII when `any_case`) occurs in `bytes`, in any ASCII case
@@ -1347,9 +1371,32 @@ fn contains_bytes(bytes: &[u8], needle: &[u8], any_case: bool) -> bool {
     }
 }
 
-/// The number of ASCII digits in `bytes`.
+/// The number of ASCII digits in `bytes`, eight bytes at a time.
 fn count_digits(bytes: &[u8]) -> usize {
-    bytes.iter().filter(|b| b.is_ascii_digit()).count()
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut count = 0usize;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        // Per byte, without carries between bytes (each low part is at most 0x7f, plus at
+        // most 0x50): the high bit says `low >= b'0'`, then `low > b'9'`; a byte with its own
+        // high bit set is not ASCII and never a digit.
+        let low = w & !HIGH;
+        let at_least_zero = (low + (0x80 - u64::from(b'0')) * ONES) & HIGH;
+        let above_nine = (low + (0x80 - u64::from(b'9') - 1) * ONES) & HIGH;
+        let digits = at_least_zero & !above_nine & !w & HIGH;
+        // One bit per digit byte at bit 7 of its byte: summed with a multiply (at most 8).
+        count += ((digits >> 7).wrapping_mul(ONES) >> 56) as usize;
+    }
+    count
+        + chunks
+            .remainder()
+            .iter()
+            .filter(|b| b.is_ascii_digit())
+            .count()
 }
 
 /// Whether `bytes` holds at least two `.`. The last one is looked for from the end (a
@@ -1922,8 +1969,11 @@ struct Assignment {
     after_scheme: bool,
 }
 
-fn assignment(text: &str, after: usize) -> Option<Assignment> {
-    let bytes = text.as_bytes();
+/// The assignment operator after a key ending at `after`: the index of its `=` or `:` and
+/// whether it is `:` (header style), or `None` when there is none (then [`assignment`] is
+/// `None` too). Cheap and inlined: most words are followed by no operator.
+#[inline]
+fn assignment_operator(bytes: &[u8], after: usize) -> Option<(usize, bool)> {
     let mut k = after;
     // The key's closing quote, plain or escaped once or more (`\"key\":` inside serialized
     // JSON).
@@ -1931,11 +1981,16 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
-    let header_style = match bytes.get(k) {
-        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => false,
-        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => true,
-        _ => return None,
-    };
+    match bytes.get(k) {
+        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => Some((k, false)),
+        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => Some((k, true)),
+        _ => None,
+    }
+}
+
+fn assignment(text: &str, after: usize) -> Option<Assignment> {
+    let bytes = text.as_bytes();
+    let (mut k, header_style) = assignment_operator(bytes, after)?;
     k += 1;
     // Blanks, and in serialized text the escapes `\t`, `\n` and `\r` that stand for them.
     let blank_len = |at: usize| match bytes.get(at) {
@@ -2522,6 +2577,7 @@ impl KeyMemo {
 
 /// [`redact_field_value_cow`] on an owned string, in place (a masked secret reuses its buffer),
 /// given the [`KeyFacts`] of `key`.
+#[inline]
 pub(crate) fn redact_field_value_in_place_with(
     key: &str,
     facts: KeyFacts,
@@ -2546,6 +2602,7 @@ fn redact_plain_field<'a>(key: &str, value: &'a str, config: &RedactionConfig) -
 }
 
 /// [`redact_plain_field`] given whether the key is an app-password key.
+#[inline]
 fn redact_plain_text<'a>(
     app_password_key: bool,
     value: &'a str,
@@ -2812,7 +2869,7 @@ mod tests {
             picks in proptest::collection::vec(0usize..96, 0..48),
         ) {
             const ALPHABET: &[u8] = b"$=:-_./ 1234567890KSITRAJEaebBdyLGgkptxwcoUhz\\\"'\t\n{}%+@#?&";
-            const WORDS: &[&[u8]] = &[b"bearer", b"BEARER", b"Basic", b"bAsIc", b"dapi", b"ya29", b"eyJ", b"1//"];
+            const WORDS: &[&[u8]] = &[b"bearer", b"BEARER", b"Basic", b"bAsIc", b"dapi", b"ya29", b"eyJ", b"1//", b"data", b"api"];
             let mut text = Vec::new();
             for &p in &picks {
                 match p.checked_sub(64) {
@@ -2848,6 +2905,23 @@ mod tests {
                 proptest::prop_assert!(!shown.contains("ya29"), "{:?}", shown);
             }
         }
+    }
+
+    #[test]
+    fn digits_are_counted_in_every_byte_position() {
+        for text in [
+            "",
+            "0123456789",
+            "a0b1c2d3e4f5g6h7i8j9",
+            "/:09\u{7f}\u{80}é٣0",
+            "0000000000000000000000000000001",
+            "no digits at all here, just words",
+        ] {
+            let expected = text.bytes().filter(u8::is_ascii_digit).count();
+            assert_eq!(count_digits(text.as_bytes()), expected, "{text}");
+        }
+        let every_byte: Vec<u8> = (0..=255u8).collect();
+        assert_eq!(count_digits(&every_byte), 10);
     }
 
     #[test]
