@@ -22,8 +22,7 @@
 //! `elapsed_us`, `min_slack_ms`: how much of its first, closest lease was left when the batch
 //! started); a failed batch logs a `warn` with the same fields and `error`.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -53,16 +52,34 @@ pub(crate) struct BatchRenewal {
     state: Mutex<State>,
 }
 
+/// A registered owner as queued: its registration id and the owner itself (so a pass reads
+/// no map). The entry is stale once the registration is dropped
+/// ([`OwnerState::batch_registration`] tells).
+#[derive(Debug, Clone)]
+pub(crate) struct Entry {
+    id: u64,
+    owner: Arc<OwnerState>,
+}
+
+impl Entry {
+    /// Whether the entry's registration is still in force.
+    fn registered(&self) -> bool {
+        self.owner.batch_registration(self.id)
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     owners: HashMap<u64, Arc<OwnerState>>,
-    /// Registered owners by the expiry they had when queued, earliest first. An entry may be
-    /// stale (the owner was renewed or released since); [`BatchRenewal::plan`] re-reads the
-    /// owner when its entry comes up, so a pass touches the due owners only, not every owner.
-    queue: BinaryHeap<Reverse<(Timestamp, u64)>>,
+    /// Registered owners by the expiry they had when queued, earliest first; the owners of
+    /// one renewal batch share their new expiry, so they are queued again as one bucket. An
+    /// entry may be stale (the owner was released, or its expiry moved since);
+    /// [`BatchRenewal::plan`] re-reads the owner when its entry comes up, so a pass touches
+    /// the due owners only, not every owner.
+    queue: BTreeMap<Timestamp, Vec<Entry>>,
     /// Owners whose entry came up while they were not held (settling, deleted): re-checked on
     /// every pass and queued again once held.
-    parked: Vec<u64>,
+    parked: Vec<Entry>,
     /// An owner's expiry may have moved earlier than its queued entry: rebuild the queue.
     rescan: bool,
     next_id: u64,
@@ -71,8 +88,19 @@ struct State {
 
 impl State {
     fn insert(&mut self, id: u64, owner: Arc<OwnerState>) {
-        self.queue.push(Reverse((owner.expires_at(), id)));
+        owner.set_batch_registration(Some(id));
+        self.enqueue(
+            owner.expires_at(),
+            Entry {
+                id,
+                owner: owner.clone(),
+            },
+        );
         self.owners.insert(id, owner);
+    }
+
+    fn enqueue(&mut self, expires_at: Timestamp, entry: Entry) {
+        self.queue.entry(expires_at).or_default().push(entry);
     }
 }
 
@@ -85,7 +113,10 @@ pub(crate) struct Registration {
 impl Drop for Registration {
     fn drop(&mut self) {
         if let Some(batch) = &self.shared.batch {
-            batch.lock().owners.remove(&self.id);
+            let mut state = batch.lock();
+            if let Some(owner) = state.owners.remove(&self.id) {
+                owner.set_batch_registration(None);
+            }
         }
     }
 }
@@ -93,7 +124,7 @@ impl Drop for Registration {
 /// What the driver does next: renew `due` (nearest expiry first), then wake at `next` (the
 /// earliest due time of the other owners, if any).
 struct Plan {
-    due: Vec<(u64, Arc<OwnerState>)>,
+    due: Vec<Entry>,
     next: Option<Timestamp>,
 }
 
@@ -125,18 +156,17 @@ impl BatchRenewal {
         self.lock().rescan = true;
     }
 
-    /// The held owners whose lease expires at or before `horizon`, nearest expiry first, with
-    /// their registration ids, and the earliest queued expiry of the others (possibly earlier
-    /// than any live owner's: the driver then merely wakes early); `None` (and the driver
-    /// stops) when no owner is registered.
+    /// The held owners whose lease expires at or before `horizon`, nearest expiry first (in
+    /// queue order among equal expiries), and the earliest queued expiry of the others
+    /// (possibly earlier than any live owner's: the driver then merely wakes early); `None`
+    /// (and the driver stops) when no owner is registered.
     ///
     /// Only queue entries due by `horizon` are looked at: an entry whose owner is gone or has
     /// failed (failures are sticky) is dropped, one whose owner was renewed past `horizon`
     /// is queued again with its new expiry, and one whose owner is not held is parked until
     /// it is held again.
-    #[allow(clippy::type_complexity)]
-    fn plan(&self, horizon: Timestamp) -> Option<(Vec<(u64, Arc<OwnerState>)>, Option<Timestamp>)> {
-        let mut due: Vec<(Timestamp, u64, Arc<OwnerState>)> = Vec::new();
+    fn plan(&self, horizon: Timestamp) -> Option<(Vec<Entry>, Option<Timestamp>)> {
+        let mut due: Vec<(Timestamp, Entry)> = Vec::new();
         let next;
         {
             let mut guard = self.lock();
@@ -149,60 +179,74 @@ impl BatchRenewal {
             }
             if std::mem::take(&mut state.rescan) {
                 state.parked.clear();
-                state.queue = state
-                    .owners
-                    .iter()
-                    .map(|(id, owner)| Reverse((owner.expires_at(), *id)))
-                    .collect();
+                let mut queue: BTreeMap<Timestamp, Vec<Entry>> = BTreeMap::new();
+                for (id, owner) in &state.owners {
+                    queue.entry(owner.expires_at()).or_default().push(Entry {
+                        id: *id,
+                        owner: owner.clone(),
+                    });
+                }
+                state.queue = queue;
             }
             let parked = std::mem::take(&mut state.parked);
-            for id in parked {
-                let Some(owner) = state.owners.get(&id) else {
+            for entry in parked {
+                if !entry.registered() {
                     continue;
-                };
-                match owner.schedule() {
+                }
+                match entry.owner.schedule() {
                     (_, true, _) => {}
-                    (OwnerPhase::Held, false, expires_at) => {
-                        state.queue.push(Reverse((expires_at, id)));
-                    }
-                    _ => state.parked.push(id),
+                    (OwnerPhase::Held, false, expires_at) => state.enqueue(expires_at, entry),
+                    _ => state.parked.push(entry),
                 }
             }
-            while let Some(&Reverse((queued, id))) = state.queue.peek() {
-                if queued > horizon {
+            while let Some(bucket) = state.queue.first_entry() {
+                if *bucket.key() > horizon {
                     break;
                 }
-                state.queue.pop();
-                let Some(owner) = state.owners.get(&id) else {
-                    continue;
-                };
-                match owner.schedule() {
-                    (_, true, _) => {}
-                    (OwnerPhase::Held, false, expires_at) if expires_at <= horizon => {
-                        due.push((expires_at, id, owner.clone()));
+                for entry in bucket.remove() {
+                    if !entry.registered() {
+                        continue;
                     }
-                    (OwnerPhase::Held, false, expires_at) => {
-                        state.queue.push(Reverse((expires_at, id)));
+                    match entry.owner.schedule() {
+                        (_, true, _) => {}
+                        (OwnerPhase::Held, false, expires_at) if expires_at <= horizon => {
+                            due.push((expires_at, entry));
+                        }
+                        (OwnerPhase::Held, false, expires_at) => state.enqueue(expires_at, entry),
+                        _ => state.parked.push(entry),
                     }
-                    _ => state.parked.push(id),
                 }
             }
-            next = state.queue.peek().map(|Reverse((at, _))| *at);
+            next = state.queue.first_key_value().map(|(at, _)| *at);
         }
-        due.sort_unstable_by_key(|(expires_at, id, _)| (*expires_at, *id));
-        Some((
-            due.into_iter().map(|(_, id, owner)| (id, owner)).collect(),
-            next,
-        ))
+        // Stable: buckets come out in expiry order already, so this is one pass unless an
+        // entry was stale.
+        due.sort_by_key(|(expires_at, _)| *expires_at);
+        Some((due.into_iter().map(|(_, entry)| entry).collect(), next))
     }
 
-    /// Queues the renewed owners again with their new expiries (owners released meanwhile
-    /// are skipped; failed ones are dropped when their entry comes up).
-    fn requeue(&self, owners: &[(u64, Arc<OwnerState>)]) {
+    /// Queues the owners of a finished batch again: the renewed ones (`renewed[i]`) with the
+    /// batch's expiry `expires_at`, the others with the expiry they have (the next pass drops
+    /// the failed ones and parks those not held). Owners released meanwhile are skipped.
+    fn requeue(&self, entries: &[Entry], renewed: &[bool], expires_at: Timestamp) {
         let mut state = self.lock();
-        for (id, owner) in owners {
-            if state.owners.contains_key(id) {
-                state.queue.push(Reverse((owner.expires_at(), *id)));
+        let mut bucket = Vec::with_capacity(entries.len());
+        for (entry, renewed) in entries.iter().zip(renewed) {
+            if !entry.registered() {
+                continue;
+            }
+            if *renewed {
+                bucket.push(entry.clone());
+            } else {
+                state.enqueue(entry.owner.expires_at(), entry.clone());
+            }
+        }
+        if !bucket.is_empty() {
+            let queued = state.queue.entry(expires_at).or_default();
+            if queued.is_empty() {
+                *queued = bucket;
+            } else {
+                queued.append(&mut bucket);
             }
         }
     }
@@ -229,23 +273,15 @@ async fn drive(shared: Weak<Shared>) {
             return;
         };
         let renewed = !plan.due.is_empty();
-        let chunks: Vec<Vec<Arc<OwnerState>>> = plan
-            .due
-            .chunks(BATCH)
-            .map(|chunk| chunk.iter().map(|(_, owner)| owner.clone()).collect())
-            .collect();
-        futures::stream::iter(chunks)
-            .for_each_concurrent(IN_FLIGHT, |chunk| {
-                let s = s.clone();
-                async move { s.renew_batch(&chunk).await }
-            })
+        let plan_next = plan.next;
+        let shared_ref = &*s;
+        futures::stream::iter(plan.due.chunks(BATCH))
+            .for_each_concurrent(IN_FLIGHT, |chunk| shared_ref.renew_batch(chunk))
             .await;
-        if let Some(batch) = &s.batch {
-            batch.requeue(&plan.due);
-        }
+        drop(plan);
         let interval = s.lease.renew_interval;
         let now = s.clock.now();
-        wait = match plan.next {
+        wait = match plan_next {
             // Due now or already late: go again at once when this pass made progress.
             Some(next) if next <= now && renewed => Duration::ZERO,
             Some(next) => next
@@ -275,20 +311,29 @@ impl Shared {
         })
     }
 
-    /// One batched renewal of `owners`. Never fails: failures are
-    /// recorded on the owners.
-    pub(crate) async fn renew_batch(&self, owners: &[Arc<OwnerState>]) {
-        let span = tracing::debug_span!("lifecycle.renew_batch", leases = owners.len());
-        self.renew_batch_inner(owners).instrument(span).await;
+    /// One batched renewal of `entries`, which are then queued again. Never fails: failures
+    /// are recorded on the owners.
+    async fn renew_batch(&self, entries: &[Entry]) {
+        let span = tracing::debug_span!("lifecycle.renew_batch", leases = entries.len());
+        let (renewed, expires_at) = self.renew_batch_inner(entries).instrument(span).await;
+        if let Some(batch) = &self.batch {
+            batch.requeue(entries, &renewed, expires_at);
+        }
     }
 
-    async fn renew_batch_inner(&self, owners: &[Arc<OwnerState>]) {
+    /// Renews the owners of `entries` that are held, to one common expiry: which were
+    /// renewed, and that expiry.
+    async fn renew_batch_inner(&self, entries: &[Entry]) -> (Vec<bool>, Timestamp) {
         let now = self.clock.now();
         let expires_at = now + self.lease.lease_duration;
-        let mut eligible = Vec::with_capacity(owners.len());
+        let mut renewed = vec![false; entries.len()];
+        // The positions in `entries` of the owners renewed, and their renewals (each owner's
+        // own entry, moved in and handed back after the answer: no string is copied).
+        let mut eligible: Vec<usize> = Vec::with_capacity(entries.len());
+        let mut renewals: Vec<LeaseRenewal> = Vec::with_capacity(entries.len());
         // Blocked keys are rare: look each key up only when some key is blocked.
         let any_blocked = self.any_unresolved();
-        for owner in owners {
+        for (i, Entry { owner, .. }) in entries.iter().enumerate() {
             let check = owner
                 .assert_current
                 .as_ref()
@@ -300,26 +345,18 @@ impl Shared {
                         Ok(())
                     }
                 })
-                .and_then(|()| owner.assert_held(self));
+                .and_then(|()| owner.begin_batch_renewal(self, expires_at));
             match check {
-                Ok(()) => {
-                    owner.set_renewal_pending(true);
-                    eligible.push(owner);
+                Ok(renewal) => {
+                    eligible.push(i);
+                    renewals.push(renewal);
                 }
                 Err(error) => owner.fail_if_held(error),
             }
         }
         // How much of the closest lease was left when the batch started (diagnostics; the
         // driver's batches come nearest expiry first).
-        let nearest = eligible.first().map(|o| o.expires_at());
-        let renewals: Vec<LeaseRenewal> = eligible
-            .iter()
-            .map(|o| LeaseRenewal {
-                key: o.key.clone(),
-                token: o.token.clone(),
-                expires_at,
-            })
-            .collect();
+        let nearest = eligible.first().map(|&i| entries[i].owner.expires_at());
         let started = Instant::now();
         let outcome = self
             .store
@@ -328,18 +365,21 @@ impl Shared {
         let elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let min_slack_ms = nearest.map_or(0, |at| at.as_millis() - now.as_millis());
         match outcome {
-            Ok(renewed) if renewed.len() == eligible.len() => {
+            Ok(answers) if answers.len() == renewals.len() => {
                 let mut refused = 0usize;
-                for (owner, ok) in eligible.iter().zip(renewed) {
+                for ((&i, renewal), ok) in eligible.iter().zip(renewals).zip(answers) {
+                    let owner = &entries[i].owner;
+                    // A renewal moved the row's revision on: the row the owner's last write
+                    // left is stale now and is forgotten (never patched: only the store knows
+                    // the new row).
+                    owner.end_batch_renewal(renewal, ok);
                     if ok {
-                        // The renewal moved the row's revision on: the row the owner's last
-                        // write left is stale now and is forgotten (never patched: only the
-                        // store knows the new row).
-                        owner.record_renewal(expires_at);
+                        renewed[i] = true;
                     } else {
                         refused += 1;
                         owner.fail_if_held(self.lost(&owner.key));
                     }
+                    owner.set_renewal_pending(false);
                 }
                 tracing::debug!(
                     leases = eligible.len(),
@@ -349,14 +389,17 @@ impl Shared {
                     "lease batch renewed"
                 );
             }
-            Ok(renewed) => {
+            Ok(answers) => {
                 let error = tether_core::Error::other(format!(
                     "the store answered {} renewals for {} leases",
-                    renewed.len(),
-                    eligible.len()
+                    answers.len(),
+                    renewals.len()
                 ));
-                for owner in &eligible {
+                for (&i, renewal) in eligible.iter().zip(renewals) {
+                    let owner = &entries[i].owner;
+                    owner.end_batch_renewal(renewal, false);
                     owner.fail_if_held(self.texts.lost_lease(&owner.key, Some(error.clone())));
+                    owner.set_renewal_pending(false);
                 }
             }
             Err(error) => {
@@ -367,14 +410,15 @@ impl Shared {
                     min_slack_ms,
                     "batched lease renewal failed"
                 );
-                for owner in &eligible {
+                for (&i, renewal) in eligible.iter().zip(renewals) {
+                    let owner = &entries[i].owner;
+                    owner.end_batch_renewal(renewal, false);
                     owner.fail_if_held(self.texts.lost_lease(&owner.key, Some(error.clone())));
+                    owner.set_renewal_pending(false);
                 }
             }
         }
-        for owner in &eligible {
-            owner.set_renewal_pending(false);
-        }
+        (renewed, expires_at)
     }
 }
 
@@ -390,7 +434,7 @@ mod tests {
     use tether_storage::{MemoryStore, Store};
     use tokio::sync::watch;
 
-    use super::{BatchRenewal, OwnerState};
+    use super::{BatchRenewal, OwnerPhase, OwnerState};
     use crate::lifecycle::{LeaseOptions, Lifecycle, LifecycleBuilder, ManualTimer, PrepareLease};
 
     type Record = serde_json::Map<String, serde_json::Value>;
@@ -533,7 +577,7 @@ mod tests {
             }
         }
         let (due, next) = batch.plan(Timestamp::from_millis(700)).unwrap();
-        let keys: Vec<BindingKey> = due.iter().map(|(_, o)| o.key.clone()).collect();
+        let keys: Vec<BindingKey> = due.iter().map(|e| e.owner.key.clone()).collect();
         assert_eq!(
             keys,
             vec![key(1), key(2), key(0)],
@@ -543,6 +587,46 @@ mod tests {
         batch.lock().owners.clear();
         assert!(batch.plan(Timestamp::from_millis(700)).is_none());
         assert!(!batch.lock().running, "an empty registry stops the driver");
+    }
+
+    #[test]
+    fn the_plan_parks_owners_not_held_and_drops_released_ones() {
+        let batch = BatchRenewal::default();
+        let owner = |i: usize, expires_at: i64| {
+            let owner = Arc::new(OwnerState::new(
+                key(i),
+                LeaseToken::new(format!("t-{i}")).unwrap(),
+                None,
+            ));
+            owner.record_lease(Timestamp::from_millis(expires_at), None);
+            owner
+        };
+        let (settling, released, held) = (owner(0, 100), owner(1, 100), owner(2, 200));
+        {
+            let mut state = batch.lock();
+            state.insert(0, settling.clone());
+            state.insert(1, released.clone());
+            state.insert(2, held.clone());
+            // What dropping the registration does.
+            state.owners.remove(&1);
+            released.set_batch_registration(None);
+        }
+        settling.set_phase(OwnerPhase::Settling);
+        let (due, next) = batch.plan(Timestamp::from_millis(500)).unwrap();
+        let keys: Vec<BindingKey> = due.iter().map(|e| e.owner.key.clone()).collect();
+        assert_eq!(keys, vec![key(2)], "only the held, registered owner is due");
+        assert_eq!(next, None, "the settling owner is parked, not queued");
+        // Renewed to 900 ms: queued again in the batch's bucket.
+        batch.requeue(&due, &[true], Timestamp::from_millis(900));
+        settling.set_phase(OwnerPhase::Held);
+        let (due, next) = batch.plan(Timestamp::from_millis(500)).unwrap();
+        let keys: Vec<BindingKey> = due.iter().map(|e| e.owner.key.clone()).collect();
+        assert_eq!(
+            keys,
+            vec![key(0)],
+            "held again: taken from the parked owners"
+        );
+        assert_eq!(next, Some(Timestamp::from_millis(900)));
     }
 
     /// Two owners acquired 150 ms apart are each renewed one renew interval after their own

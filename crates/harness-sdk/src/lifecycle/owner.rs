@@ -2,12 +2,13 @@
 //! given to a `with_lease` callback, and the synchronous lease assertion ("Lease assertions").
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tether_core::{
-    AssertCurrent, BindingKey, Error, LeaseEpoch, LeaseToken, Observation, Timestamp, is_live,
+    AssertCurrent, BindingKey, Error, LeaseEpoch, LeaseRenewal, LeaseToken, Observation, Timestamp,
+    is_live,
 };
-use tokio::sync::watch;
 
 use super::shared::Shared;
 
@@ -37,6 +38,10 @@ struct OwnerInner {
     /// observation of the owner's next conditional write (possibly stale; see
     /// [`OwnerState::take_observation`]).
     last_written: Option<Observation>,
+    /// This owner's entry of a batched renewal (copies of key and token), built once and
+    /// moved into each batch and back (see [`OwnerState::begin_batch_renewal`]), so a
+    /// renewal copies no string. `None` before the first batch, and while a batch has it.
+    batch_entry: Option<LeaseRenewal>,
 }
 
 /// One `with_lease` acquisition's state, shared by the scope, the heartbeat and handles.
@@ -45,7 +50,17 @@ pub(crate) struct OwnerState {
     pub(crate) token: LeaseToken,
     pub(crate) assert_current: Option<AssertCurrent>,
     inner: Mutex<OwnerInner>,
-    renewal: watch::Sender<bool>,
+    /// Whether a heartbeat renewal is in flight.
+    renewal_pending: AtomicBool,
+    /// Tasks in [`OwnerState::join_renewal`]: the end of a renewal wakes
+    /// [`OwnerState::renewal_done`] only when there is one, so a renewal nobody waits for
+    /// costs two atomic stores.
+    renewal_joiners: AtomicUsize,
+    /// Woken when a renewal ends while a task is joining it.
+    renewal_done: tokio::sync::Notify,
+    /// The batched renewal driver's registration id of this owner plus one (0: not
+    /// registered); see [`OwnerState::batch_registration`].
+    batch_registration: AtomicU64,
     /// Woken whenever a failure is recorded or the phase leaves `Held`.
     changed: tokio::sync::Notify,
 }
@@ -80,8 +95,12 @@ impl OwnerState {
                 epoch: None,
                 expires_at: Timestamp::EPOCH,
                 last_written: None,
+                batch_entry: None,
             }),
-            renewal: watch::channel(false).0,
+            renewal_pending: AtomicBool::new(false),
+            renewal_joiners: AtomicUsize::new(0),
+            renewal_done: tokio::sync::Notify::new(),
+            batch_registration: AtomicU64::new(0),
             changed: tokio::sync::Notify::new(),
         }
     }
@@ -159,14 +178,6 @@ impl OwnerState {
         (inner.phase, inner.failure.is_some(), inner.expires_at)
     }
 
-    /// Records a batched renewal: the new expiry, and the remembered observation dropped (the
-    /// renewal moved the row's revision on).
-    pub(crate) fn record_renewal(&self, expires_at: Timestamp) {
-        let mut inner = self.lock();
-        inner.expires_at = expires_at;
-        inner.last_written = None;
-    }
-
     /// Records a written lease (acquisition, renewal or rollback re-registration).
     pub(crate) fn record_lease(&self, expires_at: Timestamp, epoch: Option<LeaseEpoch>) {
         let mut inner = self.lock();
@@ -213,17 +224,88 @@ impl OwnerState {
     }
 
     pub(crate) fn set_renewal_pending(&self, pending: bool) {
-        self.renewal.send_replace(pending);
+        // SeqCst on both sides (with `join_renewal`): either the joiner's count is seen here
+        // and it is woken, or its later read of the flag sees this store.
+        self.renewal_pending.store(pending, Ordering::SeqCst);
+        if !pending && self.renewal_joiners.load(Ordering::SeqCst) > 0 {
+            self.renewal_done.notify_waiters();
+        }
     }
 
     pub(crate) fn renewal_pending(&self) -> bool {
-        *self.renewal.borrow()
+        self.renewal_pending.load(Ordering::SeqCst)
     }
 
     pub(crate) async fn join_renewal(&self) {
-        let mut rx = self.renewal.subscribe();
-        // The sender lives as long as `self`, so this cannot fail.
-        let _ = rx.wait_for(|pending| !pending).await;
+        /// Counts a joiner for its lifetime (also when the wait is cancelled).
+        struct Joining<'a>(&'a AtomicUsize);
+        impl Drop for Joining<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        self.renewal_joiners.fetch_add(1, Ordering::SeqCst);
+        let _joining = Joining(&self.renewal_joiners);
+        loop {
+            let done = self.renewal_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if !self.renewal_pending() {
+                return;
+            }
+            done.await;
+        }
+    }
+
+    /// Records `id` as this owner's registration with the batched renewal driver.
+    pub(crate) fn set_batch_registration(&self, id: Option<u64>) {
+        self.batch_registration
+            .store(id.map_or(0, |id| id + 1), Ordering::Release);
+    }
+
+    /// Whether this owner is registered with the batched renewal driver under `id` (a queued
+    /// entry of a registration dropped since is stale).
+    pub(crate) fn batch_registration(&self, id: u64) -> bool {
+        self.batch_registration.load(Ordering::Acquire) == id + 1
+    }
+
+    /// Starts this owner's part of a batched renewal to `expires_at`: fails unless the phase
+    /// is held without a failure (one lock), else marks the renewal pending and returns the
+    /// owner's batch entry (moved out, built on the first batch).
+    pub(crate) fn begin_batch_renewal(
+        &self,
+        shared: &Shared,
+        expires_at: Timestamp,
+    ) -> Result<LeaseRenewal, Error> {
+        let mut inner = self.lock();
+        if let Some(failure) = &inner.failure {
+            return Err(failure.clone());
+        }
+        if inner.phase != OwnerPhase::Held {
+            return Err(shared.texts.lost_lease(&self.key, None));
+        }
+        let mut entry = inner.batch_entry.take().unwrap_or_else(|| LeaseRenewal {
+            key: self.key.clone(),
+            token: self.token.clone(),
+            expires_at,
+        });
+        drop(inner);
+        entry.expires_at = expires_at;
+        self.set_renewal_pending(true);
+        Ok(entry)
+    }
+
+    /// Ends this owner's part of a batched renewal: gives the batch entry back and, when
+    /// `renewed`, records the entry's expiry as this owner's (the renewal moved the row's
+    /// revision on, so the remembered observation is dropped). The caller ends the pending
+    /// renewal ([`OwnerState::set_renewal_pending`]) after recording any failure.
+    pub(crate) fn end_batch_renewal(&self, entry: LeaseRenewal, renewed: bool) {
+        let mut inner = self.lock();
+        if renewed {
+            inner.expires_at = entry.expires_at;
+            inner.last_written = None;
+        }
+        inner.batch_entry = Some(entry);
     }
 }
 
@@ -493,6 +575,49 @@ mod tests {
         owner.set_phase(OwnerPhase::Held);
         owner.fail_if_held(Error::other("renewal failed"));
         assert!(owner.failure().is_some());
+    }
+
+    #[test]
+    fn a_batch_entry_is_handed_back_and_records_the_expiry_only_when_renewed() {
+        let owner = owner();
+        let keep: crate::lifecycle::PrepareLease<serde_json::Map<String, serde_json::Value>> =
+            Arc::new(|current, _| current.cloned());
+        let shared = crate::lifecycle::Lifecycle::builder(
+            Arc::new(tether_storage::MemoryStore::default()),
+            tether_core::Namespace::new("owner").unwrap(),
+            tether_core::JsonObjectCodec,
+            keep,
+        )
+        .build()
+        .unwrap()
+        .shared;
+        let entry = owner
+            .begin_batch_renewal(&shared, Timestamp::from_millis(5_000))
+            .unwrap();
+        assert_eq!(
+            (entry.key.clone(), entry.token.clone()),
+            (owner.key.clone(), owner.token.clone())
+        );
+        assert!(owner.renewal_pending());
+        owner.end_batch_renewal(entry, false);
+        owner.set_renewal_pending(false);
+        assert_eq!(owner.expires_at(), Timestamp::EPOCH, "refused: expiry kept");
+        let entry = owner
+            .begin_batch_renewal(&shared, Timestamp::from_millis(7_000))
+            .unwrap();
+        assert_eq!(entry.expires_at, Timestamp::from_millis(7_000));
+        owner.end_batch_renewal(entry, true);
+        owner.set_renewal_pending(false);
+        assert_eq!(owner.expires_at(), Timestamp::from_millis(7_000));
+        assert!(!owner.renewal_pending());
+        owner.set_phase(OwnerPhase::Settling);
+        assert!(
+            owner
+                .begin_batch_renewal(&shared, Timestamp::from_millis(9_000))
+                .is_err(),
+            "only held owners renew"
+        );
+        assert!(!owner.renewal_pending());
     }
 
     #[tokio::test]

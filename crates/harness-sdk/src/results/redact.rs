@@ -778,18 +778,30 @@ pub fn redact_text_with(text: &str, config: &RedactionConfig) -> TextRedaction {
 /// The checks run in a fixed order at every word start (token prefix, `Bearer`, `--flag`,
 /// assignment); each is gated on a cheap necessary condition (word length and first byte, the
 /// byte after the word) so that ordinary words cost a table lookup per byte.
+#[inline]
 pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (Cow<'a, str>, bool) {
-    let bytes = text.as_bytes();
-    let n = bytes.len();
     let custom_prefixes = config.token_prefixes.iter().any(|p| !p.is_empty());
     let families = if custom_prefixes {
         FAMILY_ALL
     } else {
-        pattern_families(bytes)
+        pattern_families(text.as_bytes())
     };
     if families == 0 {
+        // Most text: no family, nothing to scan (decided here, inlined into the callers).
         return (Cow::Borrowed(text), false);
     }
+    scan_words(text, config, families, custom_prefixes)
+}
+
+/// The word scan of [`redact_text_cow`], for a text where some `families` can match.
+fn scan_words<'a>(
+    text: &'a str,
+    config: &RedactionConfig,
+    families: u16,
+    custom_prefixes: bool,
+) -> (Cow<'a, str>, bool) {
+    let bytes = text.as_bytes();
+    let n = bytes.len();
     let shell = families & FAMILY_SHELL != 0;
     let tokens = families & FAMILY_TOKEN != 0;
     let bearer = families & FAMILY_BEARER != 0;
@@ -1023,6 +1035,7 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
             word
         };
         if assignment_check
+            && assignment_operator(bytes, j).is_some()
             && let Some(mut a) = assignment(text, j)
             && (is_text_key(key)
                 || is_query_secret(bytes, i, next, &a, key)
@@ -1219,25 +1232,90 @@ static PAIR_SECOND: [u16; 256] = {
     table
 };
 
+/// In [`PAIR`]: a digit followed by a digit, a space or a dash (every run that
+/// [`has_card_run`] accepts holds such a pair). Not a family: it only says when to look for
+/// card runs.
+const CARD_HINT: u16 = 1 << 14;
+/// In [`PAIR`]: `da`, the pair of [`FAMILY_TOKEN_UPPER`] that only `dapi…` needs (so `data`
+/// alone does not turn the family on).
+const DA_HINT: u16 = 1 << 13;
+/// In [`PAIR`]: `ya`, the pair of [`FAMILY_EXTRA`] that only `ya29.…` needs.
+const YA_HINT: u16 = 1 << 12;
+/// In [`PAIR`]: `ap`, the other pair of `dapi` (looked for only with [`DA_HINT`]).
+const AP_HINT: u16 = 1 << 10;
+/// Every hint bit of [`PAIR`] (none of them is a family).
+const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT;
+
+/// [`PAIR_FIRST`] and [`PAIR_SECOND`] in one load: the first-byte families in the low half,
+/// the second-byte families in the high half (the digit bit left out), plus the hints
+/// ([`CARD_HINT`], [`DA_HINT`], [`YA_HINT`]): `da` and `ya` set a hint instead of their
+/// family, which is then turned on only when the text holds `dapi` or `ya29`.
+static PAIR: [u32; 256] = {
+    let mut table = [0u32; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        let mut first = PAIR_FIRST[b] & !DIGIT_BIT;
+        let mut second = PAIR_SECOND[b];
+        if c.is_ascii_digit() {
+            first |= CARD_HINT;
+        }
+        if c.is_ascii_digit() || c == b' ' || c == b'-' {
+            second |= CARD_HINT;
+        }
+        if c == b'd' {
+            first = (first & !FAMILY_TOKEN_UPPER) | DA_HINT;
+        }
+        if c == b'y' {
+            first |= YA_HINT;
+        }
+        if c == b'a' {
+            first |= AP_HINT;
+            second = (second & !(FAMILY_TOKEN_UPPER | FAMILY_EXTRA)) | DA_HINT | YA_HINT;
+        }
+        if c == b'p' {
+            second |= AP_HINT;
+        }
+        table[b] = first as u32 | (second as u32) << 16;
+        b += 1;
+    }
+    table
+};
+
 /// The built-in pattern families that can match somewhere in `bytes`: a family whose bit is
 /// clear cannot match anywhere, because the text lacks a byte pair every match of that family
-/// contains (see the `FAMILY_*` constants). Most ordinary text yields no family at all and is
-/// never scanned word by word.
+/// contains (see the `FAMILY_*` constants), or, for a few families whose pairs are common in
+/// prose, the word every match needs (`bearer`, `basic`, `dapi`, `ya29`). Most ordinary text
+/// yields no family at all and is never scanned word by word.
 fn pattern_families(bytes: &[u8]) -> u16 {
-    let mut families = 0u16;
-    let mut first = 0u16;
-    // Digits in the text (the digit bit of `PAIR_FIRST`, read with the same load): a card
-    // number needs at least `CARD_MIN_DIGITS` of them, and only then are runs looked for.
-    let mut digits = 0u32;
-    for &b in bytes {
-        let entry = PAIR_FIRST[usize::from(b)];
-        families |= first & PAIR_SECOND[usize::from(b)];
-        first = entry & !DIGIT_BIT;
-        digits += u32::from(entry >> 15);
+    // One load per byte: the previous byte's first-byte families, moved to the high half,
+    // meet this byte's second-byte families there.
+    let mut found = 0u32;
+    let mut previous = 0u32;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        // Eight bytes per step (the same work as the loop below, fewer loop branches).
+        let e: [u32; 8] = std::array::from_fn(|k| PAIR[usize::from(chunk[k])]);
+        found |= (previous & e[0])
+            | ((e[0] << 16) & e[1])
+            | ((e[1] << 16) & e[2])
+            | ((e[2] << 16) & e[3])
+            | ((e[3] << 16) & e[4])
+            | ((e[4] << 16) & e[5])
+            | ((e[5] << 16) & e[6])
+            | ((e[6] << 16) & e[7]);
+        previous = e[7] << 16;
     }
-    if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
-        families |= FAMILY_EXTRA;
+    for &b in chunks.remainder() {
+        let entry = PAIR[usize::from(b)];
+        found |= previous & entry;
+        previous = entry << 16;
     }
+    let mut families = (found >> 16) as u16;
+    if families & (CARD_HINT | DA_HINT | YA_HINT | FAMILY_BEARER | FAMILY_BASIC) != 0 {
+        families = confirm_word_families(bytes, families);
+    }
+    families &= !HINTS;
     // Every dotted token has two dots (`SG.<id>.<secret>`, `dp.pt.<secret>`,
     // `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`, a sentence's full stop) is not
     // enough to scan for them.
@@ -1245,15 +1323,89 @@ fn pattern_families(bytes: &[u8]) -> u16 {
         families &= !FAMILY_TOKEN_VENDOR;
     }
     // The last byte pairs with nothing: only the single-byte families.
-    families | (first & FAMILY_SINGLE)
+    families | ((previous >> 16) as u16 & FAMILY_SINGLE)
 }
 
-/// Whether `bytes` holds at least two `.`.
+/// Turns the hints of [`pattern_families`] into families (the hint bits themselves are
+/// cleared by the caller) and keeps `Bearer` and `Basic` only
+/// when their word is in the text: the word checks of [`redact_text_cow`] need the whole word
+/// (`bearer` and `basic` in any case, `dapi…` and `ya29.…` as spelled), so a text without it
+/// cannot match them.
+fn confirm_word_families(bytes: &[u8], mut families: u16) -> u16 {
+    // A card number needs a run of `CARD_MIN_DIGITS` digits; runs are looked for only when
+    // a digit is followed by a digit or a separator somewhere and the text holds that many
+    // digits.
+    if families & CARD_HINT != 0
+        && count_digits(bytes) >= CARD_MIN_DIGITS as usize
+        && has_card_run(bytes)
+    {
+        families |= FAMILY_EXTRA;
+    }
+    if families & (DA_HINT | AP_HINT) == DA_HINT | AP_HINT && contains_bytes(bytes, b"dapi", false)
+    {
+        families |= FAMILY_TOKEN_UPPER;
+    }
+    if families & YA_HINT != 0 && contains_bytes(bytes, b"ya29", false) {
+        families |= FAMILY_EXTRA;
+    }
+    if families & FAMILY_BEARER != 0 && !contains_bytes(bytes, b"bearer", true) {
+        families &= !FAMILY_BEARER;
+    }
+    if families & FAMILY_BASIC != 0 && !contains_bytes(bytes, b"basic", true) {
+        families &= !FAMILY_BASIC;
+    }
+    families
+}
+
+/// Whether `needle` (lower-case ASCII when `any_case`) occurs in `bytes`, in any ASCII case
+/// when `any_case`.
+fn contains_bytes(bytes: &[u8], needle: &[u8], any_case: bool) -> bool {
+    if any_case {
+        bytes
+            .windows(needle.len())
+            .any(|w| w[0] | 0x20 == needle[0] && w.eq_ignore_ascii_case(needle))
+    } else {
+        bytes
+            .windows(needle.len())
+            .any(|w| w[0] == needle[0] && w == needle)
+    }
+}
+
+/// The number of ASCII digits in `bytes`, eight bytes at a time.
+fn count_digits(bytes: &[u8]) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut count = 0usize;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        // Per byte, without carries between bytes (each low part is at most 0x7f, plus at
+        // most 0x50): the high bit says `low >= b'0'`, then `low > b'9'`; a byte with its own
+        // high bit set is not ASCII and never a digit.
+        let low = w & !HIGH;
+        let at_least_zero = (low + (0x80 - u64::from(b'0')) * ONES) & HIGH;
+        let above_nine = (low + (0x80 - u64::from(b'9') - 1) * ONES) & HIGH;
+        let digits = at_least_zero & !above_nine & !w & HIGH;
+        // One bit per digit byte at bit 7 of its byte: summed with a multiply (at most 8).
+        count += ((digits >> 7).wrapping_mul(ONES) >> 56) as usize;
+    }
+    count
+        + chunks
+            .remainder()
+            .iter()
+            .filter(|b| b.is_ascii_digit())
+            .count()
+}
+
+/// Whether `bytes` holds at least two `.`. The last one is looked for from the end (a
+/// sentence's full stop or a file extension is usually near it), the other with `memchr`.
 fn has_two_dots(bytes: &[u8]) -> bool {
     bytes
         .iter()
-        .position(|&b| b == b'.')
-        .is_some_and(|first| bytes[first + 1..].contains(&b'.'))
+        .rposition(|&b| b == b'.')
+        .is_some_and(|last| bytes[..last].contains(&b'.'))
 }
 
 /// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
@@ -1817,8 +1969,11 @@ struct Assignment {
     after_scheme: bool,
 }
 
-fn assignment(text: &str, after: usize) -> Option<Assignment> {
-    let bytes = text.as_bytes();
+/// The assignment operator after a key ending at `after`: the index of its `=` or `:` and
+/// whether it is `:` (header style), or `None` when there is none (then [`assignment`] is
+/// `None` too). Cheap and inlined: most words are followed by no operator.
+#[inline]
+fn assignment_operator(bytes: &[u8], after: usize) -> Option<(usize, bool)> {
     let mut k = after;
     // The key's closing quote, plain or escaped once or more (`\"key\":` inside serialized
     // JSON).
@@ -1826,11 +1981,16 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
     while matches!(bytes.get(k), Some(b' ' | b'\t')) {
         k += 1;
     }
-    let header_style = match bytes.get(k) {
-        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => false,
-        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => true,
-        _ => return None,
-    };
+    match bytes.get(k) {
+        Some(b'=') if bytes.get(k + 1) != Some(&b'=') => Some((k, false)),
+        Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => Some((k, true)),
+        _ => None,
+    }
+}
+
+fn assignment(text: &str, after: usize) -> Option<Assignment> {
+    let bytes = text.as_bytes();
+    let (mut k, header_style) = assignment_operator(bytes, after)?;
     k += 1;
     // Blanks, and in serialized text the escapes `\t`, `\n` and `\r` that stand for them.
     let blank_len = |at: usize| match bytes.get(at) {
@@ -2308,19 +2468,129 @@ pub(crate) fn redact_field_value_cow<'a>(
     Cow::Owned(mask_token(value))
 }
 
-/// [`redact_field_value_cow`] on an owned string, in place (a masked secret reuses its buffer).
-pub(crate) fn redact_field_value_in_place(
+/// What the key rules decide about one key on its own, whatever its parent: computed once per
+/// distinct key by [`KeyMemo`] (keys repeat across the records of a document).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct KeyFacts {
+    /// [`is_sensitive_key`].
+    sensitive: bool,
+    /// The key is `id` (any case): sensitive under a share parent.
+    id: bool,
+    /// The key is `code` (any case): sensitive under an OAuth or `cause` parent.
+    code: bool,
+    /// The key is `session` (any case): a workspace session path under it is kept.
+    session: bool,
+    /// [`is_app_password_key`].
+    app_password: bool,
+}
+
+impl KeyFacts {
+    /// The facts of `key`.
+    pub(crate) fn of(key: &str) -> Self {
+        Self {
+            sensitive: is_sensitive_key(key),
+            id: key.eq_ignore_ascii_case("id"),
+            code: key.eq_ignore_ascii_case("code"),
+            session: key.eq_ignore_ascii_case("session"),
+            app_password: is_app_password_key(key),
+        }
+    }
+
+    /// [`is_sensitive_key_in`] of the key these facts are about.
+    #[inline]
+    pub(crate) fn sensitive_in(self, parent_key: Option<&str>) -> bool {
+        self.sensitive
+            || (self.id && parent_key.is_some_and(is_share_parent))
+            || (self.code && parent_key.is_some_and(is_code_secret_parent))
+    }
+}
+
+/// Longest key a [`KeyMemo`] slot holds; longer keys are judged every time.
+const MEMO_KEY_MAX: usize = 24;
+
+/// Number of [`KeyMemo`] sets (a power of two); each holds two keys.
+const MEMO_SETS: usize = 32;
+
+/// The facts of no key (the contents of an empty [`KeyMemo`] slot, never read).
+const NO_FACTS: KeyFacts = KeyFacts {
+    sensitive: false,
+    id: false,
+    code: false,
+    session: false,
+    app_password: false,
+};
+
+/// A small two-way set-associative memo of [`KeyFacts`], for one walk over one document: the
+/// same few keys (`id`, `name`, `path`, …) come back in every record, and looking one up costs
+/// a fraction of judging it. A slot holds a key's bytes (`lens[slot]` of them; 0 marks an
+/// empty slot, the empty key is never remembered).
+#[derive(Debug)]
+pub(crate) struct KeyMemo {
+    lens: [u8; 2 * MEMO_SETS],
+    keys: [[u8; MEMO_KEY_MAX]; 2 * MEMO_SETS],
+    facts: [KeyFacts; 2 * MEMO_SETS],
+}
+
+impl KeyMemo {
+    /// An empty memo.
+    pub(crate) fn new() -> Self {
+        Self {
+            lens: [0; 2 * MEMO_SETS],
+            keys: [[0; MEMO_KEY_MAX]; 2 * MEMO_SETS],
+            facts: [NO_FACTS; 2 * MEMO_SETS],
+        }
+    }
+
+    /// The facts of `key` (remembered when it is short enough).
+    #[inline]
+    pub(crate) fn facts(&mut self, key: &str) -> KeyFacts {
+        let bytes = key.as_bytes();
+        let len = bytes.len();
+        if len == 0 || len > MEMO_KEY_MAX {
+            return KeyFacts::of(key);
+        }
+        // A multiplicative hash of the length and the first, middle and last bytes.
+        let mixed = u64::from(bytes[0])
+            | u64::from(bytes[len - 1]) << 8
+            | u64::from(bytes[len / 2]) << 16
+            | (len as u64) << 24;
+        let set = (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % MEMO_SETS;
+        let first = 2 * set;
+        for slot in [first, first + 1] {
+            if usize::from(self.lens[slot]) == len && self.keys[slot][..len] == *bytes {
+                return self.facts[slot];
+            }
+        }
+        let facts = KeyFacts::of(key);
+        // The second way when the first is taken and the second is free, else the first.
+        let slot = if self.lens[first] != 0 && self.lens[first + 1] == 0 {
+            first + 1
+        } else {
+            first
+        };
+        self.lens[slot] = len as u8;
+        self.keys[slot][..len].copy_from_slice(bytes);
+        self.facts[slot] = facts;
+        facts
+    }
+}
+
+/// [`redact_field_value_cow`] on an owned string, in place (a masked secret reuses its buffer),
+/// given the [`KeyFacts`] of `key`.
+#[inline]
+pub(crate) fn redact_field_value_in_place_with(
     key: &str,
+    facts: KeyFacts,
     parent_key: Option<&str>,
     cause_chain: bool,
     value: &mut String,
     config: &RedactionConfig,
 ) {
-    if !is_sensitive_key_in(key, parent_key) {
-        if let Cow::Owned(redacted) = redact_plain_field(key, value, config) {
+    if !facts.sensitive_in(parent_key) {
+        if let Cow::Owned(redacted) = redact_plain_text(facts.app_password, value, config) {
             *value = redacted;
         }
-    } else if !keeps_sensitive_value(key, parent_key, cause_chain, value) {
+    } else if !keeps_sensitive_value_with(key, facts, parent_key, cause_chain, value) {
         mask_in_place(value);
     }
 }
@@ -2328,8 +2598,18 @@ pub(crate) fn redact_field_value_in_place(
 /// The pattern layer for a value under a key that is not sensitive (plus app passwords under
 /// message-like keys).
 fn redact_plain_field<'a>(key: &str, value: &'a str, config: &RedactionConfig) -> Cow<'a, str> {
+    redact_plain_text(is_app_password_key(key), value, config)
+}
+
+/// [`redact_plain_field`] given whether the key is an app-password key.
+#[inline]
+fn redact_plain_text<'a>(
+    app_password_key: bool,
+    value: &'a str,
+    config: &RedactionConfig,
+) -> Cow<'a, str> {
     let (text, _) = redact_text_cow(value, config);
-    if !is_app_password_key(key) {
+    if !app_password_key {
         return text;
     }
     match mask_app_passwords(&text) {
@@ -2352,6 +2632,23 @@ fn keeps_sensitive_value(
         || (key.eq_ignore_ascii_case("session") && is_workspace_session_path(value))
         || (cause_chain
             && key.eq_ignore_ascii_case("code")
+            && parent_key.is_some_and(is_cause_key)
+            && TRANSPORT_ERROR_CODES.contains(&value))
+}
+
+/// [`keeps_sensitive_value`] given the [`KeyFacts`] of `key`.
+fn keeps_sensitive_value_with(
+    key: &str,
+    facts: KeyFacts,
+    parent_key: Option<&str>,
+    cause_chain: bool,
+    value: &str,
+) -> bool {
+    is_masked(value)
+        || is_own_shell_reference(key, value)
+        || (facts.session && is_workspace_session_path(value))
+        || (cause_chain
+            && facts.code
             && parent_key.is_some_and(is_cause_key)
             && TRANSPORT_ERROR_CODES.contains(&value))
 }
@@ -2534,6 +2831,116 @@ mod tests {
             "name",
         ] {
             assert!(!is_app_password_key(key), "{key}");
+        }
+    }
+
+    /// The byte-pair filter as it was before [`PAIR`] (two loads and a digit count per
+    /// byte): the oracle of [`pattern_families`].
+    fn pattern_families_reference(bytes: &[u8]) -> u16 {
+        let mut families = 0u16;
+        let mut first = 0u16;
+        let mut digits = 0u32;
+        for &b in bytes {
+            let entry = PAIR_FIRST[usize::from(b)];
+            families |= first & PAIR_SECOND[usize::from(b)];
+            first = entry & !DIGIT_BIT;
+            digits += u32::from(entry >> 15);
+        }
+        if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
+            families |= FAMILY_EXTRA;
+        }
+        if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+            families &= !FAMILY_TOKEN_VENDOR;
+        }
+        families | (first & FAMILY_SINGLE)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 4096,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Texts over the bytes the filter looks at (and a few it does not), digits and
+        /// separators in runs: the one-load filter agrees with the reference.
+        #[test]
+        fn pattern_families_match_the_reference(
+            picks in proptest::collection::vec(0usize..96, 0..48),
+        ) {
+            const ALPHABET: &[u8] = b"$=:-_./ 1234567890KSITRAJEaebBdyLGgkptxwcoUhz\\\"'\t\n{}%+@#?&";
+            const WORDS: &[&[u8]] = &[b"bearer", b"BEARER", b"Basic", b"bAsIc", b"dapi", b"ya29", b"eyJ", b"1//", b"data", b"api"];
+            let mut text = Vec::new();
+            for &p in &picks {
+                match p.checked_sub(64) {
+                    Some(w) => text.extend_from_slice(WORDS[w % WORDS.len()]),
+                    None => text.push(ALPHABET[p % ALPHABET.len()]),
+                }
+            }
+            let new = pattern_families(&text);
+            let reference = pattern_families_reference(&text);
+            let shown = String::from_utf8_lossy(&text);
+            // Never a family the pair filter alone rules out.
+            proptest::prop_assert_eq!(new & !reference, 0, "{:?}", shown);
+            // Only the families confirmed by a word can be dropped, and only when the text
+            // lacks that word.
+            let dropped = reference & !new;
+            proptest::prop_assert_eq!(
+                dropped & !(FAMILY_TOKEN_UPPER | FAMILY_EXTRA | FAMILY_BEARER | FAMILY_BASIC),
+                0,
+                "{:?}",
+                shown
+            );
+            let lower = shown.to_ascii_lowercase();
+            if dropped & FAMILY_BEARER != 0 {
+                proptest::prop_assert!(!lower.contains("bearer"), "{:?}", shown);
+            }
+            if dropped & FAMILY_BASIC != 0 {
+                proptest::prop_assert!(!lower.contains("basic"), "{:?}", shown);
+            }
+            if dropped & FAMILY_TOKEN_UPPER != 0 {
+                proptest::prop_assert!(!shown.contains("dapi"), "{:?}", shown);
+            }
+            if dropped & FAMILY_EXTRA != 0 {
+                proptest::prop_assert!(!shown.contains("ya29"), "{:?}", shown);
+            }
+        }
+    }
+
+    #[test]
+    fn digits_are_counted_in_every_byte_position() {
+        for text in [
+            "",
+            "0123456789",
+            "a0b1c2d3e4f5g6h7i8j9",
+            "/:09\u{7f}\u{80}é٣0",
+            "0000000000000000000000000000001",
+            "no digits at all here, just words",
+        ] {
+            let expected = text.bytes().filter(u8::is_ascii_digit).count();
+            assert_eq!(count_digits(text.as_bytes()), expected, "{text}");
+        }
+        let every_byte: Vec<u8> = (0..=255u8).collect();
+        assert_eq!(count_digits(&every_byte), 10);
+    }
+
+    #[test]
+    fn pattern_families_agree_on_card_shapes() {
+        for text in [
+            "4111 1111 1111 1111",
+            "4 1 1 1 1 1 1 1 1 1 1 1 1",
+            "4-1-1-1-1-1-1-1-1-1-1-1-1",
+            "4  -  1 1 1 1 1 1 1 1 1 1 1 1",
+            "user 7 with 123456789012",
+            "1234567890123",
+            "123456789012",
+            "12.34.56.78.90.12.34",
+        ] {
+            assert_eq!(
+                pattern_families(text.as_bytes()),
+                pattern_families_reference(text.as_bytes()),
+                "{text}"
+            );
         }
     }
 

@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::redact::{
-    MASK, RedactionConfig, is_cause_key, is_sensitive_key_in, redact_field_value_cow,
-    redact_field_value_in_place, redact_text_cow, redact_text_with,
+    KeyMemo, MASK, RedactionConfig, is_cause_key, is_sensitive_key_in, redact_field_value_cow,
+    redact_field_value_in_place_with, redact_text_cow, redact_text_with,
 };
 use super::tree::{CLONE_RECURSION_LIMIT, clone_iteratively, depth_at_most, drop_deep};
 
@@ -115,17 +115,27 @@ fn masks_scalar(place: Place<'_>, mode: ScalarMode) -> bool {
             .is_some_and(|k| is_sensitive_key_in(k, place.parent_key))
 }
 
-/// [`redact_scalar`] on a scalar of a copy, in place (a kept string is not copied again).
+/// [`redact_scalar`] on a scalar of a copy, in place (a kept string is not copied again). Key
+/// facts come from `memo`.
 fn redact_scalar_in_place(
     value: &mut Value,
     place: Place<'_>,
     mode: ScalarMode,
     config: &RedactionConfig,
+    memo: &mut KeyMemo,
 ) {
     match value {
         Value::String(s) => match place.key {
             Some(k) => {
-                redact_field_value_in_place(k, place.parent_key, place.cause_chain, s, config);
+                let facts = memo.facts(k);
+                redact_field_value_in_place_with(
+                    k,
+                    facts,
+                    place.parent_key,
+                    place.cause_chain,
+                    s,
+                    config,
+                );
             }
             None => {
                 if let (Cow::Owned(redacted), _) = redact_text_cow(s, config) {
@@ -134,7 +144,11 @@ fn redact_scalar_in_place(
             }
         },
         Value::Number(_) | Value::Bool(_) => {
-            if masks_scalar(place, mode) {
+            if mode == ScalarMode::Result
+                && place
+                    .key
+                    .is_some_and(|k| memo.facts(k).sensitive_in(place.parent_key))
+            {
                 *value = Value::String(MASK.to_owned());
             }
         }
@@ -146,8 +160,9 @@ fn redact_scalar_in_place(
 /// and walked by recursion (both bounded by [`CLONE_RECURSION_LIMIT`]); deeper ones are
 /// copied and walked with an explicit stack.
 fn redact_tree(value: &Value, mode: ScalarMode, config: &RedactionConfig) -> Value {
+    let mut memo = KeyMemo::new();
     let visit = |place: Place<'_>, node: &mut Value| {
-        redact_scalar_in_place(node, place, mode, config);
+        redact_scalar_in_place(node, place, mode, config, &mut memo);
     };
     if depth_at_most(value, CLONE_RECURSION_LIMIT) {
         let mut out = value.clone();

@@ -2,12 +2,13 @@
 //! `docs/lifecycle.md`, "Batched heartbeats").
 //!
 //! PostgreSQL renews a whole batch with one statement whatever its size: `UPDATE … FROM
-//! unnest(keys, tokens, expiries) WITH ORDINALITY … RETURNING` the renewed positions,
-//! aggregated into one array. The three lists travel as three text parameters split on the
-//! server (`string_to_array`), not as thousands of placeholders or per-element values: one
-//! statement text (prepared once per connection), three allocations on the client instead of
-//! several per lease, one result row instead of one per lease. The join probes the primary
-//! key (an index nested loop). One statement is one transaction (autocommit).
+//! unnest(keys, tokens[, expiries]) WITH ORDINALITY … RETURNING` the renewed positions,
+//! aggregated into one row. The lists travel as text parameters split on the server
+//! (`string_to_array`), not as thousands of placeholders or per-element values: one statement
+//! text (prepared once per connection), a few allocations per batch on the client instead of
+//! several per lease, one result row instead of one per lease. A batch whose renewals share
+//! one expiry (the lifecycle's batches do) sends it once instead of a list. The join probes
+//! the primary key (an index nested loop). One statement is one transaction (autocommit).
 //!
 //! SQLite keeps `UPDATE … WHERE namespace = ? AND key IN (…) AND (key, lease_token) IN
 //! (VALUES …) RETURNING key, lease_token` per 1,000 leases inside one `BEGIN IMMEDIATE`
@@ -21,6 +22,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Value};
 use tether_core::{Error, LeaseRenewal, Namespace, Timestamp};
@@ -37,10 +39,11 @@ const SEPARATOR: char = '\n';
 
 /// The PostgreSQL renewal: `$1` now (renewal time and liveness bound), `$2` namespace, `$3`
 /// keys, `$4` tokens (both [`SEPARATOR`]-separated), `$5` new expiries (comma-separated
-/// milliseconds), position `i` of each list belonging together. Answers one row: the
-/// 1-based positions renewed, comma-separated (`NULL` when none; text rather than an array, so
-/// that decoding needs no array support in the driver build). The `key` column is `COLLATE "C"`, which
-/// wins over the default collation of the split text, so the join probes the primary key.
+/// milliseconds), position `i` of each list belonging together. Answers one row: how many
+/// leases were renewed (`renewed`) and the 1-based positions renewed, comma-separated
+/// (`positions`, `NULL` when none; text rather than an array, so that decoding needs no array
+/// support in the driver build). The `key` column is `COLLATE "C"`, which wins over the
+/// default collation of the split text, so the join probes the primary key.
 const PG_RENEW: &str = "WITH renewed AS (UPDATE binding_records AS b \
      SET lease_expires_at = v.expires_at, lease_renewed_at = $1, revision = b.revision + 1 \
      FROM unnest(string_to_array($3, E'\\n'), string_to_array($4, E'\\n'), \
@@ -48,7 +51,77 @@ const PG_RENEW: &str = "WITH renewed AS (UPDATE binding_records AS b \
      WHERE b.namespace = $2 AND b.key = v.key AND b.lease_token = v.token \
      AND b.lease_expires_at > $1 AND (b.expires_at IS NULL OR b.expires_at > $1) \
      RETURNING v.i) \
-     SELECT string_agg(i::text, ',') AS positions FROM renewed";
+     SELECT count(*) AS renewed, string_agg(i::text, ',') AS positions FROM renewed";
+
+/// [`PG_RENEW`] for a batch whose renewals share one expiry: `$5` is that expiry (milliseconds)
+/// instead of a list.
+const PG_RENEW_AT: &str = "WITH renewed AS (UPDATE binding_records AS b \
+     SET lease_expires_at = $5, lease_renewed_at = $1, revision = b.revision + 1 \
+     FROM unnest(string_to_array($3, E'\\n'), string_to_array($4, E'\\n')) \
+     WITH ORDINALITY AS v(key, token, i) \
+     WHERE b.namespace = $2 AND b.key = v.key AND b.lease_token = v.token \
+     AND b.lease_expires_at > $1 AND (b.expires_at IS NULL OR b.expires_at > $1) \
+     RETURNING v.i) \
+     SELECT count(*) AS renewed, string_agg(i::text, ',') AS positions FROM renewed";
+
+/// The hasher of the in-batch index of `(key, token)` pairs: a multiply-rotate hash over
+/// eight bytes at a time (the std SipHash costs more than the rest of a pair's encoding). Not
+/// resistant to chosen collisions, which only this process's own owners could choose.
+#[derive(Default)]
+struct PairHasher(u64);
+
+impl PairHasher {
+    const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::SEED);
+    }
+}
+
+impl Hasher for PairHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(word));
+        }
+        let rest = chunks.remainder();
+        let mut word = [0u8; 8];
+        word[..rest.len()].copy_from_slice(rest);
+        // The length keeps `"ab" + "c"` and `"a" + "bc"` apart.
+        self.add(u64::from_le_bytes(word) ^ ((bytes.len() as u64) << 56));
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// The 0-based positions in `text`, the `positions` answer of [`PG_RENEW`] (1-based,
+/// comma-separated; empty for none), each checked to be below `len`. Allocation-free.
+fn renewed_positions(text: &str, len: usize) -> impl Iterator<Item = Result<usize, Error>> + '_ {
+    text.split(',')
+        .filter(|p| !p.is_empty())
+        .map(move |position| {
+            position
+                .parse::<usize>()
+                .ok()
+                .and_then(|p| p.checked_sub(1))
+                .filter(|i| *i < len)
+                .ok_or_else(|| {
+                    Error::other(format!("the lease renewal returned position {position:?}"))
+                })
+        })
+}
 
 impl Store {
     /// [`BindingStore::renew_leases`](tether_core::BindingStore::renew_leases) in one writer
@@ -84,76 +157,46 @@ impl Store {
         renewals: &[LeaseRenewal],
         now: Timestamp,
     ) -> Result<Vec<bool>, Error> {
-        // Distinct (key, token) pairs in first-seen order, each with its latest expiry; `slot`
-        // maps every renewal to its pair.
-        let mut index: HashMap<(&str, &str), usize> = HashMap::with_capacity(renewals.len());
-        let mut pairs: Vec<(&LeaseRenewal, i64)> = Vec::with_capacity(renewals.len());
-        let mut slot = Vec::with_capacity(renewals.len());
-        for r in renewals {
-            let (key, token) = (r.key.as_str(), r.token.as_str());
-            if key.contains(SEPARATOR) || token.contains(SEPARATOR) {
-                return Err(Error::other(format!(
-                    "cannot renew the lease of {key}: a control character in its key or token"
-                )));
+        let batch = PgBatch::encode(renewals)?;
+        let mut values: Vec<Value> = Vec::with_capacity(5);
+        values.push(now.as_millis().into());
+        values.push(ns.as_str().into());
+        values.push(batch.keys.into());
+        values.push(batch.tokens.into());
+        let sql = match batch.expiries {
+            PgExpiries::One(at) => {
+                values.push(at.into());
+                PG_RENEW_AT
             }
-            let at = r.expires_at.as_millis();
-            let next = pairs.len();
-            let i = *index.entry((key, token)).or_insert(next);
-            if i == next {
-                pairs.push((r, at));
-            } else {
-                pairs[i].1 = pairs[i].1.max(at);
+            PgExpiries::Each(list) => {
+                values.push(list.into());
+                PG_RENEW
             }
-            slot.push(i);
-        }
-        drop(index);
-        let text_len: usize = pairs
-            .iter()
-            .map(|(r, _)| r.key.as_str().len() + r.token.as_str().len() + 2)
-            .sum();
-        let mut keys = String::with_capacity(text_len);
-        let mut tokens = String::with_capacity(text_len);
-        let mut expiries = String::with_capacity(pairs.len() * 15);
-        for (n, (r, at)) in pairs.iter().enumerate() {
-            if n > 0 {
-                keys.push(SEPARATOR);
-                tokens.push(SEPARATOR);
-                expiries.push(',');
-            }
-            keys.push_str(r.key.as_str());
-            tokens.push_str(r.token.as_str());
-            let _ = write!(expiries, "{at}");
-        }
-        let values: Vec<Value> = vec![
-            now.as_millis().into(),
-            ns.as_str().into(),
-            keys.into(),
-            tokens.into(),
-            expiries.into(),
-        ];
+        };
         let row = self
             .connection()
-            .query_one_raw(self.stmt(PG_RENEW, values))
+            .query_one_raw(self.stmt(sql, values))
             .await
             .map_err(super::autocommit_error)?
             .ok_or_else(|| Error::other("the lease renewal returned no row"))?;
-        let positions: Option<String> = row.try_get("", "positions").map_err(db_error)?;
-        let mut renewed = vec![false; pairs.len()];
-        for position in positions.as_deref().unwrap_or("").split(',') {
-            if position.is_empty() {
-                continue;
+        let count: i64 = row.try_get("", "renewed").map_err(db_error)?;
+        let renewed = if usize::try_from(count).ok() == Some(batch.pairs) {
+            // Each pair matches at most one row and each row at most one pair (pairs are
+            // distinct, rows are keyed by namespace and key): as many positions as pairs are
+            // all of them.
+            vec![true; batch.pairs]
+        } else {
+            let positions: Option<String> = row.try_get("", "positions").map_err(db_error)?;
+            let mut renewed = vec![false; batch.pairs];
+            for i in renewed_positions(positions.as_deref().unwrap_or(""), batch.pairs) {
+                renewed[i?] = true;
             }
-            let i = position
-                .parse::<usize>()
-                .ok()
-                .and_then(|p| p.checked_sub(1))
-                .filter(|i| *i < renewed.len())
-                .ok_or_else(|| {
-                    Error::other(format!("the lease renewal returned position {position:?}"))
-                })?;
-            renewed[i] = true;
-        }
-        Ok(slot.into_iter().map(|i| renewed[i]).collect())
+            renewed
+        };
+        Ok(match batch.slot {
+            None => renewed,
+            Some(slot) => slot.into_iter().map(|i| renewed[i]).collect(),
+        })
     }
 
     async fn renew_in(
@@ -235,8 +278,110 @@ impl Store {
     }
 }
 
+/// The parameters of one PostgreSQL renewal ([`PG_RENEW`] or [`PG_RENEW_AT`]).
+#[derive(Debug)]
+struct PgBatch {
+    /// The distinct keys, [`SEPARATOR`]-separated.
+    keys: String,
+    /// Their tokens, likewise.
+    tokens: String,
+    expiries: PgExpiries,
+    /// How many distinct `(key, token)` pairs.
+    pairs: usize,
+    /// Each renewal's pair, when some pair was given more than once (else renewal `i` is
+    /// pair `i`).
+    slot: Option<Vec<usize>>,
+}
+
+/// The new expiries of a [`PgBatch`], in milliseconds.
+#[derive(Debug, PartialEq, Eq)]
+enum PgExpiries {
+    /// Every pair's.
+    One(i64),
+    /// Pair by pair, comma-separated.
+    Each(String),
+}
+
+impl PgBatch {
+    /// Encodes `renewals` (not empty): distinct `(key, token)` pairs in first-seen order, each
+    /// with its latest expiry. A key or token containing [`SEPARATOR`] is refused.
+    fn encode(renewals: &[LeaseRenewal]) -> Result<Self, Error> {
+        let (keys_len, tokens_len) = renewals.iter().fold((0, 0), |(k, t), r| {
+            (k + r.key.as_str().len() + 1, t + r.token.as_str().len() + 1)
+        });
+        let mut keys = String::with_capacity(keys_len);
+        let mut tokens = String::with_capacity(tokens_len);
+        // Each pair's renewal (its first) and latest expiry.
+        let mut pairs: Vec<(&LeaseRenewal, i64)> = Vec::with_capacity(renewals.len());
+        let mut index: HashMap<(&str, &str), usize, BuildHasherDefault<PairHasher>> =
+            HashMap::with_capacity_and_hasher(renewals.len(), BuildHasherDefault::default());
+        let mut slot: Option<Vec<usize>> = None;
+        for (n, r) in renewals.iter().enumerate() {
+            let (key, token) = (r.key.as_str(), r.token.as_str());
+            let at = r.expires_at.as_millis();
+            let next = pairs.len();
+            let i = *index.entry((key, token)).or_insert(next);
+            if i == next {
+                if next > 0 {
+                    keys.push(SEPARATOR);
+                    tokens.push(SEPARATOR);
+                }
+                keys.push_str(key);
+                tokens.push_str(token);
+                pairs.push((r, at));
+            } else {
+                pairs[i].1 = pairs[i].1.max(at);
+                slot.get_or_insert_with(|| (0..n).collect());
+            }
+            if let Some(slot) = &mut slot {
+                slot.push(i);
+            }
+        }
+        drop(index);
+        // One pass over each list instead of one search per key and token: separators are
+        // exactly those put between the pairs unless some key or token holds one.
+        let separators = pairs.len().saturating_sub(1);
+        if count_separators(&keys) != separators || count_separators(&tokens) != separators {
+            let culprit = pairs.iter().map(|(r, _)| r).find(|r| {
+                r.key.as_str().contains(SEPARATOR) || r.token.as_str().contains(SEPARATOR)
+            });
+            let key = culprit.map_or("", |r| r.key.as_str());
+            return Err(Error::other(format!(
+                "cannot renew the lease of {key}: a control character in its key or token"
+            )));
+        }
+        let first = pairs.first().map_or(0, |(_, at)| *at);
+        let expiries = if pairs.iter().all(|(_, at)| *at == first) {
+            PgExpiries::One(first)
+        } else {
+            let mut list = String::with_capacity(pairs.len() * 15);
+            for (n, (_, at)) in pairs.iter().enumerate() {
+                if n > 0 {
+                    list.push(',');
+                }
+                let _ = write!(list, "{at}");
+            }
+            PgExpiries::Each(list)
+        };
+        Ok(Self {
+            keys,
+            tokens,
+            expiries,
+            pairs: pairs.len(),
+            slot,
+        })
+    }
+}
+
+/// How many [`SEPARATOR`]s `text` holds.
+fn count_separators(text: &str) -> usize {
+    let separator = SEPARATOR as u8;
+    text.as_bytes().iter().filter(|b| **b == separator).count()
+}
+
 #[cfg(test)]
 mod tests {
+    use std::hash::BuildHasher as _;
     use std::sync::Arc;
     use std::time::Duration;
 
@@ -390,6 +535,148 @@ mod tests {
         };
         let (store, ns) = seeded(db.url(), 2).await;
         check_repeats(&store, &ns).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+
+    fn renewal(key: &str, token: &str, at: i64) -> LeaseRenewal {
+        LeaseRenewal {
+            key: BindingKey::conversation(&BindingId::new(key).unwrap()),
+            token: LeaseToken::new(token).unwrap(),
+            expires_at: Timestamp::from_millis(at),
+        }
+    }
+
+    #[test]
+    fn a_batch_encodes_distinct_pairs_once_with_their_shared_expiry() {
+        let renewals = [
+            renewal("a,b", "t,1", 9_000),
+            renewal("ключ ü 🔑", "tök", 9_000),
+            renewal("c", "t 3", 9_000),
+        ];
+        let batch = PgBatch::encode(&renewals).unwrap();
+        assert_eq!(
+            batch.keys,
+            "conversation:a,b\nconversation:ключ ü 🔑\nconversation:c"
+        );
+        assert_eq!(batch.tokens, "t,1\ntök\nt 3");
+        assert_eq!(batch.expiries, PgExpiries::One(9_000));
+        assert_eq!(batch.pairs, 3);
+        assert!(
+            batch.slot.is_none(),
+            "no pair repeated: renewal i is pair i"
+        );
+    }
+
+    #[test]
+    fn a_batch_lists_differing_expiries_and_maps_repeats_to_their_pair() {
+        let renewals = [
+            renewal("a", "t0", 30_000),
+            renewal("a", "t7", 40_000),
+            renewal("b", "t0", -5),
+            renewal("a", "t0", 50_000),
+            renewal("a", "t7", 20_000),
+        ];
+        let batch = PgBatch::encode(&renewals).unwrap();
+        assert_eq!(batch.keys, "conversation:a\nconversation:a\nconversation:b");
+        assert_eq!(batch.tokens, "t0\nt7\nt0");
+        assert_eq!(
+            batch.expiries,
+            PgExpiries::Each("50000,40000,-5".to_owned()),
+            "each pair's latest expiry"
+        );
+        assert_eq!(batch.pairs, 3);
+        assert_eq!(batch.slot, Some(vec![0, 1, 2, 0, 1]));
+    }
+
+    #[test]
+    fn separators_are_counted_in_the_joined_lists() {
+        assert_eq!(count_separators(""), 0);
+        assert_eq!(count_separators("a\nb,c\n\nü"), 3);
+    }
+
+    #[test]
+    fn the_pair_hasher_tells_apart_pairs_split_differently() {
+        let hash = |key: &str, token: &str| {
+            BuildHasherDefault::<PairHasher>::default().hash_one((key, token))
+        };
+        assert_eq!(hash("conversation:a", "t"), hash("conversation:a", "t"));
+        assert_ne!(hash("ab", "c"), hash("a", "bc"));
+        assert_ne!(hash("conversation:a", "t"), hash("conversation:b", "t"));
+        assert_ne!(hash("12345678", ""), hash("1234567", "8"));
+    }
+
+    #[test]
+    fn renewed_positions_are_one_based_and_checked() {
+        let parse = |text: &str, len: usize| -> Result<Vec<usize>, Error> {
+            renewed_positions(text, len).collect()
+        };
+        assert_eq!(parse("", 3).unwrap(), Vec::<usize>::new());
+        assert_eq!(parse("3,1", 3).unwrap(), vec![2, 0]);
+        assert!(parse("4", 3).is_err(), "past the batch");
+        assert!(parse("0", 3).is_err(), "positions start at 1");
+        assert!(parse("1,x", 3).is_err());
+    }
+
+    /// Keys and tokens with commas, spaces and non-ASCII characters renew exactly (the lists
+    /// are split on newlines only), beside a refused foreign token.
+    async fn check_unusual_keys(store: &Store) {
+        let ns = Namespace::new("renew_unusual").unwrap();
+        store
+            .register_namespace(NamespaceConfig::new(ns.clone()))
+            .await
+            .unwrap();
+        let names = [("a,b", "t,1"), ("ключ ü 🔑", "tök 2"), ("a", "b,t,1")];
+        for (key, token) in names {
+            let r = renewal(key, token, 10_000);
+            let row = RowWrite {
+                value: b"{}".to_vec(),
+                lease: Some(LeaseWrite {
+                    token: r.token.clone(),
+                    expires_at: r.expires_at,
+                    holder: None,
+                }),
+            };
+            assert!(
+                store
+                    .register_if_absent(&ns, &r.key, row, None)
+                    .await
+                    .unwrap()
+            );
+        }
+        let mut renewals: Vec<LeaseRenewal> = names
+            .iter()
+            .map(|(key, token)| renewal(key, token, 20_000))
+            .collect();
+        // "a" under "b,t,1" is not "a,b" under "t,1".
+        renewals.push(renewal("a", "t,1", 20_000));
+        let renewed = store
+            .renew_leases(&ns, &renewals, Timestamp::from_millis(5_000))
+            .await
+            .unwrap();
+        assert_eq!(renewed, vec![true, true, true, false]);
+        for r in &renewals[..3] {
+            let row = store.lookup(&ns, &r.key).await.unwrap().unwrap();
+            let lease = row.lease.unwrap();
+            assert_eq!(lease.expires_at, Timestamp::from_millis(20_000));
+            assert_eq!(lease.token, r.token);
+        }
+    }
+
+    #[tokio::test]
+    async fn sqlite_batch_renews_keys_with_commas_and_unicode() {
+        let (store, _) = seeded("sqlite::memory:", 1).await;
+        check_unusual_keys(&store).await;
+    }
+
+    #[cfg(feature = "test-support")]
+    #[tokio::test]
+    async fn postgres_batch_renews_keys_with_commas_and_unicode() {
+        let Some(db) = crate::testing::PgTestDatabase::create("renew_unusual").await else {
+            return;
+        };
+        let (store, _) = seeded(db.url(), 1).await;
+        check_unusual_keys(&store).await;
         store.close().await.unwrap();
         db.cleanup().await;
     }

@@ -10,5 +10,7 @@ mod properties;
 mod recorder_paths;
 mod redaction;
 mod sanitize;
+mod sanitize_corpus;
+mod sanitize_differential;
 mod spawn;
 mod terminal;
