@@ -188,26 +188,15 @@ fn batch_sql(backend: DbBackend, n: usize) -> String {
         }
         rows.push(')');
     }
-    let names = [
-        "namespace",
-        "key",
-        "value",
-        "revision",
-        "token",
-        "lease_expires_at",
-        "lease_acquired_at",
-        "lease_renewed_at",
-        "holder",
-        "created_at",
-        "expires_at",
-        "expected",
-        "now",
-        "new_epoch",
-    ];
+    // The `VALUES` columns: the key, the set columns under their own names, then the guard.
+    let names: Vec<&str> = ["namespace", "key"]
+        .into_iter()
+        .chain(SET_COLUMNS)
+        .chain(["expected", "now", "new_epoch"])
+        .collect();
     let set = SET_COLUMNS
         .iter()
-        .zip(&names[2..11])
-        .map(|(column, v)| format!("{column} = v.{v}"))
+        .map(|column| format!("{column} = v.{column}"))
         .collect::<Vec<_>>()
         .join(", ");
     let from = if backend == DbBackend::Postgres {
