@@ -547,18 +547,21 @@ mod tests {
         survivor.await.unwrap().expect("the other lease survived");
     }
 
+    /// An owner of key `i` holding its lease until `expires_at` (ms).
+    fn owner_expiring(i: usize, expires_at: i64) -> Arc<OwnerState> {
+        let owner = Arc::new(OwnerState::new(
+            key(i),
+            LeaseToken::new(format!("t-{i}")).unwrap(),
+            None,
+        ));
+        owner.record_lease(Timestamp::from_millis(expires_at), None);
+        owner
+    }
+
     #[test]
     fn the_plan_takes_due_owners_nearest_expiry_first() {
         let batch = BatchRenewal::default();
-        let owner = |i: usize, expires_at: i64| {
-            let owner = Arc::new(OwnerState::new(
-                key(i),
-                LeaseToken::new(format!("t-{i}")).unwrap(),
-                None,
-            ));
-            owner.record_lease(Timestamp::from_millis(expires_at), None);
-            owner
-        };
+        let owner = owner_expiring;
         let failed = owner(4, 100);
         failed.fail(Error::other("lost"));
         {
@@ -592,15 +595,7 @@ mod tests {
     #[test]
     fn the_plan_parks_owners_not_held_and_drops_released_ones() {
         let batch = BatchRenewal::default();
-        let owner = |i: usize, expires_at: i64| {
-            let owner = Arc::new(OwnerState::new(
-                key(i),
-                LeaseToken::new(format!("t-{i}")).unwrap(),
-                None,
-            ));
-            owner.record_lease(Timestamp::from_millis(expires_at), None);
-            owner
-        };
+        let owner = owner_expiring;
         let (settling, released, held) = (owner(0, 100), owner(1, 100), owner(2, 200));
         {
             let mut state = batch.lock();

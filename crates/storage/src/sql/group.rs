@@ -266,9 +266,10 @@ struct Batch {
 /// The single-statement writes of a batch ([`Member::finish_observed`]) and what became of them.
 #[derive(Debug, Default)]
 struct Sets {
+    /// Handed over and not yet written (taken out when the batch writes them).
     writes: Vec<ObservedSet>,
-    /// Per write, once written: the epoch it left on its row, `None` when its row moved, or
-    /// its own error.
+    /// Per write, in the order handed over, once written: the epoch it left on its row, `None`
+    /// when its row moved, or its own error.
     applied: Vec<SetResult>,
     /// The error of the statement that wrote them, when it failed.
     failed: Option<Error>,
@@ -726,7 +727,6 @@ async fn write_sets(store: &Store, tx: &WriteTx, batch: &Batch) -> Result<(), Er
     }
     .await;
     let mut sets = batch.sets();
-    sets.writes = writes;
     match written {
         Ok((applied, events)) => {
             sets.applied = applied;

@@ -274,6 +274,33 @@ fn direct(store: &Store, ns: &Namespace, clock: &FakeClock) -> Lc {
     .unwrap()
 }
 
+/// Runs `body` over a store on a SQLite file with a fake clock.
+async fn on_fake_clock_sqlite<Fut: std::future::Future<Output = ()>>(
+    body: impl FnOnce(Store, FakeClock) -> Fut,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/tether.db", dir.path().display());
+    let clock = FakeClock::new(START);
+    let store = open(&url, Arc::new(clock.clone())).await;
+    body(store, clock).await;
+}
+
+/// Runs `body` over a store on a fresh PostgreSQL database named after `name`, with a fake
+/// clock (skipped when no server answers, unless `TETHER_REQUIRE_PG=1`).
+async fn on_fake_clock_postgres<Fut: std::future::Future<Output = ()>>(
+    name: &str,
+    body: impl FnOnce(Store, FakeClock) -> Fut,
+) {
+    let Some(db) = PgTestDatabase::create(name).await else {
+        return;
+    };
+    let clock = FakeClock::new(START);
+    let store = open(db.url(), Arc::new(clock.clone())).await;
+    body(store.clone(), clock).await;
+    let _ = store.close().await;
+    db.cleanup().await;
+}
+
 /// An owner's writes start from the row its previous write left (no read in between). That
 /// remembered row goes stale when someone else writes: after a renewal it had not seen (its
 /// remembered lease expiry has passed, the stored one has not) the owner still writes, and
@@ -388,23 +415,16 @@ async fn reused_observation_is_confirmed_by_the_store(store: Store, clock: FakeC
 
 #[tokio::test]
 async fn lifecycle_reused_observation_is_confirmed_by_the_store_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/tether.db", dir.path().display());
-    let clock = FakeClock::new(START);
-    let store = open(&url, Arc::new(clock.clone())).await;
-    reused_observation_is_confirmed_by_the_store(store, clock).await;
+    on_fake_clock_sqlite(reused_observation_is_confirmed_by_the_store).await;
 }
 
 #[tokio::test]
 async fn lifecycle_reused_observation_is_confirmed_by_the_store_postgres() {
-    let Some(db) = PgTestDatabase::create("harness_reuse").await else {
-        return;
-    };
-    let clock = FakeClock::new(START);
-    let store = open(db.url(), Arc::new(clock.clone())).await;
-    reused_observation_is_confirmed_by_the_store(store.clone(), clock).await;
-    let _ = store.close().await;
-    db.cleanup().await;
+    on_fake_clock_postgres(
+        "harness_reuse",
+        reused_observation_is_confirmed_by_the_store,
+    )
+    .await;
 }
 
 /// An acquisition after this instance released the key starts from the row the release left
@@ -489,21 +509,14 @@ async fn free_row_after_release_is_confirmed_by_the_store(store: Store, clock: F
 
 #[tokio::test]
 async fn lifecycle_free_row_after_release_is_confirmed_by_the_store_sqlite() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}/tether.db", dir.path().display());
-    let clock = FakeClock::new(START);
-    let store = open(&url, Arc::new(clock.clone())).await;
-    free_row_after_release_is_confirmed_by_the_store(store, clock).await;
+    on_fake_clock_sqlite(free_row_after_release_is_confirmed_by_the_store).await;
 }
 
 #[tokio::test]
 async fn lifecycle_free_row_after_release_is_confirmed_by_the_store_postgres() {
-    let Some(db) = PgTestDatabase::create("harness_free_row").await else {
-        return;
-    };
-    let clock = FakeClock::new(START);
-    let store = open(db.url(), Arc::new(clock.clone())).await;
-    free_row_after_release_is_confirmed_by_the_store(store.clone(), clock).await;
-    let _ = store.close().await;
-    db.cleanup().await;
+    on_fake_clock_postgres(
+        "harness_free_row",
+        free_row_after_release_is_confirmed_by_the_store,
+    )
+    .await;
 }
