@@ -11,7 +11,7 @@ use tether_core::{
     ObservedOutcome, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
-use super::observed::{EPOCH_FROM_SQL, ObservedSet};
+use super::observed::{EPOCH_FROM_SQL, EVENT_COLUMNS, ObservedSet};
 use super::{End, Store, db_error, micros, to_i64};
 use crate::events::{LeaseEventKind, PendingEvent};
 use crate::plan;
@@ -254,9 +254,7 @@ impl Store {
     ) -> Result<(), Error> {
         const COLUMNS: usize = 9;
         for chunk in rows.chunks(100) {
-            let mut sql = String::from(
-                "INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us) VALUES ",
-            );
+            let mut sql = format!("INSERT INTO lease_events ({EVENT_COLUMNS}) VALUES ");
             let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
             for (i, row) in chunk.iter().enumerate() {
                 let base = i * COLUMNS;
@@ -665,8 +663,8 @@ impl Store {
             drop(slot);
             return written.map_err(|e| super::for_key(&key, super::autocommit_error(e)));
         }
-        // SQLite with a new epoch or events: the update reports the epoch it wrote, then the
-        // events are written, in a transaction of its own.
+        // SQLite with a new epoch or events: the update reports the epoch it wrote and the
+        // events follow it in the same call, in a transaction of its own.
         let tx = match slot {
             Some(slot) => self.begin_in_slot(slot).await,
             None => self.begin_write().await,
@@ -675,14 +673,15 @@ impl Store {
         let (sql, values) = set.alone(self.inner.backend, true);
         let stmt = self.stmt(&sql, values);
         let result = async {
-            let found = tx.query_one_raw(stmt).await.map_err(db_error)?;
+            // Every row answered is the update's (the event insert answers none).
+            let found = tx.query_all_raw(stmt).await.map_err(db_error)?;
             let Some(epoch) = found
+                .first()
                 .map(|r| r.try_get::<i64>("", "lease_epoch").map_err(db_error))
                 .transpose()?
             else {
                 return Ok((None, End::Rollback));
             };
-            self.insert_event_rows(&tx, &set.event_rows(epoch)?).await?;
             Ok((Some(Some(epoch)), End::Commit))
         }
         .await;

@@ -165,6 +165,13 @@ where
     C: sea_orm::sqlx::Connection,
 {
     Box::pin(async move {
+        if !conn.is_in_transaction() {
+            // The common case: the connection's transactions ended (or it ran autocommit
+            // statements only). Nothing to flush here: the pool pings every connection it
+            // takes back right after this check.
+            return Ok(true);
+        }
+        // A transaction dropped without its end queued its rollback: flush it, then look again.
         conn.ping().await?;
         if conn.is_in_transaction() {
             tracing::warn!(
@@ -174,4 +181,62 @@ where
         }
         Ok(true)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use sea_orm::{ConnectionTrait, Statement, TransactionTrait};
+
+    use super::super::{Store, StoreOptions};
+
+    /// The release check skips its flush when the connection left no transaction behind, but
+    /// a transaction dropped without its end still releases the database: its rollback is
+    /// flushed when the connection goes back to the pool, not when it is next used. With one
+    /// pooled connection that then sits idle, a second store on the same file (another
+    /// process, say) can write at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_transaction_frees_the_sqlite_write_lock_when_its_connection_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let store = Store::open_with(StoreOptions::new(&url).max_connections(1))
+            .await
+            .unwrap();
+        let other = Store::open_with(
+            StoreOptions::new(&url)
+                .max_connections(1)
+                .busy_timeout(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap();
+        let db = &store.inner.db;
+        let stmt = |sql: &str| Statement::from_string(db.get_database_backend(), sql.to_owned());
+        db.execute_raw(stmt("CREATE TABLE probe (n INTEGER)"))
+            .await
+            .unwrap();
+
+        let tx = db.begin().await.unwrap();
+        tx.execute_raw(stmt("INSERT INTO probe VALUES (1)"))
+            .await
+            .unwrap();
+        drop(tx);
+        // Give the pool's release task its turn, then write from the other store.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let odb = &other.inner.db;
+        odb.execute_raw(Statement::from_string(
+            odb.get_database_backend(),
+            "INSERT INTO probe VALUES (2)".to_owned(),
+        ))
+        .await
+        .expect("the dropped transaction no longer holds the write lock");
+
+        // Nothing of the dropped transaction was kept, and the connection serves again.
+        let rows = db
+            .query_all_raw(stmt("SELECT n FROM probe ORDER BY n"))
+            .await
+            .unwrap();
+        let ns: Vec<i64> = rows.iter().map(|r| r.try_get("", "n").unwrap()).collect();
+        assert_eq!(ns, vec![2]);
+    }
 }

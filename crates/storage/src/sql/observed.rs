@@ -37,6 +37,10 @@ const SET_COLUMNS: [&str; 9] = [
     "expires_at",
 ];
 
+/// The columns of a lease event row, as the statements here insert them.
+pub(crate) const EVENT_COLUMNS: &str =
+    "namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us";
+
 /// PostgreSQL types of one `VALUES` row of the batch statement: the key, the set columns, the
 /// expected revision, the writer's clock reading and whether a new epoch is counted up.
 const PG_ROW_TYPES: [&str; 14] = [
@@ -97,27 +101,33 @@ impl ObservedSet {
         (sql, values)
     }
 
-    /// The statement of this write alone. On PostgreSQL it inserts the lease events too (a
-    /// data-modifying `WITH`) and answers the row's `lease_epoch` when it applied; on SQLite it
-    /// is the bare `UPDATE`, with `RETURNING lease_epoch` when `returning`.
+    /// The statement of this write alone, one round trip. On PostgreSQL it inserts the lease
+    /// events too (a data-modifying `WITH`) and answers the row's `lease_epoch` when it
+    /// applied. On SQLite it is the bare `UPDATE`, with `RETURNING lease_epoch` when
+    /// `returning`, followed (when the write has events) by a second statement in the same
+    /// call that inserts them only if that `UPDATE` changed the row (`changes()`: the rows
+    /// changed by the last completed write statement of the connection); run it inside a
+    /// transaction so that both land or neither.
     pub(crate) fn alone(&self, backend: DbBackend, returning: bool) -> (String, Vec<Value>) {
         let (update, mut values) = self.update();
-        if backend != DbBackend::Postgres {
-            let sql = if returning {
-                format!("{update} RETURNING lease_epoch")
-            } else {
-                update
-            };
-            return (sql, values);
+        let postgres = backend == DbBackend::Postgres;
+        let mut sql = if postgres {
+            format!("WITH w AS ({update} RETURNING lease_epoch)")
+        } else if returning {
+            format!("{update} RETURNING lease_epoch")
+        } else {
+            return (update, values);
+        };
+        if !postgres && !self.events.is_empty() {
+            sql.push_str(&format!("; INSERT INTO lease_events ({EVENT_COLUMNS}) "));
         }
-        let mut sql = format!("WITH w AS ({update} RETURNING lease_epoch)");
         for (i, event) in self.events.iter().enumerate() {
             let mut param = |value: Value| {
                 values.push(value);
                 format!("${}", values.len())
             };
             let epoch = if event.epoch == Some(EPOCH_FROM_SQL) {
-                "w.lease_epoch".to_owned()
+                "lease_epoch".to_owned()
             } else {
                 param(Value::from(event.epoch.map(|e| to_i64(e.get()))))
             };
@@ -128,13 +138,26 @@ impl ObservedSet {
             let other = param(Value::from(event.other_token_prefix.clone()));
             let holder = param(Value::from(event.holder.clone()));
             let latency = param(Value::from(latency));
-            sql.push_str(&format!(
-                ", e{i} AS (INSERT INTO lease_events (namespace, key, kind, epoch, token_prefix, \
-                 other_token_prefix, holder, at, latency_us) \
-                 SELECT $1, $2, {kind}, {epoch}, {token}, {other}, {holder}, $13, {latency} FROM w)"
-            ));
+            let select = format!(
+                "SELECT $1, $2, {kind}, {epoch}, {token}, {other}, {holder}, $13, {latency}"
+            );
+            if postgres {
+                sql.push_str(&format!(
+                    ", e{i} AS (INSERT INTO lease_events ({EVENT_COLUMNS}) {select} FROM w)"
+                ));
+            } else {
+                if i > 0 {
+                    sql.push_str(" UNION ALL ");
+                }
+                sql.push_str(&format!(
+                    "{select} FROM binding_records \
+                     WHERE namespace = $1 AND key = $2 AND changes() = 1"
+                ));
+            }
         }
-        sql.push_str(" SELECT lease_epoch FROM w");
+        if postgres {
+            sql.push_str(" SELECT lease_epoch FROM w");
+        }
         (sql, values)
     }
 
