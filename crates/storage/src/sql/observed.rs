@@ -4,7 +4,8 @@
 //! [`Store::write_observed`](super::Store) plans a write from the row an owner observed and
 //! writes it with one conditional `UPDATE … WHERE revision = <observed>`. Alone, that is one
 //! statement in autocommit (on PostgreSQL together with its lease events, a data-modifying
-//! `WITH`). In a batch, the members do not take turns running their statements: each hands
+//! `WITH`); on SQLite a write with lease events sends the update and the event insert in one
+//! call inside a transaction of its own. In a batch, the members do not take turns running their statements: each hands
 //! its [`ObservedSet`] to the batch, and the batch writes all of them with one
 //! `UPDATE … FROM (VALUES …)` before its COMMIT, each row still guarded by its own expected
 //! revision and liveness, and the lease events of the rows that applied go into the batch's
