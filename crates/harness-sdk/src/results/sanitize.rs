@@ -186,31 +186,59 @@ fn redact_scalar_in_place(
     }
 }
 
+/// What a walk does with each scalar it reaches.
+trait VisitScalar {
+    /// Visits the scalar `node` at `place`.
+    fn visit(&mut self, place: Place<'_>, node: &mut Value);
+}
+
+impl<F> VisitScalar for F
+where
+    F: FnMut(Place<'_>, &mut Value),
+{
+    #[inline]
+    fn visit(&mut self, place: Place<'_>, node: &mut Value) {
+        self(place, node);
+    }
+}
+
+/// The visitor of [`redact_tree`]: [`redact_scalar_in_place`], inlined into the walk.
+struct Redactor<'c, 'm> {
+    mode: ScalarMode,
+    config: &'c RedactionConfig,
+    memo: &'m mut KeyMemo,
+}
+
+impl VisitScalar for Redactor<'_, '_> {
+    #[inline(always)]
+    fn visit(&mut self, place: Place<'_>, node: &mut Value) {
+        redact_scalar_in_place(node, place, self.mode, self.config, self.memo);
+    }
+}
+
 /// A redacted copy of a whole tree. Values of ordinary depth are copied with `Value::clone`
 /// and walked by recursion (both bounded by [`CLONE_RECURSION_LIMIT`]); deeper ones are
 /// copied and walked with an explicit stack.
 fn redact_tree(value: &Value, mode: ScalarMode, config: &RedactionConfig) -> Value {
     with_key_memo(|memo| {
-        let visit = |place: Place<'_>, node: &mut Value| {
-            redact_scalar_in_place(node, place, mode, config, memo);
-        };
         if depth_at_most(value, CLONE_RECURSION_LIMIT) {
             let mut out = value.clone();
-            walk_bounded(&mut out, Place::ROOT, &mut { visit });
+            walk_bounded(&mut out, Place::ROOT, &mut Redactor { mode, config, memo });
             out
         } else {
             let mut out = clone_iteratively(value);
-            walk_iteratively(&mut out, visit);
+            walk_iteratively(&mut out, |place: Place<'_>, node: &mut Value| {
+                redact_scalar_in_place(node, place, mode, config, memo);
+            });
             out
         }
     })
 }
 
-/// Calls `f(place, scalar)` for every scalar of a tree whose depth is known to be bounded, by
-/// recursion.
+/// Visits every scalar of a tree whose depth is known to be bounded, by recursion.
 fn walk_bounded<F>(node: &mut Value, place: Place<'_>, f: &mut F)
 where
-    F: FnMut(Place<'_>, &mut Value),
+    F: VisitScalar,
 {
     match node {
         Value::Array(items) => {
@@ -225,11 +253,11 @@ where
                 let child_place = place.object_child_with(k, cause_chain);
                 match child {
                     Value::Array(_) | Value::Object(_) => walk_bounded(child, child_place, f),
-                    scalar => f(child_place, scalar),
+                    scalar => f.visit(child_place, scalar),
                 }
             }
         }
-        scalar => f(place, scalar),
+        scalar => f.visit(place, scalar),
     }
 }
 
