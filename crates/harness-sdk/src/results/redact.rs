@@ -23,6 +23,7 @@
 //! benign `*_key` names (`primary_key`, `cache_key`, `idempotency_key`, …) are **not** sensitive.
 
 use std::borrow::Cow;
+use std::cell::Cell;
 
 /// The mask for short or non-string secrets.
 pub const MASK: &str = "***";
@@ -106,7 +107,9 @@ pub(crate) fn mask_in_place(value: &mut String) {
             ];
             value.truncate(head_end);
             value.push(ELLIPSIS);
-            value.extend(tail.map(char::from));
+            for b in tail {
+                value.push(char::from(b));
+            }
         }
         Some((head_end, tail_start)) => {
             // The tail is four characters: at most 16 bytes.
@@ -385,6 +388,27 @@ fn is_sensitive_compact(key: &[u8], hash: u64) -> bool {
     }
 }
 
+/// For each byte, the lengths (as bits) of the [`SENSITIVE_COMPACT`] entries that end with it
+/// in either case.
+static COMPACT_LENGTHS_BY_LAST: [u64; 256] = {
+    let mut table = [0u64; 256];
+    let mut i = 0;
+    while i < SENSITIVE_COMPACT.len() {
+        let entry = SENSITIVE_COMPACT[i].as_bytes();
+        let last = entry[entry.len() - 1];
+        table[last.to_ascii_lowercase() as usize] |= 1 << entry.len();
+        table[last.to_ascii_uppercase() as usize] |= 1 << entry.len();
+        i += 1;
+    }
+    table
+};
+
+/// Whether an entry of [`SENSITIVE_COMPACT`] is `len` bytes long and ends with `last` (in
+/// either case).
+fn compact_length_fits(len: usize, last: u8) -> bool {
+    len < 64 && COMPACT_LENGTHS_BY_LAST[usize::from(last)] & (1 << len) != 0
+}
+
 /// Whether a JSON object key names a secret (case-insensitive, whole key).
 pub fn is_sensitive_key(key: &str) -> bool {
     let bytes = key.as_bytes();
@@ -403,6 +427,25 @@ pub fn is_sensitive_key(key: &str) -> bool {
             && KEY_ENDS[usize::from(last)] & (KEY_END_COMPACT_LAST | KEY_END_SEPARATOR) != 0))
     {
         return false;
+    }
+    // Without `_` or `-` the key is its own compact form (but for case) and no separator
+    // rule applies: unless an entry of its length ends with its last letter, only the
+    // camel-case suffixes can match.
+    if !compact_length_fits(bytes.len(), last) {
+        // Stops at the first separator (the full pass below judges such a key).
+        let mut valid = true;
+        let mut separators = false;
+        for &b in bytes {
+            let class = KEY_CLASS[usize::from(b)];
+            if class == KEY_SEPARATOR {
+                separators = true;
+                break;
+            }
+            valid &= class != 0;
+        }
+        if !separators {
+            return valid && is_camel_sensitive(key);
+        }
     }
     // One pass: the characters (letters, digits, `_`, `-`), the separators and the hash of
     // the compact form.
@@ -440,13 +483,22 @@ pub fn is_sensitive_key(key: &str) -> bool {
                 && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
         }
     }
+    is_camel_sensitive(key)
+}
+
+/// Whether `key` ends with one of [`CAMEL_SUFFIXES`] (exact case) right after a lower-case
+/// letter or a digit.
+fn is_camel_sensitive(key: &str) -> bool {
     // `CAMEL_SUFFIXES` by last byte.
-    let suffixes: &[&str] = match bytes[bytes.len() - 1] {
-        b'n' => &["Token"],
-        b't' => &["Secret"],
-        b'd' => &["Password", "Passwd"],
-        b'y' => &["ApiKey"],
-        _ => return false,
+    let suffixes: &[&str] = match key.as_bytes().last() {
+        None => return false,
+        Some(last) => match last {
+            b'n' => &["Token"],
+            b't' => &["Secret"],
+            b'd' => &["Password", "Passwd"],
+            b'y' => &["ApiKey"],
+            _ => return false,
+        },
     };
     suffixes.iter().any(|suffix| {
         key.len() > suffix.len()
@@ -2520,23 +2572,98 @@ const NO_FACTS: KeyFacts = KeyFacts {
     app_password: false,
 };
 
-/// A small two-way set-associative memo of [`KeyFacts`], for one walk over one document: the
-/// same few keys (`id`, `name`, `path`, …) come back in every record, and looking one up costs
-/// a fraction of judging it. A slot holds a key's bytes (`lens[slot]` of them; 0 marks an
-/// empty slot, the empty key is never remembered).
+/// A key of at most [`MEMO_KEY_MAX`] bytes as three words: its first, middle and last eight
+/// bytes (overlapping, and together covering the key) for a key of at least 8 bytes, or its
+/// bytes packed into the first word for a shorter one; and its length. Equal tags mean equal
+/// keys, so a memo hit costs a few word compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KeyTag {
+    words: [u64; 3],
+    len: usize,
+}
+
+impl KeyTag {
+    /// The tag of `bytes` (1 to [`MEMO_KEY_MAX`] bytes).
+    #[inline]
+    fn of(bytes: &[u8]) -> Self {
+        let len = bytes.len();
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        let words = if len >= 8 {
+            [word(0), word((len - 8) / 2), word(len - 8)]
+        } else if len >= 4 {
+            // Two overlapping four-byte halves cover 4 to 7 bytes.
+            let half = |at: usize| {
+                let mut w = [0u8; 4];
+                w.copy_from_slice(&bytes[at..at + 4]);
+                u64::from(u32::from_le_bytes(w))
+            };
+            [half(0) | half(len - 4) << 32, 0, 0]
+        } else {
+            // The first, middle and last bytes cover 1 to 3 bytes.
+            [
+                u64::from(bytes[0])
+                    | u64::from(bytes[len / 2]) << 8
+                    | u64::from(bytes[len - 1]) << 16,
+                0,
+                0,
+            ]
+        };
+        Self { words, len }
+    }
+
+    /// The memo set of this tag.
+    #[inline]
+    fn set(self) -> usize {
+        let mixed = self.words[0] ^ self.words[2].rotate_left(29) ^ self.len as u64;
+        (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % MEMO_SETS
+    }
+}
+
+/// The tag of no key (an empty [`KeyMemo`] slot: no key has length 0 there).
+const NO_TAG: KeyTag = KeyTag {
+    words: [0; 3],
+    len: 0,
+};
+
+/// A small two-way set-associative memo of [`KeyFacts`]: the same few keys (`id`, `name`,
+/// `path`, …) come back in every record of a document and in the arguments of every call of a
+/// tool, and looking one up costs a fraction of judging it. The facts depend on the key alone,
+/// so one memo per thread serves every walk ([`with_key_memo`]). A slot holds a key's
+/// [`KeyTag`] (length 0 marks an empty slot, the empty key is never remembered).
 #[derive(Debug)]
 pub(crate) struct KeyMemo {
-    lens: [u8; 2 * MEMO_SETS],
-    keys: [[u8; MEMO_KEY_MAX]; 2 * MEMO_SETS],
+    tags: [KeyTag; 2 * MEMO_SETS],
     facts: [KeyFacts; 2 * MEMO_SETS],
+}
+
+thread_local! {
+    /// The [`KeyMemo`] of this thread (taken out while a walk uses it).
+    static KEY_MEMO: Cell<Option<Box<KeyMemo>>> = const { Cell::new(None) };
+}
+
+/// Runs `f` with this thread's [`KeyMemo`] (a fresh one on the thread's first walk, during
+/// thread teardown, or if a walk were ever nested in another).
+pub(crate) fn with_key_memo<R>(f: impl FnOnce(&mut KeyMemo) -> R) -> R {
+    let mut memo = KEY_MEMO
+        .try_with(Cell::take)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Box::new(KeyMemo::new()));
+    let out = f(&mut memo);
+    // Teardown: the memo is dropped instead.
+    let _ = KEY_MEMO.try_with(|cell| cell.set(Some(memo)));
+    out
 }
 
 impl KeyMemo {
     /// An empty memo.
-    pub(crate) fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
-            lens: [0; 2 * MEMO_SETS],
-            keys: [[0; MEMO_KEY_MAX]; 2 * MEMO_SETS],
+            tags: [NO_TAG; 2 * MEMO_SETS],
             facts: [NO_FACTS; 2 * MEMO_SETS],
         }
     }
@@ -2549,27 +2676,27 @@ impl KeyMemo {
         if len == 0 || len > MEMO_KEY_MAX {
             return KeyFacts::of(key);
         }
-        // A multiplicative hash of the length and the first, middle and last bytes.
-        let mixed = u64::from(bytes[0])
-            | u64::from(bytes[len - 1]) << 8
-            | u64::from(bytes[len / 2]) << 16
-            | (len as u64) << 24;
-        let set = (mixed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 59) as usize % MEMO_SETS;
-        let first = 2 * set;
+        let tag = KeyTag::of(bytes);
+        let first = 2 * tag.set();
         for slot in [first, first + 1] {
-            if usize::from(self.lens[slot]) == len && self.keys[slot][..len] == *bytes {
+            if self.tags[slot] == tag {
                 return self.facts[slot];
             }
         }
+        self.remember(key, tag, first)
+    }
+
+    /// Judges `key` and remembers its facts in the set starting at slot `first`.
+    #[cold]
+    fn remember(&mut self, key: &str, tag: KeyTag, first: usize) -> KeyFacts {
         let facts = KeyFacts::of(key);
         // The second way when the first is taken and the second is free, else the first.
-        let slot = if self.lens[first] != 0 && self.lens[first + 1] == 0 {
+        let slot = if self.tags[first].len != 0 && self.tags[first + 1].len == 0 {
             first + 1
         } else {
             first
         };
-        self.lens[slot] = len as u8;
-        self.keys[slot][..len].copy_from_slice(bytes);
+        self.tags[slot] = tag;
         self.facts[slot] = facts;
         facts
     }
@@ -2832,6 +2959,72 @@ mod tests {
         ] {
             assert!(!is_app_password_key(key), "{key}");
         }
+    }
+
+    #[test]
+    fn the_length_gate_keeps_the_rules() {
+        // Rejected by the length of their compact entries, then judged by the camel suffixes.
+        for (key, sensitive) in [
+            ("command", false),
+            ("workdir", false),
+            ("background", false),
+            ("myToken", true),
+            ("userPassword", true),
+            ("openaiApiKey", true),
+            ("a.bToken", false),
+            ("a bToken", false),
+            ("Token", true),
+            ("xToken", true),
+            ("mytoken", false),
+            // Separators: the full rules.
+            ("set-cookie", true),
+            ("client_secret", true),
+            ("primary_key", false),
+            ("my_stuff", false),
+        ] {
+            assert_eq!(is_sensitive_key(key), sensitive, "{key}");
+        }
+    }
+
+    #[test]
+    fn key_tags_tell_keys_apart() {
+        let base = "abcdefghijklmnopqrstuvwx";
+        for len in 1..=MEMO_KEY_MAX {
+            let key = &base[..len];
+            assert_eq!(KeyTag::of(key.as_bytes()), KeyTag::of(key.as_bytes()));
+            for at in 0..len {
+                let mut other = key.as_bytes().to_vec();
+                other[at] = b'Z';
+                assert_ne!(
+                    KeyTag::of(key.as_bytes()),
+                    KeyTag::of(&other),
+                    "{key} at {at}"
+                );
+            }
+            if len > 1 {
+                assert_ne!(
+                    KeyTag::of(key.as_bytes()),
+                    KeyTag::of(&key.as_bytes()[..len - 1])
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_memo_gives_the_facts_of_each_key() {
+        let keys: Vec<String> = (0..200)
+            .map(|i| format!("k{}{}", "x".repeat(i % 30), i))
+            .chain(["token", "id", "code", "session", "text", "apiKey"].map(str::to_owned))
+            .collect();
+        with_key_memo(|memo| {
+            for _ in 0..2 {
+                for key in &keys {
+                    assert_eq!(memo.facts(key), KeyFacts::of(key), "{key}");
+                    // A walk nested in another gets a memo of its own.
+                    assert_eq!(with_key_memo(|inner| inner.facts(key)), KeyFacts::of(key));
+                }
+            }
+        });
     }
 
     /// The byte-pair filter as it was before [`PAIR`] (two loads and a digit count per

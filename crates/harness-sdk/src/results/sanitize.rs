@@ -1,9 +1,25 @@
 //! `sanitize_tool_args` and `sanitize_tool_result` (see `docs/tool-results.md, 'Sanitizing and redaction'`).
 //!
-//! Both return new values and never mutate their input. The input is deep-copied (see
-//! [`deep_clone`](super::deep_clone)) and the copy's scalars are redacted in place, so a string that no pattern
-//! touches is copied once and never scanned into a new buffer. Traversal uses an explicit stack,
-//! so nesting of any depth is handled without overflowing the call stack.
+//! Both return new values and never mutate their input. Structure of one call:
+//!
+//! 1. **Copy.** A value nested at most 128 levels deep (checked first, recursing at most
+//!    that far) is copied with `Value::clone`; a deeper one is copied with an explicit stack
+//!    ([`deep_clone`](super::deep_clone)), so nesting of any depth never overflows the call
+//!    stack.
+//! 2. **Rewrite in place.** The copy is walked once (by bounded recursion, or with an
+//!    explicit stack for a deep value) and each scalar is judged where it sits (its key, its
+//!    parent's key, and whether it ends a `cause` chain): a string that no rule touches stays
+//!    the copy made in step 1 (never rebuilt), a masked secret reuses its own buffer, and only
+//!    a string rewritten by the pattern layer gets a new one. Whether the children of an
+//!    object continue a `cause` chain is worked out once per object.
+//! 3. **Key facts from a memo.** What the key rules say about a key on its own
+//!    (`KeyFacts`) comes from a small per-thread memo, so a key is judged once per thread,
+//!    not once per scalar or per call; a hit compares the key as three machine words. A key
+//!    that misses is judged with a quick rejection by its last byte and length before the
+//!    full table lookup.
+//! 4. **Free text.** Every string first goes through the one-load-per-byte pair filter of
+//!    the pattern layer; only a string where some pattern family can match is scanned word by
+//!    word.
 //!
 //! Repeated references: a `serde_json::Value` is a tree — every node has exactly one owner,
 //! so no node can be reached twice and `"[Circular]"` can never be produced for it. Inputs that
@@ -17,7 +33,7 @@ use serde_json::{Map, Value};
 
 use super::redact::{
     KeyMemo, MASK, RedactionConfig, is_cause_key, is_sensitive_key_in, redact_field_value_cow,
-    redact_field_value_in_place_with, redact_text_cow, redact_text_with,
+    redact_field_value_in_place_with, redact_text_cow, redact_text_with, with_key_memo,
 };
 use super::tree::{CLONE_RECURSION_LIMIT, clone_iteratively, depth_at_most, drop_deep};
 
@@ -63,10 +79,23 @@ impl<'a> Place<'a> {
 
     /// The place of the child stored under `key` in the object at this place.
     pub(crate) fn object_child(self, key: &'a str) -> Self {
+        self.object_child_with(key, self.children_cause_chain())
+    }
+
+    /// [`Place::cause_chain`] of every child of the object at this place.
+    #[inline]
+    fn children_cause_chain(self) -> bool {
+        self.cause_chain && self.key.is_none_or(is_cause_key)
+    }
+
+    /// [`Place::object_child`] given [`Place::children_cause_chain`] (the same for every
+    /// child of one object, so it is worked out once per object).
+    #[inline]
+    fn object_child_with(self, key: &'a str, cause_chain: bool) -> Self {
         Place {
             key: Some(key),
             parent_key: self.key,
-            cause_chain: self.cause_chain && self.key.is_none_or(is_cause_key),
+            cause_chain,
         }
     }
 
@@ -117,6 +146,7 @@ fn masks_scalar(place: Place<'_>, mode: ScalarMode) -> bool {
 
 /// [`redact_scalar`] on a scalar of a copy, in place (a kept string is not copied again). Key
 /// facts come from `memo`.
+#[inline]
 fn redact_scalar_in_place(
     value: &mut Value,
     place: Place<'_>,
@@ -156,30 +186,59 @@ fn redact_scalar_in_place(
     }
 }
 
+/// What a walk does with each scalar it reaches.
+trait VisitScalar {
+    /// Visits the scalar `node` at `place`.
+    fn visit(&mut self, place: Place<'_>, node: &mut Value);
+}
+
+impl<F> VisitScalar for F
+where
+    F: FnMut(Place<'_>, &mut Value),
+{
+    #[inline]
+    fn visit(&mut self, place: Place<'_>, node: &mut Value) {
+        self(place, node);
+    }
+}
+
+/// The visitor of [`redact_tree`]: [`redact_scalar_in_place`], inlined into the walk.
+struct Redactor<'c, 'm> {
+    mode: ScalarMode,
+    config: &'c RedactionConfig,
+    memo: &'m mut KeyMemo,
+}
+
+impl VisitScalar for Redactor<'_, '_> {
+    #[inline(always)]
+    fn visit(&mut self, place: Place<'_>, node: &mut Value) {
+        redact_scalar_in_place(node, place, self.mode, self.config, self.memo);
+    }
+}
+
 /// A redacted copy of a whole tree. Values of ordinary depth are copied with `Value::clone`
 /// and walked by recursion (both bounded by [`CLONE_RECURSION_LIMIT`]); deeper ones are
 /// copied and walked with an explicit stack.
 fn redact_tree(value: &Value, mode: ScalarMode, config: &RedactionConfig) -> Value {
-    let mut memo = KeyMemo::new();
-    let visit = |place: Place<'_>, node: &mut Value| {
-        redact_scalar_in_place(node, place, mode, config, &mut memo);
-    };
-    if depth_at_most(value, CLONE_RECURSION_LIMIT) {
-        let mut out = value.clone();
-        walk_bounded(&mut out, Place::ROOT, &mut { visit });
-        out
-    } else {
-        let mut out = clone_iteratively(value);
-        walk_iteratively(&mut out, visit);
-        out
-    }
+    with_key_memo(|memo| {
+        if depth_at_most(value, CLONE_RECURSION_LIMIT) {
+            let mut out = value.clone();
+            walk_bounded(&mut out, Place::ROOT, &mut Redactor { mode, config, memo });
+            out
+        } else {
+            let mut out = clone_iteratively(value);
+            walk_iteratively(&mut out, |place: Place<'_>, node: &mut Value| {
+                redact_scalar_in_place(node, place, mode, config, memo);
+            });
+            out
+        }
+    })
 }
 
-/// Calls `f(place, scalar)` for every scalar of a tree whose depth is known to be bounded, by
-/// recursion.
+/// Visits every scalar of a tree whose depth is known to be bounded, by recursion.
 fn walk_bounded<F>(node: &mut Value, place: Place<'_>, f: &mut F)
 where
-    F: FnMut(Place<'_>, &mut Value),
+    F: VisitScalar,
 {
     match node {
         Value::Array(items) => {
@@ -189,11 +248,16 @@ where
             }
         }
         Value::Object(map) => {
+            let cause_chain = place.children_cause_chain();
             for (k, child) in map.iter_mut() {
-                walk_bounded(child, place.object_child(k), f);
+                let child_place = place.object_child_with(k, cause_chain);
+                match child {
+                    Value::Array(_) | Value::Object(_) => walk_bounded(child, child_place, f),
+                    scalar => f.visit(child_place, scalar),
+                }
             }
         }
-        scalar => f(place, scalar),
+        scalar => f.visit(place, scalar),
     }
 }
 
