@@ -140,6 +140,15 @@ struct Ledger {
     fence: EpochFence,
 }
 
+/// Marks an owner inside the contended section until dropped.
+struct Inside<'a>(&'a AtomicBool);
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
 /// Each contender acquires the key, checks nobody else is inside, passes its epoch through a
 /// target-side fence and writes a record whose apply refuses any newer stored epoch.
 async fn contend(lc: Lc, name: &'static str, ledger: Arc<Ledger>) -> Result<usize, Error> {
@@ -159,6 +168,9 @@ async fn contend(lc: Lc, name: &'static str, ledger: Arc<Ledger>) -> Result<usiz
                         !ledger.inside.swap(true, Ordering::SeqCst),
                         "two owners inside at once"
                     );
+                    // Leaves on every path out of the body: a body that fails reports its own
+                    // error instead of making the next owner trip over a flag left set.
+                    let _inside = Inside(&ledger.inside);
                     let epoch = guard.epoch();
                     ledger
                         .entries
@@ -184,7 +196,6 @@ async fn contend(lc: Lc, name: &'static str, ledger: Arc<Ledger>) -> Result<usiz
                     .await?;
                     assert_eq!(guard.verify_fence().await?, epoch);
                     tokio::task::yield_now().await;
-                    ledger.inside.store(false, Ordering::SeqCst);
                     Ok(true)
                 }
             })
