@@ -506,12 +506,12 @@ impl Store {
                             o.journal_mode(SqliteJournalMode::Wal)
                         }
                     });
-                    // A connection left inside a transaction (a failed COMMIT whose ROLLBACK
-                    // failed too) is closed on release, never reused.
                     // A SQLite connection is a handle on a local file, with no peer that could
                     // have hung up: testing it before each use would only cost a round trip
                     // through its worker thread per statement.
                     connect.test_before_acquire(false);
+                    // A connection left inside a transaction (a failed COMMIT whose ROLLBACK
+                    // failed too) is closed on release, never reused.
                     connect.map_sqlx_sqlite_pool_opts(|pool| {
                         pool.after_release(|conn, _| commit::release_check(conn))
                     });

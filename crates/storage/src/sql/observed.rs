@@ -5,11 +5,11 @@
 //! writes it with one conditional `UPDATE … WHERE revision = <observed>`. Alone, that is one
 //! statement in autocommit (on PostgreSQL together with its lease events, a data-modifying
 //! `WITH`); on SQLite a write with lease events sends the update and the event insert in one
-//! call inside a transaction of its own. In a batch, the members do not take turns running their statements: each hands
-//! its [`ObservedSet`] to the batch, and the batch writes all of them with one
-//! `UPDATE … FROM (VALUES …)` before its COMMIT, each row still guarded by its own expected
-//! revision and liveness, and the lease events of the rows that applied go into the batch's
-//! one event insert. Two writes of one key in a batch never share a statement: the later one
+//! call inside a transaction of its own. In a batch, the members do not take turns running
+//! their statements: each hands its [`ObservedSet`] to the batch, and the batch writes all of
+//! them with one `UPDATE … FROM (VALUES …)` before its COMMIT, each row still guarded by its
+//! own expected revision and liveness, and the lease events of the rows that applied go into
+//! the batch's one event insert. Two writes of one key in a batch never share a statement: the later one
 //! runs in a later round and sees the earlier one's result, as it would have in turn.
 
 use std::collections::HashMap;
