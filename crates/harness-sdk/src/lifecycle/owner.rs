@@ -269,6 +269,36 @@ impl OwnerState {
         self.batch_registration.load(Ordering::Acquire) == id + 1
     }
 
+    /// Starts a heartbeat renewal: marks it pending and returns `true` when the phase is held
+    /// without a failure, checked and marked under one lock (see [`OwnerState::quiesce`]).
+    pub(crate) fn begin_renewal(&self) -> bool {
+        let inner = self.lock();
+        if inner.failure.is_some() || inner.phase != OwnerPhase::Held {
+            return false;
+        }
+        self.set_renewal_pending(true);
+        true
+    }
+
+    /// Moves a held owner with no failure and no renewal in flight to `Settling`; else fails
+    /// with the sticky failure or a lost lease. The renewal paths check the phase and mark a
+    /// renewal pending under the same lock ([`OwnerState::begin_renewal`],
+    /// [`OwnerState::begin_batch_renewal`]), so either a renewal was marked first and this
+    /// fails, or the phase moved first and no renewal starts: no renewal goes out while the
+    /// owner settles.
+    pub(crate) fn quiesce(&self, shared: &Shared) -> Result<(), Error> {
+        let mut inner = self.lock();
+        if self.renewal_pending() || inner.failure.is_some() || inner.phase != OwnerPhase::Held {
+            let failure = inner.failure.clone();
+            drop(inner);
+            return Err(failure.unwrap_or_else(|| shared.texts.lost_lease(&self.key, None)));
+        }
+        inner.phase = OwnerPhase::Settling;
+        drop(inner);
+        self.changed.notify_waiters();
+        Ok(())
+    }
+
     /// Starts this owner's part of a batched renewal to `expires_at`: fails unless the phase
     /// is held without a failure (one lock), else marks the renewal pending and returns the
     /// owner's batch entry (moved out, built on the first batch).
@@ -289,9 +319,10 @@ impl OwnerState {
             token: self.token.clone(),
             expires_at,
         });
+        // Marked under the lock that checked the phase (see `OwnerState::quiesce`).
+        self.set_renewal_pending(true);
         drop(inner);
         entry.expires_at = expires_at;
-        self.set_renewal_pending(true);
         Ok(entry)
     }
 
@@ -468,19 +499,9 @@ impl LeaseGuard {
     /// the sticky failure (or a lost lease) when a renewal is pending, the phase is not held,
     /// or the lease was lost. Release still happens at scope exit.
     pub fn quiesce(&self) -> Result<(), Error> {
-        if self.owner.renewal_pending() {
-            return Err(self.owner.failure_or_lost(&self.shared));
-        }
-        self.owner.assert_held(&self.shared)?;
-        if self
-            .owner
-            .transition(OwnerPhase::Held, OwnerPhase::Settling)
-        {
-            tracing::debug!(key = %self.owner.key, token = self.owner.token.prefix(), "lease quiesced");
-            Ok(())
-        } else {
-            Err(self.owner.failure_or_lost(&self.shared))
-        }
+        self.owner.quiesce(&self.shared)?;
+        tracing::debug!(key = %self.owner.key, token = self.owner.token.prefix(), "lease quiesced");
+        Ok(())
     }
 
     /// Records an unknown settlement outcome: the phase becomes unknown, `error` becomes the
@@ -577,12 +598,10 @@ mod tests {
         assert!(owner.failure().is_some());
     }
 
-    #[test]
-    fn a_batch_entry_is_handed_back_and_records_the_expiry_only_when_renewed() {
-        let owner = owner();
+    fn shared() -> Arc<Shared> {
         let keep: crate::lifecycle::PrepareLease<serde_json::Map<String, serde_json::Value>> =
             Arc::new(|current, _| current.cloned());
-        let shared = crate::lifecycle::Lifecycle::builder(
+        crate::lifecycle::Lifecycle::builder(
             Arc::new(tether_storage::MemoryStore::default()),
             tether_core::Namespace::new("owner").unwrap(),
             tether_core::JsonObjectCodec,
@@ -590,7 +609,13 @@ mod tests {
         )
         .build()
         .unwrap()
-        .shared;
+        .shared
+    }
+
+    #[test]
+    fn a_batch_entry_is_handed_back_and_records_the_expiry_only_when_renewed() {
+        let owner = owner();
+        let shared = shared();
         let entry = owner
             .begin_batch_renewal(&shared, Timestamp::from_millis(5_000))
             .unwrap();
@@ -618,6 +643,64 @@ mod tests {
             "only held owners renew"
         );
         assert!(!owner.renewal_pending());
+    }
+
+    /// A heartbeat starting while the holder quiesces: exactly one of them wins, on every
+    /// interleaving the threads happen to take. A renewal never goes out while the owner
+    /// settles, and quiescing never passes a renewal already marked.
+    #[test]
+    fn quiesce_and_a_starting_renewal_exclude_each_other() {
+        let shared = shared();
+        let start = Arc::new(std::sync::Barrier::new(2));
+        for round in 0..4_000u32 {
+            let owner = Arc::new(owner());
+            let renewal = {
+                let (owner, shared, start) = (owner.clone(), shared.clone(), start.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    if round % 2 == 0 {
+                        owner.begin_renewal()
+                    } else {
+                        owner
+                            .begin_batch_renewal(&shared, Timestamp::from_millis(5_000))
+                            .is_ok()
+                    }
+                })
+            };
+            start.wait();
+            let quiesced = owner.quiesce(&shared).is_ok();
+            let renewed = renewal.join().unwrap();
+            assert_ne!(
+                quiesced, renewed,
+                "round {round}: quiesced {quiesced}, renewal started {renewed}"
+            );
+            assert_eq!(owner.renewal_pending(), renewed, "round {round}");
+            let phase = if quiesced {
+                OwnerPhase::Settling
+            } else {
+                OwnerPhase::Held
+            };
+            assert_eq!(owner.phase(), phase, "round {round}");
+        }
+    }
+
+    #[test]
+    fn quiesce_fails_with_the_sticky_failure_or_a_lost_lease() {
+        let shared = shared();
+        let owner = owner();
+        owner.set_renewal_pending(true);
+        assert!(owner.quiesce(&shared).unwrap_err().is_lost_lease());
+        owner.set_renewal_pending(false);
+        owner.fail(Error::other("renewal refused"));
+        assert_eq!(
+            owner.quiesce(&shared).unwrap_err().to_string(),
+            "renewal refused"
+        );
+        assert_eq!(
+            owner.phase(),
+            OwnerPhase::Held,
+            "a failed quiesce moves nothing"
+        );
     }
 
     #[tokio::test]

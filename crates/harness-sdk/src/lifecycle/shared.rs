@@ -430,10 +430,9 @@ impl Shared {
 
     /// One heartbeat renewal. Never fails: a failure is recorded on the owner.
     pub(crate) async fn renew(&self, owner: &Arc<OwnerState>) {
-        if owner.failure().is_some() || owner.phase() != OwnerPhase::Held {
+        if !owner.begin_renewal() {
             return;
         }
-        owner.set_renewal_pending(true);
         let span =
             tracing::debug_span!("lifecycle.renew", key = %owner.key, token = owner.token.prefix());
         let outcome = self.renew_once(owner).instrument(span).await;
