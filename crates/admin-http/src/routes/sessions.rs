@@ -25,13 +25,11 @@ use crate::state::{AppState, Counters};
 /// How many transcript entries a session detail shows.
 pub const TRANSCRIPT_TAIL: usize = 20;
 
-/// The prefix of the `system` transcript entries that record a settled turn's finalization
-/// outcome (the convention the example harness follows).
-pub const FINALIZATION_PREFIX: &str = "finalization:";
-
-/// Whether a transcript entry is a finalization record.
+/// Whether a transcript entry is a finalization record: a `system` entry that starts with
+/// [`tether_storage::FINALIZATION_PREFIX`].
 pub fn is_finalization_record(role: tether_storage::TranscriptRole, content: &str) -> bool {
-    role == tether_storage::TranscriptRole::System && content.starts_with(FINALIZATION_PREFIX)
+    role == tether_storage::TranscriptRole::System
+        && content.starts_with(tether_storage::FINALIZATION_PREFIX)
 }
 
 /// How many lease events a session detail shows.

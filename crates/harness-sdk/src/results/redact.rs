@@ -2199,22 +2199,9 @@ fn google_oauth_token(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
 }
 
 /// The prefixes distinctive enough to be found inside a longer word (GitHub, GitLab personal
-/// access and Slack tokens), where shorter ones (`fw_`, `sk_`) would hit ordinary identifiers.
-const EMBEDDABLE_PREFIXES: &[&str] = &[
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "ghr_",
-    "github_pat_",
-    "glpat-",
-    "xoxb-",
-    "xoxp-",
-    "xoxa-",
-    "xoxr-",
-    "xoxs-",
-    "xapp-",
-];
+/// access and Slack tokens), where shorter ones (`fw_`, `sk_`) would hit ordinary identifiers:
+/// the run of [`TOKEN_PREFIXES`] from `ghp_` to `xapp-`.
+const EMBEDDABLE_PREFIXES: &[&str] = TOKEN_PREFIXES.split_at(4).1.split_at(13).0;
 
 /// Where a token with one of the [`EMBEDDABLE_PREFIXES`] starts inside `word` after a `-` or
 /// `_`, if one does.
@@ -3135,6 +3122,29 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn embeddable_prefixes_are_the_github_gitlab_and_slack_run_of_the_token_prefixes() {
+        // The slice of `TOKEN_PREFIXES` is taken by position: a reordered list shows here.
+        assert_eq!(
+            (EMBEDDABLE_PREFIXES.first(), EMBEDDABLE_PREFIXES.last()),
+            (Some(&"ghp_"), Some(&"xapp-"))
+        );
+        let others: Vec<&&str> = EMBEDDABLE_PREFIXES
+            .iter()
+            .filter(|p| {
+                !["gh", "github_", "gl", "xox", "xapp"]
+                    .iter()
+                    .any(|v| p.starts_with(v))
+            })
+            .collect();
+        assert!(others.is_empty(), "{others:?}");
+        for prefix in EMBEDDABLE_PREFIXES {
+            let word = format!("build-{prefix}{}", "abcdefgh".repeat(2));
+            assert_eq!(embedded_token_start(&word), Some(6), "{word}");
+        }
+        assert_eq!(embedded_token_start("build-sk_abcdefghabcdefgh"), None);
     }
 
     #[test]
