@@ -289,9 +289,8 @@ impl OwnerState {
     pub(crate) fn quiesce(&self, shared: &Shared) -> Result<(), Error> {
         let mut inner = self.lock();
         if self.renewal_pending() || inner.failure.is_some() || inner.phase != OwnerPhase::Held {
-            let failure = inner.failure.clone();
             drop(inner);
-            return Err(failure.unwrap_or_else(|| shared.texts.lost_lease(&self.key, None)));
+            return Err(self.failure_or_lost(shared));
         }
         inner.phase = OwnerPhase::Settling;
         drop(inner);

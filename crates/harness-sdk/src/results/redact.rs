@@ -491,14 +491,11 @@ pub fn is_sensitive_key(key: &str) -> bool {
 fn is_camel_sensitive(key: &str) -> bool {
     // `CAMEL_SUFFIXES` by last byte.
     let suffixes: &[&str] = match key.as_bytes().last() {
-        None => return false,
-        Some(last) => match last {
-            b'n' => &["Token"],
-            b't' => &["Secret"],
-            b'd' => &["Password", "Passwd"],
-            b'y' => &["ApiKey"],
-            _ => return false,
-        },
+        Some(b'n') => &["Token"],
+        Some(b't') => &["Secret"],
+        Some(b'd') => &["Password", "Passwd"],
+        Some(b'y') => &["ApiKey"],
+        _ => return false,
     };
     suffixes.iter().any(|suffix| {
         key.len() > suffix.len()

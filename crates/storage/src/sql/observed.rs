@@ -9,8 +9,8 @@
 //! their statements: each hands its [`ObservedSet`] to the batch, and the batch writes all of
 //! them with one `UPDATE … FROM (VALUES …)` before its COMMIT, each row still guarded by its
 //! own expected revision and liveness, and the lease events of the rows that applied go into
-//! the batch's one event insert. Two writes of one key in a batch never share a statement: the later one
-//! runs in a later round and sees the earlier one's result, as it would have in turn.
+//! the batch's one event insert. Two writes of one key in a batch never share a statement: the
+//! later one runs in a later round and sees the earlier one's result, as it would have in turn.
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -104,11 +104,12 @@ impl ObservedSet {
 
     /// The statement of this write alone, one round trip. On PostgreSQL it inserts the lease
     /// events too (a data-modifying `WITH`) and answers the row's `lease_epoch` when it
-    /// applied. On SQLite it is the bare `UPDATE`, with `RETURNING lease_epoch` when
-    /// `returning`, followed (when the write has events) by a second statement in the same
-    /// call that inserts them only if that `UPDATE` changed the row (`changes()`: the rows
-    /// changed by the last completed write statement of the connection); run it inside a
-    /// transaction so that both land or neither.
+    /// applied. On SQLite it is the bare `UPDATE` when not `returning` (for a write without
+    /// events); when `returning`, the `UPDATE … RETURNING lease_epoch` followed (when the
+    /// write has events) by a second statement in the same call that inserts them only if that
+    /// `UPDATE` changed the row (`changes()`: the rows changed by the last completed write
+    /// statement of the connection), to run inside a transaction of its own so that both land
+    /// or neither.
     pub(crate) fn alone(&self, backend: DbBackend, returning: bool) -> (String, Vec<Value>) {
         let (update, mut values) = self.update();
         let postgres = backend == DbBackend::Postgres;
@@ -337,10 +338,12 @@ impl Store {
     }
 
     /// Writes one set inside `tx` by itself (SQLite, after its round's statement failed).
+    /// Its lease events are not written here: the batch inserts those of every write that
+    /// applied, this one's included.
     async fn write_one_set(&self, tx: &DatabaseTransaction, set: &ObservedSet) -> SetResult {
-        let (sql, values) = set.alone(self.inner.backend, true);
+        let (update, values) = set.update();
         let found = tx
-            .query_one_raw(self.stmt(&sql, values))
+            .query_one_raw(self.stmt(&format!("{update} RETURNING lease_epoch"), values))
             .await
             .map_err(db_error)?;
         found

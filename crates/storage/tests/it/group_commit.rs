@@ -14,7 +14,7 @@ use tether_core::{
     StoreErrorKind, admit_all,
 };
 use tether_storage::testing::PgTestDatabase;
-use tether_storage::{CommitFault, Store};
+use tether_storage::{CommitFault, LeaseEventKind, LeaseEventQuery, Store, StoreAdmin};
 
 use crate::support::{START, key, leased, open_store, sqlite_store, text, unique_ns, value};
 
@@ -385,6 +385,20 @@ async fn group_commit_a_statement_failing_mid_batch_acknowledges_only_what_was_s
                 failed.contains(&format!("poison-{existing}")),
                 "the poisoned write failed: {failed:?}"
             );
+            // Each acknowledged acquisition left exactly one `acquired` event (also when its
+            // round's statement failed and it was written again by itself), a failed one none.
+            for name in &names {
+                let events = store
+                    .lease_events(&LeaseEventQuery::for_key(ns.clone(), key(name), 100))
+                    .await
+                    .unwrap();
+                let acquired = events
+                    .iter()
+                    .filter(|e| e.kind == LeaseEventKind::Acquired)
+                    .count();
+                let expected = usize::from(!failed.contains(name));
+                assert_eq!(acquired, expected, "{name}: {events:?}");
+            }
             // PostgreSQL aborts the transaction on a failed statement, and a multi-statement
             // write may have been half applied: the whole batch is rolled back. On SQLite a
             // failed single statement undid only itself; what ran before it stays committed.
