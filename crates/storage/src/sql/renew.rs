@@ -7,7 +7,9 @@
 //! (`string_to_array`), not as thousands of placeholders or per-element values: one statement
 //! text (prepared once per connection), a few allocations per batch on the client instead of
 //! several per lease, one result row instead of one per lease. A batch whose renewals share
-//! one expiry (the lifecycle's batches do) sends it once instead of a list. The join probes
+//! one expiry (the lifecycle's batches do) sends it once instead of a list, and its pairs as
+//! given, without looking for repeats on the client (a repeated pair renews one row once;
+//! its answers are completed from the positions returned). The join probes
 //! the primary key (an index nested loop). One statement is one transaction (autocommit).
 //!
 //! SQLite keeps `UPDATE … WHERE namespace = ? AND key IN (…) AND (key, lease_token) IN
@@ -151,6 +153,12 @@ impl Store {
     /// One `UPDATE … FROM unnest(…)` statement. A `(key, token)` pair given twice is renewed
     /// once, to the later of its expiries (what SQLite's statements in expiry order leave),
     /// and both answers are that renewal's.
+    ///
+    /// A batch whose renewals share one expiry (the lifecycle's) is sent as given, without
+    /// looking for repeated pairs: PostgreSQL updates a row at most once per statement, so a
+    /// repeated pair is renewed once and only one of its positions comes back; the others are
+    /// answered from it afterwards ([`answer_repeats`]), which costs something only when a
+    /// batch was not renewed whole.
     async fn renew_postgres(
         &self,
         ns: &Namespace,
@@ -181,15 +189,18 @@ impl Store {
             .ok_or_else(|| Error::other("the lease renewal returned no row"))?;
         let count: i64 = row.try_get("", "renewed").map_err(db_error)?;
         let renewed = if usize::try_from(count).ok() == Some(batch.pairs) {
-            // Each pair matches at most one row and each row at most one pair (pairs are
-            // distinct, rows are keyed by namespace and key): as many positions as pairs are
-            // all of them.
+            // Each position matches at most one row (rows are keyed by namespace and key) and
+            // each row is updated, so returned, at most once: the positions returned are
+            // distinct, and as many as were sent are all of them.
             vec![true; batch.pairs]
         } else {
             let positions: Option<String> = row.try_get("", "positions").map_err(db_error)?;
             let mut renewed = vec![false; batch.pairs];
             for i in renewed_positions(positions.as_deref().unwrap_or(""), batch.pairs) {
                 renewed[i?] = true;
+            }
+            if batch.as_given {
+                answer_repeats(renewals, &mut renewed);
             }
             renewed
         };
@@ -286,11 +297,14 @@ struct PgBatch {
     /// Their tokens, likewise.
     tokens: String,
     expiries: PgExpiries,
-    /// How many distinct `(key, token)` pairs.
+    /// How many `(key, token)` pairs were sent.
     pairs: usize,
-    /// Each renewal's pair, when some pair was given more than once (else renewal `i` is
-    /// pair `i`).
+    /// Each renewal's pair, when some pair was given more than once and the batch was
+    /// reduced to distinct pairs (else renewal `i` is pair `i`).
     slot: Option<Vec<usize>>,
+    /// Whether the batch was sent as given, pair `i` being renewal `i` even where a pair
+    /// repeats (one shared expiry: see [`PgBatch::encode`]).
+    as_given: bool,
 }
 
 /// The new expiries of a [`PgBatch`], in milliseconds.
@@ -303,14 +317,41 @@ enum PgExpiries {
 }
 
 impl PgBatch {
-    /// Encodes `renewals` (not empty): distinct `(key, token)` pairs in first-seen order, each
+    /// Encodes `renewals` (not empty). When they share one expiry, every renewal as given,
+    /// in order (a repeated pair is sent twice, and renewed once: see
+    /// [`Store::renew_postgres`]); else distinct `(key, token)` pairs in first-seen order, each
     /// with its latest expiry. A key or token containing [`SEPARATOR`] is refused.
     fn encode(renewals: &[LeaseRenewal]) -> Result<Self, Error> {
-        let (keys_len, tokens_len) = renewals.iter().fold((0, 0), |(k, t), r| {
-            (k + r.key.as_str().len() + 1, t + r.token.as_str().len() + 1)
-        });
+        let first = renewals.first().map_or(0, |r| r.expires_at.as_millis());
+        let (keys_len, tokens_len, shared) =
+            renewals.iter().fold((0, 0, true), |(k, t, shared), r| {
+                (
+                    k + r.key.as_str().len() + 1,
+                    t + r.token.as_str().len() + 1,
+                    shared && r.expires_at.as_millis() == first,
+                )
+            });
         let mut keys = String::with_capacity(keys_len);
         let mut tokens = String::with_capacity(tokens_len);
+        if shared {
+            for (n, r) in renewals.iter().enumerate() {
+                if n > 0 {
+                    keys.push(SEPARATOR);
+                    tokens.push(SEPARATOR);
+                }
+                keys.push_str(r.key.as_str());
+                tokens.push_str(r.token.as_str());
+            }
+            check_separators(&keys, &tokens, renewals.iter())?;
+            return Ok(Self {
+                keys,
+                tokens,
+                expiries: PgExpiries::One(first),
+                pairs: renewals.len(),
+                slot: None,
+                as_given: true,
+            });
+        }
         // Each pair's renewal (its first) and latest expiry.
         let mut pairs: Vec<(&LeaseRenewal, i64)> = Vec::with_capacity(renewals.len());
         let mut index: HashMap<(&str, &str), usize, BuildHasherDefault<PairHasher>> =
@@ -338,38 +379,77 @@ impl PgBatch {
             }
         }
         drop(index);
-        // One pass over each list instead of one search per key and token: separators are
-        // exactly those put between the pairs unless some key or token holds one.
-        let separators = pairs.len().saturating_sub(1);
-        if count_separators(&keys) != separators || count_separators(&tokens) != separators {
-            let culprit = pairs.iter().map(|(r, _)| r).find(|r| {
-                r.key.as_str().contains(SEPARATOR) || r.token.as_str().contains(SEPARATOR)
-            });
-            let key = culprit.map_or("", |r| r.key.as_str());
-            return Err(Error::other(format!(
-                "cannot renew the lease of {key}: a control character in its key or token"
-            )));
-        }
-        let first = pairs.first().map_or(0, |(_, at)| *at);
-        let expiries = if pairs.iter().all(|(_, at)| *at == first) {
-            PgExpiries::One(first)
-        } else {
-            let mut list = String::with_capacity(pairs.len() * 15);
-            for (n, (_, at)) in pairs.iter().enumerate() {
-                if n > 0 {
-                    list.push(',');
-                }
-                let _ = write!(list, "{at}");
+        check_separators(&keys, &tokens, pairs.iter().map(|(r, _)| *r))?;
+        // Expiries differ (else the batch went as given above).
+        let mut list = String::with_capacity(pairs.len() * 15);
+        for (n, (_, at)) in pairs.iter().enumerate() {
+            if n > 0 {
+                list.push(',');
             }
-            PgExpiries::Each(list)
-        };
+            let _ = write!(list, "{at}");
+        }
         Ok(Self {
             keys,
             tokens,
-            expiries,
+            expiries: PgExpiries::Each(list),
             pairs: pairs.len(),
             slot,
+            as_given: false,
         })
+    }
+}
+
+/// Refuses a batch whose joined `keys` or `tokens` hold a [`SEPARATOR`] other than those put
+/// between the `sent` renewals, naming a culprit. One pass over each list instead of one
+/// search per key and token.
+fn check_separators<'a>(
+    keys: &str,
+    tokens: &str,
+    sent: impl ExactSizeIterator<Item = &'a LeaseRenewal> + Clone,
+) -> Result<(), Error> {
+    let separators = sent.len().saturating_sub(1);
+    if count_separators(keys) == separators && count_separators(tokens) == separators {
+        return Ok(());
+    }
+    let culprit = sent
+        .clone()
+        .find(|r| r.key.as_str().contains(SEPARATOR) || r.token.as_str().contains(SEPARATOR));
+    let key = culprit.map_or("", |r| r.key.as_str());
+    Err(Error::other(format!(
+        "cannot renew the lease of {key}: a control character in its key or token"
+    )))
+}
+
+/// Completes the answers of a batch sent as given ([`PgBatch::as_given`]): a renewal refused
+/// whose `(key, token)` pair was renewed at another position of the batch is answered `true`
+/// (the statement renewed that row once, to the batch's one expiry, and returned one of the
+/// pair's positions). Nothing to do when every renewal or none was renewed.
+fn answer_repeats(renewals: &[LeaseRenewal], renewed: &mut [bool]) {
+    fn pair(r: &LeaseRenewal) -> (&str, &str) {
+        (r.key.as_str(), r.token.as_str())
+    }
+    if renewed.iter().all(|ok| *ok) || !renewed.iter().any(|ok| *ok) {
+        return;
+    }
+    let refused: HashSet<(&str, &str), BuildHasherDefault<PairHasher>> = renewals
+        .iter()
+        .zip(renewed.iter())
+        .filter(|(_, ok)| !**ok)
+        .map(|(r, _)| pair(r))
+        .collect();
+    let again: HashSet<(&str, &str), BuildHasherDefault<PairHasher>> = renewals
+        .iter()
+        .zip(renewed.iter())
+        .filter(|(r, ok)| **ok && refused.contains(&pair(r)))
+        .map(|(r, _)| pair(r))
+        .collect();
+    if again.is_empty() {
+        return;
+    }
+    for (r, ok) in renewals.iter().zip(renewed.iter_mut()) {
+        if !*ok && again.contains(&pair(r)) {
+            *ok = true;
+        }
     }
 }
 
@@ -521,6 +601,80 @@ mod tests {
         assert_eq!(lease.token, token(0));
     }
 
+    /// Pairs repeated in a batch of one shared expiry (the lifecycle's batches): each answer is
+    /// its pair's, whichever position the database renewed; a repeated live pair is renewed
+    /// once, a repeated dead one is refused at every position. Rows of [`seed`] with `n = 3`
+    /// (row 2 expired).
+    async fn check_repeats_at_one_expiry(store: &dyn BindingStore, ns: &Namespace) {
+        let now = Timestamp::from_millis(5_000);
+        let before = store.lookup(ns, &key(0)).await.unwrap().unwrap();
+        let renewal = |k: usize, t: usize| LeaseRenewal {
+            key: key(k),
+            token: token(t),
+            expires_at: Timestamp::from_millis(30_000),
+        };
+        let renewals = [
+            renewal(0, 0),
+            renewal(0, 7),
+            renewal(1, 1),
+            renewal(0, 0),
+            renewal(2, 2),
+            renewal(2, 2),
+            renewal(1, 1),
+            renewal(0, 0),
+        ];
+        let renewed = store.renew_leases(ns, &renewals, now).await.unwrap();
+        assert_eq!(
+            renewed,
+            vec![true, false, true, true, false, false, true, true]
+        );
+        for k in [0, 1] {
+            let row = store.lookup(ns, &key(k)).await.unwrap().unwrap();
+            let lease = row.lease.unwrap();
+            assert_eq!(lease.expires_at, Timestamp::from_millis(30_000));
+            assert_eq!(lease.token, token(k));
+        }
+        let after = store.lookup(ns, &key(0)).await.unwrap().unwrap();
+        assert_ne!(
+            after.revision, before.revision,
+            "renewal changes the revision"
+        );
+        // A pair refused at each of its positions stays refused beside a renewed one.
+        let renewed = store
+            .renew_leases(ns, &[renewal(0, 7), renewal(1, 1), renewal(0, 7)], now)
+            .await
+            .unwrap();
+        assert_eq!(renewed, vec![false, true, false]);
+    }
+
+    #[tokio::test]
+    async fn sqlite_batch_answers_repeated_pairs_of_one_expiry() {
+        let (store, ns) = seeded("sqlite::memory:", 3).await;
+        check_repeats_at_one_expiry(&store, &ns).await;
+    }
+
+    #[tokio::test]
+    async fn the_default_renewal_answers_repeated_pairs_of_one_expiry() {
+        let clock = Arc::new(FakeClock::new(Timestamp::from_millis(0)));
+        let store = MemoryStore::new(clock.clone());
+        let ns = Namespace::new("renew").unwrap();
+        seed(&store, &ns, 3).await;
+        clock.advance(Duration::from_secs(5));
+        check_repeats_at_one_expiry(&store, &ns).await;
+    }
+
+    #[cfg(feature = "test-support")]
+    #[tokio::test]
+    async fn postgres_batch_answers_repeated_pairs_of_one_expiry() {
+        let Some(db) = crate::testing::PgTestDatabase::create("renew_repeat_one").await else {
+            return;
+        };
+        let (store, ns) = seeded(db.url(), 3).await;
+        check_repeats_at_one_expiry(&store, &ns).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+
     #[tokio::test]
     async fn sqlite_batch_renews_a_repeated_lease_to_its_later_expiry() {
         let (store, ns) = seeded("sqlite::memory:", 2).await;
@@ -566,6 +720,49 @@ mod tests {
             batch.slot.is_none(),
             "no pair repeated: renewal i is pair i"
         );
+        assert!(batch.as_given);
+    }
+
+    #[test]
+    fn a_batch_of_one_expiry_is_sent_as_given_repeats_included() {
+        let renewals = [
+            renewal("a", "t0", 9_000),
+            renewal("a", "t7", 9_000),
+            renewal("a", "t0", 9_000),
+        ];
+        let batch = PgBatch::encode(&renewals).unwrap();
+        assert_eq!(batch.keys, "conversation:a\nconversation:a\nconversation:a");
+        assert_eq!(batch.tokens, "t0\nt7\nt0");
+        assert_eq!(batch.expiries, PgExpiries::One(9_000));
+        assert_eq!(batch.pairs, 3);
+        assert!(batch.slot.is_none());
+        assert!(batch.as_given);
+    }
+
+    #[test]
+    fn a_refused_repeat_of_a_renewed_pair_is_answered_renewed() {
+        let renewals = [
+            renewal("a", "t0", 9_000),
+            renewal("a", "t7", 9_000),
+            renewal("b", "t1", 9_000),
+            renewal("a", "t0", 9_000),
+            renewal("b", "t1", 9_000),
+        ];
+        // The database returned position 3 for ("a", "t0") and none for ("b", "t1").
+        let mut renewed = vec![false, false, false, true, false];
+        answer_repeats(&renewals, &mut renewed);
+        assert_eq!(renewed, vec![true, false, false, true, false]);
+        let mut none = vec![false; 5];
+        answer_repeats(&renewals, &mut none);
+        assert_eq!(none, vec![false; 5]);
+    }
+
+    #[test]
+    fn a_separator_no_renewal_accounts_for_is_refused() {
+        let sent = [renewal("a", "t", 1), renewal("b", "u", 1)];
+        assert!(check_separators("a\nb", "t\nu", sent.iter()).is_ok());
+        assert!(check_separators("a\nb\nc", "t\nu", sent.iter()).is_err());
+        assert!(check_separators("a\nb", "t\n\nu", sent.iter()).is_err());
     }
 
     #[test]
