@@ -468,7 +468,7 @@ async fn run_model(store: &Store, waves: Vec<(bool, Vec<ModelOp>)>) {
     let ns = namespace(store, "group-model").await;
     let mut last_revision: BTreeMap<usize, u64> = BTreeMap::new();
     let mut last_epoch: BTreeMap<usize, u64> = BTreeMap::new();
-    for (held, ops) in waves {
+    for (wave, (held, ops)) in waves.into_iter().enumerate() {
         let mut seen = BTreeMap::new();
         for k in 0..4 {
             seen.insert(
@@ -488,9 +488,11 @@ async fn run_model(store: &Store, waves: Vec<(bool, Vec<ModelOp>)>) {
             tasks.push(tokio::spawn(async move {
                 let row = match op {
                     ModelOp::Plain(_, v) => value(&format!("plain-{v}-{n}")),
+                    // A token of its own (the wave in it): the same token again would be a
+                    // write under the lease it holds, which keeps the epoch.
                     ModelOp::Acquire(_, t) => leased(
                         &format!("acq-{n}"),
-                        &format!("tok-{t}-{n}"),
+                        &format!("tok-{t}-{wave}-{n}"),
                         START + Duration::from_secs(60),
                     ),
                     ModelOp::Release(_) => value(&format!("released-{n}")),
