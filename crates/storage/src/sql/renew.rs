@@ -144,9 +144,15 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = self.renew_in(&tx, ns, renewals, now).await;
         let renewed = self.finish(tx, result.map(|r| (r, End::Commit))).await?;
+        // A row is keyed by its key within the namespace and holds one lease token: a renewal
+        // was applied exactly when its key's row came back with its token.
         Ok(renewals
             .iter()
-            .map(|r| renewed.contains(&(r.key.as_str().to_owned(), r.token.as_str().to_owned())))
+            .map(|r| {
+                renewed
+                    .get(r.key.as_str())
+                    .is_some_and(|token| token == r.token.as_str())
+            })
             .collect())
     }
 
@@ -216,13 +222,14 @@ impl Store {
         ns: &Namespace,
         renewals: &[LeaseRenewal],
         now: Timestamp,
-    ) -> Result<HashSet<(String, String)>, Error> {
+    ) -> Result<HashMap<String, String>, Error> {
         // Renewals of one tick share their expiry: one statement per expiry and chunk.
         let mut by_expiry: BTreeMap<Timestamp, Vec<&LeaseRenewal>> = BTreeMap::new();
         for r in renewals {
             by_expiry.entry(r.expires_at).or_default().push(r);
         }
-        let mut renewed = HashSet::with_capacity(renewals.len());
+        // Each renewed row's key and lease token.
+        let mut renewed = HashMap::with_capacity(renewals.len());
         for (expires_at, group) in by_expiry {
             for chunk in group.chunks(CHUNK) {
                 let rows = tx
@@ -232,7 +239,7 @@ impl Store {
                 for row in rows {
                     let key: String = row.try_get("", "key").map_err(db_error)?;
                     let token: String = row.try_get("", "lease_token").map_err(db_error)?;
-                    renewed.insert((key, token));
+                    renewed.insert(key, token);
                 }
             }
         }
