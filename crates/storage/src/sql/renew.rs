@@ -172,6 +172,7 @@ impl Store {
         now: Timestamp,
     ) -> Result<Vec<bool>, Error> {
         let batch = PgBatch::encode(renewals)?;
+        let as_given = batch.as_given();
         let mut values: Vec<Value> = Vec::with_capacity(5);
         values.push(now.as_millis().into());
         values.push(ns.as_str().into());
@@ -205,7 +206,7 @@ impl Store {
             for i in renewed_positions(positions.as_deref().unwrap_or(""), batch.pairs) {
                 renewed[i?] = true;
             }
-            if batch.as_given {
+            if as_given {
                 answer_repeats(renewals, &mut renewed);
             }
             renewed
@@ -309,9 +310,6 @@ struct PgBatch {
     /// Each renewal's pair, when some pair was given more than once and the batch was
     /// reduced to distinct pairs (else renewal `i` is pair `i`).
     slot: Option<Vec<usize>>,
-    /// Whether the batch was sent as given, pair `i` being renewal `i` even where a pair
-    /// repeats (one shared expiry: see [`PgBatch::encode`]).
-    as_given: bool,
 }
 
 /// The new expiries of a [`PgBatch`], in milliseconds.
@@ -356,7 +354,6 @@ impl PgBatch {
                 expiries: PgExpiries::One(first),
                 pairs: renewals.len(),
                 slot: None,
-                as_given: true,
             });
         }
         // Each pair's renewal (its first) and latest expiry.
@@ -401,8 +398,13 @@ impl PgBatch {
             expiries: PgExpiries::Each(list),
             pairs: pairs.len(),
             slot,
-            as_given: false,
         })
+    }
+
+    /// Whether the batch was sent as given, pair `i` being renewal `i` even where a pair
+    /// repeats: exactly the batches of one shared expiry (see [`PgBatch::encode`]).
+    fn as_given(&self) -> bool {
+        matches!(self.expiries, PgExpiries::One(_))
     }
 }
 
@@ -565,6 +567,19 @@ mod tests {
         (store, ns)
     }
 
+    /// Runs `check` on a store over a fresh PostgreSQL database named after `label`, seeded as
+    /// [`seeded`] does with `n` rows; nothing when no server answers.
+    #[cfg(feature = "test-support")]
+    async fn on_postgres(label: &str, n: usize, check: impl AsyncFnOnce(&Store, &Namespace)) {
+        let Some(db) = crate::testing::PgTestDatabase::create(label).await else {
+            return;
+        };
+        let (store, ns) = seeded(db.url(), n).await;
+        check(&store, &ns).await;
+        store.close().await.unwrap();
+        db.cleanup().await;
+    }
+
     #[tokio::test]
     async fn sql_batch_renews_exactly_the_live_leases_of_the_given_tokens() {
         // More rows than one chunk.
@@ -576,14 +591,8 @@ mod tests {
     #[cfg(feature = "test-support")]
     #[tokio::test]
     async fn postgres_batch_renews_exactly_the_live_leases_of_the_given_tokens() {
-        let Some(db) = crate::testing::PgTestDatabase::create("renew").await else {
-            return;
-        };
         let n = CHUNK + 5;
-        let (store, ns) = seeded(db.url(), n).await;
-        check(&store, &ns, n).await;
-        store.close().await.unwrap();
-        db.cleanup().await;
+        on_postgres("renew", n, async |store, ns| check(store, ns, n).await).await;
     }
 
     /// A lease given twice in one batch is renewed to the later expiry (both answers `true`);
@@ -673,13 +682,10 @@ mod tests {
     #[cfg(feature = "test-support")]
     #[tokio::test]
     async fn postgres_batch_answers_repeated_pairs_of_one_expiry() {
-        let Some(db) = crate::testing::PgTestDatabase::create("renew_repeat_one").await else {
-            return;
-        };
-        let (store, ns) = seeded(db.url(), 3).await;
-        check_repeats_at_one_expiry(&store, &ns).await;
-        store.close().await.unwrap();
-        db.cleanup().await;
+        on_postgres("renew_repeat_one", 3, async |store, ns| {
+            check_repeats_at_one_expiry(store, ns).await;
+        })
+        .await;
     }
 
     #[tokio::test]
@@ -691,13 +697,10 @@ mod tests {
     #[cfg(feature = "test-support")]
     #[tokio::test]
     async fn postgres_batch_renews_a_repeated_lease_to_its_later_expiry() {
-        let Some(db) = crate::testing::PgTestDatabase::create("renew_repeat").await else {
-            return;
-        };
-        let (store, ns) = seeded(db.url(), 2).await;
-        check_repeats(&store, &ns).await;
-        store.close().await.unwrap();
-        db.cleanup().await;
+        on_postgres("renew_repeat", 2, async |store, ns| {
+            check_repeats(store, ns).await
+        })
+        .await;
     }
 
     fn renewal(key: &str, token: &str, at: i64) -> LeaseRenewal {
@@ -727,7 +730,7 @@ mod tests {
             batch.slot.is_none(),
             "no pair repeated: renewal i is pair i"
         );
-        assert!(batch.as_given);
+        assert!(batch.as_given());
     }
 
     #[test]
@@ -743,7 +746,7 @@ mod tests {
         assert_eq!(batch.expiries, PgExpiries::One(9_000));
         assert_eq!(batch.pairs, 3);
         assert!(batch.slot.is_none());
-        assert!(batch.as_given);
+        assert!(batch.as_given());
     }
 
     #[test]
@@ -876,13 +879,10 @@ mod tests {
     #[cfg(feature = "test-support")]
     #[tokio::test]
     async fn postgres_batch_renews_keys_with_commas_and_unicode() {
-        let Some(db) = crate::testing::PgTestDatabase::create("renew_unusual").await else {
-            return;
-        };
-        let (store, _) = seeded(db.url(), 1).await;
-        check_unusual_keys(&store).await;
-        store.close().await.unwrap();
-        db.cleanup().await;
+        on_postgres("renew_unusual", 1, async |store, _| {
+            check_unusual_keys(store).await
+        })
+        .await;
     }
 
     #[tokio::test]
