@@ -4,7 +4,9 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
+use sea_orm::{
+    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement, Value,
+};
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
     Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
@@ -648,11 +650,7 @@ impl Store {
             let (sql, values) = set.alone(self.inner.backend, false);
             let stmt = self.stmt(&sql, values);
             let written = if postgres {
-                self.inner.db.query_one_raw(stmt).await.and_then(|found| {
-                    found
-                        .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
-                        .transpose()
-                })
+                self.write_alone_postgres(stmt).await
             } else {
                 self.inner
                     .db
@@ -688,6 +686,39 @@ impl Store {
         self.finish(tx, result)
             .await
             .map_err(|e| super::for_key(&key, e))
+    }
+
+    /// The lone PostgreSQL statement of [`Self::write_set`], on the connection kept between
+    /// lone writes (see the `held` module): the epoch it left on the row when it applied.
+    #[cfg(feature = "postgres")]
+    async fn write_alone_postgres(&self, stmt: Statement) -> Result<Option<Option<i64>>, DbErr> {
+        use sea_orm::sqlx::Row;
+        let pool = self.inner.db.get_postgres_connection_pool();
+        let values = stmt
+            .values
+            .unwrap_or(sea_orm::sea_query::Values(Vec::new()));
+        let found = self
+            .inner
+            .held
+            .fetch_optional(pool, &stmt.sql, values)
+            .await?;
+        found
+            .map(|row| {
+                row.try_get::<i64, _>("lease_epoch")
+                    .map(Some)
+                    .map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e.into())))
+            })
+            .transpose()
+    }
+
+    /// Without the `postgres` feature no store is PostgreSQL; this is the pool path.
+    #[cfg(not(feature = "postgres"))]
+    async fn write_alone_postgres(&self, stmt: Statement) -> Result<Option<Option<i64>>, DbErr> {
+        self.inner.db.query_one_raw(stmt).await.and_then(|found| {
+            found
+                .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
+                .transpose()
+        })
     }
 
     async fn fresh_observation(

@@ -22,6 +22,8 @@ mod binding;
 mod clock;
 mod commit;
 mod group;
+#[cfg(feature = "postgres")]
+mod held;
 mod host;
 mod host_tx;
 mod maintenance;
@@ -204,6 +206,9 @@ struct Inner {
     group: group::GroupCommit,
     /// Whether lifecycle writes go through group commit.
     grouped: bool,
+    /// PostgreSQL: the connection kept between lone autocommit writes.
+    #[cfg(feature = "postgres")]
+    held: held::HeldConnection,
     #[cfg(feature = "test-support")]
     commit_faults: commit::CommitFaults,
 }
@@ -565,6 +570,8 @@ impl Store {
                     options.busy_timeout,
                 ),
                 grouped: options.group_commit,
+                #[cfg(feature = "postgres")]
+                held: held::HeldConnection::default(),
                 #[cfg(feature = "test-support")]
                 commit_faults: commit::CommitFaults::default(),
             }),
@@ -662,7 +669,12 @@ impl Store {
     /// Closes the pool.
     pub async fn close(self) -> Result<(), Error> {
         match Arc::try_unwrap(self.inner) {
-            Ok(inner) => inner.db.close().await.map_err(db_error),
+            Ok(inner) => {
+                // The pool waits for every connection to come back, the kept one too.
+                #[cfg(feature = "postgres")]
+                inner.held.release();
+                inner.db.close().await.map_err(db_error)
+            }
             Err(_) => Ok(()),
         }
     }
