@@ -203,6 +203,23 @@ mod tests {
         row.try_get("pid").expect("pid")
     }
 
+    /// Ends the backend `pid` from another connection of `pool`, as an administrator would.
+    async fn terminate(pool: &PgPool, pid: i32) {
+        sqlx::query("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .execute(pool)
+            .await
+            .expect("terminate");
+    }
+
+    /// Gives the kept connection back, closes the pool (which waits for every connection) and
+    /// drops the database.
+    async fn finish(held: HeldConnection, pool: PgPool, db: PgTestDatabase) {
+        held.release();
+        pool.close().await;
+        db.cleanup().await;
+    }
+
     /// Waits (a bounded while) until the pool holds `idle` idle connections.
     async fn until_idle(pool: &PgPool, idle: usize) {
         for _ in 0..500 {
@@ -235,9 +252,7 @@ mod tests {
         // Once it has lingered, the watch gives it back.
         until_idle(&pool, 1).await;
         assert!(held.lock().conn.is_none());
-        held.release();
-        pool.close().await;
-        db.cleanup().await;
+        finish(held, pool, db).await;
     }
 
     #[tokio::test]
@@ -249,17 +264,11 @@ mod tests {
         let first = backend_pid(&held, &pool).await;
         // The server closes the kept connection; by the time of the next statement it has
         // lingered, so it goes back to the pool, whose ping finds it closed.
-        sqlx::query("SELECT pg_terminate_backend($1)")
-            .bind(first)
-            .execute(&pool)
-            .await
-            .expect("terminate");
+        terminate(&pool, first).await;
         tokio::time::sleep(LINGER * 5).await;
         let second = backend_pid(&held, &pool).await;
         assert_ne!(second, first);
-        held.release();
-        pool.close().await;
-        db.cleanup().await;
+        finish(held, pool, db).await;
     }
 
     #[tokio::test]
@@ -271,11 +280,7 @@ mod tests {
         let first = backend_pid(&held, &pool).await;
         // Terminated from another connection while kept: the next statement within the linger
         // is sent on it and fails (the trade the module documents) ...
-        sqlx::query("SELECT pg_terminate_backend($1)")
-            .bind(first)
-            .execute(&pool)
-            .await
-            .expect("terminate");
+        terminate(&pool, first).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(held.lock().conn.is_some());
         let failed = held
@@ -293,9 +298,7 @@ mod tests {
         assert!(held.lock().conn.is_none());
         let second = backend_pid(&held, &pool).await;
         assert_ne!(second, first);
-        held.release();
-        pool.close().await;
-        db.cleanup().await;
+        finish(held, pool, db).await;
     }
 
     #[tokio::test]
@@ -314,9 +317,7 @@ mod tests {
         assert!(matches!(**e, sqlx::Error::Database(_)), "{e:?}");
         assert!(held.lock().conn.is_none());
         until_idle(&pool, 1).await;
-        held.release();
-        pool.close().await;
-        db.cleanup().await;
+        finish(held, pool, db).await;
     }
 
     #[tokio::test]
