@@ -688,33 +688,10 @@ impl Store {
             .map_err(|e| super::for_key(&key, e))
     }
 
-    /// The lone PostgreSQL statement of [`Self::write_set`], on the connection kept between
-    /// lone writes (see the `held` module): the epoch it left on the row when it applied.
-    #[cfg(feature = "postgres")]
+    /// The lone PostgreSQL statement of [`Self::write_set`]: the epoch it left on the row when
+    /// it applied.
     async fn write_alone_postgres(&self, stmt: Statement) -> Result<Option<Option<i64>>, DbErr> {
-        use sea_orm::sqlx::Row;
-        let pool = self.inner.db.get_postgres_connection_pool();
-        let values = stmt
-            .values
-            .unwrap_or(sea_orm::sea_query::Values(Vec::new()));
-        let found = self
-            .inner
-            .held
-            .fetch_optional(pool, &stmt.sql, values)
-            .await?;
-        found
-            .map(|row| {
-                row.try_get::<i64, _>("lease_epoch")
-                    .map(Some)
-                    .map_err(|e| DbErr::Query(sea_orm::RuntimeErr::SqlxError(e.into())))
-            })
-            .transpose()
-    }
-
-    /// Without the `postgres` feature no store is PostgreSQL; this is the pool path.
-    #[cfg(not(feature = "postgres"))]
-    async fn write_alone_postgres(&self, stmt: Statement) -> Result<Option<Option<i64>>, DbErr> {
-        self.inner.db.query_one_raw(stmt).await.and_then(|found| {
+        self.query_one_alone(stmt).await.and_then(|found| {
             found
                 .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
                 .transpose()
@@ -749,9 +726,7 @@ impl BindingStore for Store {
              AND (expires_at IS NULL OR expires_at > $3)"
         );
         let found = self
-            .inner
-            .db
-            .query_one_raw(self.stmt(
+            .query_one_alone(self.stmt(
                 &sql,
                 vec![
                     ns.as_str().into(),

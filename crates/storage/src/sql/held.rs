@@ -1,27 +1,33 @@
-//! PostgreSQL: one pooled connection kept between lone autocommit writes.
+//! PostgreSQL: one pooled connection kept between lone statements.
 //!
 //! A statement run on the pool checks a connection out and back in each time, and the pool
 //! does real work both ways: it pings the connection before handing it out, and again, in a
 //! task of its own, when it takes it back (to flush a rollback a dropped transaction may have
-//! left). For an owner writing alone (a lease acquired, renewed or released, a `transact`
-//! under it: one conditional statement in autocommit), that work cost about a third of the
-//! write on a two-core machine.
+//! left). For an owner working alone (a lease acquired, renewed or released, a `transact`
+//! under it: one conditional statement in autocommit, sometimes after a lookup of the row),
+//! that work cost about a third of the statement on a two-core machine.
 //!
-//! So the lone autocommit writes of a store keep the connection they ran on for a short while
-//! ([`LINGER`]): a lone write that starts within that time after the previous one completed
-//! runs on the same connection, without a checkout and without a ping. A connection that is
-//! not taken again in time goes back to the pool (a task watches it), so an idle store holds
-//! nothing, and anyone waiting for the pool waits at most about that long.
+//! So the store's lone statements outside any transaction (the lifecycle's single-statement
+//! writes when they go alone, and row lookups: [`Store::query_one_alone`]) keep the connection
+//! they ran on for a short while ([`LINGER`]): a lone statement that starts within that time
+//! after the previous one completed runs on the same connection, without a checkout and
+//! without a ping. A connection that is not taken again in time goes back to the pool (a task
+//! watches it), so an idle store holds nothing, and anyone waiting for the pool waits at most
+//! about that long. Statements running at the same time take the kept connection one at a
+//! time and the pool for the rest.
 //!
 //! What this trades: the pool's ping finds a connection the server closed (a restart, an
-//! administrator's `pg_terminate_backend`) before a write is sent on it, and the write then
-//! runs on a fresh connection. A kept connection is not pinged, so when the server closes it
-//! within the [`LINGER`] after a lone write, the next lone write fails instead: with the
-//! server's answer (a `FATAL` it sent before closing; nothing was applied) or, when the
-//! connection broke without one, as an unknown outcome — the answer a write already gets when
-//! the server goes away while it runs, which is where a lone write is nearly all of the time
-//! when writes follow each other that closely. A write that starts later than that uses the
-//! pool and its ping as before.
+//! administrator's `pg_terminate_backend`) before a statement is sent on it, which then runs on
+//! a fresh connection. A kept connection is not pinged, so when the server closes it within the
+//! [`LINGER`] after a lone statement, the next one fails instead: with the server's answer (a
+//! `FATAL` it sent before closing; nothing was applied, `StoreErrorKind::Unavailable`) or, when
+//! the connection broke without one, a write as an unknown outcome — the answer a write already
+//! gets when the server goes away while it runs, which is where a lone write is nearly all of
+//! the time when writes follow each other that closely. A statement that starts later than that
+//! uses the pool and its ping as before.
+//!
+//! [`Store::query_one_alone`]: super::Store::query_one_alone
+//! [`StoreErrorKind::Unavailable`]: tether_core::StoreErrorKind::Unavailable
 //!
 //! Architecture Invariant: a connection is kept only after a statement on it completed; a
 //! statement that failed, or whose future was dropped half-way, gives its connection back to
@@ -38,7 +44,7 @@ use sea_orm::sea_query::Values;
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::postgres::PgRow;
 use sea_orm::sqlx::{self, PgPool, Postgres};
-use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
+use sea_orm::{ConnAcquireErr, DbErr, QueryResult, RuntimeErr, Statement};
 use sea_query_sqlx::SqlxValues;
 
 /// How long a kept connection waits for the next lone write before it goes back to the pool.
@@ -75,13 +81,26 @@ impl HeldConnection {
         }
     }
 
-    /// Runs `sql` with `values` in autocommit on the kept connection (or on a connection from
-    /// `pool` when none was kept within [`LINGER`]) and returns its first row.
+    /// Runs `stmt` in autocommit on the kept connection (or on a connection from `pool` when
+    /// none was kept within [`LINGER`]) and returns its first row, as sea-orm's
+    /// `query_one_raw` does on the pool.
     ///
     /// Errors are mapped as sea-orm maps them on the pool path: no connection to be had is
     /// `DbErr::ConnectionAcquire` or `DbErr::Conn` (nothing was sent), a failed statement
     /// `DbErr::Query`.
-    pub(crate) async fn fetch_optional(
+    pub(crate) async fn query_one(
+        &self,
+        pool: &PgPool,
+        stmt: Statement,
+    ) -> Result<Option<QueryResult>, DbErr> {
+        let row = self
+            .fetch_optional(pool, &stmt.sql, stmt.values.unwrap_or(Values(Vec::new())))
+            .await?;
+        Ok(row.map(QueryResult::from))
+    }
+
+    /// [`Self::query_one`] on plain SQL and values, answering the driver's row.
+    async fn fetch_optional(
         &self,
         pool: &PgPool,
         sql: &str,
@@ -175,7 +194,6 @@ async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, DbErr> {
 
 #[cfg(all(test, feature = "test-support"))]
 mod tests {
-    use sea_orm::sqlx::Row as _;
     use sea_orm::sqlx::postgres::PgPoolOptions;
 
     use super::*;
@@ -193,14 +211,19 @@ mod tests {
         Some((db, pool))
     }
 
-    /// The backend process id of the connection `held` runs on.
+    /// The backend process id of the connection `held` runs on (read as the store reads its
+    /// rows: through sea-orm's `QueryResult`).
     async fn backend_pid(held: &HeldConnection, pool: &PgPool) -> i32 {
+        let stmt = Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT pg_backend_pid() AS pid",
+        );
         let row = held
-            .fetch_optional(pool, "SELECT pg_backend_pid() AS pid", Values(Vec::new()))
+            .query_one(pool, stmt)
             .await
             .expect("query")
             .expect("a row");
-        row.try_get("pid").expect("pid")
+        row.try_get("", "pid").expect("pid")
     }
 
     /// Ends the backend `pid` from another connection of `pool`, as an administrator would.

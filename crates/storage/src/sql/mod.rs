@@ -704,6 +704,21 @@ impl Store {
     }
 
     /// A statement with `$n` placeholders, rewritten for the backend.
+    /// Runs one statement outside any transaction and returns its first row: on PostgreSQL on
+    /// the connection kept between such statements (see the `held` module), elsewhere on the
+    /// pool.
+    pub(crate) async fn query_one_alone(
+        &self,
+        stmt: Statement,
+    ) -> Result<Option<sea_orm::QueryResult>, DbErr> {
+        #[cfg(feature = "postgres")]
+        if self.inner.backend == DbBackend::Postgres {
+            let pool = self.inner.db.get_postgres_connection_pool();
+            return self.inner.held.query_one(pool, stmt).await;
+        }
+        sea_orm::ConnectionTrait::query_one_raw(&self.inner.db, stmt).await
+    }
+
     pub(crate) fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
         let sql = match self.inner.backend {
             DbBackend::Postgres => sql.to_owned(),
