@@ -4,9 +4,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sea_orm::{
-    ConnectionTrait, DatabaseTransaction, DbBackend, DbErr, QueryResult, Statement, Value,
-};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
     Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
@@ -650,7 +648,11 @@ impl Store {
             let (sql, values) = set.alone(self.inner.backend, false);
             let stmt = self.stmt(&sql, values);
             let written = if postgres {
-                self.write_alone_postgres(stmt).await
+                self.query_one_alone(stmt).await.and_then(|found| {
+                    found
+                        .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
+                        .transpose()
+                })
             } else {
                 self.inner
                     .db
@@ -686,16 +688,6 @@ impl Store {
         self.finish(tx, result)
             .await
             .map_err(|e| super::for_key(&key, e))
-    }
-
-    /// The lone PostgreSQL statement of [`Self::write_set`]: the epoch it left on the row when
-    /// it applied.
-    async fn write_alone_postgres(&self, stmt: Statement) -> Result<Option<Option<i64>>, DbErr> {
-        self.query_one_alone(stmt).await.and_then(|found| {
-            found
-                .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
-                .transpose()
-        })
     }
 
     async fn fresh_observation(

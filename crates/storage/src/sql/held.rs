@@ -42,13 +42,13 @@ use std::time::{Duration, Instant};
 
 use sea_orm::sea_query::Values;
 use sea_orm::sqlx::pool::PoolConnection;
-use sea_orm::sqlx::postgres::PgRow;
 use sea_orm::sqlx::{self, PgPool, Postgres};
 use sea_orm::{ConnAcquireErr, DbErr, QueryResult, RuntimeErr, Statement};
 use sea_query_sqlx::SqlxValues;
 
-/// How long a kept connection waits for the next lone write before it goes back to the pool.
-pub(crate) const LINGER: Duration = Duration::from_millis(2);
+/// How long a kept connection waits for the next lone statement before it goes back to the
+/// pool.
+const LINGER: Duration = Duration::from_millis(2);
 
 /// The kept connection of one store (see the module documentation).
 #[derive(Debug)]
@@ -73,7 +73,7 @@ struct Held {
 }
 
 impl HeldConnection {
-    /// A connection kept `linger` after each lone write.
+    /// A connection kept `linger` after each lone statement.
     fn with_linger(linger: Duration) -> Self {
         Self {
             state: Arc::default(),
@@ -82,7 +82,7 @@ impl HeldConnection {
     }
 
     /// Runs `stmt` in autocommit on the kept connection (or on a connection from `pool` when
-    /// none was kept within [`LINGER`]) and returns its first row, as sea-orm's
+    /// none was kept within the linger) and returns its first row, as sea-orm's
     /// `query_one_raw` does on the pool.
     ///
     /// Errors are mapped as sea-orm maps them on the pool path: no connection to be had is
@@ -93,29 +93,17 @@ impl HeldConnection {
         pool: &PgPool,
         stmt: Statement,
     ) -> Result<Option<QueryResult>, DbErr> {
-        let row = self
-            .fetch_optional(pool, &stmt.sql, stmt.values.unwrap_or(Values(Vec::new())))
-            .await?;
-        Ok(row.map(QueryResult::from))
-    }
-
-    /// [`Self::query_one`] on plain SQL and values, answering the driver's row.
-    async fn fetch_optional(
-        &self,
-        pool: &PgPool,
-        sql: &str,
-        values: Values,
-    ) -> Result<Option<PgRow>, DbErr> {
         let mut conn = match self.take() {
             Some(kept) => kept,
             None => acquire(pool).await?,
         };
-        let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), SqlxValues(values))
+        let values = stmt.values.unwrap_or(Values(Vec::new()));
+        let row = sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
             .fetch_optional(&mut *conn)
             .await
             .map_err(|e| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e))))?;
         self.keep(conn);
-        Ok(row)
+        Ok(row.map(QueryResult::from))
     }
 
     /// Gives the kept connection (if any) back to the pool now.
@@ -128,7 +116,7 @@ impl HeldConnection {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The kept connection, when its last statement completed within [`LINGER`]; an older
+    /// The kept connection, when its last statement completed within the linger; an older
     /// one goes back to the pool.
     fn take(&self) -> Option<PoolConnection<Postgres>> {
         let (conn, since) = self.lock().conn.take()?;
@@ -140,7 +128,7 @@ impl HeldConnection {
         }
     }
 
-    /// Keeps `conn` for the next lone write (or gives it back when one is kept already) and
+    /// Keeps `conn` for the next lone statement (or gives it back when one is kept already) and
     /// makes sure a task gives it back once it has lingered.
     fn keep(&self, conn: PoolConnection<Postgres>) {
         let mut held = self.lock();
@@ -158,8 +146,8 @@ impl HeldConnection {
     }
 }
 
-/// Gives the kept connection back to the pool once it has gone `linger` without a lone write,
-/// then ends (the next kept connection starts a new watch).
+/// Gives the kept connection back to the pool once it has gone `linger` without a lone
+/// statement, then ends (the next kept connection starts a new watch).
 async fn watch(state: Weak<Mutex<Held>>, linger: Duration) {
     let mut wait = linger;
     loop {
@@ -211,15 +199,16 @@ mod tests {
         Some((db, pool))
     }
 
+    /// `text` as a PostgreSQL statement without values.
+    fn sql(text: &str) -> Statement {
+        Statement::from_string(sea_orm::DbBackend::Postgres, text)
+    }
+
     /// The backend process id of the connection `held` runs on (read as the store reads its
     /// rows: through sea-orm's `QueryResult`).
     async fn backend_pid(held: &HeldConnection, pool: &PgPool) -> i32 {
-        let stmt = Statement::from_string(
-            sea_orm::DbBackend::Postgres,
-            "SELECT pg_backend_pid() AS pid",
-        );
         let row = held
-            .query_one(pool, stmt)
+            .query_one(pool, sql("SELECT pg_backend_pid() AS pid"))
             .await
             .expect("query")
             .expect("a row");
@@ -306,9 +295,7 @@ mod tests {
         terminate(&pool, first).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(held.lock().conn.is_some());
-        let failed = held
-            .fetch_optional(&pool, "SELECT 1", Values(Vec::new()))
-            .await;
+        let failed = held.query_one(&pool, sql("SELECT 1")).await;
         // The server said why before it closed the connection: its answer, not silence.
         let Err(DbErr::Query(RuntimeErr::SqlxError(e))) = &failed else {
             panic!("{failed:?}");
@@ -331,7 +318,7 @@ mod tests {
         };
         let held = HeldConnection::default();
         let error = held
-            .fetch_optional(&pool, "SELECT * FROM no_such_table", Values(Vec::new()))
+            .query_one(&pool, sql("SELECT * FROM no_such_table"))
             .await
             .expect_err("no such table");
         let DbErr::Query(RuntimeErr::SqlxError(e)) = &error else {
@@ -351,7 +338,7 @@ mod tests {
         pool.close().await;
         let held = HeldConnection::default();
         let error = held
-            .fetch_optional(&pool, "SELECT 1", Values(Vec::new()))
+            .query_one(&pool, sql("SELECT 1"))
             .await
             .expect_err("closed");
         assert!(

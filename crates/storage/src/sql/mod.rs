@@ -206,7 +206,7 @@ struct Inner {
     group: group::GroupCommit,
     /// Whether lifecycle writes go through group commit.
     grouped: bool,
-    /// PostgreSQL: the connection kept between lone autocommit writes.
+    /// PostgreSQL: the connection kept between lone statements ([`Store::query_one_alone`]).
     #[cfg(feature = "postgres")]
     held: held::HeldConnection,
     #[cfg(feature = "test-support")]
@@ -703,7 +703,6 @@ impl Store {
             })
     }
 
-    /// A statement with `$n` placeholders, rewritten for the backend.
     /// Runs one statement outside any transaction and returns its first row: on PostgreSQL on
     /// the connection kept between such statements (see the `held` module), elsewhere on the
     /// pool.
@@ -719,6 +718,7 @@ impl Store {
         sea_orm::ConnectionTrait::query_one_raw(&self.inner.db, stmt).await
     }
 
+    /// A statement with `$n` placeholders, rewritten for the backend.
     pub(crate) fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
         let sql = match self.inner.backend {
             DbBackend::Postgres => sql.to_owned(),
