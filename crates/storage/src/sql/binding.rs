@@ -654,11 +654,9 @@ impl Store {
                         .transpose()
                 })
             } else {
-                self.inner
-                    .db
-                    .execute_raw(stmt)
+                self.execute_alone_sqlite(stmt)
                     .await
-                    .map(|done| (done.rows_affected() == 1).then_some(None))
+                    .map(|changed| (changed == 1).then_some(None))
             };
             drop(slot);
             return written.map_err(|e| super::for_key(&key, super::autocommit_error(e)));

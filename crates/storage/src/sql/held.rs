@@ -1,32 +1,39 @@
-//! PostgreSQL: one pooled connection kept between lone statements.
+//! One pooled connection kept between lone statements (PostgreSQL, and SQLite files).
 //!
 //! A statement run on the pool checks a connection out and back in each time, and the pool
-//! does real work both ways: it pings the connection before handing it out, and again, in a
-//! task of its own, when it takes it back (to flush a rollback a dropped transaction may have
-//! left). For an owner working alone (a lease acquired, renewed or released, a `transact`
-//! under it: one conditional statement in autocommit, sometimes after a lookup of the row),
-//! that work cost about a third of the statement on a two-core machine.
+//! does real work both ways. When it takes a connection back it pings it, in a task of its
+//! own (to flush a rollback a dropped transaction may have left); on PostgreSQL it pings it
+//! again before handing it out. A PostgreSQL ping is a round trip to the server; a SQLite one
+//! a round trip through the connection's worker thread. For an owner working alone (a lease
+//! acquired, renewed or released, a `transact` under it: one conditional statement in
+//! autocommit, sometimes after a lookup of the row), that work cost about a third of the
+//! statement on PostgreSQL and a fifth on SQLite, on a two-core machine.
 //!
 //! So the store's lone statements outside any transaction (the lifecycle's single-statement
-//! writes when they go alone, and row lookups: [`Store::query_one_alone`]) keep the connection
-//! they ran on for a short while ([`LINGER`]): a lone statement that starts within that time
-//! after the previous one completed runs on the same connection, without a checkout and
-//! without a ping. A connection that is not taken again in time goes back to the pool (a task
-//! watches it), so an idle store holds nothing, and anyone waiting for the pool waits at most
-//! about that long. Statements running at the same time take the kept connection one at a
-//! time and the pool for the rest.
+//! writes when they go alone, and row lookups: [`Store::query_one_alone`],
+//! [`Store::execute_alone_sqlite`]) keep the connection they ran on for a short while
+//! ([`LINGER`]): a lone statement that starts within that time after the previous one
+//! completed runs on the same connection, without a checkout and without a ping. A
+//! connection that is not taken again in time goes back to the pool (a task watches it), so
+//! an idle store holds nothing, and anyone waiting for the pool waits at most about that long.
+//! Statements running at the same time take the kept connection one at a time and the pool for
+//! the rest. An in-memory SQLite database keeps nothing: its one connection is the whole
+//! database, and everyone else would wait for it.
 //!
-//! What this trades: the pool's ping finds a connection the server closed (a restart, an
-//! administrator's `pg_terminate_backend`) before a statement is sent on it, which then runs on
-//! a fresh connection. A kept connection is not pinged, so when the server closes it within the
-//! [`LINGER`] after a lone statement, the next one fails instead: with the server's answer (a
-//! `FATAL` it sent before closing; nothing was applied, `StoreErrorKind::Unavailable`) or, when
-//! the connection broke without one, a write as an unknown outcome — the answer a write already
-//! gets when the server goes away while it runs, which is where a lone write is nearly all of
-//! the time when writes follow each other that closely. A statement that starts later than that
-//! uses the pool and its ping as before.
+//! What this trades on PostgreSQL: the pool's ping finds a connection the server closed (a
+//! restart, an administrator's `pg_terminate_backend`) before a statement is sent on it, which
+//! then runs on a fresh connection. A kept connection is not pinged, so when the server closes
+//! it within the [`LINGER`] after a lone statement, the next one fails instead: with the
+//! server's answer (a `FATAL` it sent before closing; nothing was applied,
+//! `StoreErrorKind::Unavailable`) or, when the connection broke without one, a write as an
+//! unknown outcome — the answer a write already gets when the server goes away while it runs,
+//! which is where a lone write is nearly all of the time when writes follow each other that
+//! closely. A statement that starts later than that uses the pool and its ping as before. A
+//! SQLite connection is a handle on a local file with no peer to close it, so there the kept
+//! connection trades nothing but the pool's capacity for the linger.
 //!
 //! [`Store::query_one_alone`]: super::Store::query_one_alone
+//! [`Store::execute_alone_sqlite`]: super::Store::execute_alone_sqlite
 //! [`StoreErrorKind::Unavailable`]: tether_core::StoreErrorKind::Unavailable
 //!
 //! Architecture Invariant: a connection is kept only after a statement on it completed; a
@@ -35,16 +42,17 @@
 //!
 //! Architecture Invariant: a kept connection is reused only within [`LINGER`] after its last
 //! statement completed; an older one goes back to the pool, and its next user gets it only
-//! after the pool's ping.
+//! after the pool's checks.
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use sea_orm::sea_query::Values;
 use sea_orm::sqlx::pool::PoolConnection;
-use sea_orm::sqlx::{self, PgPool, Postgres};
+use sea_orm::sqlx::{self, Database, Executor, IntoArguments, Pool};
 use sea_orm::{ConnAcquireErr, DbErr, QueryResult, RuntimeErr, Statement};
 use sea_query_sqlx::SqlxValues;
+use tokio::runtime::Handle;
 
 /// How long a kept connection waits for the next lone statement before it goes back to the
 /// pool.
@@ -52,27 +60,55 @@ const LINGER: Duration = Duration::from_millis(2);
 
 /// The kept connection of one store (see the module documentation).
 #[derive(Debug)]
-pub(crate) struct HeldConnection {
-    state: Arc<Mutex<Held>>,
+pub(crate) struct HeldConnection<DB: Database> {
+    state: Arc<Mutex<Held<DB>>>,
     /// [`LINGER`], but for tests.
     linger: Duration,
 }
 
-impl Default for HeldConnection {
+impl<DB: Database> Default for HeldConnection<DB> {
     fn default() -> Self {
         Self::with_linger(LINGER)
     }
 }
 
-#[derive(Debug, Default)]
-struct Held {
+#[derive(Debug)]
+struct Held<DB: Database> {
     /// The kept connection and when its last statement completed.
-    conn: Option<(PoolConnection<Postgres>, Instant)>,
+    conn: Option<(PoolConnection<DB>, Instant)>,
     /// Whether a task is watching `conn` to give it back once it has lingered.
     watched: bool,
+    /// The runtime the last connection was kept on.
+    runtime: Option<Handle>,
 }
 
-impl HeldConnection {
+impl<DB: Database> Default for Held<DB> {
+    fn default() -> Self {
+        Self {
+            conn: None,
+            watched: false,
+            runtime: None,
+        }
+    }
+}
+
+impl<DB: Database> Drop for Held<DB> {
+    fn drop(&mut self) {
+        let Some((conn, _)) = self.conn.take() else {
+            return;
+        };
+        // The pool takes a connection back in a task of its own, which needs a runtime: a
+        // store dropped outside one (at the end of a test's `main`, after `block_on`) gives
+        // its kept connection back on the runtime it was kept on.
+        let _entered = match (Handle::try_current(), &self.runtime) {
+            (Err(_), Some(runtime)) => Some(runtime.enter()),
+            _ => None,
+        };
+        drop(conn);
+    }
+}
+
+impl<DB: Database> HeldConnection<DB> {
     /// A connection kept `linger` after each lone statement.
     fn with_linger(linger: Duration) -> Self {
         Self {
@@ -81,29 +117,12 @@ impl HeldConnection {
         }
     }
 
-    /// Runs `stmt` in autocommit on the kept connection (or on a connection from `pool` when
-    /// none was kept within the linger) and returns its first row, as sea-orm's
-    /// `query_one_raw` does on the pool.
-    ///
-    /// Errors are mapped as sea-orm maps them on the pool path: no connection to be had is
-    /// `DbErr::ConnectionAcquire` or `DbErr::Conn` (nothing was sent), a failed statement
-    /// `DbErr::Query`.
-    pub(crate) async fn query_one(
-        &self,
-        pool: &PgPool,
-        stmt: Statement,
-    ) -> Result<Option<QueryResult>, DbErr> {
-        let mut conn = match self.take() {
-            Some(kept) => kept,
-            None => acquire(pool).await?,
-        };
-        let values = stmt.values.unwrap_or(Values(Vec::new()));
-        let row = sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e))))?;
-        self.keep(conn);
-        Ok(row.map(QueryResult::from))
+    /// The kept connection when one was kept within the linger, else one from `pool`.
+    async fn checkout(&self, pool: &Pool<DB>) -> Result<PoolConnection<DB>, DbErr> {
+        match self.take() {
+            Some(kept) => Ok(kept),
+            None => acquire(pool).await,
+        }
     }
 
     /// Gives the kept connection (if any) back to the pool now.
@@ -112,13 +131,13 @@ impl HeldConnection {
         drop(kept);
     }
 
-    fn lock(&self) -> MutexGuard<'_, Held> {
+    fn lock(&self) -> MutexGuard<'_, Held<DB>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The kept connection, when its last statement completed within the linger; an older
     /// one goes back to the pool.
-    fn take(&self) -> Option<PoolConnection<Postgres>> {
+    fn take(&self) -> Option<PoolConnection<DB>> {
         let (conn, since) = self.lock().conn.take()?;
         if since.elapsed() <= self.linger {
             Some(conn)
@@ -130,7 +149,7 @@ impl HeldConnection {
 
     /// Keeps `conn` for the next lone statement (or gives it back when one is kept already) and
     /// makes sure a task gives it back once it has lingered.
-    fn keep(&self, conn: PoolConnection<Postgres>) {
+    fn keep(&self, conn: PoolConnection<DB>) {
         let mut held = self.lock();
         if held.conn.is_some() {
             drop(held);
@@ -138,6 +157,7 @@ impl HeldConnection {
             return;
         }
         held.conn = Some((conn, Instant::now()));
+        held.runtime = Handle::try_current().ok();
         if !held.watched {
             held.watched = true;
             drop(held);
@@ -146,9 +166,66 @@ impl HeldConnection {
     }
 }
 
+impl<DB> HeldConnection<DB>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    SqlxValues: IntoArguments<DB>,
+    QueryResult: From<DB::Row>,
+{
+    /// Runs `stmt` in autocommit on the kept connection (or on a connection from `pool` when
+    /// none was kept within the linger) and returns its first row, as sea-orm's
+    /// `query_one_raw` does on the pool.
+    ///
+    /// Errors are mapped as sea-orm maps them on the pool path: no connection to be had is
+    /// `DbErr::ConnectionAcquire` or `DbErr::Conn` (nothing was sent), a failed statement
+    /// `DbErr::Query`.
+    pub(crate) async fn query_one(
+        &self,
+        pool: &Pool<DB>,
+        mut stmt: Statement,
+    ) -> Result<Option<QueryResult>, DbErr> {
+        let mut conn = self.checkout(pool).await?;
+        let row = bound(&mut stmt)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e))))?;
+        self.keep(conn);
+        Ok(row.map(QueryResult::from))
+    }
+
+    /// Runs `stmt` in autocommit as [`HeldConnection::query_one`] does and returns the
+    /// driver's answer (how many rows it changed), as sea-orm's `execute_raw` does on the
+    /// pool; errors are `DbErr::Exec` for a failed statement.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by SQLite writes only
+    pub(crate) async fn execute(
+        &self,
+        pool: &Pool<DB>,
+        mut stmt: Statement,
+    ) -> Result<DB::QueryResult, DbErr> {
+        let mut conn = self.checkout(pool).await?;
+        let done = bound(&mut stmt)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| DbErr::Exec(RuntimeErr::SqlxError(Arc::new(e))))?;
+        self.keep(conn);
+        Ok(done)
+    }
+}
+
+/// `stmt` as a driver query (its values moved out).
+fn bound<DB>(stmt: &mut Statement) -> sqlx::query::Query<'_, DB, SqlxValues>
+where
+    DB: Database,
+    SqlxValues: IntoArguments<DB>,
+{
+    let values = stmt.values.take().unwrap_or(Values(Vec::new()));
+    sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
+}
+
 /// Gives the kept connection back to the pool once it has gone `linger` without a lone
 /// statement, then ends (the next kept connection starts a new watch).
-async fn watch(state: Weak<Mutex<Held>>, linger: Duration) {
+async fn watch<DB: Database>(state: Weak<Mutex<Held<DB>>>, linger: Duration) {
     let mut wait = linger;
     loop {
         tokio::time::sleep(wait).await;
@@ -172,7 +249,7 @@ async fn watch(state: Weak<Mutex<Held>>, linger: Duration) {
 }
 
 /// A connection from the pool, its errors mapped as sea-orm maps them.
-async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, DbErr> {
+async fn acquire<DB: Database>(pool: &Pool<DB>) -> Result<PoolConnection<DB>, DbErr> {
     pool.acquire().await.map_err(|e| match e {
         sqlx::Error::PoolTimedOut => DbErr::ConnectionAcquire(ConnAcquireErr::Timeout),
         sqlx::Error::PoolClosed => DbErr::ConnectionAcquire(ConnAcquireErr::ConnectionClosed),
@@ -181,11 +258,15 @@ async fn acquire(pool: &PgPool) -> Result<PoolConnection<Postgres>, DbErr> {
 }
 
 #[cfg(all(test, feature = "test-support"))]
-mod tests {
+mod postgres_tests {
     use sea_orm::sqlx::postgres::PgPoolOptions;
+    use sea_orm::sqlx::{PgPool, Postgres};
 
     use super::*;
     use crate::testing::PgTestDatabase;
+
+    /// The kept connection of a PostgreSQL store.
+    type Held = HeldConnection<Postgres>;
 
     /// A pool of `size` connections on a fresh database; nothing when no server answers.
     async fn pool(label: &str, size: u32) -> Option<(PgTestDatabase, PgPool)> {
@@ -206,7 +287,7 @@ mod tests {
 
     /// The backend process id of the connection `held` runs on (read as the store reads its
     /// rows: through sea-orm's `QueryResult`).
-    async fn backend_pid(held: &HeldConnection, pool: &PgPool) -> i32 {
+    async fn backend_pid(held: &Held, pool: &PgPool) -> i32 {
         let row = held
             .query_one(pool, sql("SELECT pg_backend_pid() AS pid"))
             .await
@@ -226,7 +307,7 @@ mod tests {
 
     /// Gives the kept connection back, closes the pool (which waits for every connection) and
     /// drops the database.
-    async fn finish(held: HeldConnection, pool: PgPool, db: PgTestDatabase) {
+    async fn finish(held: Held, pool: PgPool, db: PgTestDatabase) {
         held.release();
         pool.close().await;
         db.cleanup().await;
@@ -253,7 +334,7 @@ mod tests {
         };
         // A long linger, so that a slow machine cannot make the connection linger out between
         // two statements of the test.
-        let held = HeldConnection::with_linger(Duration::from_millis(500));
+        let held = Held::with_linger(Duration::from_millis(500));
         let first = backend_pid(&held, &pool).await;
         for _ in 0..20 {
             // Kept, not in the pool: the pool's only connection is checked out.
@@ -272,7 +353,7 @@ mod tests {
         let Some((db, pool)) = pool("held_stale", 4).await else {
             return;
         };
-        let held = HeldConnection::default();
+        let held = Held::default();
         let first = backend_pid(&held, &pool).await;
         // The server closes the kept connection; by the time of the next statement it has
         // lingered, so it goes back to the pool, whose ping finds it closed.
@@ -288,7 +369,7 @@ mod tests {
         let Some((db, pool)) = pool("held_closed", 4).await else {
             return;
         };
-        let held = HeldConnection::with_linger(Duration::from_secs(10));
+        let held = Held::with_linger(Duration::from_secs(10));
         let first = backend_pid(&held, &pool).await;
         // Terminated from another connection while kept: the next statement within the linger
         // is sent on it and fails (the trade the module documents) ...
@@ -316,7 +397,7 @@ mod tests {
         let Some((db, pool)) = pool("held_failed", 4).await else {
             return;
         };
-        let held = HeldConnection::default();
+        let held = Held::default();
         let error = held
             .query_one(&pool, sql("SELECT * FROM no_such_table"))
             .await
@@ -336,7 +417,7 @@ mod tests {
             return;
         };
         pool.close().await;
-        let held = HeldConnection::default();
+        let held = Held::default();
         let error = held
             .query_one(&pool, sql("SELECT 1"))
             .await
@@ -349,5 +430,173 @@ mod tests {
             "{error:?}"
         );
         db.cleanup().await;
+    }
+}
+
+#[cfg(all(test, feature = "sqlite"))]
+mod sqlite_tests {
+    use sea_orm::sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    };
+    use sea_orm::{ConnectionTrait, DbBackend, TransactionTrait};
+
+    use super::*;
+    use crate::sql::{Store, StoreOptions};
+
+    /// A pool of `size` connections on a fresh SQLite file in WAL mode, as the store opens it.
+    async fn pool(size: u32) -> (tempfile::TempDir, SqlitePool) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let options = SqliteConnectOptions::new()
+            .filename(dir.path().join("held.db"))
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(size)
+            .acquire_timeout(Duration::from_secs(5))
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+            .expect("open");
+        (dir, pool)
+    }
+
+    /// `text` as a SQLite statement without values.
+    fn sql(text: &str) -> Statement {
+        Statement::from_string(DbBackend::Sqlite, text)
+    }
+
+    /// Waits (a bounded while) until the pool holds `idle` idle connections.
+    async fn until_idle(pool: &SqlitePool, idle: usize) {
+        for _ in 0..500 {
+            if pool.num_idle() == idle {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        panic!(
+            "the pool never had {idle} idle connections (has {})",
+            pool.num_idle()
+        );
+    }
+
+    #[tokio::test]
+    async fn sqlite_lone_statements_in_quick_succession_share_one_connection_and_give_it_back() {
+        let (_dir, pool) = pool(4).await;
+        let held = HeldConnection::with_linger(Duration::from_millis(500));
+        held.execute(&pool, sql("CREATE TABLE t (n INTEGER)"))
+            .await
+            .expect("create");
+        // A temporary table is seen only by the connection that made it: it marks the
+        // connection the statements run on.
+        held.execute(&pool, sql("CREATE TEMP TABLE marker (x INTEGER)"))
+            .await
+            .expect("marker");
+        for n in 0..20 {
+            assert!(held.lock().conn.is_some());
+            assert_eq!((pool.size(), pool.num_idle()), (1, 0));
+            let done = held
+                .execute(&pool, sql(&format!("INSERT INTO t VALUES ({n})")))
+                .await
+                .expect("insert");
+            assert_eq!(done.rows_affected(), 1);
+            let row = held
+                .query_one(
+                    &pool,
+                    sql("SELECT count(*) AS c FROM temp.sqlite_master WHERE name = 'marker'"),
+                )
+                .await
+                .expect("query")
+                .expect("a row");
+            assert_eq!(row.try_get::<i64>("", "c").expect("count"), 1);
+        }
+        // Autocommit: every insert is in the file for the other connections.
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM t")
+            .fetch_one(&pool)
+            .await
+            .expect("count");
+        assert_eq!(count, 20);
+        // Once it has lingered, the watch gives it back.
+        until_idle(&pool, 2).await;
+        assert!(held.lock().conn.is_none());
+        pool.close().await;
+    }
+
+    #[tokio::test]
+    async fn sqlite_a_failed_statement_gives_its_connection_back() {
+        let (_dir, pool) = pool(4).await;
+        let held = HeldConnection::default();
+        let error = held
+            .execute(&pool, sql("INSERT INTO no_such_table VALUES (1)"))
+            .await
+            .expect_err("no such table");
+        let DbErr::Exec(RuntimeErr::SqlxError(e)) = &error else {
+            panic!("{error:?}");
+        };
+        assert!(matches!(**e, sqlx::Error::Database(_)), "{e:?}");
+        assert!(held.lock().conn.is_none());
+        until_idle(&pool, 1).await;
+        pool.close().await;
+    }
+
+    /// A store on a file with one pooled connection: a transaction right after a lone
+    /// statement gets the connection once it has lingered. An in-memory store keeps nothing.
+    #[tokio::test]
+    async fn sqlite_store_keeps_a_file_connection_and_hands_it_to_the_next_transaction() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display());
+        let store = Store::open_with(StoreOptions::new(&url).max_connections(1))
+            .await
+            .expect("open");
+        store
+            .execute_alone_sqlite(sql("CREATE TABLE probe (n INTEGER)"))
+            .await
+            .expect("create");
+        let held = store.inner.held_sqlite.as_ref().expect("a file keeps one");
+        assert!(held.lock().conn.is_some());
+        let tx = tokio::time::timeout(Duration::from_secs(5), store.inner.db.begin())
+            .await
+            .expect("the kept connection went back within the linger")
+            .expect("begin");
+        tx.execute_raw(sql("INSERT INTO probe VALUES (1)"))
+            .await
+            .expect("insert");
+        tx.commit().await.expect("commit");
+        let changed = store
+            .execute_alone_sqlite(sql("UPDATE probe SET n = 2"))
+            .await
+            .expect("update");
+        assert_eq!(changed, 1);
+        store.close().await.expect("close");
+
+        let memory = Store::open("sqlite::memory:").await.expect("open");
+        assert!(memory.inner.held_sqlite.is_none());
+        memory.close().await.expect("close");
+    }
+
+    /// A store dropped outside any runtime right after a lone statement (its connection still
+    /// kept) gives the connection back on the runtime it was kept on instead of panicking.
+    #[test]
+    fn sqlite_a_store_dropped_outside_a_runtime_gives_its_kept_connection_back() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("d.db").display());
+        let store = rt.block_on(async {
+            let store = Store::open_with(StoreOptions::new(&url))
+                .await
+                .expect("open");
+            store
+                .execute_alone_sqlite(sql("CREATE TABLE probe (n INTEGER)"))
+                .await
+                .expect("create");
+            store
+        });
+        let held = store.inner.held_sqlite.as_ref().expect("a file keeps one");
+        assert!(held.lock().conn.is_some());
+        drop(store);
+        drop(rt);
     }
 }

@@ -22,7 +22,7 @@ mod binding;
 mod clock;
 mod commit;
 mod group;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod held;
 mod host;
 mod host_tx;
@@ -208,7 +208,12 @@ struct Inner {
     grouped: bool,
     /// PostgreSQL: the connection kept between lone statements ([`Store::query_one_alone`]).
     #[cfg(feature = "postgres")]
-    held: held::HeldConnection,
+    held_postgres: held::HeldConnection<sea_orm::sqlx::Postgres>,
+    /// A SQLite file: the connection kept between lone statements ([`Store::query_one_alone`],
+    /// [`Store::execute_alone_sqlite`]); `None` for an in-memory database, whose one
+    /// connection is the whole database and must stay free for everyone else.
+    #[cfg(feature = "sqlite")]
+    held_sqlite: Option<held::HeldConnection<sea_orm::sqlx::Sqlite>>,
     #[cfg(feature = "test-support")]
     commit_faults: commit::CommitFaults,
 }
@@ -571,7 +576,10 @@ impl Store {
                 ),
                 grouped: options.group_commit,
                 #[cfg(feature = "postgres")]
-                held: held::HeldConnection::default(),
+                held_postgres: held::HeldConnection::default(),
+                #[cfg(feature = "sqlite")]
+                held_sqlite: matches!(kind, Kind::Sqlite { memory: false })
+                    .then(held::HeldConnection::default),
                 #[cfg(feature = "test-support")]
                 commit_faults: commit::CommitFaults::default(),
             }),
@@ -672,7 +680,11 @@ impl Store {
             Ok(inner) => {
                 // The pool waits for every connection to come back, the kept one too.
                 #[cfg(feature = "postgres")]
-                inner.held.release();
+                inner.held_postgres.release();
+                #[cfg(feature = "sqlite")]
+                if let Some(held) = &inner.held_sqlite {
+                    held.release();
+                }
                 inner.db.close().await.map_err(db_error)
             }
             Err(_) => Ok(()),
@@ -703,9 +715,9 @@ impl Store {
             })
     }
 
-    /// Runs one statement outside any transaction and returns its first row: on PostgreSQL on
-    /// the connection kept between such statements (see the `held` module), elsewhere on the
-    /// pool.
+    /// Runs one statement outside any transaction and returns its first row: on the
+    /// connection kept between such statements (PostgreSQL, a SQLite file; see the `held`
+    /// module), else on the pool.
     pub(crate) async fn query_one_alone(
         &self,
         stmt: Statement,
@@ -713,9 +725,31 @@ impl Store {
         #[cfg(feature = "postgres")]
         if self.inner.backend == DbBackend::Postgres {
             let pool = self.inner.db.get_postgres_connection_pool();
-            return self.inner.held.query_one(pool, stmt).await;
+            return self.inner.held_postgres.query_one(pool, stmt).await;
+        }
+        #[cfg(feature = "sqlite")]
+        if let Some(held) = &self.inner.held_sqlite {
+            let pool = self.inner.db.get_sqlite_connection_pool();
+            return held.query_one(pool, stmt).await;
         }
         sea_orm::ConnectionTrait::query_one_raw(&self.inner.db, stmt).await
+    }
+
+    /// SQLite: runs one statement outside any transaction and returns how many rows it
+    /// changed: on the connection kept between such statements when the database is a file
+    /// (see the `held` module), else on the pool.
+    pub(crate) async fn execute_alone_sqlite(&self, stmt: Statement) -> Result<u64, DbErr> {
+        #[cfg(feature = "sqlite")]
+        if let Some(held) = &self.inner.held_sqlite {
+            let pool = self.inner.db.get_sqlite_connection_pool();
+            return held
+                .execute(pool, stmt)
+                .await
+                .map(|done| done.rows_affected());
+        }
+        sea_orm::ConnectionTrait::execute_raw(&self.inner.db, stmt)
+            .await
+            .map(|done| done.rows_affected())
     }
 
     /// A statement with `$n` placeholders, rewritten for the backend.
