@@ -28,6 +28,7 @@ mod host;
 mod host_tx;
 mod maintenance;
 mod observed;
+mod placeholders;
 mod quarantine;
 mod renew;
 mod row_tx;
@@ -752,11 +753,12 @@ impl Store {
             .map(|done| done.rows_affected())
     }
 
-    /// A statement with `$n` placeholders, rewritten for the backend.
+    /// A statement with `$n` placeholders, rewritten for the backend (for SQLite: anonymous
+    /// placeholders, see the `placeholders` module).
     pub(crate) fn stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
-        let sql = match self.inner.backend {
-            DbBackend::Postgres => sql.to_owned(),
-            _ => sql.replace('$', "?"),
+        let (sql, values) = match self.inner.backend {
+            DbBackend::Postgres => (sql.to_owned(), values),
+            _ => placeholders::sqlite(sql, values),
         };
         Statement::from_sql_and_values(self.inner.backend, sql, values)
     }
