@@ -257,6 +257,21 @@ async fn acquire<DB: Database>(pool: &Pool<DB>) -> Result<PoolConnection<DB>, Db
     })
 }
 
+/// Waits (a bounded while) until `pool` holds `idle` idle connections.
+#[cfg(all(test, any(feature = "test-support", feature = "sqlite")))]
+async fn until_idle<DB: Database>(pool: &Pool<DB>, idle: usize) {
+    for _ in 0..500 {
+        if pool.num_idle() == idle {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!(
+        "the pool never had {idle} idle connections (has {})",
+        pool.num_idle()
+    );
+}
+
 #[cfg(all(test, feature = "test-support"))]
 mod postgres_tests {
     use sea_orm::sqlx::postgres::PgPoolOptions;
@@ -311,20 +326,6 @@ mod postgres_tests {
         held.release();
         pool.close().await;
         db.cleanup().await;
-    }
-
-    /// Waits (a bounded while) until the pool holds `idle` idle connections.
-    async fn until_idle(pool: &PgPool, idle: usize) {
-        for _ in 0..500 {
-            if pool.num_idle() == idle {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        panic!(
-            "the pool never had {idle} idle connections (has {})",
-            pool.num_idle()
-        );
     }
 
     #[tokio::test]
@@ -463,20 +464,6 @@ mod sqlite_tests {
     /// `text` as a SQLite statement without values.
     fn sql(text: &str) -> Statement {
         Statement::from_string(DbBackend::Sqlite, text)
-    }
-
-    /// Waits (a bounded while) until the pool holds `idle` idle connections.
-    async fn until_idle(pool: &SqlitePool, idle: usize) {
-        for _ in 0..500 {
-            if pool.num_idle() == idle {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        panic!(
-            "the pool never had {idle} idle connections (has {})",
-            pool.num_idle()
-        );
     }
 
     #[tokio::test]
