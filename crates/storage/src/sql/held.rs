@@ -7,7 +7,7 @@
 //! a round trip through the connection's worker thread. For an owner working alone (a lease
 //! acquired, renewed or released, a `transact` under it: one conditional statement in
 //! autocommit, sometimes after a lookup of the row), that work cost about a third of the
-//! statement on PostgreSQL and a fifth on SQLite, on a two-core machine.
+//! statement on PostgreSQL and a tenth on SQLite, on a two-core machine.
 //!
 //! So the store's lone statements outside any transaction (the lifecycle's single-statement
 //! writes when they go alone, and row lookups: [`Store::query_one_alone`],
