@@ -299,8 +299,6 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
     let dir = env::temp_dir().join(format!("tether-api-fuzz-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let url = format!("sqlite://{}/api.db?mode=rwc", dir.display());
-    let port = 20_000 + Rng::new().below(20_000);
-    let bind = format!("127.0.0.1:{port}");
     let token = "api-fuzz-admin-token";
     let demo = Command::new(&tether)
         .args(["demo", "--database-url", &url])
@@ -310,13 +308,11 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
     if !demo.success() {
         return Err(format!("tether demo failed ({demo})"));
     }
-    let mut server = Command::new(&tether)
-        .args(["serve", "--database-url", &url, "--bind", &bind])
-        .env("TETHER_ADMIN_TOKEN", token)
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("tether serve: {e}"))?;
-    sleep(Duration::from_secs(2));
+    let mut serve = Command::new(&tether);
+    serve
+        .args(["serve", "--database-url", &url])
+        .env("TETHER_ADMIN_TOKEN", token);
+    let (mut server, bind) = crate::service::start(serve, &dir.join("serve.log"))?;
     let status = Command::new(tool[0])
         .args(&tool[1..])
         .args([

@@ -360,15 +360,20 @@ impl Workload {
                 .map_err(|e| format!("cannot start chaos worker {name}: {e}"))?;
             workers.push(child);
         }
-        let port = 20_000 + Rng::new().below(20_000);
-        let bind = format!("127.0.0.1:{port}");
-        let service = Command::new(tether)
-            .args(["serve", "--database-url", url, "--bind", &bind])
-            .env("TETHER_ADMIN_TOKEN", ADMIN_TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot start tether serve: {e}"))?;
+        let mut serve = Command::new(tether);
+        serve
+            .args(["serve", "--database-url", url])
+            .env("TETHER_ADMIN_TOKEN", ADMIN_TOKEN);
+        let (service, bind) = match crate::service::start(serve, &acks.join("service.log")) {
+            Ok(started) => started,
+            Err(e) => {
+                for worker in &mut workers {
+                    let _ = worker.kill();
+                    let _ = worker.wait();
+                }
+                return Err(e);
+            }
+        };
         Ok(Self {
             bin: bin.to_owned(),
             url: url.to_owned(),
@@ -396,8 +401,8 @@ impl Workload {
                     r#"{"reason":"faults: the operator checked the row after the fault"}"#,
                 )
             };
-            // No answer (0): the service may still be starting (under load it takes seconds
-            // to listen); the operator tries again for up to 10 s.
+            // No answer (0): under load the service can take seconds to answer; the operator
+            // tries again for up to 10 s.
             let mut status = release();
             let mut tries = 0;
             while status == 0 && tries < 20 {
@@ -408,7 +413,17 @@ impl Workload {
             match status {
                 200 => self.released.push((key, now_ms())),
                 404 => {}
-                other => return Err(format!("releasing {key} answered {other}")),
+                other => {
+                    let service = match self.service.try_wait() {
+                        Ok(None) => "running".to_owned(),
+                        Ok(Some(status)) => format!("exited ({status})"),
+                        Err(e) => e.to_string(),
+                    };
+                    return Err(format!(
+                        "releasing {key} answered {other} (0: no answer); tether serve {service}, its last words: {}",
+                        crate::service::last_words(&self.acks.join("service.log"))
+                    ));
+                }
             }
         }
         let now = self.released.len() - before;

@@ -19,6 +19,7 @@ mod codex;
 mod faults;
 mod forwarder;
 mod public_api;
+mod service;
 mod ui_check;
 
 /// One `cargo xtask` task: its name, its arguments, what it does, and how it runs.
