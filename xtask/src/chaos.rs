@@ -312,7 +312,13 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
     serve
         .args(["serve", "--database-url", &url])
         .env("TETHER_ADMIN_TOKEN", token);
-    let (mut server, bind) = crate::service::start(serve, &dir.join("serve.log"))?;
+    let (mut server, bind) = match crate::service::start(serve, &dir.join("serve.log")) {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
     let status = Command::new(tool[0])
         .args(&tool[1..])
         .args([

@@ -180,6 +180,12 @@ where
     /// Errors are mapped as sea-orm maps them on the pool path: no connection to be had is
     /// `DbErr::ConnectionAcquire` or `DbErr::Conn` (nothing was sent), a failed statement
     /// `DbErr::Query`.
+    ///
+    /// On PostgreSQL the answer comes after the server ended the statement's autocommit
+    /// transaction (the driver reads on to the end of the exchange), so a write may use it. On
+    /// SQLite the driver hands over the first row before the statement is reset, which is
+    /// when SQLite commits: there it serves reads only, and a write goes through
+    /// [`HeldConnection::execute`], which answers after the commit.
     pub(crate) async fn query_one(
         &self,
         pool: &Pool<DB>,
