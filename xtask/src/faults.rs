@@ -12,9 +12,9 @@
 //!   refuses connections for a while (`ALLOW_CONNECTIONS false`), and restarts the server
 //!   (`pg_ctlcluster … restart`);
 //! - `partition` (PostgreSQL): one worker in a network namespace of the task's making reaches
-//!   the server through the task's forwarder (`forwarder.rs`); its link is cut, delayed
-//!   (by the forwarder), made lossy (nftables' random drop inside the namespace), and the
-//!   answer to one of its COMMITs is lost on the wire before the link is cut;
+//!   the server through the task's forwarder (`forwarder.rs`); its link is cut, delayed and
+//!   made lossy (both by the forwarder: this kernel has no `netem`), and the answer to one of
+//!   its COMMITs is lost on the wire before the link is cut;
 //! - `skew` (PostgreSQL): one worker's host clock runs 5 s ahead and one's 5 s behind (the
 //!   lease is 3 s), all deciding leases with the server's time; `--skew-clock host` runs the
 //!   control on their own clocks, which must fail.
@@ -948,49 +948,33 @@ fn postgres_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Resul
     workload.finish("postgres", "PostgreSQL", options, &windows, || Ok(()))
 }
 
-/// `ip` (iproute2) and `nft` (nftables), installed with apt-get when missing. `Err` when
-/// `ip` is missing; without `nft` the loss fault is skipped (said in the output).
-fn partition_tools() -> Result<bool, String> {
-    let have = |tool: &str, flag: &str| {
-        Command::new(tool)
-            .arg(flag)
+/// `ip` (iproute2), installed with apt-get when missing; `Err` when it is still missing.
+fn partition_tools() -> Result<(), String> {
+    let have_ip = || {
+        Command::new("ip")
+            .arg("-V")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
-    let mut missing = Vec::new();
-    if !have("ip", "-V") {
-        missing.push("iproute2");
-    }
-    if !have("nft", "--version") {
-        missing.push("nftables");
-    }
-    if !missing.is_empty() {
-        say(&format!(
-            "    missing: apt-get install -y {}",
-            missing.join(" ")
-        ));
-        let installed = quiet("apt-get", &["update", "-q"]).and_then(|_| {
-            let mut args = vec!["install", "-y", "-q"];
-            args.extend(&missing);
-            quiet("apt-get", &args)
-        });
+    if !have_ip() {
+        say("    missing: apt-get install -y iproute2");
+        let installed = quiet("apt-get", &["update", "-q"])
+            .and_then(|_| quiet("apt-get", &["install", "-y", "-q", "iproute2"]));
         if let Err(e) = installed {
             say(&format!("    {e}"));
         }
     }
-    if !have("ip", "-V") {
-        return Err("iproute2 could not be installed (no `ip`)".to_owned());
+    if have_ip() {
+        Ok(())
+    } else {
+        Err("iproute2 could not be installed (no `ip`)".to_owned())
     }
-    Ok(have("nft", "--version"))
 }
 
-/// The nftables table the loss fault adds inside the worker's namespace.
-const LOSS_TABLE: &str = "tether_faults_loss";
-
 /// A network namespace joined to this one by a veth pair on a private /30 link, removed (with
-/// its veth pair and any nftables rule in it) on drop.
+/// its veth pair) on drop.
 struct Netns {
     name: String,
     outer: String,
@@ -1052,49 +1036,6 @@ impl Netns {
         quiet("ip", &all)
     }
 
-    /// Drops `percent` % of the packets to and from the link's outer address, chosen at
-    /// random (`numgen random`), inside the namespace: a lossy link.
-    fn lossy(&self, percent: u32) -> Result<(), String> {
-        let rules = format!(
-            "table inet {LOSS_TABLE} {{\n\
-             chain out {{ type filter hook output priority 0; policy accept; ip daddr {ip} numgen random mod 100 < {percent} drop; }}\n\
-             chain in {{ type filter hook input priority 0; policy accept; ip saddr {ip} numgen random mod 100 < {percent} drop; }}\n\
-             }}\n",
-            ip = self.outer_ip
-        );
-        let mut child = Command::new("ip")
-            .args(["netns", "exec", &self.name, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run nft: {e}"))?;
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(rules.as_bytes())
-                .map_err(|e| format!("nft: {e}"))?;
-        }
-        let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "nft refused the loss rules: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ))
-        }
-    }
-
-    /// Removes the loss rules of [`Netns::lossy`].
-    fn lossless(&self) {
-        let _ = quiet(
-            "ip",
-            &[
-                "netns", "exec", &self.name, "nft", "delete", "table", "inet", LOSS_TABLE,
-            ],
-        );
-    }
-
     /// Both ends of the link up (`true`) or down: a cut.
     fn link(&self, up: bool) -> Result<(), String> {
         let state = if up { "up" } else { "down" };
@@ -1106,7 +1047,6 @@ impl Netns {
 
 impl Drop for Netns {
     fn drop(&mut self) {
-        self.lossless();
         let _ = quiet("ip", &["link", "del", &self.outer]);
         let _ = quiet("ip", &["netns", "del", &self.name]);
     }
@@ -1161,8 +1101,9 @@ enum LinkFault {
     Cut,
     /// Every chunk held this long each way by the forwarder.
     Delay(u64),
-    /// This share of the packets dropped each way (nftables in the namespace).
-    Loss(u32),
+    /// Each transmission of a chunk lost with this probability (in %), each way, and sent
+    /// again after a doubling retransmission timeout (by the forwarder).
+    Loss(u64),
     /// The answer to the next COMMIT of a fenced write swallowed and the connection closed,
     /// then the link cut: a COMMIT in flight when the link dropped.
     LostCommit,
@@ -1180,13 +1121,7 @@ impl LinkFault {
     }
 }
 
-fn partition_on(
-    bin: &Path,
-    tether: &Path,
-    url: &str,
-    options: &Options,
-    nft: bool,
-) -> Result<Phase, String> {
+fn partition_on(bin: &Path, tether: &Path, url: &str, options: &Options) -> Result<Phase, String> {
     let scratch = Scratch::new("partition")?;
     let acks = scratch.0.join("acks");
     std::fs::create_dir_all(&acks).map_err(|e| e.to_string())?;
@@ -1217,9 +1152,6 @@ fn partition_on(
         "==> faults partition: worker p0 in network namespace {} (reaching PostgreSQL over {} -> {listen} through the task's forwarder), {} workers and tether serve outside, {} s",
         netns.name, netns.inner_ip, options.processes, options.seconds
     ));
-    if !nft {
-        say("    no nft (nftables): the loss fault is skipped");
-    }
     let start = Instant::now();
     let ns_name = netns.name.clone();
     let mut workload = Workload::start_with(bin, tether, url, &acks, options, &names, |name| {
@@ -1246,9 +1178,7 @@ fn partition_on(
         faults.push((LinkFault::Cut, 6));
     }
     faults.push((LinkFault::Delay(350), hold));
-    if nft {
-        faults.push((LinkFault::Loss(30), hold));
-    }
+    faults.push((LinkFault::Loss(30), hold));
     let mut skipped = 0;
     loop {
         let (fault, secs) = faults[round % faults.len()];
@@ -1283,10 +1213,10 @@ fn partition_on(
                 "link delayed 350 ms each way"
             }
             LinkFault::Loss(percent) => {
-                netns.lossy(percent)?;
+                control.lose(percent);
                 sleep(Duration::from_secs(secs));
-                netns.lossless();
-                "link 30% lossy"
+                control.lose(0);
+                "link 30% lossy (each transmission of a chunk)"
             }
             LinkFault::LostCommit => {
                 let before = control.lost_commits().len();
@@ -1432,8 +1362,8 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
     }
     if wanted("partition") {
         match partition_tools() {
-            Ok(nft) => phases.push(on_fresh_database(&bin, |url| {
-                partition_on(&bin, &tether, url, &options, nft)
+            Ok(()) => phases.push(on_fresh_database(&bin, |url| {
+                partition_on(&bin, &tether, url, &options)
             })?),
             Err(why) => say(&format!("faults partition: skipped: {why}")),
         }

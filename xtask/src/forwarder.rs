@@ -4,6 +4,12 @@
 //!
 //! - **delays** every chunk, each way, by a set time (a delay line: a reader thread stamps each
 //!   chunk with its due time and a writer thread sends it then, so the throughput stays);
+//! - makes the link **lossy**: each transmission of a chunk is lost with a set probability and
+//!   the chunk is sent again after a retransmission timeout that doubles with every loss in a
+//!   row (200 ms, 400 ms, … at most 3.2 s), and everything behind it waits, in order: what a
+//!   TCP connection shows its application over a link that drops packets. (This kernel has
+//!   neither `netem` nor a traffic-control classifier to drop real packets with, and the tools
+//!   that drive netfilter are not among the components the project installs.)
 //! - **loses the answer of a COMMIT**: it reads the PostgreSQL wire protocol the worker sends
 //!   (the simple `Query` message, and the extended protocol's `Parse`/`Bind`, whose statements
 //!   are named once and bound by name afterwards), recognises the COMMIT of a transaction that
@@ -42,6 +48,7 @@ pub(crate) struct LostCommit {
 #[derive(Debug, Default)]
 pub(crate) struct Control {
     delay_ms: AtomicU64,
+    loss_percent: AtomicU64,
     armed: AtomicBool,
     lost: Mutex<Vec<LostCommit>>,
 }
@@ -50,6 +57,12 @@ impl Control {
     /// Delays each chunk, each way, by `ms` (0: no delay).
     pub(crate) fn delay(&self, ms: u64) {
         self.delay_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Loses each transmission of a chunk, each way, with probability `percent` / 100 (0: no
+    /// loss; see the module documentation).
+    pub(crate) fn lose(&self, percent: u64) {
+        self.loss_percent.store(percent.min(100), Ordering::SeqCst);
     }
 
     /// Loses the answer of the next COMMIT of a fenced write (`true`), or no longer.
@@ -112,6 +125,60 @@ impl Drop for Forwarder {
     }
 }
 
+/// First retransmission timeout of a lost chunk (Linux's minimum RTO).
+const FIRST_RTO: Duration = Duration::from_millis(200);
+/// Largest retransmission timeout of a lost chunk.
+const MAX_RTO: Duration = Duration::from_millis(3_200);
+/// Most retransmissions of one chunk: with the timeouts capped at [`MAX_RTO`], a chunk is held
+/// at most about 17 s even at 100 % loss, so a drill always ends.
+const MAX_RETRANSMISSIONS: u32 = 8;
+
+/// When each chunk of one direction is due, from the drill's delay and loss.
+struct Pacer {
+    rng: crate::chaos::Rng,
+    /// The due time of the previous chunk: a later chunk never overtakes it.
+    last: Option<Instant>,
+}
+
+impl Pacer {
+    fn new() -> Self {
+        Self {
+            rng: crate::chaos::Rng::new(),
+            last: None,
+        }
+    }
+
+    /// The due time of a chunk read now.
+    fn due(&mut self, control: &Control) -> Instant {
+        let now = Instant::now();
+        let mut due = now + Duration::from_millis(control.delay_ms.load(Ordering::SeqCst));
+        due += retransmission_wait(control.loss_percent.load(Ordering::SeqCst), || {
+            self.rng.below(100)
+        });
+        if let Some(last) = self.last {
+            due = due.max(last);
+        }
+        self.last = Some(due);
+        due
+    }
+}
+
+/// How long a chunk waits for its transmissions to get through when each is lost with
+/// probability `percent` / 100: the retransmission timeouts of the lost ones. `roll` draws a
+/// number in `0..100` per transmission.
+fn retransmission_wait(percent: u64, mut roll: impl FnMut() -> u64) -> Duration {
+    let mut wait = Duration::ZERO;
+    let mut rto = FIRST_RTO;
+    for _ in 0..MAX_RETRANSMISSIONS {
+        if percent == 0 || roll() >= percent {
+            break;
+        }
+        wait += rto;
+        rto = (rto * 2).min(MAX_RTO);
+    }
+    wait
+}
+
 /// A delay line into `to`: chunks are written when due.
 fn delay_line(mut to: TcpStream) -> mpsc::Sender<(Instant, Vec<u8>)> {
     let (send, receive) = mpsc::channel::<(Instant, Vec<u8>)>();
@@ -146,6 +213,7 @@ fn connection(client: TcpStream, server: TcpStream, control: Arc<Control>) -> Re
         let (control, swallow, to_server) = (control.clone(), swallow.clone(), to_server);
         thread::spawn(move || {
             let mut frontend = Frontend::default();
+            let mut pacer = Pacer::new();
             let mut buf = vec![0u8; 16 * 1024];
             loop {
                 let n = match from.read(&mut buf) {
@@ -168,8 +236,7 @@ fn connection(client: TcpStream, server: TcpStream, control: Arc<Control>) -> Re
                             {
                                 *s = Some(now_ms());
                             }
-                            let due = Instant::now()
-                                + Duration::from_millis(control.delay_ms.load(Ordering::SeqCst));
+                            let due = pacer.due(&control);
                             if to_server.send((due, bytes)).is_err() {
                                 return;
                             }
@@ -185,6 +252,7 @@ fn connection(client: TcpStream, server: TcpStream, control: Arc<Control>) -> Re
         let mut from = server;
         let _ = from.set_read_timeout(Some(Duration::from_millis(200)));
         let mut backend = Backend::default();
+        let mut pacer = Pacer::new();
         let mut buf = vec![0u8; 16 * 1024];
         loop {
             let read = from.read(&mut buf);
@@ -196,8 +264,7 @@ fn connection(client: TcpStream, server: TcpStream, control: Arc<Control>) -> Re
                 Ok(n) => match commit_at {
                     None => {
                         backend.feed(&buf[..n], false);
-                        let due = Instant::now()
-                            + Duration::from_millis(control.delay_ms.load(Ordering::SeqCst));
+                        let due = pacer.due(&control);
                         if to_client.send((due, buf[..n].to_vec())).is_err() {
                             break;
                         }
@@ -408,7 +475,42 @@ impl Backend {
 
 #[cfg(test)]
 mod tests {
-    use super::{Backend, Frontend, Message};
+    use std::time::Duration;
+
+    use super::{Backend, Control, Frontend, Message, Pacer, retransmission_wait};
+
+    #[test]
+    fn a_lost_transmission_waits_a_doubling_timeout() {
+        let ms = Duration::from_millis;
+        // No loss: nothing is drawn, nothing waits.
+        assert_eq!(retransmission_wait(0, || unreachable!()), Duration::ZERO);
+        // At 30 %, a roll below 30 is a loss: lost twice, then through.
+        let mut rolls = [5, 29, 30].into_iter();
+        assert_eq!(
+            retransmission_wait(30, || rolls.next().unwrap()),
+            ms(200 + 400)
+        );
+        // Every transmission lost: the timeouts stop doubling at 3.2 s, and the chunk goes
+        // through after the last retransmission.
+        assert_eq!(
+            retransmission_wait(100, || 0),
+            ms(200 + 400 + 800 + 1_600 + 3_200 + 3_200 + 3_200 + 3_200)
+        );
+    }
+
+    #[test]
+    fn a_chunk_never_overtakes_one_held_before_it() {
+        let control = Control::default();
+        let mut pacer = Pacer::new();
+        control.lose(100);
+        let held = pacer.due(&control);
+        control.lose(0);
+        let next = pacer.due(&control);
+        assert!(next >= held, "a later chunk was due before a lost one");
+        assert!(
+            held.saturating_duration_since(std::time::Instant::now()) > Duration::from_secs(15)
+        );
+    }
 
     fn typed(kind: u8, body: &[u8]) -> Vec<u8> {
         let mut out = vec![kind];
