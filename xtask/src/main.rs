@@ -287,6 +287,18 @@ fn ci() -> Result<Summary, String> {
             "--locked",
         ]),
     )?;
+    // Without a backend the crate still builds (the in-memory store), and the SQL store
+    // refuses every URL with an error naming the feature it needs.
+    run(
+        "tether-storage alone (no backend)",
+        cargo().args([
+            "check",
+            "-p",
+            "tether-storage",
+            "--no-default-features",
+            "--locked",
+        ]),
+    )?;
     Ok(summary)
 }
 

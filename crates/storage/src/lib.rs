@@ -20,6 +20,10 @@
 //! `expires_at <= now`; each lease acquisition gets a lease epoch that is never reused; every
 //! lease change is recorded in a lease event history.
 //!
+//! Backends are features: `sqlite` (default) and `postgres`. A build without one still has
+//! the in-memory store; [`Store::open`] then refuses a URL of the missing backend with a
+//! configuration error that names the feature to enable.
+//!
 //! Test tooling is behind the `test-support` feature, never in the default API:
 //! `fault_injection` (a fault-injecting wrapper around any store, with the COMMIT faults of the
 //! SQL store), the in-memory store's `StoreHook`, and `testing` (throwaway PostgreSQL

@@ -156,6 +156,7 @@ impl Store {
 /// The pool's release check: flushes the rollback a dropped transaction queued, then keeps
 /// the connection only when it is outside any transaction. A connection that is not (its
 /// COMMIT and its ROLLBACK both failed) is closed, and the pool opens a fresh one.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn release_check<C>(
     conn: &mut C,
 ) -> std::pin::Pin<

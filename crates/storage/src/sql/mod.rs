@@ -328,18 +328,50 @@ enum Condition {
     Other,
 }
 
-fn condition(err: &DbErr) -> Condition {
+/// The code of the error the database answered in `err` (SQLite's extended result code as a
+/// number, PostgreSQL's SQLSTATE); `None` for an error the database did not answer.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn database_code(err: &DbErr) -> Option<std::borrow::Cow<'_, str>> {
     use sea_orm::RuntimeErr;
     let (DbErr::Exec(RuntimeErr::SqlxError(e))
     | DbErr::Query(RuntimeErr::SqlxError(e))
     | DbErr::Conn(RuntimeErr::SqlxError(e))) = err
     else {
-        return Condition::Other;
+        return None;
     };
     let sea_orm::sqlx::Error::Database(db) = &**e else {
-        return Condition::Other;
+        return None;
     };
-    let Some(code) = db.code() else {
+    db.code()
+}
+
+/// Without a backend no database answers: there is no code to read.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn database_code(_: &DbErr) -> Option<std::borrow::Cow<'_, str>> {
+    None
+}
+
+/// Whether `err` is an error the database answered to a statement (it ran, or was refused,
+/// and the database said so), as opposed to a statement whose answer never came.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+fn answered_statement(err: &DbErr) -> bool {
+    use sea_orm::RuntimeErr;
+    match err {
+        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
+            matches!(&**e, sea_orm::sqlx::Error::Database(_))
+        }
+        _ => false,
+    }
+}
+
+/// Without a backend no statement reaches a database.
+#[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+fn answered_statement(_: &DbErr) -> bool {
+    false
+}
+
+fn condition(err: &DbErr) -> Condition {
+    let Some(code) = database_code(err) else {
         return Condition::Other;
     };
     // SQLite answers its (extended) result code as a number; PostgreSQL a five-character
@@ -420,11 +452,8 @@ pub(crate) fn db_error(err: DbErr) -> Error {
 /// connection failed while it ran) leaves its outcome unknown,
 /// [`StoreErrorKind::CommitFailed`].
 pub(crate) fn autocommit_error(err: DbErr) -> Error {
-    use sea_orm::RuntimeErr;
     let answered = match &err {
-        DbErr::Exec(RuntimeErr::SqlxError(e)) | DbErr::Query(RuntimeErr::SqlxError(e)) => {
-            matches!(&**e, sea_orm::sqlx::Error::Database(_))
-        }
+        DbErr::Exec(_) | DbErr::Query(_) => answered_statement(&err),
         // Refused before the statement was sent: no connection from the pool (a timeout, a
         // closed pool), or none could be opened (sea-orm reports a failed `acquire` that had
         // to connect, say to a database not accepting connections, as `DbErr::Conn`). Found
@@ -478,7 +507,15 @@ impl Store {
     }
 
     /// Opens the store with `options` and runs pending migrations.
+    ///
+    /// A build without the backend the URL names (the `sqlite` and `postgres` features) refuses
+    /// it with a configuration error that names the feature.
     #[tracing::instrument(level = "info", skip(options), fields(url = %redact_url(&options.url)))]
+    // Without any backend feature every URL is refused before the pool is built.
+    #[cfg_attr(
+        not(any(feature = "sqlite", feature = "postgres")),
+        allow(unreachable_code, unused_mut)
+    )]
     pub async fn open_with(options: StoreOptions) -> Result<Self, Error> {
         let kind = classify(&options.url)?;
         let mut connect = ConnectOptions::new(options.url.trim().to_owned());
