@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use tether_core::TerminalDiagnostic;
 use tether_core::{
     AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
-    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionStore, LeaseConfig,
-    MessageRole, MutationRun, Namespace, ResetParams, ResetReason, SessionContextResetHook,
-    SessionContextResetParams, SessionDeletionHook, SessionDeletionParams, SessionKey, ToolMeta,
-    Usage,
+    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostErrorKind, HostSessionRead,
+    HostSessionStore, LeaseConfig, MessageRole, MutationRun, Namespace, ResetParams, ResetReason,
+    SessionContextResetHook, SessionContextResetParams, SessionDeletionHook, SessionDeletionParams,
+    SessionKey, ToolMeta, Usage,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
@@ -322,7 +322,7 @@ impl CodexHarnessBuilder {
             ThreadBindingHarness::new(
                 id,
                 bindings.clone(),
-                GenerationAuthority::new(self.host_sessions),
+                GenerationAuthority::new(self.host_sessions.clone()),
             )
             .with_threads(threads.clone()),
         );
@@ -332,6 +332,7 @@ impl CodexHarnessBuilder {
                 bindings,
                 hooks,
                 threads,
+                host_sessions: self.host_sessions,
                 transcript: self.transcript,
                 tools: self.tools,
                 approvals: self.approvals,
@@ -348,6 +349,8 @@ struct Inner {
     bindings: ThreadBindingStore,
     hooks: Arc<ThreadBindingHarness>,
     threads: Arc<CodexThreads>,
+    /// The host's sessions: a turn is refused for a session the host does not have.
+    host_sessions: Arc<dyn HostSessionStore>,
     transcript: Arc<dyn HostTranscript>,
     tools: Arc<dyn ToolExecutor>,
     approvals: Arc<dyn ApprovalPolicy>,
@@ -942,6 +945,26 @@ impl Inner {
         }
     }
 
+    /// Refuses a turn for a session the host does not have (deleted, or never created), before
+    /// Codex is asked for anything. Every turn is mirrored into its host session's transcript,
+    /// and the mirror would refuse it too, but only once Codex reports the user's message: by
+    /// then the turn has started and its request is on its way to the model. Checked under the
+    /// session's lease, which a deletion of the session waits for.
+    async fn host_session_exists(&self, session_key: &SessionKey) -> Result<(), CodexError> {
+        match self.host_sessions.read_session(session_key).await {
+            HostSessionRead::Current(_) => Ok(()),
+            HostSessionRead::Missing => Err(CodexError::Lifecycle(
+                HostErrorKind::SessionNotFound {
+                    key: session_key.to_string(),
+                }
+                .into(),
+            )),
+            HostSessionRead::Failed(error) => Err(CodexError::Lifecycle(error)),
+            // A read this crate does not know yet: the mirror decides, as before.
+            _ => Ok(()),
+        }
+    }
+
     async fn turn_on_client(
         &self,
         client: &Arc<CodexClient>,
@@ -952,6 +975,7 @@ impl Inner {
     ) -> Result<TurnOutcome, CodexError> {
         let lease_epoch = lease.epoch().get();
         lease.check()?;
+        self.host_session_exists(session_key).await?;
         let options = match &request.assert_current {
             Some(check) => WriteOptions::checked(check.clone()),
             None => WriteOptions::default(),

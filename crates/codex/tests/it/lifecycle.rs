@@ -231,6 +231,16 @@ async fn codex_e2e_deletion_fault_after_commit_never_resurrects() {
         ),
         "{revived:?}"
     );
+    // Nothing was started for it either: no thread bound, and no request on its way to the
+    // model (a turn started in Codex reaches the model shortly after; give it the time).
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-2", ""))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let requests = model.requests();
     assert_eq!(
         requests.len(),
