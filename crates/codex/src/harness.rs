@@ -575,6 +575,8 @@ impl Inner {
         request: TurnRequest,
         lease: LeaseAssertion,
     ) -> Result<TurnOutcome, CodexError> {
+        // Before any app-server process is started or asked for anything.
+        self.host_session_exists(session_key).await?;
         if self.process_per_turn {
             let client = Arc::new(self.server.dedicated().await?);
             let result = self
@@ -975,7 +977,6 @@ impl Inner {
     ) -> Result<TurnOutcome, CodexError> {
         let lease_epoch = lease.epoch().get();
         lease.check()?;
-        self.host_session_exists(session_key).await?;
         let options = match &request.assert_current {
             Some(check) => WriteOptions::checked(check.clone()),
             None => WriteOptions::default(),
