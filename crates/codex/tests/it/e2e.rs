@@ -677,6 +677,40 @@ async fn codex_e2e_native_commands_are_reported_as_mutations() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_turn_given_up_on_an_error_does_not_go_on_in_codex() {
+    let Some((world, model)) = world(vec![
+        Step::SlowCalls(
+            Duration::from_secs(2),
+            vec![("call-late", "lookup", json!({ "q": "late" }))],
+        ),
+        Step::Reply("should never be asked for"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("given-up");
+    host.create_session(&key).await;
+    // The host refuses to mirror the user's message: the harness gives the turn up.
+    host.transcript.refuse_appends(true);
+    let result = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "look it up later")))
+        .await;
+    assert!(result.is_err(), "{result:?}");
+    // The harness unsubscribes from the thread it gave up, which ends the turn in Codex. Had
+    // the turn gone on, Codex would take the model's tool call after its 2 s, have it refused
+    // by this host (no turn of it listens any more) and ask the model again.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let asked = model.requests().len();
+    assert!(
+        asked <= 1,
+        "the turn the harness gave up went on in Codex: the model was asked {asked} times"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_lost_lease_mid_turn_runs_no_tool() {
     let Some((world, model)) = world(vec![
         Step::SlowCalls(

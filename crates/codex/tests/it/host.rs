@@ -112,6 +112,7 @@ impl World {
         let transcript = StoreTranscript {
             store: store.clone(),
             entries: Arc::new(Mutex::new(Vec::new())),
+            refuse: Arc::default(),
         };
         let harness = CodexHarness::builder(
             server.clone(),
@@ -229,11 +230,19 @@ pub(crate) fn attempt_in(
 pub(crate) struct StoreTranscript {
     store: Store,
     entries: Arc<Mutex<Vec<MirrorEntry>>>,
+    /// Every append fails while set (a host that refuses the mirror).
+    refuse: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StoreTranscript {
     pub(crate) fn entries(&self) -> Vec<MirrorEntry> {
         self.entries.lock().unwrap().clone()
+    }
+
+    /// Makes every append fail (`true`) or work again.
+    pub(crate) fn refuse_appends(&self, refuse: bool) {
+        self.refuse
+            .store(refuse, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -250,6 +259,11 @@ impl HostTranscript for StoreTranscript {
             MessageRole::ToolResult => TranscriptRole::Tool,
             _ => TranscriptRole::System,
         };
+        if self.refuse.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(tether_core::Error::other(
+                "the test host refuses the append",
+            ));
+        }
         self.entries.lock().unwrap().push(entry.clone());
         self.store
             .append_transcript(
