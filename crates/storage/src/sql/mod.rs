@@ -453,14 +453,13 @@ pub(crate) fn db_error(err: DbErr) -> Error {
 /// [`StoreErrorKind::CommitFailed`].
 pub(crate) fn autocommit_error(err: DbErr) -> Error {
     let answered = match &err {
-        DbErr::Exec(_) | DbErr::Query(_) => answered_statement(&err),
         // Refused before the statement was sent: no connection from the pool (a timeout, a
         // closed pool), or none could be opened (sea-orm reports a failed `acquire` that had
         // to connect, say to a database not accepting connections, as `DbErr::Conn`). Found
         // by `cargo xtask faults --only postgres`: refused connections quarantined lease keys
         // whose write was never sent.
         DbErr::ConnectionAcquire(_) | DbErr::Conn(_) => true,
-        _ => false,
+        other => answered_statement(other),
     };
     if answered {
         db_error(err)
