@@ -132,6 +132,9 @@ pub enum StoreErrorKind {
     CommitFailed {
         /// What the backend said.
         message: String,
+        /// The backend's own error (a database driver's), when there is one.
+        #[source]
+        cause: Option<Cause>,
     },
     /// Any other backend failure.
     #[error("store backend error: {message}")]
@@ -523,6 +526,7 @@ mod tests {
             },
             Error::store(StoreErrorKind::CommitFailed {
                 message: "?".into(),
+                cause: None,
             }),
             Error::HeldOutsideScope {
                 key,

@@ -83,13 +83,20 @@ impl ServerClock {
         Ok(())
     }
 
-    /// Resyncs every `interval` until the handle is aborted; failures are logged and the last
-    /// offset kept.
+    /// Resyncs every `interval` (at least one millisecond) until the handle is aborted or the
+    /// store is gone (the task does not keep it open); failures are logged and the last offset
+    /// kept.
     pub fn spawn_resync(&self, store: Store, interval: Duration) -> tokio::task::JoinHandle<()> {
         let clock = self.clone();
+        let store = store.downgrade();
+        let interval = interval.max(Duration::from_millis(1));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
+                let Some(store) = Store::upgrade(&store) else {
+                    tracing::debug!("store dropped; the clock resync stops");
+                    return;
+                };
                 if let Err(err) = clock.resync(&store).await {
                     tracing::warn!(error = %err, "server clock resync failed");
                 }

@@ -16,7 +16,8 @@
 //! transaction that never commits: writes acknowledged and never saved, and the write lock
 //! held against every other connection.
 
-use tether_core::{BindingKey, Error, StoreErrorKind};
+use sea_orm::DbErr;
+use tether_core::{BindingKey, Cause, Error, StoreErrorKind};
 
 use super::group::WriteTx;
 use super::{End, Store};
@@ -51,10 +52,20 @@ impl CommitFaults {
 
 /// The error of a COMMIT that failed: the writes it carried may or may not be applied.
 pub(crate) fn commit_failed(err: &dyn std::fmt::Display) -> Error {
+    commit_failed_with(err, None)
+}
+
+/// [`commit_failed`] for a driver's error, kept as the error's source.
+pub(crate) fn commit_failed_by(err: DbErr) -> Error {
+    commit_failed_with(&err.to_string(), Some(Cause::new(err)))
+}
+
+fn commit_failed_with(err: &dyn std::fmt::Display, cause: Option<Cause>) -> Error {
     Error::store(StoreErrorKind::CommitFailed {
         message: format!(
             "{err}; the writes of this transaction may or may not be saved, and are never replayed"
         ),
+        cause,
     })
 }
 
@@ -63,7 +74,7 @@ pub(crate) fn commit_failed(err: &dyn std::fmt::Display) -> Error {
 pub(crate) fn for_key(key: &BindingKey, error: Error) -> Error {
     match error {
         Error::Store {
-            kind: StoreErrorKind::CommitFailed { ref message },
+            kind: StoreErrorKind::CommitFailed { ref message, .. },
         } => Error::OutcomeUnknown {
             key: key.clone(),
             message: format!("the outcome of the write of {key} is unknown: {message}"),
@@ -89,14 +100,14 @@ impl Store {
                 return Err(commit_failed(&"injected COMMIT failure"));
             }
             Some(CommitFault::FailAfterCommit) => {
-                tx.commit().await.map_err(|e| commit_failed(&e))?;
+                tx.commit().await.map_err(commit_failed_by)?;
                 return Err(commit_failed(&"injected failure after COMMIT"));
             }
             None => {}
         }
         tx.commit().await.map_err(|err| {
             tracing::error!(error = %err, "COMMIT failed; the outcome of its writes is unknown");
-            commit_failed(&err)
+            commit_failed_by(err)
         })
     }
 

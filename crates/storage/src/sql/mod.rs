@@ -240,30 +240,12 @@ impl fmt::Debug for Store {
 /// assert_eq!(redact_url("sqlite://data/tether.db"), "sqlite://data/tether.db");
 /// ```
 pub fn redact_url(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
+    let masked = mask_user_info(url);
+    let (base, query) = match masked.split_once('?') {
         Some((base, query)) => (base, Some(query)),
-        None => (url, None),
+        None => (masked.as_str(), None),
     };
-    let mut out = match base.find("://") {
-        Some(scheme_end) => {
-            let rest = &base[scheme_end + 3..];
-            let authority = rest.find('/').map_or(rest, |slash| &rest[..slash]);
-            match authority.rfind('@') {
-                Some(at) => {
-                    let user_info = &authority[..at];
-                    let user = user_info.split_once(':').map_or(user_info, |(u, _)| u);
-                    let masked = if user_info.contains(':') {
-                        format!("{user}:***")
-                    } else {
-                        user.to_owned()
-                    };
-                    format!("{}://{masked}{}", &base[..scheme_end], &rest[at..])
-                }
-                None => base.to_owned(),
-            }
-        }
-        None => base.to_owned(),
-    };
+    let mut out = base.to_owned();
     if let Some(query) = query {
         out.push('?');
         let pairs: Vec<String> = query
@@ -281,6 +263,36 @@ pub fn redact_url(url: &str) -> String {
         out.push_str(&pairs.join("&"));
     }
     out
+}
+
+/// `url` with the password of its user-info part masked. The user-info ends at the last `@` of
+/// the authority; when the authority has none but a `user:` comes first and an `@` follows
+/// later, the password holds an unencoded `/`, `?` or `#` (not a valid URL, and still never
+/// shown): everything up to the last `@` is masked.
+fn mask_user_info(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let at = authority.rfind('@').or_else(|| {
+        // `host:5432` is a host and a port, not a user and a password.
+        let (_, after_colon) = authority.split_once(':')?;
+        if after_colon.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        rest.rfind('@')
+    });
+    let Some(at) = at else {
+        return url.to_owned();
+    };
+    let user_info = &rest[..at];
+    let masked = match user_info.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => user_info.to_owned(),
+    };
+    format!("{}://{masked}{}", &url[..scheme_end], &rest[at..])
 }
 
 /// The file path of a `sqlite://PATH[?query]` or `sqlite:PATH` URL, if it names a file.
@@ -464,7 +476,7 @@ pub(crate) fn autocommit_error(err: DbErr) -> Error {
     if answered {
         db_error(err)
     } else {
-        commit::commit_failed(&err)
+        commit::commit_failed_by(err)
     }
 }
 
@@ -833,13 +845,30 @@ impl Store {
         self.inner.grouped
     }
 
-    /// Deletes expired rows in batches of `batch` every `interval` until the returned handle
-    /// is aborted. Errors are logged and retried at the next tick.
+    /// A handle that does not keep the store open (for background tasks).
+    fn downgrade(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    /// The store behind `weak`, while any other handle of it is alive.
+    fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Self> {
+        weak.upgrade().map(|inner| Self { inner })
+    }
+
+    /// Deletes expired rows in batches of `batch` every `interval` (at least one millisecond)
+    /// until the returned handle is aborted or the store is gone: the task holds no handle of
+    /// its own between ticks, so it never keeps the pool open and [`Store::close`] still
+    /// closes it. Errors are logged and retried at the next tick.
     pub fn spawn_sweeper(&self, interval: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
-        let store = self.clone();
+        let store = self.downgrade();
+        let interval = interval.max(Duration::from_millis(1));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
+                let Some(store) = Store::upgrade(&store) else {
+                    tracing::debug!("store dropped; the sweeper stops");
+                    return;
+                };
                 match crate::StoreAdmin::sweep_expired(&store, batch).await {
                     Ok(0) => {}
                     Ok(n) => tracing::debug!(swept = n, "expired binding rows swept"),
@@ -916,6 +945,12 @@ mod tests {
             std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset"),
         ))));
         assert!(broken.is_outcome_unknown(), "{broken:?}");
+        // The driver's error stays reachable as the source of the unknown outcome.
+        let source = std::error::Error::source(&broken).expect("the driver's error is kept");
+        let cause = source
+            .downcast_ref::<tether_core::Cause>()
+            .expect("the source is the kept cause");
+        assert!(cause.get().downcast_ref::<DbErr>().is_some(), "{cause:?}");
     }
 
     #[test]
@@ -929,5 +964,26 @@ mod tests {
         );
         assert_eq!(redact_url("postgres://u:pw@h"), "postgres://u:***@h");
         assert_eq!(redact_url("postgres://h/db?a=1"), "postgres://h/db?a=1");
+        // A password with an unencoded `/`, `?` or `#` (an invalid URL a user may still type)
+        // is masked all the same.
+        for (url, shown) in [
+            ("postgres://u:pa/ss@h/db", "postgres://u:***@h/db"),
+            ("postgres://u:pa?ss@h:5432/db", "postgres://u:***@h:5432/db"),
+            (
+                "postgres://u:pa#ss@h/db?sslmode=require",
+                "postgres://u:***@h/db?sslmode=require",
+            ),
+        ] {
+            assert_eq!(redact_url(url), shown);
+        }
+        // An `@` after a host and port is not user-info.
+        assert_eq!(
+            redact_url("postgres://h:5432/db?application_name=a@b"),
+            "postgres://h:5432/db?application_name=a@b"
+        );
+        assert_eq!(
+            redact_url("postgres://u:pw@h:5432/db?application_name=a@b"),
+            "postgres://u:***@h:5432/db?application_name=a@b"
+        );
     }
 }

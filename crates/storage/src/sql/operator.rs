@@ -43,7 +43,9 @@ pub enum AuditOutcome {
     Succeeded,
     /// The action was refused (missing target, live lease, conflict); nothing changed.
     Refused,
-    /// The action failed for another reason (database unreachable, unknown outcome).
+    /// The action failed for another reason (database unreachable), or its outcome is unknown
+    /// (its COMMIT failed or the answer was lost: the detail then starts with
+    /// `outcome_unknown`, and the target must be read again to know).
     Failed,
 }
 
@@ -258,7 +260,7 @@ impl Store {
                 &sql,
                 vec![
                     Value::from(before.map(to_i64)),
-                    to_i64(limit as u64 + 1).into(),
+                    to_i64((limit as u64).saturating_add(1)).into(),
                 ],
             ))
             .await
@@ -319,7 +321,7 @@ impl Store {
                  FROM lease_events WHERE ($1 IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
                 vec![
                     Value::from(before.map(to_i64)),
-                    to_i64(limit as u64 + 1).into(),
+                    to_i64((limit as u64).saturating_add(1)).into(),
                 ],
             ))
             .await
@@ -364,7 +366,7 @@ impl Store {
                     Value::from(at),
                     Value::from(ns),
                     Value::from(key),
-                    to_i64(limit as u64 + 1).into(),
+                    to_i64((limit as u64).saturating_add(1)).into(),
                 ],
             ))
             .await

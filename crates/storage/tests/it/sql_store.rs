@@ -178,6 +178,26 @@ async fn background_sweeper_removes_expired_rows() {
     assert_eq!(store.count(&ns).await.unwrap(), 1);
 }
 
+/// A sweeper does not keep its store open: `close` closes the pool while it runs, and the
+/// task ends on its next tick instead of sweeping a closed store forever.
+#[tokio::test]
+async fn a_sweeper_never_keeps_its_store_open() {
+    let (store, _dir) = crate::support::sqlite_store().await;
+    let probe = store.connection().clone();
+    // Closed between ticks (a tick holds the store only while it sweeps).
+    let handle = store.spawn_sweeper(Duration::from_millis(300), 10);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.close().await.unwrap();
+    assert!(
+        probe.ping().await.is_err(),
+        "close closed the pool although a sweeper was running"
+    );
+    tokio::time::timeout(Duration::from_secs(5), handle)
+        .await
+        .expect("the sweeper ends once the store is gone")
+        .unwrap();
+}
+
 /// A failing host-session read is reported as `Failed`, never as `Missing`.
 #[tokio::test]
 async fn a_failing_host_session_read_is_failed_not_missing() {
