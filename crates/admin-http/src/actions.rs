@@ -3,10 +3,17 @@
 //!
 //! An action is recorded **before** it runs (outcome `started`; if that record cannot be
 //! written the action is not taken) and completed with its outcome afterwards: `succeeded`,
-//! `refused` (a typed refusal: missing target, live lease, conflict, bad input) or `failed`.
+//! `refused` (a typed refusal: missing target, live lease, conflict, bad input) or `failed`
+//! (the detail's code says `outcome_unknown` when the action's COMMIT failed or its answer was
+//! lost).
+//!
+//! Once recorded, an action and the completion of its record run in a task of their own: a
+//! caller that stops waiting (an HTTP client that disconnects, a request dropped at shutdown)
+//! neither cancels the action half-way nor leaves its record `started`.
 
 use tether_core::{BindingKey, LeaseEpoch, Namespace, QuarantineStore as _};
 use tether_storage::{AuditOutcome, ForceExpireOutcome, NewAuditEntry, Store};
+use tracing::Instrument as _;
 
 use crate::dto::ActionResult;
 use crate::error::ApiError;
@@ -26,13 +33,13 @@ pub const RELEASE_QUARANTINE: &str = "release_quarantine";
 async fn audited<F>(
     store: &Store,
     actor: &str,
-    name: &str,
+    name: &'static str,
     target: String,
     reason: &str,
     action: F,
 ) -> Result<ActionResult, ApiError>
 where
-    F: std::future::Future<Output = Result<ActionResult, ApiError>>,
+    F: std::future::Future<Output = Result<ActionResult, ApiError>> + Send + 'static,
 {
     let id = store
         .audit_begin(&NewAuditEntry {
@@ -48,8 +55,33 @@ where
                 "the action was not taken: its audit record could not be written ({other})"
             )),
         })?;
-    let result = action.await;
-    let (outcome, detail) = match &result {
+    let store = store.clone();
+    let actor = actor.to_owned();
+    let run = tokio::spawn(
+        async move {
+            let result = action.await;
+            finish(&store, id, &actor, name, &target, &result).await;
+            result
+        }
+        .in_current_span(),
+    );
+    run.await.unwrap_or_else(|e| {
+        Err(ApiError::Internal(format!(
+            "the action stopped unexpectedly ({e}); its audit record stays `started`"
+        )))
+    })
+}
+
+/// Completes the audit record `id` with the outcome of `result`.
+async fn finish(
+    store: &Store,
+    id: u64,
+    actor: &str,
+    name: &str,
+    target: &str,
+    result: &Result<ActionResult, ApiError>,
+) {
+    let (outcome, detail) = match result {
         Ok(done) => (AuditOutcome::Succeeded, done.message.clone()),
         Err(
             e @ (ApiError::BadRequest(_)
@@ -59,12 +91,18 @@ where
         ) => (AuditOutcome::Refused, format!("{}: {e}", e.code())),
         Err(e) => (AuditOutcome::Failed, format!("{}: {e}", e.code())),
     };
-    tracing::info!(audit_id = id, actor, action = name, %target, outcome = outcome.as_str(), "operator action");
+    tracing::info!(
+        audit_id = id,
+        actor,
+        action = name,
+        target,
+        outcome = outcome.as_str(),
+        "operator action"
+    );
     if let Err(e) = store.audit_finish(id, outcome, &detail).await {
         // The action's own result stands; the record stays `started` and says so.
         tracing::warn!(audit_id = id, error = %e, "cannot complete the audit record");
     }
-    result
 }
 
 /// Deletes the session `key` (the transactional path; refused under a live lease).
@@ -75,14 +113,17 @@ pub async fn delete_session_action(
     key: &str,
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
+    let owned = store.clone();
+    let key = key.to_owned();
     audited(
         store,
         actor,
         DELETE_SESSION,
-        key.to_owned(),
+        key.clone(),
         reason,
-        async {
-            let entry = load_session(store, key).await?;
+        async move {
+            let store = &owned;
+            let entry = load_session(store, &key).await?;
             if delete_session(store, &entry).await? {
                 Ok(ActionResult {
                     outcome: "deleted".into(),
@@ -113,9 +154,11 @@ pub async fn expire_lease_action(
     expected_epoch: Option<u64>,
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
-    audited(store, actor, EXPIRE_LEASE, format!("{ns}/{key}"), reason, async {
-        match store
-            .force_expire_lease(ns, key, expected_epoch.map(LeaseEpoch::new))
+    let owned = store.clone();
+    let (ns, key) = (ns.clone(), key.clone());
+    audited(store, actor, EXPIRE_LEASE, format!("{ns}/{key}"), reason, async move {
+        match owned
+            .force_expire_lease(&ns, &key, expected_epoch.map(LeaseEpoch::new))
             .await?
         {
             ForceExpireOutcome::Expired {
@@ -159,14 +202,16 @@ pub async fn release_quarantine_action(
     key: &BindingKey,
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
+    let owned = store.clone();
+    let (ns, key, why) = (ns.clone(), key.clone(), reason.to_owned());
     audited(
         store,
         actor,
         RELEASE_QUARANTINE,
         format!("{ns}/{key}"),
         reason,
-        async {
-            if store.release_quarantine(ns, key, reason).await? {
+        async move {
+            if owned.release_quarantine(&ns, &key, &why).await? {
                 Ok(ActionResult {
                     outcome: "released".into(),
                     message: format!("{ns}/{key} is released; harnesses may bind it again"),
@@ -178,4 +223,54 @@ pub async fn release_quarantine_action(
         },
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A caller that stops waiting (a disconnected client) neither cancels the action nor
+    /// leaves its audit record `started`.
+    #[tokio::test]
+    async fn an_action_outlives_a_caller_that_stops_waiting() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let ran = std::sync::Arc::clone(&done);
+        let action = async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            ran.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(ActionResult {
+                outcome: "done".into(),
+                message: "the slow action finished".into(),
+                previous_epoch: None,
+            })
+        };
+        let call = audited(
+            &store,
+            "tester",
+            DELETE_SESSION,
+            "t".into(),
+            "check",
+            action,
+        );
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), call)
+                .await
+                .is_err(),
+            "the caller gave up first"
+        );
+        let mut outcome = AuditOutcome::Started;
+        for _ in 0..100 {
+            let page = store.audit_page(None, 10).await.unwrap();
+            outcome = page.entries[0].outcome;
+            if outcome != AuditOutcome::Started {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(outcome, AuditOutcome::Succeeded);
+        assert!(done.load(std::sync::atomic::Ordering::SeqCst));
+    }
 }

@@ -49,14 +49,18 @@ impl ApiClient {
     pub(crate) fn new(url: &str, token: Option<String>) -> Result<Self, CommandError> {
         let Some(rest) = url.strip_prefix("http://") else {
             return Err(usage(format!(
-                "invalid --server `{url}`: expected http://HOST:PORT (for TLS, run the command \
-                 where the service's plain port is reachable, for example through an SSH tunnel)"
+                "invalid --server `{}`: expected http://HOST:PORT (for TLS, run the command \
+                 where the service's plain port is reachable, for example through an SSH tunnel)",
+                without_credentials(url)
             )));
         };
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        if authority.is_empty() || authority.contains('@') {
+        // An `@` anywhere means credentials in the URL (a password may hold a `/`).
+        if authority.is_empty() || rest.contains('@') {
+            // Never repeat credentials written into the URL.
             return Err(usage(format!(
-                "invalid --server `{url}`: expected http://HOST:PORT"
+                "invalid --server `{}`: expected http://HOST:PORT (credentials go in {TOKEN_VAR})",
+                without_credentials(url)
             )));
         }
         let authority = if authority
@@ -184,6 +188,20 @@ fn api_error(status: StatusCode, bytes: &[u8]) -> CommandError {
     CommandError {
         message: format!("{}: {}{hint}", body.code, body.message),
         code,
+    }
+}
+
+/// `url` with whatever stands before an `@` in its authority (a user name, a password or a
+/// token) replaced by `***`, for error messages.
+fn without_credentials(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    // The last `@` of the authority, or of the whole text when a password holds `/`, `?` or `#`.
+    let at = rest[..authority_end].rfind('@').or_else(|| rest.rfind('@'));
+    match at {
+        Some(at) if scheme.is_empty() => format!("***{}", &rest[at..]),
+        Some(at) => format!("{scheme}://***{}", &rest[at..]),
+        None => url.to_owned(),
     }
 }
 

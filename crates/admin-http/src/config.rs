@@ -50,8 +50,8 @@ pub enum ConfigError {
     },
 }
 
-/// What `tether serve` runs with.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What `tether serve` runs with. Its `Debug` shows the database URL with any password masked.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ServeConfig {
     /// The database URL.
     pub database_url: String,
@@ -59,6 +59,19 @@ pub struct ServeConfig {
     pub bind: SocketAddr,
     /// Whether any bearer token is configured.
     pub has_token: bool,
+}
+
+impl std::fmt::Debug for ServeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServeConfig")
+            .field(
+                "database_url",
+                &tether_storage::redact_url(&self.database_url),
+            )
+            .field("bind", &self.bind)
+            .field("has_token", &self.has_token)
+            .finish()
+    }
 }
 
 /// The addresses of `bind` (`IP:PORT` as is, `HOST:PORT` resolved); at least one.
@@ -154,6 +167,22 @@ mod tests {
             ServeConfig::new(DEFAULT_DATABASE_URL, "[::]:8765", &none),
             Err(ConfigError::NonLoopbackWithoutToken(_))
         ));
+    }
+
+    #[test]
+    fn a_config_never_shows_its_database_password() {
+        let c = ServeConfig::new(
+            "postgres://tether:hunter2@127.0.0.1/tether",
+            DEFAULT_BIND,
+            &Tokens::default(),
+        )
+        .unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("postgres://tether:***@127.0.0.1/tether"),
+            "{shown}"
+        );
     }
 
     #[test]

@@ -67,6 +67,10 @@ pub enum ApiError {
     /// The database is unreachable or not migrated (503, `unavailable`).
     #[error("{0}")]
     Unavailable(String),
+    /// The action's write may or may not have been applied: its COMMIT failed or its answer
+    /// was lost (500, `outcome_unknown`). Read the target again before deciding to retry.
+    #[error("{0}")]
+    OutcomeUnknown(String),
     /// An unexpected failure (500, `internal`).
     #[error("{0}")]
     Internal(String),
@@ -86,6 +90,7 @@ impl ApiError {
             Self::Conflict(_) => "conflict",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::Unavailable(_) => "unavailable",
+            Self::OutcomeUnknown(_) => "outcome_unknown",
             Self::Internal(_) => "internal",
         }
     }
@@ -101,7 +106,7 @@ impl ApiError {
             Self::LeaseHeld(_) | Self::Conflict(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::OutcomeUnknown(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -134,9 +139,15 @@ impl From<tether_core::Error> for ApiError {
             Error::MutationBlocked { message } => Self::LeaseHeld(format!(
                 "{message}: run `tether leases expire` (or POST …/expire-lease) for that binding, then retry"
             )),
+            Error::LeaseTimeout { .. } => Self::LeaseHeld(format!(
+                "{err}: a live lease held the key for the whole wait; retry later, or run `tether leases expire` (or POST …/expire-lease) for that binding"
+            )),
             Error::CompetingWork { .. }
             | Error::SupersededGeneration { .. }
             | Error::OwnerChanged { .. } => Self::Conflict(format!("{err}; reload and retry")),
+            _ if err.is_outcome_unknown() => Self::OutcomeUnknown(format!(
+                "{err}; the change may or may not have been made: read it again before retrying"
+            )),
             _ => Self::Internal(err.to_string()),
         }
     }
@@ -192,7 +203,7 @@ const UNAVAILABLE: Documented = Documented {
 };
 const INTERNAL: Documented = Documented {
     status: 500,
-    text: "`internal`: an unexpected failure (see the service log)",
+    text: "`internal`: an unexpected failure (see the service log); `outcome_unknown`: the action's COMMIT failed or its answer was lost, so it may or may not have taken effect (read the target again before retrying)",
 };
 
 fn responses(set: &[Documented]) -> BTreeMap<String, RefOr<utoipa::openapi::response::Response>> {
@@ -279,6 +290,41 @@ mod tests {
         }
     }
 
+    /// A write whose outcome is unknown is never reported as an ordinary failure (the
+    /// operator must read the target again), and a busy key is a 409 like a live lease.
+    #[test]
+    fn unknown_outcomes_and_busy_keys_have_their_own_codes() {
+        use tether_core::{BindingKey, Error, StoreErrorKind};
+        let key = BindingKey::parse("session:main:s-1").unwrap();
+        for unknown in [
+            Error::OutcomeUnknown {
+                key: key.clone(),
+                message: "the COMMIT's answer was lost".into(),
+                cause: None,
+            },
+            Error::store(StoreErrorKind::CommitFailed {
+                message: "connection reset".into(),
+                cause: None,
+            }),
+        ] {
+            let api = ApiError::from(unknown);
+            assert_eq!(api.code(), "outcome_unknown");
+            assert_eq!(api.status(), StatusCode::INTERNAL_SERVER_ERROR);
+            assert!(api.to_string().contains("read it again"), "{api}");
+        }
+        let busy = ApiError::from(Error::LeaseTimeout {
+            key,
+            message: "still held".into(),
+        });
+        assert_eq!(busy.code(), "lease_held");
+        assert_eq!(busy.status(), StatusCode::CONFLICT);
+        assert_eq!(
+            ApiError::from(Error::other("boom")).code(),
+            "internal",
+            "anything else stays internal"
+        );
+    }
+
     #[test]
     fn every_variant_has_a_distinct_code_and_a_documented_status() {
         let all = [
@@ -292,6 +338,7 @@ mod tests {
             ApiError::Conflict(String::new()),
             ApiError::PayloadTooLarge(String::new()),
             ApiError::Unavailable(String::new()),
+            ApiError::OutcomeUnknown(String::new()),
             ApiError::Internal(String::new()),
         ];
         let mut codes: Vec<_> = all.iter().map(ApiError::code).collect();

@@ -55,5 +55,5 @@ mod state;
 pub use config::{ConfigError, DEFAULT_BIND, DEFAULT_DATABASE_URL, ServeConfig};
 pub use error::{ApiError, ErrorBody};
 pub use openapi::{OPENAPI_PATH, app, openapi};
-pub use server::{ServeLimits, serve};
+pub use server::{MAX_HEADER_READ_TIMEOUT, ServeLimits, serve};
 pub use state::{AppState, Counters, HTTP_LATENCY_BOUNDS, HealthProbe, HttpMetrics, RouteStats};

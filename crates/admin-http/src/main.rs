@@ -90,8 +90,9 @@ enum Command {
         #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 1024)]
         max_connections: usize,
         /// Seconds a connection may take to send its request headers (also the keep-alive idle
-        /// limit).
-        #[arg(long, env = "TETHER_HEADER_TIMEOUT", default_value_t = 15)]
+        /// limit); 1 to 86400.
+        #[arg(long, env = "TETHER_HEADER_TIMEOUT", default_value_t = 15,
+              value_parser = clap::value_parser!(u64).range(1..=86_400))]
         header_timeout: u64,
     },
     /// Print the admin API's OpenAPI document (JSON) and exit.

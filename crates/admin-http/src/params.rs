@@ -140,6 +140,34 @@ where
     }
 }
 
+/// Path parameters whose rejection is a typed [`ApiError`]: a segment that does not decode (for
+/// example percent-encoded bytes that are not UTF-8) is a 400 `bad_request`, not axum's plain
+/// text answer.
+#[derive(Debug, Clone)]
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(Self(value)),
+            // A route whose path has no such parameter: the server's own mistake.
+            Err(rejection) if rejection.status().is_server_error() => Err(ApiError::Internal(
+                format!("cannot read the path: {}", rejection.body_text()),
+            )),
+            Err(rejection) => Err(ApiError::BadRequest(format!(
+                "invalid path: {}",
+                rejection.body_text()
+            ))),
+        }
+    }
+}
+
 fn json_rejection(rejection: &JsonRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::PayloadTooLarge(format!(

@@ -62,6 +62,9 @@ pub struct ServeLimits {
     shutdown_grace: Duration,
 }
 
+/// The longest header-read timeout [`ServeLimits::header_read_timeout`] takes: one day.
+pub const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 impl Default for ServeLimits {
     /// Header-read timeout 15 s, at most 1,024 connections (fewer when the open-file limit is
     /// lower), eviction grace 1 s, shutdown grace 10 s.
@@ -78,10 +81,11 @@ impl Default for ServeLimits {
 impl ServeLimits {
     /// How long a connection may take to deliver complete request headers, counted from its
     /// acceptance and again from each response (so it also bounds keep-alive idleness).
-    /// Zero is raised to one millisecond.
+    /// Zero is raised to one millisecond, and anything above [`MAX_HEADER_READ_TIMEOUT`] is
+    /// lowered to it (the HTTP server adds the timeout to the clock for every request).
     #[must_use]
     pub fn header_read_timeout(mut self, timeout: Duration) -> Self {
-        self.header_read_timeout = timeout.max(Duration::from_millis(1));
+        self.header_read_timeout = timeout.clamp(Duration::from_millis(1), MAX_HEADER_READ_TIMEOUT);
         self
     }
 

@@ -29,8 +29,8 @@ pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 /// Most browser sessions kept at once (the oldest goes first beyond it).
 const MAX_SESSIONS: usize = 1024;
 
-/// A signed-in browser.
-#[derive(Debug, Clone)]
+/// A signed-in browser. Its `Debug` never shows the CSRF token.
+#[derive(Clone)]
 pub struct UiSession {
     /// Who signed in.
     pub principal: Principal,
@@ -39,10 +39,30 @@ pub struct UiSession {
     expires: Instant,
 }
 
-/// The browser sessions of this process.
-#[derive(Debug, Default)]
+impl std::fmt::Debug for UiSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UiSession")
+            .field("principal", &self.principal)
+            .field("csrf", &"***")
+            .field("expires", &self.expires)
+            .finish()
+    }
+}
+
+/// The browser sessions of this process. Its `Debug` shows how many there are, never their
+/// ids (the cookie values) or CSRF tokens.
+#[derive(Default)]
 pub struct UiSessions {
     inner: Mutex<HashMap<String, UiSession>>,
+}
+
+impl std::fmt::Debug for UiSessions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let live = self.inner.lock().map_or(0, |sessions| sessions.len());
+        f.debug_struct("UiSessions")
+            .field("sessions", &live)
+            .finish()
+    }
 }
 
 fn random_token() -> String {
@@ -436,5 +456,25 @@ async fn run_ui_action(
             crate::actions::release_quarantine_action(store, actor, &ns, &key, reason).await
         }
         other => Err(ApiError::BadRequest(format!("unknown action `{other}`"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::Scope;
+
+    #[test]
+    fn debug_never_shows_a_session_id_or_its_csrf_token() {
+        let sessions = UiSessions::default();
+        let id = sessions.start(Principal {
+            name: "admin".into(),
+            scope: Scope::Admin,
+        });
+        let session = sessions.get(&id).expect("the session just started");
+        let shown = format!("{sessions:?} {session:?}");
+        assert!(!shown.contains(&id), "{shown}");
+        assert!(!shown.contains(&session.csrf), "{shown}");
+        assert!(shown.contains("sessions: 1"), "{shown}");
     }
 }

@@ -2,7 +2,7 @@
 //! force-expiry action.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 use tether_core::{BindingKey, Namespace, QuarantineStore as _};
 use utoipa::IntoParams;
@@ -15,8 +15,8 @@ use crate::dto::{
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors, ReadErrors};
 use crate::lists::SessionNames;
 use crate::params::{
-    ApiJson, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size, parse_id,
-    reason,
+    ApiJson, ApiPath, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size,
+    parse_id, reason,
 };
 use crate::state::{AppState, Counters};
 
@@ -147,7 +147,7 @@ pub async fn binding_page(
 pub async fn get_binding(
     _: ReadAccess,
     State(state): State<AppState>,
-    Path(BindingPath { namespace, key }): Path<BindingPath>,
+    ApiPath(BindingPath { namespace, key }): ApiPath<BindingPath>,
 ) -> Result<Json<BindingDetail>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let store = state.store()?;
@@ -288,7 +288,7 @@ pub(crate) fn decode_seq_cursor(token: &str) -> Result<u64, ApiError> {
 pub async fn expire_lease(
     access: AdminAccess,
     State(state): State<AppState>,
-    Path(BindingPath { namespace, key }): Path<BindingPath>,
+    ApiPath(BindingPath { namespace, key }): ApiPath<BindingPath>,
     ApiJson(body): ApiJson<ExpireLeaseBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;

@@ -1,7 +1,7 @@
 //! `/v1/quarantine`: quarantined keys, their detail and their release.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use tether_core::{BindingKey, Namespace, QuarantineStore as _, Timestamp};
 use tether_storage::QuarantineCursor;
 
@@ -11,7 +11,8 @@ use crate::dto::{
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
 use crate::params::{
-    ApiJson, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size, reason,
+    ApiJson, ApiPath, ApiQuery, BindingPath, cursor, decode_cursor, encode_cursor, page_size,
+    reason,
 };
 use crate::routes::bindings::parse_ns_key;
 use crate::state::{AppState, Counters};
@@ -105,7 +106,7 @@ fn decode_quarantine_cursor(token: &str) -> Result<QuarantineCursor, ApiError> {
 pub async fn get_quarantine(
     _: ReadAccess,
     State(state): State<AppState>,
-    Path(BindingPath { namespace, key }): Path<BindingPath>,
+    ApiPath(BindingPath { namespace, key }): ApiPath<BindingPath>,
 ) -> Result<Json<QuarantineDetail>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;
     let store = state.store()?;
@@ -136,7 +137,7 @@ pub async fn get_quarantine(
 pub async fn release_quarantine(
     access: AdminAccess,
     State(state): State<AppState>,
-    Path(BindingPath { namespace, key }): Path<BindingPath>,
+    ApiPath(BindingPath { namespace, key }): ApiPath<BindingPath>,
     ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let (ns, key) = parse_ns_key(&namespace, &key)?;

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::IntoResponse as _;
 use serde::Deserialize;
 use tether_core::{AgentId, HarnessId, HarnessRegistry, HostSessionEntry, SessionKey};
@@ -18,7 +18,7 @@ use crate::dto::{
     SessionPageBody, SessionSummary, TranscriptEntryBody, TranscriptHitBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
-use crate::params::{ApiJson, reason};
+use crate::params::{ApiJson, ApiPath, reason};
 use crate::params::{ApiQuery, cursor, decode_cursor, encode_cursor, page_size, parse_id};
 use crate::state::{AppState, Counters};
 
@@ -241,7 +241,7 @@ pub async fn session_detail(
 pub async fn get_session(
     _: ReadAccess,
     State(state): State<AppState>,
-    Path(session_key): Path<String>,
+    ApiPath(session_key): ApiPath<String>,
 ) -> Result<Json<SessionDetail>, ApiError> {
     let store = state.store()?;
     let entry = load_session(store, &session_key).await?;
@@ -301,7 +301,7 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
 pub async fn delete_session_route(
     access: AdminAccess,
     State(state): State<AppState>,
-    Path(session_key): Path<String>,
+    ApiPath(session_key): ApiPath<String>,
     ApiJson(body): ApiJson<ReasonBody>,
 ) -> Result<Json<ActionResult>, ApiError> {
     let why = reason(&body.reason)?;
@@ -310,7 +310,12 @@ pub async fn delete_session_route(
         crate::actions::delete_session_action(store, &access.actor, &session_key, &why).await;
     match &result {
         Ok(_) => Counters::bump(&state.counters().deletions),
-        Err(ApiError::LeaseHeld(_) | ApiError::Conflict(_) | ApiError::Internal(_)) => {
+        Err(
+            ApiError::LeaseHeld(_)
+            | ApiError::Conflict(_)
+            | ApiError::OutcomeUnknown(_)
+            | ApiError::Internal(_),
+        ) => {
             Counters::bump(&state.counters().deletion_failures);
         }
         Err(_) => {}
@@ -363,7 +368,7 @@ pub async fn search_all(
 pub async fn search_session(
     _: ReadAccess,
     State(state): State<AppState>,
-    Path(session_key): Path<String>,
+    ApiPath(session_key): ApiPath<String>,
     ApiQuery(q): ApiQuery<SearchQuery>,
 ) -> Result<Json<SearchBody>, ApiError> {
     let entry = load_session(state.store()?, &session_key).await?;

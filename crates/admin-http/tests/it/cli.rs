@@ -350,6 +350,27 @@ fn remote(args: &[&str], base: &str, token: Option<&str>) -> Output {
     cmd.output().unwrap()
 }
 
+/// A `--server` URL carrying credentials is refused (they belong in TETHER_TOKEN) without
+/// repeating them on the terminal.
+#[test]
+fn cli_a_server_url_with_credentials_is_refused_without_showing_them() {
+    for base in [
+        "http://admin:hunter2@127.0.0.1:1",
+        "https://admin:hunter2@127.0.0.1:1/api",
+        "http://hunter2@127.0.0.1:1",
+        "http://admin:hunt/er2@127.0.0.1:1",
+    ] {
+        let out = remote(&["sessions", "list"], base, None);
+        assert_eq!(out.status.code(), Some(2), "{base}: {}", text(&out));
+        let shown = text(&out);
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("hunt/er2"),
+            "{shown}"
+        );
+        assert!(shown.contains("***@127.0.0.1:1"), "{shown}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
     let dir = tempfile::tempdir().unwrap();

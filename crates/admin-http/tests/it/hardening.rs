@@ -349,6 +349,50 @@ fn get_status(addr: std::net::SocketAddr, path: &str) -> std::io::Result<String>
     Ok(response.lines().next().unwrap_or_default().to_owned())
 }
 
+/// A header-read timeout too long for the clock (a library caller's `Duration::MAX`) is
+/// capped: the server answers instead of panicking in every connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hardening_a_header_timeout_of_duration_max_still_serves() {
+    let limits = ServeLimits::default().header_read_timeout(Duration::MAX);
+    assert_eq!(
+        limits.header_read_timeout_value(),
+        tether_admin_http::MAX_HEADER_READ_TIMEOUT
+    );
+    let (addr, _stop) = start(limits).await;
+    let status = tokio::task::spawn_blocking(move || get_status(addr, "/healthz"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+}
+
+/// `--header-timeout` outside 1..=86400 seconds is a usage error naming the range, not a
+/// server that panics on every connection (too long) or closes every one at once (zero).
+#[test]
+fn hardening_a_header_timeout_out_of_range_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for value in ["0", "86401", "18446744073709551615"] {
+        let mut child = tether()
+            .current_dir(dir.path())
+            .args(["serve", "--bind", "127.0.0.1:0", "--header-timeout", value])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = wait_for(&mut child, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("`--header-timeout {value}` was accepted: `serve` ran"));
+        let mut err = String::new();
+        child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        assert_eq!(status.code(), Some(2), "{value}: {err}");
+        assert!(err.contains("1..=86400"), "{value}: {err}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hardening_a_connection_that_never_finishes_its_headers_is_closed() {
     let (addr, _stop) =

@@ -184,6 +184,11 @@ async fn robustness_invalid_ids_are_typed_4xx_and_change_nothing() {
             "/v1/namespaces/codex-bindings/bindings/%00".to_owned(),
         ),
         ("GET", "/v1/quarantine/%00/x".to_owned()),
+        // Percent-encoded bytes that are not UTF-8: the path itself does not decode.
+        ("GET", "/v1/sessions/%FF".to_owned()),
+        ("DELETE", "/v1/sessions/%C3%28".to_owned()),
+        ("GET", "/v1/namespaces/%FF/bindings/k".to_owned()),
+        ("GET", "/v1/quarantine/codex-bindings/%FE".to_owned()),
     ] {
         refused(&f, method, &path, None).await;
     }
