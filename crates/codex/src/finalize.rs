@@ -292,8 +292,11 @@ impl CodexFinalizerRuntime {
                             });
                         }
                         let last = &params["tokenUsage"]["last"];
-                        usage.input_tokens += last["inputTokens"].as_u64().unwrap_or(0);
-                        usage.output_tokens += last["outputTokens"].as_u64().unwrap_or(0);
+                        let count = |field: &str| last[field].as_u64().unwrap_or(0);
+                        usage.input_tokens =
+                            usage.input_tokens.saturating_add(count("inputTokens"));
+                        usage.output_tokens =
+                            usage.output_tokens.saturating_add(count("outputTokens"));
                     }
                     method::TURN_COMPLETED => {
                         let n: TurnNotification = serde_json::from_value(params)

@@ -58,6 +58,16 @@ pub const HARNESS_ID: &str = "codex";
 /// How long an interrupted turn may take to report `turn/completed`.
 const INTERRUPT_GRACE: Duration = Duration::from_secs(10);
 
+/// The longest wait a deadline stands for: a caller's timeout above it (`Duration::MAX` as
+/// "no limit", say) waits this long instead of overflowing the clock.
+const LONGEST_WAIT: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The instant `wait` from now, with `wait` capped at [`LONGEST_WAIT`]: adding any duration a
+/// caller passes never panics.
+fn deadline_after(wait: Duration) -> tokio::time::Instant {
+    tokio::time::Instant::now() + wait.min(LONGEST_WAIT)
+}
+
 /// How new Codex threads are configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThreadSettings {
@@ -672,7 +682,7 @@ impl Inner {
             )
             .await?;
         let limit = timeout.unwrap_or(Duration::from_secs(300));
-        let deadline = tokio::time::Instant::now() + limit;
+        let deadline = deadline_after(limit);
         loop {
             let event = tokio::time::timeout_at(deadline, events.recv())
                 .await
@@ -1082,10 +1092,7 @@ impl Inner {
         let mut started = false;
         let mut turn_id: Option<String> = None;
         let mut cancel = request.cancel.as_ref().map(TurnCancel::subscribe);
-        let deadline = request
-            .params
-            .timeout
-            .map(|t| tokio::time::Instant::now() + t);
+        let deadline = request.params.timeout.map(deadline_after);
         let mut interrupted: Option<AttemptTerminal> = None;
         let mut interrupt_deadline: Option<tokio::time::Instant> = None;
         // An interrupt asked for before the turn id was known, sent once it is.
@@ -1214,8 +1221,12 @@ impl Inner {
                 }
                 method::TOKEN_USAGE_UPDATED => {
                     let n: TokenUsageNotification = parse(&method, params)?;
-                    state.usage.input_tokens += n.token_usage.last.input_tokens;
-                    state.usage.output_tokens += n.token_usage.last.output_tokens;
+                    // Counts come from Codex; a huge one saturates instead of wrapping.
+                    let last = &n.token_usage.last;
+                    state.usage.input_tokens =
+                        state.usage.input_tokens.saturating_add(last.input_tokens);
+                    state.usage.output_tokens =
+                        state.usage.output_tokens.saturating_add(last.output_tokens);
                 }
                 method::TURN_COMPLETED => {
                     let n: TurnNotification = parse(&method, params)?;
@@ -1838,6 +1849,15 @@ impl CodexHarness {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_of_any_length_makes_a_deadline() {
+        let now = tokio::time::Instant::now();
+        let far = deadline_after(Duration::MAX);
+        assert!(far >= now + Duration::from_secs(99 * 365 * 24 * 60 * 60));
+        let near = deadline_after(Duration::from_secs(5));
+        assert!(near > now && near <= tokio::time::Instant::now() + Duration::from_secs(5));
+    }
 
     #[test]
     fn refusals_never_grant_anything() {

@@ -474,8 +474,9 @@ fn silence_accepted(input: &FinalizationInput<'_>, request: &FinalizationRequest
 
 fn add_usage(total: &mut Usage, usage: Option<Usage>) {
     if let Some(u) = usage {
-        total.input_tokens += u.input_tokens;
-        total.output_tokens += u.output_tokens;
+        // Counts come from the model; a huge one saturates instead of wrapping.
+        total.input_tokens = total.input_tokens.saturating_add(u.input_tokens);
+        total.output_tokens = total.output_tokens.saturating_add(u.output_tokens);
     }
 }
 

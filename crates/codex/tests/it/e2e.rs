@@ -859,3 +859,34 @@ async fn codex_e2e_two_sessions_run_at_once_on_one_app_server() {
         assert_eq!(transcript[0].content, prompt);
     }
 }
+
+/// `Duration::MAX` as an attempt's timeout means "no limit": a turn and a compaction run with
+/// it (the deadline is capped, the clock never overflows).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_timeout_of_duration_max_is_no_limit() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("No hurry."),
+        Step::Reply("Summary: nothing happened."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("no-limit");
+    host.create_session(&key).await;
+    let mut params = attempt(&key, "run-1", "take your time");
+    params.timeout = Some(Duration::MAX);
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(params.clone()))
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply(), Some("No hurry."));
+    assert_eq!(outcome.attempt.terminal, AttemptTerminal::Ok);
+
+    params.run_id = tether_core::RunId::new("run-c").unwrap();
+    let compacted = host.harness.compact(&params).await.unwrap();
+    assert_eq!(compacted, outcome.thread_id);
+    assert_eq!(model.requests().len(), 2, "the compaction asked the model");
+}
