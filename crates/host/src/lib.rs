@@ -51,7 +51,7 @@ pub use host::{Host, HostBuilder};
 #[cfg(feature = "test-support")]
 pub use sessions::TransactionHooks;
 pub use sessions::{DeletionRequest, HostSessions};
-pub use work::{ActiveRuns, WorkTracker};
+pub use work::{ActiveRuns, AdmittedRun, WorkTracker};
 
 /// The README's quickstart, compiled and run as a doctest.
 #[cfg(doctest)]

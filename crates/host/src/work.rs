@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use tether_core::{SessionId, SessionKey};
 
@@ -30,9 +30,36 @@ impl ActiveRuns {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Records a run admitted for `key`.
+    /// Records a run admitted for `key`; [`ActiveRuns::finish`] must follow on every path.
+    /// Prefer [`ActiveRuns::start`], whose guard finishes the run however it ends.
     pub fn admit(&self, key: &SessionKey) {
         *self.lock().entry(key.clone()).or_default() += 1;
+    }
+
+    /// Admits a run for `key` and returns its guard: the run is finished when the guard is
+    /// dropped, so an early return, a panic or a cancelled task never leaves the session
+    /// looking busy (which would refuse every later deletion and reset of it).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tether_core::{SessionId, SessionKey};
+    /// use tether_host::{ActiveRuns, WorkTracker as _};
+    ///
+    /// let runs = Arc::new(ActiveRuns::new());
+    /// let key = SessionKey::new("agent:main:alice").unwrap();
+    /// let id = SessionId::new("s-1").unwrap();
+    /// {
+    ///     let _run = runs.start(&key);
+    ///     assert!(runs.has_competing_work(&key, &id));
+    /// }
+    /// assert!(!runs.has_competing_work(&key, &id));
+    /// ```
+    pub fn start(self: &Arc<Self>, key: &SessionKey) -> AdmittedRun {
+        self.admit(key);
+        AdmittedRun {
+            runs: Arc::clone(self),
+            key: key.clone(),
+        }
     }
 
     /// Records the end of one run for `key`.
@@ -50,5 +77,49 @@ impl ActiveRuns {
 impl WorkTracker for ActiveRuns {
     fn has_competing_work(&self, key: &SessionKey, _session_id: &SessionId) -> bool {
         self.lock().contains_key(key)
+    }
+}
+
+/// A run admitted by [`ActiveRuns::start`]; dropping it finishes the run.
+#[derive(Debug)]
+#[must_use = "the run is finished as soon as the guard is dropped"]
+pub struct AdmittedRun {
+    runs: Arc<ActiveRuns>,
+    key: SessionKey,
+}
+
+impl Drop for AdmittedRun {
+    fn drop(&mut self) {
+        self.runs.finish(&self.key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guarded_run_finishes_on_every_path() {
+        let runs = Arc::new(ActiveRuns::new());
+        let key = SessionKey::new("agent:main:alice").unwrap();
+        let id = SessionId::new("s-1").unwrap();
+        let first = runs.start(&key);
+        let second = runs.start(&key);
+        drop(first);
+        assert!(
+            runs.has_competing_work(&key, &id),
+            "one run is still in flight"
+        );
+        // A run that panics is finished by the unwinding.
+        let shared = Arc::clone(&runs);
+        let moved = key.clone();
+        let panicked = std::thread::spawn(move || {
+            let _run = shared.start(&moved);
+            panic!("the run failed");
+        })
+        .join();
+        assert!(panicked.is_err());
+        drop(second);
+        assert!(!runs.has_competing_work(&key, &id));
     }
 }
