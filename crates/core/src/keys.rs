@@ -7,8 +7,8 @@
 //!   logical session across physical rotations; the raw session key never appears;
 //! - conversation: `conversation:<binding-id>`.
 //!
-//! The agent part is the lower-cased, trimmed agent id, so identical session ids under
-//! different agents never share a row.
+//! The agent part is the lower-cased agent id (ids are never trimmed: surrounding whitespace
+//! is refused), so identical session ids under different agents never share a row.
 
 use std::fmt;
 

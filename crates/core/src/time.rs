@@ -178,9 +178,19 @@ pub struct SequentialTokens {
 
 impl SequentialTokens {
     /// Tokens named `<prefix>-<n>`, starting at 1.
+    ///
+    /// # Panics
+    ///
+    /// When `prefix` cannot make valid tokens (a control character, or too long for the
+    /// largest `n`): said here, at the call that chose the prefix.
+    #[track_caller]
     pub fn new(prefix: impl Into<String>) -> Self {
+        let prefix = prefix.into();
+        if let Err(e) = crate::LeaseToken::new(format!("{prefix}-{}", u64::MAX)) {
+            panic!("SequentialTokens prefix {prefix:?} cannot make valid lease tokens: {e}");
+        }
         Self {
-            prefix: prefix.into(),
+            prefix,
             next: AtomicU64::new(1),
         }
     }
@@ -237,5 +247,11 @@ mod tests {
         let tokens = SequentialTokens::new("t");
         assert_eq!(tokens.next_token().as_str(), "t-1");
         assert_eq!(tokens.next_token().as_str(), "t-2");
+    }
+
+    #[test]
+    #[should_panic(expected = "cannot make valid lease tokens")]
+    fn a_prefix_that_cannot_make_tokens_is_refused_where_it_is_chosen() {
+        let _ = SequentialTokens::new("bad\nprefix");
     }
 }

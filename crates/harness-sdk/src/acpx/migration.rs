@@ -153,13 +153,15 @@ fn session_file_name(record_id: &str) -> String {
     out
 }
 
-/// Writes `bytes` to `path` through a temporary sibling and a rename.
+/// Writes `bytes` to `path` through a temporary sibling and a rename; the sibling is removed
+/// when either step fails (a full disk leaves no partial file behind).
 fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let tmp = path.with_extension(format!("json.tmp-{}", uuid::Uuid::new_v4().simple()));
-    fs::write(&tmp, bytes)?;
-    fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = fs::remove_file(&tmp);
-    })
+    fs::write(&tmp, bytes)
+        .and_then(|()| fs::rename(&tmp, path))
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
 }
 
 fn migrate_file(sessions: &Path, name: &str) -> Result<Option<String>, String> {
