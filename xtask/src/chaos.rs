@@ -247,9 +247,6 @@ pub(crate) fn ci() -> Result<(), String> {
     Ok(())
 }
 
-/// `cargo xtask api-fuzz [--examples N]`: runs schemathesis (when installed) against a
-/// `tether serve` on a scratch SQLite database seeded by `tether demo`, with every check
-/// (no server error, responses conform to the OpenAPI document). Not part of `ci`.
 /// What `api-fuzz` does when schemathesis is missing: fail with `--require` (CI), else say so
 /// and pass.
 fn without_schemathesis(require: bool) -> Result<(), String> {
@@ -265,6 +262,9 @@ fn without_schemathesis(require: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// `cargo xtask api-fuzz [--examples N]`: runs schemathesis (when installed) against a
+/// `tether serve` on a scratch SQLite database seeded by `tether demo`, with every check
+/// (no server error, responses conform to the OpenAPI document). `cargo xtask ci` runs it.
 pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
     // The console scripts pip installs, or the module when they are not on PATH.
     let candidates: [&[&str]; 3] = [
