@@ -203,6 +203,10 @@ const UNAVAILABLE: Documented = Documented {
 };
 const INTERNAL: Documented = Documented {
     status: 500,
+    text: "`internal`: an unexpected failure (see the service log)",
+};
+const INTERNAL_ACTION: Documented = Documented {
+    status: 500,
     text: "`internal`: an unexpected failure (see the service log); `outcome_unknown`: the action's COMMIT failed or its answer was lost, so it may or may not have taken effect (read the target again before retrying)",
 };
 
@@ -258,7 +262,7 @@ error_set!(
         NOT_FOUND,
         CONFLICT,
         TOO_LARGE,
-        INTERNAL,
+        INTERNAL_ACTION,
         UNAVAILABLE
     ]
 );
