@@ -48,27 +48,36 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
     None
 }
 
+/// Runs `serve` (a `tether serve` command); its exit status and standard error when it stopped
+/// by itself within 20 s, `None` when it kept serving (it is then killed).
+fn stopped(mut serve: Command) -> Option<(std::process::ExitStatus, String)> {
+    let mut child = serve
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_for(&mut child, Duration::from_secs(20))?;
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    Some((status, err))
+}
+
 #[test]
 fn hardening_a_blank_admin_token_is_refused_on_a_public_bind() {
     let dir = tempfile::tempdir().unwrap();
     for blank in ["", "   "] {
-        let mut child = tether()
+        let mut serve = tether();
+        serve
             .current_dir(dir.path())
             .args(["serve", "--bind", "0.0.0.0:0"])
-            .env("TETHER_ADMIN_TOKEN", blank)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let status = wait_for(&mut child, Duration::from_secs(20))
-            .expect("a blank token must stop `serve`, not serve without a token");
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
+            .env("TETHER_ADMIN_TOKEN", blank);
+        let (status, err) =
+            stopped(serve).expect("a blank token must stop `serve`, not serve without a token");
         assert_eq!(status.code(), Some(2), "{err}");
         assert!(err.contains("TETHER_ADMIN_TOKEN is set but blank"), "{err}");
     }
@@ -372,22 +381,16 @@ async fn hardening_a_header_timeout_of_duration_max_still_serves() {
 fn hardening_a_header_timeout_out_of_range_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     for value in ["0", "86401", "18446744073709551615"] {
-        let mut child = tether()
-            .current_dir(dir.path())
-            .args(["serve", "--bind", "127.0.0.1:0", "--header-timeout", value])
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let status = wait_for(&mut child, Duration::from_secs(20))
+        let mut serve = tether();
+        serve.current_dir(dir.path()).args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--header-timeout",
+            value,
+        ]);
+        let (status, err) = stopped(serve)
             .unwrap_or_else(|| panic!("`--header-timeout {value}` was accepted: `serve` ran"));
-        let mut err = String::new();
-        child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut err)
-            .unwrap();
         assert_eq!(status.code(), Some(2), "{value}: {err}");
         assert!(err.contains("1..=86400"), "{value}: {err}");
     }
