@@ -7,9 +7,9 @@
 //! (the detail's code says `outcome_unknown` when the action's COMMIT failed or its answer was
 //! lost).
 //!
-//! Once recorded, an action and the completion of its record run in a task of their own: a
-//! caller that stops waiting (an HTTP client that disconnects, a request dropped at shutdown)
-//! neither cancels the action half-way nor leaves its record `started`.
+//! The record, the action and the record's completion run in a task of their own: a caller
+//! that stops waiting (an HTTP client that disconnects, a request dropped at shutdown) neither
+//! cancels the action half-way nor leaves its record `started`.
 
 use tether_core::{BindingKey, LeaseEpoch, Namespace, QuarantineStore as _};
 use tether_storage::{AuditOutcome, ForceExpireOutcome, NewAuditEntry, Store};
@@ -41,30 +41,28 @@ async fn audited<F>(
 where
     F: std::future::Future<Output = Result<ActionResult, ApiError>> + Send + 'static,
 {
-    let id = store
-        .audit_begin(&NewAuditEntry {
-            actor: actor.to_owned(),
-            action: name.to_owned(),
-            target: target.clone(),
-            reason: reason.to_owned(),
-        })
-        .await
-        .map_err(|e| match ApiError::from(e) {
-            ApiError::BadRequest(m) => ApiError::BadRequest(m),
-            other => ApiError::Unavailable(format!(
-                "the action was not taken: its audit record could not be written ({other})"
-            )),
-        })?;
+    let entry = NewAuditEntry {
+        actor: actor.to_owned(),
+        action: name.to_owned(),
+        target,
+        reason: reason.to_owned(),
+    };
     let store = store.clone();
-    let actor = actor.to_owned();
-    let run = tokio::spawn(
-        async move {
-            let result = action.await;
-            finish(&store, id, &actor, name, &target, &result).await;
-            result
-        }
-        .in_current_span(),
-    );
+    let run =
+        tokio::spawn(
+            async move {
+                let id = store.audit_begin(&entry).await.map_err(|e| match ApiError::from(e) {
+                ApiError::BadRequest(m) => ApiError::BadRequest(m),
+                other => ApiError::Unavailable(format!(
+                    "the action was not taken: its audit record could not be written ({other})"
+                )),
+            })?;
+                let result = action.await;
+                finish(&store, id, &entry, &result).await;
+                result
+            }
+            .in_current_span(),
+        );
     run.await.unwrap_or_else(|e| {
         Err(ApiError::Internal(format!(
             "the action stopped unexpectedly ({e}); its audit record stays `started`"
@@ -76,9 +74,7 @@ where
 async fn finish(
     store: &Store,
     id: u64,
-    actor: &str,
-    name: &str,
-    target: &str,
+    entry: &NewAuditEntry,
     result: &Result<ActionResult, ApiError>,
 ) {
     let (outcome, detail) = match result {
@@ -93,9 +89,9 @@ async fn finish(
     };
     tracing::info!(
         audit_id = id,
-        actor,
-        action = name,
-        target,
+        actor = entry.actor,
+        action = entry.action,
+        target = entry.target,
         outcome = outcome.as_str(),
         "operator action"
     );
@@ -231,46 +227,63 @@ mod tests {
 
     use super::*;
 
-    /// A caller that stops waiting (a disconnected client) neither cancels the action nor
-    /// leaves its audit record `started`.
+    /// A caller that stops waiting (a disconnected client), whether while the record is being
+    /// written or while the action runs, neither cancels the action nor leaves its audit
+    /// record `started`.
     #[tokio::test]
     async fn an_action_outlives_a_caller_that_stops_waiting() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
         let store = Store::open("sqlite::memory:").await.unwrap();
-        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let ran = std::sync::Arc::clone(&done);
-        let action = async move {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            ran.store(true, std::sync::atomic::Ordering::SeqCst);
-            Ok(ActionResult {
-                outcome: "done".into(),
-                message: "the slow action finished".into(),
-                previous_epoch: None,
-            })
-        };
-        let call = audited(
-            &store,
-            "tester",
-            DELETE_SESSION,
-            "t".into(),
-            "check",
-            action,
-        );
-        assert!(
-            tokio::time::timeout(Duration::from_millis(50), call)
-                .await
-                .is_err(),
-            "the caller gave up first"
-        );
-        let mut outcome = AuditOutcome::Started;
+        let done = Arc::new(AtomicUsize::new(0));
+        // Given up on at the first poll (before the record is written), then mid-action.
+        for (target, patience) in [
+            ("first", Duration::ZERO),
+            ("second", Duration::from_millis(50)),
+        ] {
+            let ran = Arc::clone(&done);
+            let action = async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                ran.fetch_add(1, Ordering::SeqCst);
+                Ok(ActionResult {
+                    outcome: "done".into(),
+                    message: "the slow action finished".into(),
+                    previous_epoch: None,
+                })
+            };
+            let call = audited(
+                &store,
+                "tester",
+                DELETE_SESSION,
+                target.into(),
+                "check",
+                action,
+            );
+            assert!(
+                tokio::time::timeout(patience, call).await.is_err(),
+                "the caller gave up first"
+            );
+        }
+        let mut entries = Vec::new();
         for _ in 0..100 {
-            let page = store.audit_page(None, 10).await.unwrap();
-            outcome = page.entries[0].outcome;
-            if outcome != AuditOutcome::Started {
+            entries = store.audit_page(None, 10).await.unwrap().entries;
+            if entries.len() == 2 && entries.iter().all(|e| e.outcome != AuditOutcome::Started) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(outcome, AuditOutcome::Succeeded);
-        assert!(done.load(std::sync::atomic::Ordering::SeqCst));
+        let mut outcomes: Vec<_> = entries
+            .iter()
+            .map(|e| (e.target.as_str(), e.outcome))
+            .collect();
+        outcomes.sort_unstable_by_key(|(target, _)| *target);
+        assert_eq!(
+            outcomes,
+            [
+                ("first", AuditOutcome::Succeeded),
+                ("second", AuditOutcome::Succeeded)
+            ]
+        );
+        assert_eq!(done.load(Ordering::SeqCst), 2);
     }
 }
