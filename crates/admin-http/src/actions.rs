@@ -29,16 +29,18 @@ pub const EXPIRE_LEASE: &str = "expire_lease";
 /// Audit action name of a quarantine release.
 pub const RELEASE_QUARANTINE: &str = "release_quarantine";
 
-/// Runs `action` recorded in the audit trail as `name` on `target` by `actor` for `reason`.
-async fn audited<F>(
+/// Runs `action` (given a handle of `store`) recorded in the audit trail as `name` on `target`
+/// by `actor` for `reason`.
+async fn audited<A, F>(
     store: &Store,
     actor: &str,
     name: &'static str,
     target: String,
     reason: &str,
-    action: F,
+    action: A,
 ) -> Result<ActionResult, ApiError>
 where
+    A: FnOnce(Store) -> F,
     F: std::future::Future<Output = Result<ActionResult, ApiError>> + Send + 'static,
 {
     let entry = NewAuditEntry {
@@ -47,27 +49,32 @@ where
         target,
         reason: reason.to_owned(),
     };
+    let action = action(store.clone());
     let store = store.clone();
-    let run =
-        tokio::spawn(
-            async move {
-                let id = store.audit_begin(&entry).await.map_err(|e| match ApiError::from(e) {
-                ApiError::BadRequest(m) => ApiError::BadRequest(m),
-                other => ApiError::Unavailable(format!(
-                    "the action was not taken: its audit record could not be written ({other})"
-                )),
-            })?;
-                let result = action.await;
-                finish(&store, id, &entry, &result).await;
-                result
-            }
-            .in_current_span(),
-        );
+    let run = tokio::spawn(
+        async move {
+            let id = store.audit_begin(&entry).await.map_err(not_taken)?;
+            let result = action.await;
+            finish(&store, id, &entry, &result).await;
+            result
+        }
+        .in_current_span(),
+    );
     run.await.unwrap_or_else(|e| {
         Err(ApiError::Internal(format!(
             "the action stopped unexpectedly ({e}); its audit record stays `started`"
         )))
     })
+}
+
+/// The error of an action whose audit record could not be written (so it was not taken).
+fn not_taken(error: tether_core::Error) -> ApiError {
+    match ApiError::from(error) {
+        ApiError::BadRequest(m) => ApiError::BadRequest(m),
+        other => ApiError::Unavailable(format!(
+            "the action was not taken: its audit record could not be written ({other})"
+        )),
+    }
 }
 
 /// Completes the audit record `id` with the outcome of `result`.
@@ -109,7 +116,6 @@ pub async fn delete_session_action(
     key: &str,
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
-    let owned = store.clone();
     let key = key.to_owned();
     audited(
         store,
@@ -117,10 +123,9 @@ pub async fn delete_session_action(
         DELETE_SESSION,
         key.clone(),
         reason,
-        async move {
-            let store = &owned;
-            let entry = load_session(store, &key).await?;
-            if delete_session(store, &entry).await? {
+        |store| async move {
+            let entry = load_session(&store, &key).await?;
+            if delete_session(&store, &entry).await? {
                 Ok(ActionResult {
                     outcome: "deleted".into(),
                     message: format!(
@@ -150,10 +155,9 @@ pub async fn expire_lease_action(
     expected_epoch: Option<u64>,
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
-    let owned = store.clone();
     let (ns, key) = (ns.clone(), key.clone());
-    audited(store, actor, EXPIRE_LEASE, format!("{ns}/{key}"), reason, async move {
-        match owned
+    audited(store, actor, EXPIRE_LEASE, format!("{ns}/{key}"), reason, |store| async move {
+        match store
             .force_expire_lease(&ns, &key, expected_epoch.map(LeaseEpoch::new))
             .await?
         {
@@ -198,7 +202,6 @@ pub async fn release_quarantine_action(
     key: &BindingKey,
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
-    let owned = store.clone();
     let (ns, key, why) = (ns.clone(), key.clone(), reason.to_owned());
     audited(
         store,
@@ -206,8 +209,8 @@ pub async fn release_quarantine_action(
         RELEASE_QUARANTINE,
         format!("{ns}/{key}"),
         reason,
-        async move {
-            if owned.release_quarantine(&ns, &key, &why).await? {
+        |store| async move {
+            if store.release_quarantine(&ns, &key, &why).await? {
                 Ok(ActionResult {
                     outcome: "released".into(),
                     message: format!("{ns}/{key} is released; harnesses may bind it again"),
@@ -257,7 +260,7 @@ mod tests {
                 DELETE_SESSION,
                 target.into(),
                 "check",
-                action,
+                |_| action,
             );
             assert!(
                 tokio::time::timeout(patience, call).await.is_err(),

@@ -48,6 +48,18 @@ fn wait_for(child: &mut Child, limit: Duration) -> Option<std::process::ExitStat
     None
 }
 
+/// What `child` wrote to its piped standard error (read once it has exited).
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    err
+}
+
 /// Runs `serve` (a `tether serve` command); its exit status and standard error when it stopped
 /// by itself within 20 s, `None` when it kept serving (it is then killed).
 fn stopped(mut serve: Command) -> Option<(std::process::ExitStatus, String)> {
@@ -57,13 +69,7 @@ fn stopped(mut serve: Command) -> Option<(std::process::ExitStatus, String)> {
         .spawn()
         .unwrap();
     let status = wait_for(&mut child, Duration::from_secs(20))?;
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     Some((status, err))
 }
 
@@ -157,13 +163,7 @@ async fn hardening_serve_logs_the_database_url_masked() {
         .args(["-TERM", &child.id().to_string()])
         .status();
     let status = wait_for(&mut child, Duration::from_secs(20)).expect("stops on SIGTERM");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     db.cleanup().await;
     let first = first.expect("an address line").unwrap();
     assert!(first.contains("http://127.0.0.1:"), "{first}: {err}");
@@ -189,13 +189,7 @@ fn hardening_openapi_into_a_closed_pipe_does_not_panic() {
         .unwrap();
     drop(child.stdout.take()); // like `| head -c 16`
     let status = wait_for(&mut child, Duration::from_secs(20)).expect("exits");
-    let mut err = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = stderr_of(&mut child);
     assert!(!err.contains("panicked"), "{err}");
     assert!(status.success(), "{status:?}: {err}");
 }

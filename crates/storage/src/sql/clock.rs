@@ -88,15 +88,9 @@ impl ServerClock {
     /// kept.
     pub fn spawn_resync(&self, store: Store, interval: Duration) -> tokio::task::JoinHandle<()> {
         let clock = self.clone();
-        let store = store.downgrade();
-        let interval = interval.max(Duration::from_millis(1));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(interval).await;
-                let Some(store) = Store::upgrade(&store) else {
-                    tracing::debug!("store dropped; the clock resync stops");
-                    return;
-                };
+        store.spawn_periodic(interval, "clock resync", move |store| {
+            let clock = clock.clone();
+            async move {
                 if let Err(err) = clock.resync(&store).await {
                     tracing::warn!(error = %err, "server clock resync failed");
                 }

@@ -845,35 +845,44 @@ impl Store {
         self.inner.grouped
     }
 
-    /// A handle that does not keep the store open (for background tasks).
-    fn downgrade(&self) -> std::sync::Weak<Inner> {
-        Arc::downgrade(&self.inner)
-    }
-
-    /// The store behind `weak`, while any other handle of it is alive.
-    fn upgrade(weak: &std::sync::Weak<Inner>) -> Option<Self> {
-        weak.upgrade().map(|inner| Self { inner })
-    }
-
-    /// Deletes expired rows in batches of `batch` every `interval` (at least one millisecond)
-    /// until the returned handle is aborted or the store is gone: the task holds no handle of
-    /// its own between ticks, so it never keeps the pool open and [`Store::close`] still
-    /// closes it. Errors are logged and retried at the next tick.
-    pub fn spawn_sweeper(&self, interval: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
-        let store = self.downgrade();
+    /// Runs `tick` every `interval` (at least one millisecond) on a task until its handle is
+    /// aborted or the store is gone: between ticks the task holds no handle of the store, so it
+    /// never keeps the pool open and [`Store::close`] still closes it. `what` names the task
+    /// in the log.
+    pub(crate) fn spawn_periodic<F, Fut>(
+        &self,
+        interval: Duration,
+        what: &'static str,
+        mut tick: F,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        F: FnMut(Store) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
+        let store = Arc::downgrade(&self.inner);
         let interval = interval.max(Duration::from_millis(1));
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
-                let Some(store) = Store::upgrade(&store) else {
-                    tracing::debug!("store dropped; the sweeper stops");
+                let Some(inner) = store.upgrade() else {
+                    tracing::debug!(task = what, "store dropped; the task stops");
                     return;
                 };
-                match crate::StoreAdmin::sweep_expired(&store, batch).await {
-                    Ok(0) => {}
-                    Ok(n) => tracing::debug!(swept = n, "expired binding rows swept"),
-                    Err(err) => tracing::warn!(error = %err, "binding sweep failed"),
-                }
+                tick(Store { inner }).await;
+            }
+        })
+    }
+
+    /// Deletes expired rows in batches of `batch` every `interval` (at least one millisecond)
+    /// until the returned handle is aborted or the store is gone (the task never keeps the
+    /// store open: [`Store::close`] still closes it). Errors are logged and retried at the next
+    /// tick.
+    pub fn spawn_sweeper(&self, interval: Duration, batch: usize) -> tokio::task::JoinHandle<()> {
+        self.spawn_periodic(interval, "sweeper", move |store| async move {
+            match crate::StoreAdmin::sweep_expired(&store, batch).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(swept = n, "expired binding rows swept"),
+                Err(err) => tracing::warn!(error = %err, "binding sweep failed"),
             }
         })
     }

@@ -133,6 +133,11 @@ fn decode_audit(r: &QueryResult) -> Result<AuditEntry, Error> {
     })
 }
 
+/// The `LIMIT` of a page of `limit` rows: one more, to learn whether a next page exists.
+fn fetch_limit(limit: usize) -> Value {
+    to_i64(u64::try_from(limit).unwrap_or(u64::MAX).saturating_add(1)).into()
+}
+
 impl Store {
     /// Adds one to the counter `name` of `tether_counters` inside `tx`.
     pub(crate) async fn bump_counter(
@@ -258,10 +263,7 @@ impl Store {
             .db
             .query_all_raw(self.stmt(
                 &sql,
-                vec![
-                    Value::from(before.map(to_i64)),
-                    to_i64((limit as u64).saturating_add(1)).into(),
-                ],
+                vec![Value::from(before.map(to_i64)), fetch_limit(limit)],
             ))
             .await
             .map_err(db_error)?;
@@ -321,7 +323,7 @@ impl Store {
                  FROM lease_events WHERE ($1 IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
                 vec![
                     Value::from(before.map(to_i64)),
-                    to_i64((limit as u64).saturating_add(1)).into(),
+                    fetch_limit(limit),
                 ],
             ))
             .await
@@ -366,7 +368,7 @@ impl Store {
                     Value::from(at),
                     Value::from(ns),
                     Value::from(key),
-                    to_i64((limit as u64).saturating_add(1)).into(),
+                    fetch_limit(limit),
                 ],
             ))
             .await
