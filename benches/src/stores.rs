@@ -134,6 +134,11 @@ impl BenchStore {
         .build()
     }
 
+    /// The URL of the PostgreSQL database behind the store (`None` on SQLite).
+    pub fn database_url(&self) -> Option<&str> {
+        self.pg.as_ref().map(PgTestDatabase::url)
+    }
+
     /// Closes the pool and drops the database (PostgreSQL) or the directory (SQLite).
     pub async fn cleanup(self) {
         let Self { store, pg, dir, .. } = self;

@@ -8,7 +8,9 @@
 //! `tether_benches::report`) that are collected as they are; so does the concurrent lease
 //! harness (`cargo bench --bench lease_concurrent`, a `harness = false` target), built with the
 //! `etcd` feature of `tether-benches` when `etcd` and `protoc` are on PATH so that its etcd peer
-//! rows run (else they say "skipped" and the Tether rows still run). `--quick` shortens the
+//! rows run (else they say "skipped" and the Tether rows still run); its pgbench gauge rows (the
+//! server's own client sending a Tether transact's statement) run when PostgreSQL's `pgbench`
+//! is on PATH or under `/usr/lib/postgresql/*/bin`. `--quick` shortens the
 //! criterion measurement time, the concurrent rows and the harnesses' sample counts and budgets
 //! so the whole run stays within ten minutes on a 2-core machine; the workloads and their sizes
 //! stay the same.
@@ -529,9 +531,16 @@ fn target(w: &Workload) -> (String, Option<bool>) {
 /// The targets of the concurrent lease rows (`lease_{cycle,transact}_concurrent_<system>_<n>`).
 fn concurrent_target(w: &Workload) -> (String, Option<bool>) {
     let name = w.name.as_str();
+    if name.contains("_postgres_of_pgbench_") {
+        // Tether's PostgreSQL transact against the server's own client (no bar yet).
+        return ("gauge (÷ pgbench)".to_owned(), None);
+    }
     let is_tether = name.contains("_sqlite_") || name.contains("_postgres_");
     if name.contains("_etcd_") {
         return ("peer (etcd)".to_owned(), None);
+    }
+    if name.contains("_pgbench_") {
+        return ("gauge (pgbench)".to_owned(), None);
     }
     if name.ends_with("_postgres_scaling") {
         return (
@@ -762,6 +771,25 @@ mod tests {
         assert_eq!(
             target(&row("lease_cycle_concurrent_etcd_32", 1.0, None, None)).0,
             "peer (etcd)"
+        );
+        // The pgbench gauge and Tether against it: no bar, whatever the numbers.
+        assert_eq!(
+            target(&row(
+                "lease_transact_concurrent_pgbench_32",
+                1.0,
+                None,
+                Some(1.0)
+            )),
+            ("gauge (pgbench)".to_owned(), None)
+        );
+        assert_eq!(
+            target(&row(
+                "lease_transact_concurrent_postgres_of_pgbench_32",
+                100.0,
+                Some(1.0),
+                Some(90.0)
+            )),
+            ("gauge (÷ pgbench)".to_owned(), None)
         );
     }
 

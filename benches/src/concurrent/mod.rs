@@ -26,9 +26,16 @@
 //! per etcd row (`lease_cycle_concurrent_etcd_32`, …), plus the scaling of each Tether workload
 //! from 1 to 32 owners (`lease_cycle_concurrent_postgres_scaling`: ops/s at 32 owners with the
 //! ops/s at 1 owner as its baseline).
+//!
+//! Beside the PostgreSQL rows, a gauge of the server itself (module `pgbench`):
+//! PostgreSQL's own benchmark client sends the statement of a Tether transact, one client per
+//! owner (`lease_transact_concurrent_pgbench_8`, …), and each Tether PostgreSQL transact row is
+//! set against it (`lease_transact_concurrent_postgres_of_pgbench_8`: Tether's ops/s with
+//! pgbench's as its baseline). Without a `pgbench` binary the gauge rows say "skipped".
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod pgbench;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -70,6 +77,7 @@ Options:
   --backend sqlite|postgres|all
                               Tether backends (all)
   --no-etcd                   skip the etcd peer rows
+  --no-pgbench                skip the pgbench gauge rows (PostgreSQL)
   --pg-pool C                 PostgreSQL pool size at every owner count (default: the owner
                               count, capped below the server's max_connections)
   --help                      this text
@@ -99,7 +107,8 @@ impl Workload {
     }
 
     /// The row name: `lease_<workload>_concurrent_<system>_<suffix>` (`system` is `sqlite`,
-    /// `postgres` or `etcd`; `suffix` an owner count or `scaling`).
+    /// `postgres`, `etcd`, `pgbench` or `postgres_of_pgbench`; `suffix` an owner count or
+    /// `scaling`).
     pub fn row(self, system: &str, suffix: impl std::fmt::Display) -> String {
         format!("lease_{}_concurrent_{system}_{suffix}", self.as_str())
     }
@@ -132,6 +141,8 @@ pub struct Settings {
     pub backends: Vec<Backend>,
     /// Whether to run the etcd peer (when built in).
     pub etcd: bool,
+    /// Whether to run the pgbench gauge (with the PostgreSQL backend).
+    pub pgbench: bool,
     /// A fixed PostgreSQL pool size instead of one connection per owner (for comparison).
     pub pg_pool: Option<u32>,
 }
@@ -173,6 +184,7 @@ impl Settings {
             owners,
             backends,
             etcd: !args.flag("--no-etcd"),
+            pgbench: !args.flag("--no-pgbench"),
             pg_pool: match args.value("--pg-pool", 0u32)? {
                 0 => None,
                 n => Some(n),
@@ -331,7 +343,7 @@ where
     Ok(Measured::merge(owners, window, tallies))
 }
 
-fn record(n: u64) -> Record {
+pub(crate) fn record(n: u64) -> Record {
     let mut r = Record::new();
     r.insert("thread".into(), json!("t-1"));
     r.insert("n".into(), json!(n));
@@ -390,7 +402,7 @@ async fn tether_row(
 }
 
 /// How many connections the PostgreSQL server behind `store` can still give one pool.
-async fn pg_pool_cap(store: &tether_storage::Store) -> Result<(i64, String), String> {
+pub(crate) async fn pg_pool_cap(store: &tether_storage::Store) -> Result<(i64, String), String> {
     let rows = store
         .connection()
         .query_all_raw(Statement::from_string(
@@ -571,8 +583,56 @@ pub async fn run(settings: Settings) -> Result<(), String> {
                 ));
             }
         }
+        if backend == Backend::Postgres {
+            pgbench_rows(&settings, &rows).await;
+        }
     }
     Ok(())
+}
+
+/// The pgbench gauge rows, and each PostgreSQL transact row set against them.
+async fn pgbench_rows(settings: &Settings, tether: &BTreeMap<(Workload, usize), Measured>) {
+    if !settings.pgbench {
+        note(NAME, "pgbench gauge rows skipped: --no-pgbench");
+        return;
+    }
+    let mut gauge = match pgbench::rows(settings).await {
+        Ok(rows) => rows,
+        Err(why) => {
+            note(NAME, &format!("pgbench gauge rows skipped: {why}"));
+            return;
+        }
+    };
+    for (&owners, measured) in &mut gauge {
+        let (p50, p99) = measured.percentiles();
+        emit(
+            &ResultLine::new(
+                &Workload::Transact.row("pgbench", owners),
+                measured.throughput(),
+                None,
+                "ops/s",
+            )
+            .with_percentiles(p50, p99),
+        );
+        if let Some(ours) = tether.get(&(Workload::Transact, owners)) {
+            emit(&of_pgbench_line(
+                owners,
+                ours.throughput(),
+                measured.throughput(),
+            ));
+        }
+    }
+}
+
+/// A Tether PostgreSQL transact row set against the pgbench gauge: Tether's ops/s, with
+/// pgbench's as the baseline.
+pub fn of_pgbench_line(owners: usize, tether: f64, pgbench: f64) -> ResultLine {
+    ResultLine::new(
+        &Workload::Transact.row("postgres_of_pgbench", owners),
+        tether,
+        Some(pgbench),
+        "ops/s",
+    )
 }
 
 /// The entry point of `cargo bench --bench lease_concurrent` (arguments after `--`; cargo's
@@ -610,6 +670,10 @@ mod tests {
             line.to_string(),
             "bench-result name=lease_cycle_concurrent_postgres_scaling unit=ops/s ours=400 baseline=100"
         );
+        assert_eq!(
+            of_pgbench_line(32, 300.0, 400.0).to_string(),
+            "bench-result name=lease_transact_concurrent_postgres_of_pgbench_32 unit=ops/s ours=300 baseline=400"
+        );
     }
 
     #[test]
@@ -632,6 +696,8 @@ mod tests {
         assert_eq!(q.owners, [1, 32]);
         assert_eq!(q.backends, [Backend::Postgres]);
         assert!(!q.etcd);
+        assert!(q.pgbench);
+        assert!(!Settings::parse(&args(&["--no-pgbench"])).unwrap().pgbench);
         assert!(Settings::parse(&args(&["--owners", "0"])).is_err());
         assert!(Settings::parse(&args(&["--secs", "90"])).is_err());
         assert!(Settings::parse(&args(&["--backend", "mysql"])).is_err());
