@@ -64,7 +64,8 @@ pub enum ApiError {
     /// The request body is above the limit (413, `payload_too_large`).
     #[error("{0}")]
     PayloadTooLarge(String),
-    /// The database is unreachable or not migrated (503, `unavailable`).
+    /// The database is unreachable or not migrated, or a native agent runtime an operation
+    /// needs is gone or cannot start (503, `unavailable`).
     #[error("{0}")]
     Unavailable(String),
     /// The action's write may or may not have been applied: its COMMIT failed or its answer
@@ -121,7 +122,7 @@ impl ApiError {
 
 impl From<tether_core::Error> for ApiError {
     fn from(err: tether_core::Error) -> Self {
-        use tether_core::{Error, HostErrorKind, StoreErrorKind};
+        use tether_core::{Error, HostErrorKind, RuntimeErrorKind, StoreErrorKind};
         match &err {
             Error::Store {
                 kind: StoreErrorKind::Unavailable { .. },
@@ -145,6 +146,24 @@ impl From<tether_core::Error> for ApiError {
             Error::CompetingWork { .. }
             | Error::SupersededGeneration { .. }
             | Error::OwnerChanged { .. } => Self::Conflict(format!("{err}; reload and retry")),
+            Error::Runtime {
+                kind: RuntimeErrorKind::Busy,
+                ..
+            } => Self::Conflict(format!(
+                "{err}; another process holds the native session: retry once it lets go"
+            )),
+            Error::Runtime {
+                kind: RuntimeErrorKind::Unavailable,
+                ..
+            } => Self::Unavailable(format!(
+                "{err}; the native agent runtime is restarted for the next operation: retry shortly"
+            )),
+            Error::Runtime {
+                kind: RuntimeErrorKind::Unusable,
+                ..
+            } => Self::Unavailable(format!(
+                "{err}; the native agent runtime cannot start: an operator must fix its installation (retrying will not help)"
+            )),
             _ if err.is_outcome_unknown() => Self::OutcomeUnknown(format!(
                 "{err}; the change may or may not have been made: read it again before retrying"
             )),
@@ -327,6 +346,29 @@ mod tests {
             "internal",
             "anything else stays internal"
         );
+    }
+
+    /// A native runtime's failure keeps its kind through the admin API: busy elsewhere is a
+    /// 409, a runtime that is gone or cannot start a 503, a refused or failed turn a 500.
+    #[test]
+    fn native_runtime_errors_keep_their_kind() {
+        use tether_core::{Error, RuntimeErrorKind};
+        let api = |kind| ApiError::from(Error::runtime(kind, "codex says no", None));
+        assert_eq!(api(RuntimeErrorKind::Busy).code(), "conflict");
+        assert_eq!(api(RuntimeErrorKind::Unavailable).code(), "unavailable");
+        assert!(
+            api(RuntimeErrorKind::Unavailable)
+                .to_string()
+                .contains("retry shortly")
+        );
+        let unusable = api(RuntimeErrorKind::Unusable);
+        assert_eq!(unusable.code(), "unavailable");
+        assert!(
+            unusable.to_string().contains("retrying will not help"),
+            "{unusable}"
+        );
+        assert_eq!(api(RuntimeErrorKind::Refused).code(), "internal");
+        assert_eq!(api(RuntimeErrorKind::TurnFailed).code(), "internal");
     }
 
     #[test]

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use tether_core::{Cause, RuntimeErrorKind};
+
 /// Everything that can go wrong while driving a `codex app-server`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -84,13 +86,167 @@ impl CodexError {
     pub fn is_server_lost(&self) -> bool {
         matches!(self, Self::ServerExited { .. } | Self::Timeout { .. })
     }
+
+    /// What kind of native-runtime failure this is, for [`tether_core::Error::Runtime`];
+    /// `None` for [`CodexError::Lifecycle`], which is a core error already.
+    pub fn runtime_kind(&self) -> Option<RuntimeErrorKind> {
+        Some(match self {
+            Self::WriterHeldElsewhere { .. } => RuntimeErrorKind::Busy,
+            Self::ServerExited { .. } | Self::Timeout { .. } => RuntimeErrorKind::Unavailable,
+            Self::Spawn { .. } => RuntimeErrorKind::Unusable,
+            Self::Rpc { .. } | Self::Protocol { .. } | Self::BindingRefused { .. } => {
+                RuntimeErrorKind::Refused
+            }
+            Self::TurnFailed { .. } => RuntimeErrorKind::TurnFailed,
+            Self::Lifecycle(_) => return None,
+        })
+    }
+
+    /// The core error of this one, its text prefixed with `context` (`"codex finalization"`):
+    /// see the `From` conversion.
+    pub(crate) fn into_core_in(self, context: &str) -> tether_core::Error {
+        match self.runtime_kind() {
+            Some(kind) => tether_core::Error::runtime(
+                kind,
+                format!("{context}: {self}"),
+                Some(Cause::new(self)),
+            ),
+            None => self.into(),
+        }
+    }
 }
 
+/// A lifecycle error comes out as it went in; every other one becomes
+/// [`tether_core::Error::Runtime`] of its [`runtime_kind`](CodexError::runtime_kind), with the
+/// same text and the `CodexError` itself as its source (reachable by downcasting).
 impl From<CodexError> for tether_core::Error {
     fn from(error: CodexError) -> Self {
-        match error {
-            CodexError::Lifecycle(inner) => inner,
-            other => tether_core::Error::other(other.to_string()),
+        match (error.runtime_kind(), error) {
+            (_, CodexError::Lifecycle(inner)) => inner,
+            (Some(kind), other) => {
+                tether_core::Error::runtime(kind, other.to_string(), Some(Cause::new(other)))
+            }
+            (None, other) => tether_core::Error::other(other.to_string()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use tether_core::Error;
+
+    use super::*;
+
+    #[test]
+    fn every_kind_survives_the_conversion_to_a_core_error() {
+        let cases = [
+            (
+                CodexError::WriterHeldElsewhere {
+                    thread_id: "t".into(),
+                },
+                RuntimeErrorKind::Busy,
+            ),
+            (
+                CodexError::ServerExited {
+                    status: "signal: 9 (SIGKILL)".into(),
+                },
+                RuntimeErrorKind::Unavailable,
+            ),
+            (
+                CodexError::Timeout {
+                    method: "turn/start".into(),
+                    timeout: Duration::from_secs(1),
+                },
+                RuntimeErrorKind::Unavailable,
+            ),
+            (
+                CodexError::Spawn {
+                    binary: "codex".into(),
+                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "not found"),
+                },
+                RuntimeErrorKind::Unusable,
+            ),
+            (
+                CodexError::Rpc {
+                    method: "thread/start".into(),
+                    code: -32600,
+                    message: "bad".into(),
+                },
+                RuntimeErrorKind::Refused,
+            ),
+            (CodexError::protocol("odd"), RuntimeErrorKind::Refused),
+            (
+                CodexError::BindingRefused {
+                    detail: "none bound".into(),
+                },
+                RuntimeErrorKind::Refused,
+            ),
+            (
+                CodexError::TurnFailed {
+                    message: "model error".into(),
+                },
+                RuntimeErrorKind::TurnFailed,
+            ),
+        ];
+        for (codex, kind) in cases {
+            let text = codex.to_string();
+            let core = Error::from(codex);
+            match &core {
+                Error::Runtime {
+                    kind: k, message, ..
+                } => {
+                    assert_eq!(*k, kind);
+                    assert_eq!(message, &text);
+                }
+                other => panic!("{text}: became {other:?}"),
+            }
+            let source = core.source().expect("the codex error is kept");
+            let cause = source.downcast_ref::<Cause>().expect("kept as a Cause");
+            assert!(
+                cause.downcast_ref::<CodexError>().is_some(),
+                "{text}: the cause is not the CodexError"
+            );
+            assert_eq!(core.is_busy(), kind == RuntimeErrorKind::Busy, "{text}");
+            assert_eq!(
+                core.is_retryable(),
+                matches!(kind, RuntimeErrorKind::Busy | RuntimeErrorKind::Unavailable),
+                "{text}"
+            );
+        }
+        // The spawn error keeps its io::Error further down the chain.
+        let spawn = Error::from(CodexError::Spawn {
+            binary: "codex".into(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "not found"),
+        });
+        let mut chain = spawn.source();
+        let mut io = None;
+        while let Some(e) = chain {
+            if let Some(found) = e.downcast_ref::<std::io::Error>() {
+                io = Some(found.kind());
+            }
+            chain = e.source();
+        }
+        assert_eq!(io, Some(std::io::ErrorKind::NotFound));
+    }
+
+    #[test]
+    fn a_lifecycle_error_comes_out_unchanged_and_context_prefixes_the_text() {
+        let inner = Error::revoked("closed");
+        let out = Error::from(CodexError::Lifecycle(inner));
+        assert!(matches!(out, Error::Revoked { .. }));
+        let timed = CodexError::Timeout {
+            method: "turn/start".into(),
+            timeout: Duration::from_secs(2),
+        }
+        .into_core_in("codex finalization");
+        assert!(timed.is_retryable());
+        assert!(
+            timed
+                .to_string()
+                .starts_with("codex finalization: codex app-server request `turn/start`"),
+            "{timed}"
+        );
     }
 }

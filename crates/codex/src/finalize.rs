@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tether_core::{
     AgentMessage, AssertCurrent, Cancellation, ContentBlock, Error, HarnessFinalizationData,
-    HarnessId, MessageRole, SessionKey, SettledTurnFinalizationContext, Usage,
+    HarnessId, MessageRole, RuntimeErrorKind, SessionKey, SettledTurnFinalizationContext, Usage,
 };
 use tether_finalizer::ProjectionLimits;
 use tether_finalizer::{
@@ -193,7 +193,7 @@ impl CodexFinalizerRuntime {
         request: &BoundedTurnRequest,
         cancellation: &Cancellation,
     ) -> Result<BoundedTurnOutput, Error> {
-        let rpc = |e: crate::error::CodexError| Error::other(format!("codex finalization: {e}"));
+        let rpc = |e: crate::error::CodexError| e.into_core_in("codex finalization");
         let started = client
             .request_value(
                 method::THREAD_START,
@@ -248,8 +248,20 @@ impl CodexFinalizerRuntime {
         loop {
             let event = tokio::time::timeout_at(deadline, events.recv())
                 .await
-                .map_err(|_| Error::other("codex finalization timed out"))?
-                .ok_or_else(|| Error::other("codex finalization: the app-server exited"))?;
+                .map_err(|_| {
+                    Error::runtime(
+                        RuntimeErrorKind::Unavailable,
+                        "codex finalization timed out",
+                        None,
+                    )
+                })?
+                .ok_or_else(|| {
+                    Error::runtime(
+                        RuntimeErrorKind::Unavailable,
+                        "codex finalization: the app-server exited",
+                        None,
+                    )
+                })?;
             match event {
                 ServerEvent::Notification { method, params } => match method.as_str() {
                     method::ITEM_COMPLETED => {
@@ -299,15 +311,21 @@ impl CodexFinalizerRuntime {
                             usage.output_tokens.saturating_add(count("outputTokens"));
                     }
                     method::TURN_COMPLETED => {
-                        let n: TurnNotification = serde_json::from_value(params)
-                            .map_err(|e| Error::other(format!("codex finalization: {e}")))?;
+                        let n: TurnNotification = serde_json::from_value(params).map_err(|e| {
+                            crate::error::CodexError::protocol(format!(
+                                "unexpected `{method}` parameters: {e}"
+                            ))
+                            .into_core_in("codex finalization")
+                        })?;
                         match n.turn.status.as_str() {
                             "completed" => {}
                             "interrupted" => output.interrupted = true,
                             other => {
-                                return Err(Error::other(format!(
-                                    "codex finalization turn ended `{other}`"
-                                )));
+                                return Err(Error::runtime(
+                                    RuntimeErrorKind::TurnFailed,
+                                    format!("codex finalization turn ended `{other}`"),
+                                    None,
+                                ));
                             }
                         }
                         output.usage = Some(usage);
@@ -377,9 +395,7 @@ impl BoundedTurnRuntime for CodexFinalizerRuntime {
                 config = config.with_config(*line);
             }
             let client = CodexClient::start(&config).await.map_err(|e| {
-                Error::other(format!(
-                    "codex finalization: the restricted app-server cannot start: {e}"
-                ))
+                e.into_core_in("codex finalization: the restricted app-server cannot start")
             })?;
             let result = self.run_on(&client, &request, cancellation).await;
             client.stop();

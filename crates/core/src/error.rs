@@ -29,6 +29,12 @@ impl Cause {
     pub fn get(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
         &*self.0
     }
+
+    /// The error itself as a `T`, when it is one (for example a harness crate's own error
+    /// behind an [`Error::Runtime`]).
+    pub fn downcast_ref<T: std::error::Error + 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref::<T>()
+    }
 }
 
 impl std::fmt::Debug for Cause {
@@ -291,6 +297,21 @@ pub enum Error {
         /// What was refused.
         kind: HostErrorKind,
     },
+    /// The native agent runtime a harness drives (an app-server process, an ACP agent, a CLI
+    /// daemon) failed the operation, for a reason a caller decides on: busy elsewhere, gone,
+    /// unusable, refusing, or a failed native turn. The harness's own error is kept in
+    /// `cause` (also the [`source`](std::error::Error::source)): a caller that knows the
+    /// harness reads it with [`Cause::downcast_ref`] to the harness crate's error type.
+    #[error("{message}")]
+    Runtime {
+        /// What kind of failure it is.
+        kind: RuntimeErrorKind,
+        /// The harness's text.
+        message: String,
+        /// The harness's own error, when there is one.
+        #[source]
+        cause: Option<Cause>,
+    },
     /// Any other failure with a message (a backend's own error).
     #[error("{message}")]
     Other {
@@ -323,26 +344,51 @@ impl Error {
         }
     }
 
+    /// A native-runtime failure of the given kind (see [`Error::Runtime`]), keeping the
+    /// harness's own error as its source.
+    pub fn runtime(
+        kind: RuntimeErrorKind,
+        message: impl Into<String>,
+        cause: Option<Cause>,
+    ) -> Self {
+        Self::Runtime {
+            kind,
+            message: message.into(),
+            cause,
+        }
+    }
+
     /// Whether another owner or run is using the key right now, so the same call may succeed
     /// later: [`Error::LeaseTimeout`] (a live lease outlasted the wait budget),
-    /// [`Error::CompetingWork`], and a [`Error::MutationBlocked`] by a live lease.
+    /// [`Error::CompetingWork`], a [`Error::MutationBlocked`] by a live lease, and a native
+    /// session held by another process ([`RuntimeErrorKind::Busy`]).
     pub fn is_busy(&self) -> bool {
         matches!(
             self,
-            Self::LeaseTimeout { .. } | Self::CompetingWork { .. } | Self::MutationBlocked { .. }
+            Self::LeaseTimeout { .. }
+                | Self::CompetingWork { .. }
+                | Self::MutationBlocked { .. }
+                | Self::Runtime {
+                    kind: RuntimeErrorKind::Busy,
+                    ..
+                }
         )
     }
 
     /// Whether retrying the same call later can succeed without anyone changing anything:
-    /// [`is_busy`](Self::is_busy), or a store that was unavailable before it wrote anything.
-    /// Never true for an unknown outcome (the key must be checked first), a lost lease (the
-    /// owner must start over) or bad input.
+    /// [`is_busy`](Self::is_busy), a store that was unavailable before it wrote anything, or a
+    /// native runtime that was gone or hung ([`RuntimeErrorKind::Unavailable`]: the next
+    /// operation runs on a fresh one). Never true for an unknown outcome (the key must be
+    /// checked first), a lost lease (the owner must start over) or bad input.
     pub fn is_retryable(&self) -> bool {
         self.is_busy()
             || matches!(
                 self,
                 Self::Store {
                     kind: StoreErrorKind::Unavailable { .. }
+                } | Self::Runtime {
+                    kind: RuntimeErrorKind::Unavailable,
+                    ..
                 }
             )
     }
@@ -363,6 +409,39 @@ impl Error {
                     kind: StoreErrorKind::CommitFailed { .. }
                 }
         )
+    }
+}
+
+/// Why a native agent runtime failed an operation ([`Error::Runtime`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RuntimeErrorKind {
+    /// Another process holds the native session (for example its writer): the same call can
+    /// succeed once that process lets go. Counted by [`Error::is_busy`].
+    Busy,
+    /// The runtime is gone or hung (its process exited, or a request got no answer in time).
+    /// The harness starts a fresh one for the next operation, so the call is retryable
+    /// ([`Error::is_retryable`]).
+    Unavailable,
+    /// The runtime cannot be started as configured (a missing or unusable binary): an operator
+    /// must fix the installation; retrying does not help.
+    Unusable,
+    /// The runtime refused the request, answered outside its protocol, or the harness refused
+    /// the operation for the session (nothing bound to act on).
+    Refused,
+    /// The native turn ran and the runtime reported it failed.
+    TurnFailed,
+}
+
+impl std::fmt::Display for RuntimeErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Busy => "busy",
+            Self::Unavailable => "unavailable",
+            Self::Unusable => "unusable",
+            Self::Refused => "refused",
+            Self::TurnFailed => "turn failed",
+        })
     }
 }
 
@@ -517,7 +596,14 @@ mod tests {
             cause: None,
         });
         assert!(!unavailable.is_busy() && unavailable.is_retryable());
+        let held = Error::runtime(RuntimeErrorKind::Busy, "held elsewhere", None);
+        assert!(held.is_busy() && held.is_retryable());
+        let gone = Error::runtime(RuntimeErrorKind::Unavailable, "exited", None);
+        assert!(!gone.is_busy() && gone.is_retryable());
         for never in [
+            Error::runtime(RuntimeErrorKind::Unusable, "no binary", None),
+            Error::runtime(RuntimeErrorKind::Refused, "refused", None),
+            Error::runtime(RuntimeErrorKind::TurnFailed, "failed", None),
             texts.lost_lease(&key, None),
             Error::OutcomeUnknown {
                 key: key.clone(),
@@ -555,6 +641,32 @@ mod tests {
             err.to_string(),
             "Codex binding generation was retired: session:a:k"
         );
+    }
+
+    #[test]
+    fn a_runtime_error_keeps_the_harness_error_as_its_source() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such binary");
+        let err = Error::runtime(
+            RuntimeErrorKind::Unusable,
+            "cannot start",
+            Some(Cause::new(io)),
+        );
+        assert_eq!(err.to_string(), "cannot start");
+        let source = std::error::Error::source(&err).expect("cause kept");
+        assert_eq!(source.to_string(), "no such binary");
+        let Error::Runtime {
+            cause: Some(cause), ..
+        } = &err
+        else {
+            unreachable!("built above")
+        };
+        assert_eq!(
+            cause
+                .downcast_ref::<std::io::Error>()
+                .map(std::io::Error::kind),
+            Some(std::io::ErrorKind::NotFound)
+        );
+        assert_eq!(RuntimeErrorKind::TurnFailed.to_string(), "turn failed");
     }
 
     #[test]

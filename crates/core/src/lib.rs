@@ -55,7 +55,9 @@ pub use attempt::{
     ToolErrorSummary, ToolMeta, Usage,
 };
 pub use codec::{JsonObjectCodec, RecordCodec, decode_row};
-pub use error::{BoxError, Cause, Error, ErrorTexts, HostErrorKind, StoreErrorKind};
+pub use error::{
+    BoxError, Cause, Error, ErrorTexts, HostErrorKind, RuntimeErrorKind, StoreErrorKind,
+};
 pub use finalization::{
     Cancellation, FinalizationAttempt, HarnessFinalizationData, SettledTurnFinalizationContext,
 };

@@ -20,7 +20,7 @@ pub use crate::{
     BindingKey, BindingStore, Clock, Error, HarnessId, HarnessRegistry, HostErrorKind,
     HostSessionStore, Intent, JsonObjectCodec, Lease, LeaseConfig, LeaseEpoch, LeaseToken,
     LeaseWrite, MessageRole, Namespace, NamespaceConfig, QuarantineStore, RecordCodec,
-    RowTransaction, RowWrite, RunId, SessionContextResetHook, SessionDeletionHook, SessionId,
-    SessionKey, SessionMutation, SettledTurnFinalizer, StoreErrorKind, SystemClock, Timestamp,
-    TokenSource,
+    RowTransaction, RowWrite, RunId, RuntimeErrorKind, SessionContextResetHook,
+    SessionDeletionHook, SessionId, SessionKey, SessionMutation, SettledTurnFinalizer,
+    StoreErrorKind, SystemClock, Timestamp, TokenSource,
 };
