@@ -37,7 +37,7 @@ const LEASE_EXPIRES_AT: i64 = 4_102_444_800_000;
 /// The statement of one pgbench transaction (`{value}`: the record as a `bytea` literal;
 /// `{namespace}`: the benchmark namespace). `:client_id` is pgbench's own variable (0-based),
 /// so each client updates its own row.
-const SCRIPT_SQL: &str = "WITH w AS (UPDATE binding_records SET value = '{value}'::bytea, \
+pub const SCRIPT_SQL: &str = "WITH w AS (UPDATE binding_records SET value = '{value}'::bytea, \
 revision = revision + 1, lease_token = 'pgbench-token', lease_expires_at = {expires}, \
 lease_acquired_at = 1, lease_renewed_at = 1, holder = 'bench', created_at = 1, expires_at = NULL \
 WHERE namespace = '{namespace}' AND key = 'pgbench-' || :client_id AND revision >= 1 \

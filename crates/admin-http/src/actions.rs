@@ -86,12 +86,10 @@ async fn finish(
 ) {
     let (outcome, detail) = match result {
         Ok(done) => (AuditOutcome::Succeeded, done.message.clone()),
-        Err(
-            e @ (ApiError::BadRequest(_)
-            | ApiError::NotFound(_)
-            | ApiError::LeaseHeld(_)
-            | ApiError::Conflict(_)),
-        ) => (AuditOutcome::Refused, format!("{}: {e}", e.code())),
+        // Every 4xx is a typed refusal: nothing was written.
+        Err(e) if e.status().is_client_error() => {
+            (AuditOutcome::Refused, format!("{}: {e}", e.code()))
+        }
         Err(e) => (AuditOutcome::Failed, format!("{}: {e}", e.code())),
     };
     tracing::info!(
@@ -178,13 +176,16 @@ pub async fn expire_lease_action(
             ForceExpireOutcome::Missing => Err(ApiError::NotFound(format!(
                 "no live binding row at {ns}/{key}"
             ))),
-            ForceExpireOutcome::NoLease => Err(ApiError::Conflict(format!(
+            ForceExpireOutcome::NoLease => Err(ApiError::NoLease(format!(
                 "{ns}/{key} holds no live lease: nothing to expire"
             ))),
-            ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::Conflict(format!(
-                "the lease on {ns}/{key} is now at epoch {}; reload it and confirm before expiring",
-                current.get()
-            ))),
+            ForceExpireOutcome::EpochMismatch { current } => Err(ApiError::EpochMismatch {
+                current: current.get(),
+                message: format!(
+                    "the lease on {ns}/{key} is now at epoch {}; reload it and confirm before expiring",
+                    current.get()
+                ),
+            }),
             _ => Err(ApiError::Conflict(format!(
                 "{ns}/{key} changed while expiring its lease; reload and retry"
             ))),

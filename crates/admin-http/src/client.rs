@@ -9,9 +9,7 @@ use hyper_util::rt::TokioIo;
 use serde::de::DeserializeOwned;
 use tether_admin_http::ErrorBody;
 
-use crate::commands::{
-    CommandError, EXIT_CONFLICT, EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, EXIT_USAGE,
-};
+use crate::commands::{CommandError, EXIT_UNAVAILABLE, EXIT_USAGE, exit_code_of};
 
 /// The variable holding the token the commands send to `--server`.
 pub(crate) const TOKEN_VAR: &str = "TETHER_TOKEN";
@@ -171,14 +169,7 @@ fn api_error(status: StatusCode, bytes: &[u8]) -> CommandError {
                 .collect::<String>()
         ));
     };
-    let code = match body.code.as_str() {
-        "bad_request" | "page_size_too_large" | "payload_too_large" => EXIT_USAGE,
-        "unauthorized" | "forbidden" => EXIT_USAGE,
-        "not_found" => EXIT_NOT_FOUND,
-        "lease_held" | "conflict" => EXIT_CONFLICT,
-        "unavailable" => EXIT_UNAVAILABLE,
-        _ => EXIT_FAILURE,
-    };
+    let code = exit_code_of(&body.code);
     let hint = match body.code.as_str() {
         "unauthorized" | "forbidden" => {
             format!(" (the commands send the token in {TOKEN_VAR}; actions need an admin token)")

@@ -62,18 +62,24 @@ impl CommandError {
     }
 }
 
+/// The exit code of an API error's stable code, the same whether a command ran on the
+/// database or through a server.
+pub(crate) fn exit_code_of(api_code: &str) -> u8 {
+    match api_code {
+        "bad_request" | "page_size_too_large" | "payload_too_large" => EXIT_USAGE,
+        "unauthorized" | "forbidden" => EXIT_USAGE,
+        "not_found" => EXIT_NOT_FOUND,
+        "lease_held" | "conflict" | "epoch_mismatch" | "no_lease" => EXIT_CONFLICT,
+        "unavailable" => EXIT_UNAVAILABLE,
+        _ => EXIT_FAILURE,
+    }
+}
+
 impl From<ApiError> for CommandError {
     fn from(err: ApiError) -> Self {
-        let code = match &err {
-            ApiError::BadRequest(_) | ApiError::PageSizeTooLarge { .. } => EXIT_USAGE,
-            ApiError::NotFound(_) => EXIT_NOT_FOUND,
-            ApiError::LeaseHeld(_) | ApiError::Conflict(_) => EXIT_CONFLICT,
-            ApiError::Unavailable(_) => EXIT_UNAVAILABLE,
-            _ => EXIT_FAILURE,
-        };
         Self {
+            code: exit_code_of(err.code()),
             message: err.to_string(),
-            code,
         }
     }
 }

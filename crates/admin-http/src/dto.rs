@@ -457,7 +457,8 @@ pub struct ExpireLeaseBody {
     /// Why (recorded in the service log; required, not blank).
     #[schema(min_length = 1, pattern = "\\S")]
     pub reason: String,
-    /// Only expire the lease with this epoch (what the operator saw).
+    /// Only expire the lease with this epoch (what the operator saw); another epoch is refused
+    /// with 409 `epoch_mismatch` and the current one.
     #[serde(default, deserialize_with = "integral_u64")]
     #[schema(minimum = 0)]
     pub expected_epoch: Option<u64>,

@@ -22,6 +22,10 @@ pub struct ErrorBody {
     pub code: String,
     /// A human-readable explanation that says what to do.
     pub message: String,
+    /// `epoch_mismatch` only: the epoch of the lease the binding holds now (read it, confirm,
+    /// and expire that one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_epoch: Option<u64>,
 }
 
 /// An error returned by an admin route.
@@ -61,6 +65,19 @@ pub enum ApiError {
     /// `conflict`).
     #[error("{0}")]
     Conflict(String),
+    /// A force-expiry named a lease epoch that is no longer the binding's (409,
+    /// `epoch_mismatch`; the body's `current_epoch` is the epoch it holds now).
+    #[error("{message}")]
+    EpochMismatch {
+        /// The epoch of the lease the binding holds now.
+        current: u64,
+        /// What happened and what to do.
+        message: String,
+    },
+    /// A force-expiry found no live lease on the binding: nothing to expire (409,
+    /// `no_lease`). A retried expiry that already took effect answers this.
+    #[error("{0}")]
+    NoLease(String),
     /// The request body is above the limit (413, `payload_too_large`).
     #[error("{0}")]
     PayloadTooLarge(String),
@@ -89,6 +106,8 @@ impl ApiError {
             Self::MethodNotAllowed(_) => "method_not_allowed",
             Self::LeaseHeld(_) => "lease_held",
             Self::Conflict(_) => "conflict",
+            Self::EpochMismatch { .. } => "epoch_mismatch",
+            Self::NoLease(_) => "no_lease",
             Self::PayloadTooLarge(_) => "payload_too_large",
             Self::Unavailable(_) => "unavailable",
             Self::OutcomeUnknown(_) => "outcome_unknown",
@@ -104,7 +123,10 @@ impl ApiError {
             Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
-            Self::LeaseHeld(_) | Self::Conflict(_) => StatusCode::CONFLICT,
+            Self::LeaseHeld(_)
+            | Self::Conflict(_)
+            | Self::EpochMismatch { .. }
+            | Self::NoLease(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::OutcomeUnknown(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -116,6 +138,10 @@ impl ApiError {
         ErrorBody {
             code: self.code().to_owned(),
             message: self.to_string(),
+            current_epoch: match self {
+                Self::EpochMismatch { current, .. } => Some(*current),
+                _ => None,
+            },
         }
     }
 }
@@ -210,7 +236,7 @@ const NOT_FOUND: Documented = Documented {
 };
 const CONFLICT: Documented = Documented {
     status: 409,
-    text: "`lease_held`: a live lease blocks the action (force-expire it first); `conflict`: the state moved on or the action does not apply",
+    text: "`lease_held`: a live lease blocks the action (force-expire it first); `conflict`: the state moved on or the action does not apply; `epoch_mismatch` (expire-lease): the lease is at another epoch now, given in `current_epoch`; `no_lease` (expire-lease): the binding holds no live lease, nothing to expire",
 };
 const TOO_LARGE: Documented = Documented {
     status: 413,
@@ -371,6 +397,28 @@ mod tests {
         assert_eq!(api(RuntimeErrorKind::TurnFailed).code(), "internal");
     }
 
+    /// Only an epoch mismatch carries `current_epoch`; every other body has no such field.
+    #[test]
+    fn an_epoch_mismatch_names_the_current_epoch_in_its_body() {
+        let body = ApiError::EpochMismatch {
+            current: 7,
+            message: "moved".into(),
+        }
+        .body();
+        assert_eq!(
+            serde_json::to_value(&body).unwrap(),
+            serde_json::json!({"code": "epoch_mismatch", "message": "moved", "current_epoch": 7})
+        );
+        let other = serde_json::to_value(ApiError::NoLease("none".into()).body()).unwrap();
+        assert_eq!(
+            other,
+            serde_json::json!({"code": "no_lease", "message": "none"})
+        );
+        // An older body without the field still reads.
+        let old: ErrorBody = serde_json::from_str(r#"{"code":"conflict","message":"m"}"#).unwrap();
+        assert_eq!(old.current_epoch, None);
+    }
+
     #[test]
     fn every_variant_has_a_distinct_code_and_a_documented_status() {
         let all = [
@@ -382,6 +430,11 @@ mod tests {
             ApiError::MethodNotAllowed(String::new()),
             ApiError::LeaseHeld(String::new()),
             ApiError::Conflict(String::new()),
+            ApiError::EpochMismatch {
+                current: 3,
+                message: String::new(),
+            },
+            ApiError::NoLease(String::new()),
             ApiError::PayloadTooLarge(String::new()),
             ApiError::Unavailable(String::new()),
             ApiError::OutcomeUnknown(String::new()),

@@ -272,7 +272,9 @@ pub(crate) fn decode_seq_cursor(token: &str) -> Result<u64, ApiError> {
 
 /// Force-expires the lease of a binding row (admin scope): the lease is removed, the epoch
 /// floor and revision bumped so the old holder's next write is fenced, and an `expired` event
-/// recorded.
+/// recorded. Refusals a client decides on: 409 `epoch_mismatch` when `expected_epoch` is not
+/// the lease's epoch any more (the body's `current_epoch` says which it is), 409 `no_lease`
+/// when the binding holds no live lease (an expiry retried after it took effect).
 #[utoipa::path(
     post,
     path = "/v1/namespaces/{namespace}/bindings/{key}/expire-lease",

@@ -470,7 +470,7 @@ async fn force_expire_fences_the_holder_and_reports_each_refusal() {
     call(&state, "POST", &path, Some(ADMIN), Some("{".into()))
         .await
         .expect_error(StatusCode::BAD_REQUEST, "bad_request");
-    call(
+    let mismatch = call(
         &state,
         "POST",
         &path,
@@ -480,8 +480,10 @@ async fn force_expire_fences_the_holder_and_reports_each_refusal() {
             epoch + 1
         )),
     )
-    .await
-    .expect_error(StatusCode::CONFLICT, "conflict");
+    .await;
+    mismatch.expect_error(StatusCode::CONFLICT, "epoch_mismatch");
+    // The body names the epoch the binding holds now, so a client needs no text parsing.
+    assert_eq!(mismatch.json()["current_epoch"], epoch, "{}", mismatch.text);
     let ok = call(
         &state,
         "POST",
@@ -502,7 +504,7 @@ async fn force_expire_fences_the_holder_and_reports_each_refusal() {
         Some(r#"{"reason":"again"}"#.into()),
     )
     .await
-    .expect_error(StatusCode::CONFLICT, "conflict");
+    .expect_error(StatusCode::CONFLICT, "no_lease");
     let missing = format!(
         "/v1/namespaces/{NS}/bindings/{}/expire-lease",
         seg("session:main:none")

@@ -213,6 +213,17 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         Some(2),
         "a blank reason is bad input"
     );
+    // Another epoch than the lease's is a conflict (4) that names the current one.
+    let stale = tether(
+        &[
+            &expire[..],
+            &["--reason", "stale view", "--epoch", "999999999"],
+        ]
+        .concat(),
+        &url,
+    );
+    assert_eq!(stale.status.code(), Some(4), "{}", text(&stale));
+    assert!(text(&stale).contains("is now at epoch"), "{}", text(&stale));
     let expired = tether(
         &[&expire[..], &["--reason", "worker crashed"]].concat(),
         &url,
@@ -285,6 +296,7 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         trail,
         [
             row("delete_session", "test", "refused"),
+            row("expire_lease", "stale view", "refused"),
             row("expire_lease", "worker crashed", "succeeded"),
             row("expire_lease", "again", "refused"),
             row("delete_session", "test", "succeeded"),
