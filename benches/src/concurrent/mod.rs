@@ -255,6 +255,13 @@ impl Measured {
         )
     }
 
+    /// The result line of this measurement as row `name`: ops/s with p50 and p99, and
+    /// `baseline` (ops/s) when the row has one.
+    pub fn result_line(&mut self, name: &str, baseline: Option<f64>) -> ResultLine {
+        let (p50, p99) = self.percentiles();
+        ResultLine::new(name, self.throughput(), baseline, "ops/s").with_percentiles(p50, p99)
+    }
+
     /// `N ops in S s (X/s), p50 A ms p99 B ms[, E failed (first: …)]`.
     pub fn summary(&mut self) -> String {
         let (p50, p99) = self.percentiles();
@@ -541,16 +548,7 @@ pub async fn run(settings: Settings) -> Result<(), String> {
         note(NAME, "etcd peer rows skipped: --no-etcd");
     }
     for (&(workload, owners), measured) in &mut etcd {
-        let (p50, p99) = measured.percentiles();
-        emit(
-            &ResultLine::new(
-                &workload.row("etcd", owners),
-                measured.throughput(),
-                None,
-                "ops/s",
-            )
-            .with_percentiles(p50, p99),
-        );
+        emit(&measured.result_line(&workload.row("etcd", owners), None));
     }
     for &backend in &settings.backends {
         let Some(mut rows) = tether_rows(backend, &settings).await? else {
@@ -561,17 +559,8 @@ pub async fn run(settings: Settings) -> Result<(), String> {
             continue;
         };
         for (&(workload, owners), measured) in &mut rows {
-            let (p50, p99) = measured.percentiles();
             let baseline = etcd.get(&(workload, owners)).map(Measured::throughput);
-            emit(
-                &ResultLine::new(
-                    &workload.row(backend.as_str(), owners),
-                    measured.throughput(),
-                    baseline,
-                    "ops/s",
-                )
-                .with_percentiles(p50, p99),
-            );
+            emit(&measured.result_line(&workload.row(backend.as_str(), owners), baseline));
         }
         for workload in Workload::ALL {
             if let (Some(one), Some(many)) = (rows.get(&(workload, 1)), rows.get(&(workload, 32))) {
@@ -604,16 +593,7 @@ async fn pgbench_rows(settings: &Settings, tether: &BTreeMap<(Workload, usize), 
         }
     };
     for (&owners, measured) in &mut gauge {
-        let (p50, p99) = measured.percentiles();
-        emit(
-            &ResultLine::new(
-                &Workload::Transact.row("pgbench", owners),
-                measured.throughput(),
-                None,
-                "ops/s",
-            )
-            .with_percentiles(p50, p99),
-        );
+        emit(&measured.result_line(&Workload::Transact.row("pgbench", owners), None));
         if let Some(ours) = tether.get(&(Workload::Transact, owners)) {
             emit(&of_pgbench_line(
                 owners,
@@ -736,6 +716,11 @@ mod tests {
         let mut m = Measured::merge(4, window, tallies);
         assert_eq!(m.throughput(), 50.0);
         assert_eq!(m.percentiles(), (50.0, 99.0));
+        assert_eq!(
+            m.result_line("lease_cycle_concurrent_sqlite_4", Some(25.0))
+                .to_string(),
+            "bench-result name=lease_cycle_concurrent_sqlite_4 unit=ops/s ours=50 baseline=25 p50_ms=50 p99_ms=99"
+        );
         assert_eq!(m.tally.errors, 1);
         assert!(
             m.summary()

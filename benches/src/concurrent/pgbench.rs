@@ -191,29 +191,28 @@ fn run_pgbench(
     Ok(logged)
 }
 
-/// Seeds `n` leased rows `pgbench-0` … for the pgbench clients.
+/// Seeds `n` leased rows `pgbench-0` … for the pgbench clients, in one statement.
 async fn seed(bench: &BenchStore, n: usize) -> Result<(), String> {
     let value = serde_json::to_vec(&record(0)).map_err(|e| format!("encoding the record: {e}"))?;
-    for i in 0..n {
-        bench
-            .store
-            .connection()
-            .execute_raw(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                "INSERT INTO binding_records (namespace, key, value, revision, lease_token, \
-                 lease_epoch, lease_expires_at, lease_acquired_at, lease_renewed_at, holder, \
-                 created_at, expires_at) \
-                 VALUES ($1, $2, $3, 1, 'pgbench-token', 1, $4, 1, 1, 'bench', 1, NULL)",
-                vec![
-                    namespace().as_str().into(),
-                    format!("pgbench-{i}").into(),
-                    value.clone().into(),
-                    LEASE_EXPIRES_AT.into(),
-                ],
-            ))
-            .await
-            .map_err(|e| format!("seeding the pgbench rows: {e}"))?;
-    }
+    bench
+        .store
+        .connection()
+        .execute_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "INSERT INTO binding_records (namespace, key, value, revision, lease_token, \
+             lease_epoch, lease_expires_at, lease_acquired_at, lease_renewed_at, holder, \
+             created_at, expires_at) \
+             SELECT $1, 'pgbench-' || i, $2, 1, 'pgbench-token', 1, $3, 1, 1, 'bench', 1, NULL \
+             FROM generate_series(0, $4 - 1) AS s(i)",
+            vec![
+                namespace().as_str().into(),
+                value.into(),
+                LEASE_EXPIRES_AT.into(),
+                i64::try_from(n).unwrap_or(i64::MAX).into(),
+            ],
+        ))
+        .await
+        .map_err(|e| format!("seeding the pgbench rows: {e}"))?;
     Ok(())
 }
 
@@ -234,16 +233,26 @@ async fn updates(bench: &BenchStore) -> Result<i64, String> {
         .map_err(|e| format!("counting the pgbench updates: {e}"))
 }
 
-/// One gauge row: `owners` clients (at most `cap`).
-async fn row(binary: &Path, owners: usize, cap: usize, window: Window) -> Result<Measured, String> {
+/// One gauge row: `owners` clients, at most as many as the server can still give (the cap of
+/// the Tether rows' pools).
+async fn row(binary: &Path, owners: usize, window: Window) -> Result<Measured, String> {
     let Some(bench) = BenchStore::postgres("bench_pgbench", 1)
         .await
         .map_err(|e| e.to_string())?
     else {
         return Err("no PostgreSQL server answered (set TETHER_PG_URL)".to_owned());
     };
-    let clients = owners.min(cap).max(1);
     let result = async {
+        let cap = usize::try_from(pg_pool_cap(&bench.store).await?.0).unwrap_or(1);
+        let clients = owners.min(cap).max(1);
+        if clients < owners {
+            note(
+                NAME,
+                &format!(
+                    "pgbench gauge: {owners} owners run as {clients} clients (max_connections)"
+                ),
+            );
+        }
         seed(&bench, clients).await?;
         let url = bench
             .database_url()
@@ -283,26 +292,18 @@ pub async fn rows(settings: &Settings) -> Result<BTreeMap<usize, Measured>, Stri
         "no `pgbench` on PATH or under /usr/lib/postgresql/*/bin (Debian: the postgresql \
          package of the server's version ships it)",
     )?;
-    let Some(probe) = BenchStore::postgres("bench_pgbench", 1)
-        .await
-        .map_err(|e| e.to_string())?
-    else {
-        return Err("no PostgreSQL server answered (set TETHER_PG_URL)".to_owned());
-    };
-    let cap = pg_pool_cap(&probe.store).await;
-    probe.cleanup().await;
-    let cap = usize::try_from(cap?.0).unwrap_or(1);
     note(
         NAME,
         &format!(
-            "pgbench gauge: {} with prepared statements, one client per owner (at most {cap}), \
-             each updating its own row with the statement of a Tether transact",
+            "pgbench gauge: {} with prepared statements, one client per owner (capped as the \
+             PostgreSQL pools are), each updating its own row with the statement of a Tether \
+             transact",
             binary.display()
         ),
     );
     let mut out = BTreeMap::new();
     for &owners in &settings.owners {
-        let mut measured = row(&binary, owners, cap, settings.window).await?;
+        let mut measured = row(&binary, owners, settings.window).await?;
         note(
             NAME,
             &format!(
@@ -386,7 +387,7 @@ mod tests {
             warm: Duration::from_millis(200),
             measure: Duration::from_millis(500),
         };
-        let m = row(&binary, 2, 8, window).await.unwrap();
+        let m = row(&binary, 2, window).await.unwrap();
         assert!(!m.tally.latencies.is_empty());
         assert_eq!(m.owners, 2);
     }

@@ -66,8 +66,11 @@ impl CommandError {
 /// database or through a server.
 pub(crate) fn exit_code_of(api_code: &str) -> u8 {
     match api_code {
-        "bad_request" | "page_size_too_large" | "payload_too_large" => EXIT_USAGE,
-        "unauthorized" | "forbidden" => EXIT_USAGE,
+        "bad_request"
+        | "page_size_too_large"
+        | "payload_too_large"
+        | "unauthorized"
+        | "forbidden" => EXIT_USAGE,
         "not_found" => EXIT_NOT_FOUND,
         "lease_held" | "conflict" | "epoch_mismatch" | "no_lease" => EXIT_CONFLICT,
         "unavailable" => EXIT_UNAVAILABLE,

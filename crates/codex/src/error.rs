@@ -105,13 +105,17 @@ impl CodexError {
     /// The core error of this one, its text prefixed with `context` (`"codex finalization"`):
     /// see the `From` conversion.
     pub(crate) fn into_core_in(self, context: &str) -> tether_core::Error {
-        match self.runtime_kind() {
-            Some(kind) => tether_core::Error::runtime(
-                kind,
-                format!("{context}: {self}"),
-                Some(Cause::new(self)),
-            ),
-            None => self.into(),
+        let text = format!("{context}: {self}");
+        self.into_core_with(text)
+    }
+
+    /// The `From` conversion with `text` as the runtime error's message.
+    fn into_core_with(self, text: String) -> tether_core::Error {
+        match (self.runtime_kind(), self) {
+            (_, Self::Lifecycle(inner)) => inner,
+            (Some(kind), other) => tether_core::Error::runtime(kind, text, Some(Cause::new(other))),
+            // Only `Lifecycle` has no runtime kind (handled above).
+            (None, _) => tether_core::Error::other(text),
         }
     }
 }
@@ -121,13 +125,8 @@ impl CodexError {
 /// same text and the `CodexError` itself as its source (reachable by downcasting).
 impl From<CodexError> for tether_core::Error {
     fn from(error: CodexError) -> Self {
-        match (error.runtime_kind(), error) {
-            (_, CodexError::Lifecycle(inner)) => inner,
-            (Some(kind), other) => {
-                tether_core::Error::runtime(kind, other.to_string(), Some(Cause::new(other)))
-            }
-            (None, other) => tether_core::Error::other(other.to_string()),
-        }
+        let text = error.to_string();
+        error.into_core_with(text)
     }
 }
 
