@@ -211,7 +211,13 @@ impl CodexFinalizerRuntime {
             .map_err(rpc)?;
         let thread_id = started["thread"]["id"]
             .as_str()
-            .ok_or_else(|| Error::other("codex finalization: thread/start returned no id"))?
+            .ok_or_else(|| {
+                Error::runtime(
+                    RuntimeErrorKind::Refused,
+                    "codex finalization: thread/start answered without a thread id",
+                    None,
+                )
+            })?
             .to_owned();
         let mut output = BoundedTurnOutput {
             native_provider: started["modelProvider"].as_str().map(str::to_owned),
@@ -383,12 +389,18 @@ impl BoundedTurnRuntime for CodexFinalizerRuntime {
         async {
             // Fail closed before anything reaches a model.
             if !request.require_no_external_capabilities {
-                return Err(Error::other(
+                return Err(Error::runtime(
+                    RuntimeErrorKind::Refused,
                     "codex finalization requires a capability-free run",
+                    None,
                 ));
             }
             if request.history.current_items().is_empty() {
-                return Err(Error::other("codex finalization context is missing"));
+                return Err(Error::runtime(
+                    RuntimeErrorKind::Refused,
+                    "codex finalization context is missing",
+                    None,
+                ));
             }
             let mut config = self.server.config().clone();
             for line in RESTRICTED_CONFIG {

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tether_core::{
     ApplyOutcome, AssertCurrent, BindingId, BindingKey, BindingStore, Error, Intent, Namespace,
-    NamespaceConfig, RowWrite,
+    NamespaceConfig, RowWrite, StoreErrorKind,
 };
 use tether_harness_sdk::backend::ThreadBinding;
 use tether_harness_sdk::hooks::NativeThreads;
@@ -338,9 +338,13 @@ impl CodexThreads {
                 _ => return Ok(()),
             }
         }
-        Err(Error::other(format!(
-            "the record at {key} kept changing under {WRITE_ATTEMPTS} writes"
-        )))
+        // Nothing was written: other writers kept the row busy. Retryable.
+        Err(Error::store(StoreErrorKind::Unavailable {
+            message: format!(
+                "the record at {key} kept changing under {WRITE_ATTEMPTS} writes (other writers are busy with it); nothing was written; retry"
+            ),
+            cause: None,
+        }))
     }
 
     /// Deletes or archives `thread_id` on a process that can write it.
@@ -446,6 +450,6 @@ impl NativeThreads for CodexThreads {
         }
         self.cleanup_or_keep(&binding.thread_id, action)
             .await
-            .map_err(|error| Error::other(error.to_string()))
+            .map_err(Error::from)
     }
 }

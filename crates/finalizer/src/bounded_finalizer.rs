@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tether_core::{
     AgentMessage, AttemptResult, Cancellation, Error, FinalizationAttempt, MessageRole,
-    SettledTurnFinalizationContext, SettledTurnFinalizer, Usage,
+    RuntimeErrorKind, SettledTurnFinalizationContext, SettledTurnFinalizer, Usage,
 };
 
 use crate::bounded::BoundedProjection;
@@ -196,12 +196,23 @@ impl<R: BoundedTurnRuntime> BoundedTurnFinalizer<R> {
         &self.runtime
     }
 
+    /// The run refused: the context cannot be replayed, or the runtime answered outside the
+    /// bounded turn's contract ([`RuntimeErrorKind::Refused`]).
     fn reject(&self, reason: impl Into<String>) -> Error {
-        Error::other(format!(
-            "{} settled-turn finalization {}",
-            self.runtime.label(),
-            reason.into()
-        ))
+        self.fail(RuntimeErrorKind::Refused, reason)
+    }
+
+    /// The run failed for `reason`, of the given kind.
+    fn fail(&self, kind: RuntimeErrorKind, reason: impl Into<String>) -> Error {
+        Error::runtime(
+            kind,
+            format!(
+                "{} settled-turn finalization {}",
+                self.runtime.label(),
+                reason.into()
+            ),
+            None,
+        )
     }
 
     fn check_cancel(&self, attempt: &FinalizationAttempt) -> Result<(), Error> {
@@ -276,7 +287,7 @@ impl<R: BoundedTurnRuntime> SettledTurnFinalizer for BoundedTurnFinalizer<R> {
             .await?;
         self.check_cancel(&attempt)?;
         if output.interrupted {
-            return Err(self.reject("bounded turn was interrupted"));
+            return Err(self.fail(RuntimeErrorKind::TurnFailed, "bounded turn was interrupted"));
         }
         let provider = output
             .native_provider

@@ -11,8 +11,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::Value;
 use tether_core::{
-    AgentMessage, AttemptResult, Cancellation, Error, FinalizationAttempt, ReplayMetadata, RunId,
-    SessionTarget, SettledTurnFinalizationContext, SettledTurnFinalizer, Timestamp,
+    AgentMessage, AttemptResult, Cancellation, Cause, Error, FinalizationAttempt, ReplayMetadata,
+    RunId, RuntimeErrorKind, SessionTarget, SettledTurnFinalizationContext, SettledTurnFinalizer,
+    Timestamp,
 };
 
 use crate::lifecycle::SETTLED_TOOL_FINALIZATION_OPERATION;
@@ -60,9 +61,11 @@ impl RestrictedEngineParams {
             Some(SettledTurnFinalizationContext::Transcript(messages)) => Arc::clone(messages),
             None => Arc::from(settled.messages_snapshot.clone()),
             Some(_) => {
-                return Err(Error::other(format!(
-                    "{label} settled-turn finalization context is unavailable"
-                )));
+                return Err(Error::runtime(
+                    RuntimeErrorKind::Refused,
+                    format!("{label} settled-turn finalization context is unavailable"),
+                    None,
+                ));
             }
         };
         Ok(Self {
@@ -130,7 +133,13 @@ impl<E: FinalizationEngine> SettledTurnFinalizer for EngineFinalizer<E> {
             Ok(result) => Ok(result.to_value()),
             // An empty answer is a valid raw result: the host's validator maps it to `empty`.
             Err(crate::FinalizerError::Empty { result, .. }) => Ok(result.to_value()),
-            Err(err) => Err(Error::other(err.to_string())),
+            // The engine's answer is not a final answer (a tool call, a field outside the
+            // contract, …): the run is refused; the finalizer's own error stays the cause.
+            Err(err) => Err(Error::runtime(
+                RuntimeErrorKind::Refused,
+                err.to_string(),
+                Some(Cause::new(err)),
+            )),
         }
     }
 }

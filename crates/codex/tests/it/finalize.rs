@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use tether_codex::TurnRequest;
 use tether_core::{
     AgentId, AppendOutcome, AttemptResult, Cancellation, Error, FakeClock, FinalizationAttempt,
-    HarnessId, LeaseConfig, MessageRole, RunId, SessionId, SessionTarget,
+    HarnessId, LeaseConfig, MessageRole, RunId, RuntimeErrorKind, SessionId, SessionTarget,
     SettledTurnFinalizationContext, SettledTurnFinalizer, Timestamp, TranscriptAnchor,
     always_current,
 };
@@ -216,6 +216,16 @@ async fn codex_e2e_finalization_run_calling_a_tool_is_refused_and_falls_back() {
         error.to_string().contains("unexpected native item"),
         "{error}"
     );
+    assert!(
+        matches!(
+            error,
+            Error::Runtime {
+                kind: RuntimeErrorKind::Refused,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 
     // The host orchestration: its try is refused the same way (a refusal is not retried),
     // then the host fallback is persisted and delivered.
@@ -280,6 +290,36 @@ async fn codex_e2e_unavailable_finalization_context_never_reaches_the_model() {
         is_error: false,
     });
     settled.settled_turn_finalization_context = Some(SettledTurnFinalizationContext::Unavailable);
+
+    // Directly: refused before anything runs, a kind a caller can match on.
+    let direct = finalizer
+        .finalize_settled_turn(
+            FinalizationAttempt::new(
+                RunId::new("run-1").unwrap(),
+                "Give the final answer.".to_owned(),
+                SessionTarget {
+                    agent_id: AgentId::new(AGENT).unwrap(),
+                    session_key: Some(key.clone()),
+                    session_id: SessionId::new(SESSION_ID).unwrap(),
+                },
+                Cancellation::new(),
+                None,
+                1,
+            ),
+            &settled,
+        )
+        .await
+        .expect_err("an unavailable context is refused");
+    assert!(
+        matches!(
+            direct,
+            Error::Runtime {
+                kind: RuntimeErrorKind::Refused,
+                ..
+            }
+        ),
+        "{direct:?}"
+    );
 
     let fallbacks = Fallbacks::default();
     let prepared = finalize(&key, &finalizer, settled, &fallbacks).await;

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use tether_core::{
     AgentMessage, AttemptResult, AttemptTerminal, Cancellation, Error, FinalizationAttempt,
-    HarnessFinalizationData, HarnessId, RunId, SettledTurnFinalizationContext,
+    HarnessFinalizationData, HarnessId, RunId, RuntimeErrorKind, SettledTurnFinalizationContext,
     SettledTurnFinalizer, ToolErrorSummary, Usage, always_current,
 };
 use tether_finalizer::{
@@ -21,7 +21,7 @@ use tether_finalizer::{
 
 use crate::bounded::settled_turn;
 use crate::harness::{AppendBehavior, RecordingTranscript, Run, target};
-use crate::support::assistant;
+use crate::support::{assistant, runtime_kind};
 
 /// The harness's private evidence type.
 struct CodexEvidence(CapturedTurnContext);
@@ -320,7 +320,9 @@ async fn finalization_s094_interrupted_turn_rejects_without_a_mirror() {
     let rt = FakeRuntime::answering("partial");
     rt.output.lock().unwrap().interrupted = true;
     let (result, finalizer) = finalize(rt, &codex_settled(), &Cancellation::new()).await;
-    assert!(result.unwrap_err().to_string().contains("interrupted"));
+    let error = result.unwrap_err();
+    assert!(error.to_string().contains("interrupted"));
+    assert_eq!(runtime_kind(&error), Some(RuntimeErrorKind::TurnFailed));
     assert!(finalizer.runtime().mirrors.lock().unwrap().is_empty());
 }
 
@@ -329,12 +331,13 @@ async fn finalization_s095_missing_native_provider_rejects() {
     let rt = FakeRuntime::answering("ok");
     rt.output.lock().unwrap().native_provider = None;
     let (result, _) = finalize(rt, &codex_settled(), &Cancellation::new()).await;
+    let error = result.unwrap_err();
     assert!(
-        result
-            .unwrap_err()
+        error
             .to_string()
             .contains("did not report its native model provider")
     );
+    assert_eq!(runtime_kind(&error), Some(RuntimeErrorKind::Refused));
 }
 
 #[tokio::test]
@@ -345,12 +348,13 @@ async fn finalization_s096_non_passive_items_reject_without_a_mirror() {
             item_type: item_type.into(),
         });
         let (result, finalizer) = finalize(rt, &codex_settled(), &Cancellation::new()).await;
+        let error = result.unwrap_err();
         assert!(
-            result
-                .unwrap_err()
+            error
                 .to_string()
                 .contains(&format!("unexpected native item: {item_type}"))
         );
+        assert_eq!(runtime_kind(&error), Some(RuntimeErrorKind::Refused));
         assert!(finalizer.runtime().mirrors.lock().unwrap().is_empty());
     }
 }
@@ -462,10 +466,12 @@ async fn finalization_s099_forged_or_foreign_context_is_unavailable_before_any_w
         let before = format!("{settled:?}");
         let (result, finalizer) =
             finalize(FakeRuntime::answering("ok"), &settled, &Cancellation::new()).await;
+        let error = result.unwrap_err();
         assert_eq!(
-            result.unwrap_err().to_string(),
+            error.to_string(),
             "Codex settled-turn finalization context is unavailable"
         );
+        assert_eq!(runtime_kind(&error), Some(RuntimeErrorKind::Refused));
         assert!(finalizer.runtime().auth_calls.lock().unwrap().is_empty());
         assert!(finalizer.runtime().turns.lock().unwrap().is_empty());
         assert_eq!(format!("{settled:?}"), before);
@@ -512,12 +518,13 @@ async fn finalization_s101_stale_mirror_row_fails_attestation() {
     let rt = FakeRuntime::answering("New answer.");
     *rt.mirror_row.lock().unwrap() = Some(assistant("Older answer.", "stop"));
     let (result, _) = finalize(rt, &codex_settled(), &Cancellation::new()).await;
+    let error = result.unwrap_err();
     assert!(
-        result
-            .unwrap_err()
+        error
             .to_string()
             .contains("transcript attestation mismatch")
     );
+    assert_eq!(runtime_kind(&error), Some(RuntimeErrorKind::Refused));
 }
 
 #[test]

@@ -5,16 +5,16 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use tether_core::{
     AgentMessage, AttemptResult, Cancellation, Error, FinalizationAttempt, MessageRole, RunId,
-    SettledTurnFinalizationContext, SettledTurnFinalizer, ToolMeta,
+    RuntimeErrorKind, SettledTurnFinalizationContext, SettledTurnFinalizer, ToolMeta,
 };
 use tether_finalizer::{
-    EngineFinalizer, FinalizationEngine, FinalizationOutcome, FullAttemptEvidence,
+    EngineFinalizer, FinalizationEngine, FinalizationOutcome, FinalizerError, FullAttemptEvidence,
     RestrictedEngineParams, RunSignal, SETTLED_TOOL_FINALIZATION_INSTRUCTION,
 };
 
 use crate::gate::settled_write;
 use crate::harness::{AppendBehavior, RecordingTranscript, Run, target};
-use crate::support::assistant;
+use crate::support::{assistant, runtime_kind};
 
 /// An engine double with a raw transcript: it persists user prompts unless suppressed.
 struct Engine {
@@ -134,7 +134,40 @@ async fn engine_refuses_unavailable_or_foreign_context_before_running() {
         err.to_string(),
         "OpenClaw settled-turn finalization context is unavailable"
     );
+    assert_eq!(runtime_kind(&err), Some(RuntimeErrorKind::Refused));
     assert!(finalizer.engine().seen.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn engine_answer_outside_the_contract_is_a_refused_run_keeping_the_finalizer_error() {
+    let mut engine = Engine::new("Done.");
+    engine.tool_activity = true;
+    let finalizer = EngineFinalizer::new(engine);
+    let (mut settled, _) = settled_write();
+    settled.settled_turn_finalization_context = Some(SettledTurnFinalizationContext::Transcript(
+        settled.messages_snapshot.clone().into(),
+    ));
+    let err = finalizer
+        .finalize_settled_turn(try_attempt(), &settled)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        runtime_kind(&err),
+        Some(RuntimeErrorKind::Refused),
+        "{err:?}"
+    );
+    // The projection's own error is the cause, for a caller that wants to know why.
+    let Error::Runtime {
+        cause: Some(cause), ..
+    } = &err
+    else {
+        panic!("no cause kept: {err:?}");
+    };
+    let projection = cause
+        .downcast_ref::<FinalizerError>()
+        .expect("the cause is the finalizer's error");
+    assert_eq!(err.to_string(), projection.to_string());
+    assert_eq!(finalizer.engine().seen.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]

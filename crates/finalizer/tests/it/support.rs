@@ -67,3 +67,11 @@ pub(crate) fn with_id(mut m: AgentMessage, id: &str) -> AgentMessage {
 pub(crate) fn answer_json(text: &str) -> Value {
     json!({"assistant": {"role": "assistant", "content": [{"type": "text", "text": text}], "stop_reason": "stop", "provider": "fin-prov", "model": "fin-model"}})
 }
+
+/// The native-runtime kind of `error` (`None` for any other error).
+pub(crate) fn runtime_kind(error: &tether_core::Error) -> Option<tether_core::RuntimeErrorKind> {
+    match error {
+        tether_core::Error::Runtime { kind, .. } => Some(*kind),
+        _ => None,
+    }
+}

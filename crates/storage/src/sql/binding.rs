@@ -8,7 +8,7 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Valu
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
     Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
-    ObservedOutcome, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
+    ObservedOutcome, Revision, RowPredicate, RowWrite, StoreErrorKind, StoredRow, Timestamp,
 };
 
 use super::observed::{EPOCH_FROM_SQL, EVENT_COLUMNS, ObservedSet};
@@ -183,16 +183,25 @@ impl Store {
             .query_one_raw(stmt)
             .await
             .map_err(db_error)?
-            .ok_or_else(|| Error::other("the row counter is missing from the schema"))?;
+            .ok_or_else(|| {
+                Error::store(StoreErrorKind::Unusable {
+                    message: "the row counter is missing from the schema: run `tether migrate`"
+                        .into(),
+                    cause: None,
+                })
+            })?;
         let draw: i64 = row.try_get("", "value").map_err(db_error)?;
         u64::try_from(draw)
             .ok()
             .filter(|d| *d < (1 << (63 - ROW_SPAN_BITS)))
             .map(|d| d << ROW_SPAN_BITS)
             .ok_or_else(|| {
-                Error::other(format!(
-                    "the row counter is exhausted or corrupted ({draw})"
-                ))
+                Error::store(StoreErrorKind::Unusable {
+                    message: format!(
+                        "the row counter is exhausted or corrupted ({draw}); restore the database from a backup"
+                    ),
+                    cause: None,
+                })
             })
     }
 

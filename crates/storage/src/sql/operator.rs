@@ -3,7 +3,7 @@
 //! quarantine list read by the admin service.
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult, Value};
-use tether_core::{BindingKey, Error, Namespace, QuarantineEntry, Timestamp, text};
+use tether_core::{BindingKey, Error, Namespace, QuarantineEntry, StoreErrorKind, Timestamp, text};
 
 use super::admin_read::decode_event;
 use super::quarantine::decode_quarantine;
@@ -156,9 +156,10 @@ impl Store {
         if affected == 1 {
             Ok(())
         } else {
-            Err(Error::other(format!(
-                "the counter `{name}` is missing: run `tether migrate`"
-            )))
+            Err(Error::store(StoreErrorKind::Unusable {
+                message: format!("the counter `{name}` is missing: run `tether migrate`"),
+                cause: None,
+            }))
         }
     }
 

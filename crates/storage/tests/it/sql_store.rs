@@ -217,6 +217,66 @@ async fn a_failing_host_session_read_is_failed_not_missing() {
     );
 }
 
+/// A database whose counters are gone (a schema an operator must repair) is an unusable store,
+/// a kind a caller can match on (the admin API answers 503), never a bare error.
+#[tokio::test]
+async fn a_schema_missing_its_counters_is_an_unusable_store() {
+    use tether_core::{AgentId, SessionId, SessionKey};
+    use tether_storage::{FINALIZATION_PREFIX, NewHostSession, NewTranscriptEntry, TranscriptRole};
+    let (store, _dir) = crate::support::sqlite_store().await;
+    let session = SessionKey::new("agent:main:counters").unwrap();
+    store
+        .create_session(NewHostSession {
+            session_key: session.clone(),
+            agent_id: AgentId::new("main").unwrap(),
+            session_id: SessionId::new("counters-g1").unwrap(),
+            agent_harness_id: None,
+        })
+        .await
+        .unwrap();
+    let ns = unique_ns("counters");
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    store
+        .connection()
+        .execute_unprepared("DELETE FROM tether_counters")
+        .await
+        .unwrap();
+    let unusable = |err: &Error| {
+        matches!(
+            err,
+            Error::Store {
+                kind: StoreErrorKind::Unusable { .. }
+            }
+        )
+    };
+    // A finalization record is counted in the transaction that appends it.
+    let err = store
+        .append_transcript(
+            &session,
+            NewTranscriptEntry {
+                role: TranscriptRole::System,
+                content: format!("{FINALIZATION_PREFIX} succeeded"),
+                idempotency_key: None,
+                metadata: None,
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(unusable(&err), "{err:?}");
+    assert!(err.to_string().contains("tether migrate"), "{err}");
+    // A new row draws its revision base from the row counter.
+    let err = store
+        .register_if_absent(&ns, &key("s1"), value("v"), None)
+        .await
+        .unwrap_err();
+    assert!(unusable(&err), "{err:?}");
+    // Nothing was written by either.
+    assert!(store.lookup(&ns, &key("s1")).await.unwrap().is_none());
+}
+
 /// A row whose lease columns are inconsistent fails closed as an invalid row (never absent),
 /// and scans refuse a corrupted key.
 #[tokio::test]
