@@ -435,6 +435,20 @@ pub(crate) async fn pg_pool_cap(store: &tether_storage::Store) -> Result<(i64, S
     ))
 }
 
+/// What group commit did during a row (its warm-up included): how many writes went alone,
+/// and how many went in batches of what size.
+fn group_commit_summary(stats: &tether_storage::GroupCommitStats) -> String {
+    let mean = if stats.batches == 0 {
+        0.0
+    } else {
+        stats.batched_writes as f64 / stats.batches as f64
+    };
+    format!(
+        "group commit (warm-up included): {} writes alone, {} in {} batches (mean {mean:.1}, largest {})",
+        stats.solo_writes, stats.batched_writes, stats.batches, stats.largest_batch
+    )
+}
+
 /// The Tether rows of one backend: (workload, owners) → measurement; `None` when PostgreSQL
 /// does not answer.
 async fn tether_rows(
@@ -497,15 +511,17 @@ async fn tether_rows(
                 .lifecycle(LeaseConfig::default())
                 .map_err(|e| e.to_string())?;
             let measured = tether_row(&lifecycle, workload, owners, settings.window).await;
+            let grouped = bench.store.group_commit_stats();
             drop(lifecycle);
             bench.cleanup().await;
             let mut measured = measured?;
             note(
                 NAME,
                 &format!(
-                    "{}: {}",
+                    "{}: {}; {}",
                     workload.row(backend.as_str(), owners),
-                    measured.summary()
+                    measured.summary(),
+                    group_commit_summary(&grouped)
                 ),
             );
             out.insert((workload, owners), measured);
