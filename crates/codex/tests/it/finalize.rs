@@ -116,6 +116,22 @@ async fn finalize(
         .unwrap()
 }
 
+/// The first finalization try of `run-1` on `key`, for calling a finalizer directly.
+fn direct_try(key: &tether_core::SessionKey) -> FinalizationAttempt {
+    FinalizationAttempt::new(
+        RunId::new("run-1").unwrap(),
+        "Give the final answer.".to_owned(),
+        SessionTarget {
+            agent_id: AgentId::new(AGENT).unwrap(),
+            session_key: Some(key.clone()),
+            session_id: SessionId::new(SESSION_ID).unwrap(),
+        },
+        Cancellation::new(),
+        None,
+        1,
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
     let Some((world, model)) = world(vec![
@@ -195,21 +211,7 @@ async fn codex_e2e_finalization_run_calling_a_tool_is_refused_and_falls_back() {
 
     // One try directly: the run is rejected for its tool activity.
     let direct = finalizer
-        .finalize_settled_turn(
-            FinalizationAttempt::new(
-                RunId::new("run-1").unwrap(),
-                "Give the final answer.".to_owned(),
-                SessionTarget {
-                    agent_id: AgentId::new(AGENT).unwrap(),
-                    session_key: Some(key.clone()),
-                    session_id: SessionId::new(SESSION_ID).unwrap(),
-                },
-                Cancellation::new(),
-                None,
-                1,
-            ),
-            &outcome.attempt,
-        )
+        .finalize_settled_turn(direct_try(&key), &outcome.attempt)
         .await;
     let error = direct.expect_err("a run that called a tool is refused");
     assert!(
@@ -293,21 +295,7 @@ async fn codex_e2e_unavailable_finalization_context_never_reaches_the_model() {
 
     // Directly: refused before anything runs, a kind a caller can match on.
     let direct = finalizer
-        .finalize_settled_turn(
-            FinalizationAttempt::new(
-                RunId::new("run-1").unwrap(),
-                "Give the final answer.".to_owned(),
-                SessionTarget {
-                    agent_id: AgentId::new(AGENT).unwrap(),
-                    session_key: Some(key.clone()),
-                    session_id: SessionId::new(SESSION_ID).unwrap(),
-                },
-                Cancellation::new(),
-                None,
-                1,
-            ),
-            &settled,
-        )
+        .finalize_settled_turn(direct_try(&key), &settled)
         .await
         .expect_err("an unavailable context is refused");
     assert!(

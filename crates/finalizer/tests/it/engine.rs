@@ -80,13 +80,19 @@ fn try_attempt() -> FinalizationAttempt {
     )
 }
 
-#[tokio::test]
-async fn engine_runs_behind_the_restricted_allow_list() {
-    let finalizer = EngineFinalizer::new(Engine::new("Recovered final answer."));
+/// A settled write turn whose finalization context is its own transcript.
+fn settled_with_transcript_context() -> AttemptResult {
     let (mut settled, _) = settled_write();
     settled.settled_turn_finalization_context = Some(SettledTurnFinalizationContext::Transcript(
         settled.messages_snapshot.clone().into(),
     ));
+    settled
+}
+
+#[tokio::test]
+async fn engine_runs_behind_the_restricted_allow_list() {
+    let finalizer = EngineFinalizer::new(Engine::new("Recovered final answer."));
+    let settled = settled_with_transcript_context();
     let raw = finalizer
         .finalize_settled_turn(try_attempt(), &settled)
         .await
@@ -143,10 +149,7 @@ async fn engine_answer_outside_the_contract_is_a_refused_run_keeping_the_finaliz
     let mut engine = Engine::new("Done.");
     engine.tool_activity = true;
     let finalizer = EngineFinalizer::new(engine);
-    let (mut settled, _) = settled_write();
-    settled.settled_turn_finalization_context = Some(SettledTurnFinalizationContext::Transcript(
-        settled.messages_snapshot.clone().into(),
-    ));
+    let settled = settled_with_transcript_context();
     let err = finalizer
         .finalize_settled_turn(try_attempt(), &settled)
         .await
