@@ -154,7 +154,8 @@ pub(crate) struct Phase {
     faults: usize,
     failed_during_faults: u64,
     violations: Vec<String>,
-    worst_recovery_ms: Option<u128>,
+    /// The slowest worker to succeed again after a fault ended: how long, who, after what.
+    worst_recovery: Option<(u128, String, &'static str)>,
     worst_ready_ms: Option<u128>,
     /// For each fault of a lease holder's link that made a lease it held lapse: the fault,
     /// and how long after the fault began the holder learned it.
@@ -563,7 +564,7 @@ impl Workload {
                     .any(|w| *at >= w.start && w.end.is_none_or(|end| *at <= end + 1_000))
             })
             .count() as u64;
-        let mut worst_recovery_ms = None;
+        let mut worst_recovery: Option<(u128, String, &'static str)> = None;
         let mut worst_ready_ms = None;
         for window in windows {
             let Some(end) = window.end else { continue };
@@ -577,7 +578,12 @@ impl Workload {
                     .min()
                 {
                     Some(at) => {
-                        worst_recovery_ms = Some(worst_recovery_ms.unwrap_or(0).max(at - end));
+                        if worst_recovery
+                            .as_ref()
+                            .is_none_or(|(ms, _, _)| at - end > *ms)
+                        {
+                            worst_recovery = Some((at - end, name, window.what));
+                        }
                     }
                     None => violations.push(format!(
                         "worker {name} never succeeded again after {} ended",
@@ -655,7 +661,7 @@ impl Workload {
             faults: windows.len(),
             failed_during_faults,
             violations,
-            worst_recovery_ms,
+            worst_recovery,
             worst_ready_ms,
             learned_ms,
             lost_commits,
@@ -1393,11 +1399,16 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
             p.released,
             p.faults,
             p.failed_during_faults,
-            ms(p.worst_recovery_ms),
+            ms(p.worst_recovery.as_ref().map(|(ms, _, _)| *ms)),
             ms(p.worst_ready_ms),
             p.violations.len()
         ));
         say(&format!("        checker: {}", p.checker));
+        if let Some((ms, worker, what)) = &p.worst_recovery {
+            say(&format!(
+                "        slowest recovery: {worker}, {ms} ms after the fault ended ({what})"
+            ));
+        }
         say(&format!("        failures by class: {}", p.classes));
         say(&format!(
             "        lease intervals compared (never two holders at once): {}",
