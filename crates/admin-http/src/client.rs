@@ -177,7 +177,11 @@ fn api_error(status: StatusCode, bytes: &[u8]) -> CommandError {
         _ => String::new(),
     };
     CommandError {
-        message: format!("{}: {}{hint}", body.code, body.message),
+        message: format!(
+            "{}: {}{hint}",
+            body.code,
+            crate::commands::in_cli_terms(&body.message)
+        ),
         code,
     }
 }

@@ -82,9 +82,18 @@ impl From<ApiError> for CommandError {
     fn from(err: ApiError) -> Self {
         Self {
             code: exit_code_of(err.code()),
-            message: err.to_string(),
+            message: in_cli_terms(&err.to_string()),
         }
     }
+}
+
+/// An API message as an operator at the command line reads it: a hint that names an API
+/// request names the command that does the same.
+pub(crate) fn in_cli_terms(message: &str) -> String {
+    message.replace(
+        tether_admin_http::routes::sessions::LIST_SESSIONS_HINT,
+        "list sessions with `tether sessions list`",
+    )
 }
 
 impl From<tether_core::Error> for CommandError {

@@ -128,14 +128,17 @@ pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPage
     })
 }
 
+/// What a "no session" answer of the API tells its reader to do. The CLI words the same hint
+/// as its own command.
+pub const LIST_SESSIONS_HINT: &str = "list sessions with GET /v1/sessions";
+
 /// The session stored under the raw key `raw` (a typed 400 for a malformed key, 404 when absent).
 pub async fn load_session(store: &Store, raw: &str) -> Result<HostSessionEntry, ApiError> {
     let key = parse_id("session_key", raw, SessionKey::new)?;
-    store.session(&key).await?.ok_or_else(|| {
-        ApiError::NotFound(format!(
-            "no session `{key}`: list sessions with GET /v1/sessions"
-        ))
-    })
+    store
+        .session(&key)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no session `{key}`: {LIST_SESSIONS_HINT}")))
 }
 
 /// Builds the detail of a session.

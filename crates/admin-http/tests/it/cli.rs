@@ -146,12 +146,12 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
     );
     let detail: serde_json::Value = serde_json::from_slice(&show.stdout).unwrap();
     assert_eq!(detail["session"]["agent_id"], "main");
-    assert_eq!(
-        tether(&["sessions", "show", "agent:main:none"], &url)
-            .status
-            .code(),
-        Some(3)
-    );
+    let missing = tether(&["sessions", "show", "agent:main:none"], &url);
+    assert_eq!(missing.status.code(), Some(3));
+    // The hint names the command, not the API request.
+    let said = text(&missing);
+    assert!(said.contains("`tether sessions list`"), "{said}");
+    assert!(!said.contains("GET /v1"), "{said}");
 
     // A destructive command without a terminal and without --yes changes nothing (exit 2).
     let unconfirmed = tether(
@@ -459,11 +459,12 @@ async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
         Some(2),
         "no token: unauthorized"
     );
-    assert_eq!(
-        remote(&["sessions", "show", "agent:main:none"], base, read)
-            .status
-            .code(),
-        Some(3)
+    let missing = remote(&["sessions", "show", "agent:main:none"], base, read);
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(
+        text(&missing).contains("`tether sessions list`"),
+        "{}",
+        text(&missing)
     );
     let (ns, key) = (
         lease["namespace"].as_str().unwrap().to_owned(),
