@@ -641,9 +641,44 @@ where
         Err(e) => e.into_response(),
         Ok(_) => match render.await {
             Ok(html) => Html(html).into_response(),
-            Err(e) => e.into_response(),
+            Err(e) if wants_json(headers) => e.into_response(),
+            Err(e) => error_page(&e),
         },
     }
+}
+
+/// Whether the request asks for JSON and not for HTML (a script reading a console page), so
+/// that an error is the API's typed JSON body rather than a page.
+fn wants_json(headers: &axum::http::HeaderMap) -> bool {
+    let accept = headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect::<Vec<_>>()
+        .join(",");
+    accept.contains("application/json") && !accept.contains("text/html")
+}
+
+/// A page that could not be rendered, as a page: the error's status, its message and stable
+/// code, and the way back to the overview (a browser would otherwise show the API's JSON
+/// error body). A request that asks for JSON only gets the typed JSON error instead.
+fn error_page(error: &ApiError) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let status = error.status();
+    let title = status.canonical_reason().unwrap_or("Error");
+    let html = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">\
+         <title>{t} · Tether admin</title><style>{STYLE}</style></head><body>\
+         <nav class=\"sub\"><a href=\"/\">Overview</a> · <a href=\"/ui/sessions\">Sessions</a></nav>\
+         <h1>{t}</h1><p id=\"error\">{message}</p><p class=\"sub\">HTTP {code} · <code>{api_code}</code></p>\
+         </body></html>",
+        t = escape(title),
+        message = escape(&error.to_string()),
+        code = status.as_u16(),
+        api_code = escape(error.code()),
+    );
+    (status, Html(html)).into_response()
 }
 
 /// The overview page (read scope). A browser without a token or session is sent to the

@@ -141,6 +141,48 @@ async fn unknown_paths_and_methods_get_typed_json_errors() {
         .expect_error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
 }
 
+/// A console page that cannot be rendered (a missing session, a malformed key) answers a page
+/// with the error's status, message and code, not the API's JSON error body; the API answers
+/// the same request with its typed JSON error.
+#[tokio::test]
+async fn a_console_page_that_fails_is_a_page_with_the_error_status() {
+    let f = Fixture::new().await;
+    let state = f.state(Tokens::default());
+    let path = format!("/ui/sessions/{}", seg("agent:main:none"));
+    let missing = call(&state, "GET", &path, None, None).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.text);
+    assert!(
+        missing.content_type.starts_with("text/html"),
+        "{}",
+        missing.content_type
+    );
+    assert!(
+        missing.text.contains("no session `agent:main:none`"),
+        "{}",
+        missing.text
+    );
+    assert!(missing.text.contains("<code>not_found</code>"));
+    assert!(missing.text.contains("<a href=\"/\">Overview</a>"));
+    let malformed = call(&state, "GET", "/ui/sessions/%20", None, None).await;
+    assert_eq!(
+        malformed.status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        malformed.text
+    );
+    assert!(malformed.content_type.starts_with("text/html"));
+    assert!(malformed.text.contains("<code>bad_request</code>"));
+    call(
+        &state,
+        "GET",
+        &format!("/v1/sessions/{}", seg("agent:main:none")),
+        None,
+        None,
+    )
+    .await
+    .expect_error(StatusCode::NOT_FOUND, "not_found");
+}
+
 #[test]
 fn logs_have_no_colour_codes_off_a_terminal_and_json_is_one_object_a_line() {
     let dir = tempfile::tempdir().unwrap();
