@@ -674,7 +674,11 @@ fn error_page(error: &ApiError) -> axum::response::Response {
          <h1>{t}</h1><p id=\"error\">{message}</p><p class=\"sub\">HTTP {code} · <code>{api_code}</code></p>\
          </body></html>",
         t = escape(title),
-        message = escape(&error.to_string()),
+        // The API's hint names its own request; the console has a page for it.
+        message = escape(&error.to_string().replace(
+            crate::routes::sessions::LIST_SESSIONS_HINT,
+            "see the session list",
+        )),
         code = status.as_u16(),
         api_code = escape(error.code()),
     );

@@ -129,7 +129,7 @@ pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPage
 }
 
 /// What a "no session" answer of the API tells its reader to do. The CLI words the same hint
-/// as its own command.
+/// as its own command, and the console's error page as its session list.
 pub const LIST_SESSIONS_HINT: &str = "list sessions with GET /v1/sessions";
 
 /// The session stored under the raw key `raw` (a typed 400 for a malformed key, 404 when absent).

@@ -157,10 +157,13 @@ async fn a_console_page_that_fails_is_a_page_with_the_error_status() {
         missing.content_type
     );
     assert!(
-        missing.text.contains("no session `agent:main:none`"),
+        missing
+            .text
+            .contains("no session `agent:main:none`: see the session list"),
         "{}",
         missing.text
     );
+    assert!(!missing.text.contains("GET /v1"), "{}", missing.text);
     assert!(missing.text.contains("<code>not_found</code>"));
     assert!(missing.text.contains("<a href=\"/\">Overview</a>"));
     let malformed = call(&state, "GET", "/ui/sessions/%20", None, None).await;
