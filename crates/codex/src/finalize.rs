@@ -212,11 +212,8 @@ impl CodexFinalizerRuntime {
         let thread_id = started["thread"]["id"]
             .as_str()
             .ok_or_else(|| {
-                Error::runtime(
-                    RuntimeErrorKind::Refused,
-                    "codex finalization: thread/start answered without a thread id",
-                    None,
-                )
+                crate::error::CodexError::protocol("`thread/start` answered without a thread id")
+                    .into_core_in("codex finalization")
             })?
             .to_owned();
         let mut output = BoundedTurnOutput {

@@ -234,33 +234,17 @@ async fn ui_lists_filter_page_sort_name_sessions_and_show_the_holder_view() {
 
     // A bad filter is the typed error: a page with its status and code for a browser, the
     // API's JSON body for a request that asks for JSON only.
-    let bad = call(&state, "GET", "/ui/lease-events?kind=nope", None, None).await;
-    assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{}", bad.text);
-    assert!(
-        bad.content_type.starts_with("text/html"),
-        "{}",
-        bad.content_type
-    );
-    assert!(
-        bad.text.contains("<code>bad_request</code>"),
-        "{}",
-        bad.text
-    );
-    let request = axum::http::Request::builder()
+    call(&state, "GET", "/ui/lease-events?kind=nope", None, None)
+        .await
+        .expect_error_page(StatusCode::BAD_REQUEST, "bad_request");
+    let json_only = axum::http::Request::builder()
         .uri("/ui/lease-events?kind=nope")
         .header("accept", "application/json")
         .body(axum::body::Body::empty())
         .unwrap();
-    let response = tower::ServiceExt::oneshot(tether_admin_http::app(state.clone()), request)
+    crate::support::send(&state, json_only)
         .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(body["code"], "bad_request", "{body}");
+        .expect_error(StatusCode::BAD_REQUEST, "bad_request");
 }
 
 #[tokio::test]

@@ -218,6 +218,21 @@ impl Reply {
         assert_eq!(self.json()["code"], code, "{}", self.text);
         assert!(!self.json()["message"].as_str().unwrap().is_empty());
     }
+
+    /// Asserts a console error page with this status and stable code.
+    pub(crate) fn expect_error_page(&self, status: StatusCode, code: &str) {
+        assert_eq!(self.status, status, "{}", self.text);
+        assert!(
+            self.content_type.starts_with("text/html"),
+            "{}",
+            self.content_type
+        );
+        assert!(
+            self.text.contains(&format!("<code>{code}</code>")),
+            "{}",
+            self.text
+        );
+    }
 }
 
 /// Sends one request through the router.
@@ -238,6 +253,11 @@ pub(crate) async fn call(
     let request = request
         .body(body.map_or_else(Body::empty, Body::from))
         .unwrap();
+    send(state, request).await
+}
+
+/// Sends a request built by the caller through the router.
+pub(crate) async fn send(state: &AppState, request: Request<Body>) -> Reply {
     let response = app(state.clone()).oneshot(request).await.unwrap();
     let status = response.status();
     let content_type = response

@@ -8,11 +8,11 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Valu
 use tether_core::{
     Admission, ApplyOutcome, BindingKey, BindingStore, Comparison, Error, ErrorTexts, Intent,
     Lease, LeaseEpoch, LeaseRenewal, LeaseToken, Namespace, NamespaceConfig, Observation,
-    ObservedOutcome, Revision, RowPredicate, RowWrite, StoreErrorKind, StoredRow, Timestamp,
+    ObservedOutcome, Revision, RowPredicate, RowWrite, StoredRow, Timestamp,
 };
 
 use super::observed::{EPOCH_FROM_SQL, EVENT_COLUMNS, ObservedSet};
-use super::{End, Store, db_error, micros, to_i64};
+use super::{End, Store, db_error, micros, to_i64, unusable};
 use crate::events::{LeaseEventKind, PendingEvent};
 use crate::plan;
 
@@ -184,11 +184,7 @@ impl Store {
             .await
             .map_err(db_error)?
             .ok_or_else(|| {
-                Error::store(StoreErrorKind::Unusable {
-                    message: "the row counter is missing from the schema: run `tether migrate`"
-                        .into(),
-                    cause: None,
-                })
+                unusable("the row counter is missing from the schema: run `tether migrate`")
             })?;
         let draw: i64 = row.try_get("", "value").map_err(db_error)?;
         u64::try_from(draw)
@@ -196,12 +192,9 @@ impl Store {
             .filter(|d| *d < (1 << (63 - ROW_SPAN_BITS)))
             .map(|d| d << ROW_SPAN_BITS)
             .ok_or_else(|| {
-                Error::store(StoreErrorKind::Unusable {
-                    message: format!(
-                        "the row counter is exhausted or corrupted ({draw}); restore the database from a backup"
-                    ),
-                    cause: None,
-                })
+                unusable(format!(
+                    "the row counter is exhausted or corrupted ({draw}); restore the database from a backup"
+                ))
             })
     }
 

@@ -312,6 +312,15 @@ fn configuration(message: impl Into<String>) -> Error {
     })
 }
 
+/// A database an operator must repair before it can be used (a schema missing what migrations
+/// create, a corrupted counter): [`StoreErrorKind::Unusable`], without a driver error.
+pub(crate) fn unusable(message: impl Into<String>) -> Error {
+    Error::store(StoreErrorKind::Unusable {
+        message: message.into(),
+        cause: None,
+    })
+}
+
 /// A count or limit as a SQL `BIGINT` (saturating: no stored count comes near it).
 pub(crate) fn to_i64(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)

@@ -3,11 +3,11 @@
 //! quarantine list read by the admin service.
 
 use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult, Value};
-use tether_core::{BindingKey, Error, Namespace, QuarantineEntry, StoreErrorKind, Timestamp, text};
+use tether_core::{BindingKey, Error, Namespace, QuarantineEntry, Timestamp, text};
 
 use super::admin_read::decode_event;
 use super::quarantine::decode_quarantine;
-use super::{End, Store, db_error, to_i64};
+use super::{End, Store, db_error, to_i64, unusable};
 use crate::events::LeaseEvent;
 use crate::transcript::FinalizationOutcome;
 
@@ -156,10 +156,9 @@ impl Store {
         if affected == 1 {
             Ok(())
         } else {
-            Err(Error::store(StoreErrorKind::Unusable {
-                message: format!("the counter `{name}` is missing: run `tether migrate`"),
-                cause: None,
-            }))
+            Err(unusable(format!(
+                "the counter `{name}` is missing: run `tether migrate`"
+            )))
         }
     }
 
