@@ -1838,8 +1838,8 @@ impl CodexHarness {
             .cleanup_or_keep(&previous.thread_id, NativeCleanup::Archive)
             .await
             .map_err(|error| {
-                Error::other(format!(
-                    "the session was reset, but archiving its codex thread {} failed: {error}",
+                error.into_core_in(&format!(
+                    "the session was reset, but archiving its codex thread {} failed",
                     previous.thread_id
                 ))
             })

@@ -312,6 +312,15 @@ pub enum Error {
         #[source]
         cause: Option<Cause>,
     },
+    /// The call was refused for what its caller passed or how the caller set it up, before
+    /// anything was written: an identity without the session the call needs, a binding
+    /// without a thread id, an invalid lease timing, a lease guard used with another lifecycle
+    /// instance. A programming error of the caller: retrying the same call cannot succeed.
+    #[error("{message}")]
+    InvalidArgument {
+        /// What was wrong and what to pass instead.
+        message: String,
+    },
     /// Any other failure with a message (a backend's own error).
     #[error("{message}")]
     Other {
@@ -334,6 +343,13 @@ impl Error {
         Self::Other {
             message: message.into(),
             cause: None,
+        }
+    }
+
+    /// A refusal of the caller's arguments or set-up ([`Error::InvalidArgument`]).
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            message: message.into(),
         }
     }
 
@@ -618,6 +634,7 @@ mod tests {
                 key,
                 message: "own".into(),
             },
+            Error::invalid_argument("no session"),
         ] {
             assert!(!never.is_retryable(), "{never:?}");
         }

@@ -479,7 +479,7 @@ impl ThreadBindingStore {
         authority: &BindingAuthority,
     ) -> Result<AdoptionResult, Error> {
         let Some(target) = identity.session_id().cloned() else {
-            return Err(Error::other(format!(
+            return Err(Error::invalid_argument(format!(
                 "adoption requires a session identity: {}",
                 identity.key()
             )));

@@ -143,7 +143,7 @@ impl ThreadBindingHarness {
         caller: &BindingAuthority,
     ) -> Result<ResolvedBinding<ThreadBinding>, Error> {
         let target = identity.generation_target().ok_or_else(|| {
-            Error::other(format!(
+            Error::invalid_argument(format!(
                 "resolution requires a session identity: {}",
                 identity.key()
             ))

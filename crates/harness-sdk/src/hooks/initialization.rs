@@ -22,7 +22,7 @@ impl InitializationBackend for ThreadInitializationBackend {
 
     fn validate_binding(&self, binding: ThreadBinding) -> Result<ThreadBinding, Error> {
         if binding.thread_id.trim().is_empty() || binding.cwd.trim().is_empty() {
-            return Err(Error::other(
+            return Err(Error::invalid_argument(
                 "an initialization binding needs a thread id and a working directory",
             ));
         }

@@ -538,7 +538,7 @@ pub struct NoRowTransaction;
 
 impl NoRowTransaction {
     fn refused() -> Error {
-        Error::other(
+        Error::invalid_argument(
             "a post-commit finalizer has no row transaction; binding rows must be deleted inside the host transaction",
         )
     }

@@ -282,10 +282,11 @@ impl<C: RecordCodec + 'static> LifecycleBuilder<C> {
         self
     }
 
-    /// Builds the lifecycle, checking the lease timing.
+    /// Builds the lifecycle, checking the lease timing ([`Error::InvalidArgument`] when it
+    /// cannot work: see [`LeaseConfig::validate`]) and the holder label.
     pub fn build(self) -> Result<Lifecycle<C>, Error> {
         self.lease.validate().map_err(|reason| {
-            Error::other(format!("invalid lifecycle lease configuration: {reason}"))
+            Error::invalid_argument(format!("invalid lifecycle lease configuration: {reason}"))
         })?;
         if let Some(holder) = &self.holder {
             // Refused here, not at the first acquisition of every key.
@@ -540,7 +541,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         let span = tracing::debug_span!("lifecycle.transact_under", key = %key, token = guard.token().prefix());
         async move {
             if !Arc::ptr_eq(&guard.shared, &self.shared) {
-                return Err(Error::other(format!(
+                return Err(Error::invalid_argument(format!(
                     "the lease guard of {key} belongs to another lifecycle instance; write through the lifecycle that acquired it"
                 )));
             }

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tether_core::{
-    AgentHarness, BindingStore, Error, FakeClock, HarnessId, MutationRun, Namespace, ResetParams,
-    ResetReason, RowTransaction, SequentialTokens, SessionContextResetHook,
+    AgentHarness, BindingId, BindingStore, Error, FakeClock, HarnessId, MutationRun, Namespace,
+    ResetParams, ResetReason, RowTransaction, SequentialTokens, SessionContextResetHook,
     SessionContextResetParams, SessionDeletionHook, SessionDeletionParams, always_current,
 };
 use tether_harness_sdk::backend::{BindingIdentity, ThreadBinding, ThreadBindingStore};
@@ -462,6 +462,19 @@ async fn ordinary_compaction_is_a_transfer_not_a_context_reset() {
     assert_eq!(f.record(&s2).await.unwrap().session_id, Some(sid("s2")));
     assert_eq!(f.read(&s1).await, None, "the predecessor no longer owns it");
     resolved.authority.verify().await.unwrap();
+}
+
+#[tokio::test]
+async fn resolving_an_identity_without_a_session_is_an_invalid_argument() {
+    let f = Fx::new().await;
+    let conversation = BindingIdentity::conversation(&BindingId::new("room-1").unwrap());
+    let err = f
+        .harness()
+        .resolve(&conversation, &caller())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert!(err.to_string().contains("session identity"), "{err}");
 }
 
 // --- The harness inside tether-storage's host transaction (SQLite) ----------------------

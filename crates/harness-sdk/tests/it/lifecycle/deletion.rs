@@ -283,8 +283,11 @@ async fn lifecycle_scenario_31_deletion_commits_only_through_the_host_transactio
     f.put(k, json!({"value": "run"}), None).await;
     f.lc.with_deletion(k, options(), |_, m| async move {
         let guard = m.lease().unwrap();
-        let refused = m.commit(&NoRowTransaction).await;
-        assert!(refused.is_err(), "no row transaction, no deletion");
+        let refused = m.commit(&NoRowTransaction).await.unwrap_err();
+        assert!(
+            matches!(refused, Error::InvalidArgument { .. }),
+            "no row transaction, no deletion: {refused:?}"
+        );
         assert_eq!(guard.phase(), OwnerPhase::Held);
 
         let tx = f.mem().begin();

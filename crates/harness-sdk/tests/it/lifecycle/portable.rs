@@ -1,13 +1,15 @@
 //! The task-portable lease handle: writes under a guard from a spawned task, `in_scope`,
 //! the opt-in early refusal, `guard.lost()`, per-call wait budgets and `try_with_lease`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tether_core::Error;
-use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, TransactOptions};
+use tether_core::{Error, JsonObjectCodec, LeaseConfig, LeaseWrite};
+use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
+use tether_storage::MemoryStore;
 
-use super::support::{Fixture, RETRY, STALE, key, record, set_value};
+use super::support::{Fixture, RETRY, Record, STALE, config, key, record, set_value};
 
 #[tokio::test]
 async fn lifecycle_spawned_work_writes_under_the_guard() {
@@ -157,4 +159,47 @@ async fn lifecycle_per_call_wait_budget_and_try_with_lease() {
     assert!(matches!(err, Error::LeaseTimeout { .. }), "{err:?}");
     done_tx.send(()).unwrap();
     holder.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn lifecycle_misuse_is_an_invalid_argument() {
+    let f = &Fixture::new().await;
+    let k = &key("k");
+    let peer = f.peer();
+    f.lc.with_lease(k, LeaseOptions::default(), |guard| async move {
+        // A guard is good only with the lifecycle instance that acquired it.
+        let err = peer
+            .transact_under(&guard, TransactOptions::default(), |_, _| {
+                Ok(Applied::write(record(json!({"value": "foreign"})), ()))
+            })
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+        assert!(!err.is_retryable(), "{err:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
+    let (value, _) = f.row(k).await.expect("the lease's row");
+    assert_ne!(value["value"], "foreign", "the foreign write wrote nothing");
+
+    // A lease timing that could never renew in time is refused when the lifecycle is built.
+    let never_renews = LeaseConfig {
+        renew_interval: STALE,
+        ..config()
+    };
+    let err = Lifecycle::builder(
+        Arc::new(MemoryStore::new(Arc::new(f.clock.clone()))),
+        f.ns.clone(),
+        JsonObjectCodec,
+        Arc::new(|current: Option<&Record>, _: &LeaseWrite| {
+            Some(current.cloned().unwrap_or_default())
+        }),
+    )
+    .lease_config(never_renews)
+    .build()
+    .map(|_| ())
+    .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert!(err.to_string().contains("renew interval"), "{err}");
 }
