@@ -14,7 +14,7 @@ use tether_core::{
     AgentHarness, AgentId, AgentMessage, ApplyOutcome, AttemptResult, BindingStore as _,
     ContentBlock, Error, FinalizationAttempt, HarnessId, HarnessRegistry, HostSessionEntry, Intent,
     LeaseConfig, LeaseToken, LeaseWrite, MessageRole, Namespace, RowWrite, RunId, SessionId,
-    SessionKey, SessionTarget, SettledTurnFinalizer, ToolErrorSummary, admit_all,
+    SessionKey, SessionTarget, SettledTurnFinalizer, ToolErrorSummary, admit_all, always_current,
 };
 use tether_finalizer::{
     DiagnosticEvent, FinalizationInput, FinalizationOutcome, ItemLifecycle, RunSignal, TurnFacts,
@@ -23,7 +23,7 @@ use tether_finalizer::{
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
 };
-use tether_harness_sdk::generation::GenerationAuthority;
+use tether_harness_sdk::generation::{BindingAuthority, GenerationAuthority};
 use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::LeaseGuard;
 use tether_harness_sdk::results::mirror::{
@@ -321,10 +321,13 @@ impl ExampleHarness {
         let entry = self.entry(key).await?;
         let identity = Self::identity(&entry);
         self.runs.admit(key);
+        // The turn acts for the generation it read: a deletion or context reset of it refuses
+        // the turn instead of letting it bind the reset generation again.
+        let caller = BindingAuthority::caller(always_current());
         let result = self
-            .bindings
-            .with_lease(&identity, false, None, |lease| {
-                self.turn_under_lease(lease, &entry, &identity, turn, text)
+            .hooks
+            .with_turn_lease(&identity, &caller, |lease, authority| {
+                self.turn_under_lease(lease, authority, &entry, &identity, turn, text)
             })
             .await;
         self.runs.finish(key);
@@ -334,6 +337,7 @@ impl ExampleHarness {
     async fn turn_under_lease(
         &self,
         lease: LeaseGuard,
+        authority: BindingAuthority,
         entry: &HostSessionEntry,
         identity: &BindingIdentity,
         turn: u64,
@@ -346,7 +350,11 @@ impl ExampleHarness {
                 let thread = self.runtime.start_thread();
                 let binding = ThreadBinding::new(thread.clone(), CWD);
                 self.bindings
-                    .set(identity, binding, WriteOptions::default())
+                    .set(
+                        identity,
+                        binding,
+                        WriteOptions::checked(authority.assert_current_fn()),
+                    )
                     .await?;
                 (thread, true)
             }

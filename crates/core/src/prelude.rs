@@ -22,5 +22,5 @@ pub use crate::{
     LeaseWrite, MessageRole, Namespace, NamespaceConfig, QuarantineStore, RecordCodec,
     RowTransaction, RowWrite, RunId, RuntimeErrorKind, SessionContextResetHook,
     SessionDeletionHook, SessionId, SessionKey, SessionMutation, SettledTurnFinalizer,
-    StoreErrorKind, SystemClock, Timestamp, TokenSource,
+    StoreErrorKind, SystemClock, Timestamp, TokenSource, always_current,
 };

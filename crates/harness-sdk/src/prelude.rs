@@ -33,6 +33,7 @@ pub use crate::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore,
     ThreadBindingStoreBuilder, WriteOptions,
 };
+pub use crate::generation::{BindingAuthority, GenerationAuthority};
 pub use crate::hooks::{NativeThreads, ThreadBindingHarness};
 pub use crate::lifecycle::{
     Applied, LeaseGuard, LeaseOptions, Lifecycle, LifecycleBuilder, PrepareLease, Timer,

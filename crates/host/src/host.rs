@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_core::{
-    BindingStore as _, Clock, Error, HarnessId, HarnessRegistry, Namespace, NamespaceConfig,
-    QuarantineStore, RecordCodec, SystemClock,
+    BindingStore as _, Clock, Error, HarnessId, HarnessRegistry, LeaseConfig, Namespace,
+    NamespaceConfig, QuarantineStore, RecordCodec, SystemClock,
 };
 use tether_harness_sdk::backend::ThreadBindingStore;
 use tether_harness_sdk::generation::GenerationAuthority;
@@ -37,6 +37,7 @@ pub struct HostBuilder {
     clock: ClockChoice,
     resync_every: Duration,
     holder: Option<String>,
+    lease: LeaseConfig,
     namespaces: Vec<NamespaceConfig>,
     options: Option<Box<dyn FnOnce(StoreOptions) -> StoreOptions + Send>>,
 }
@@ -48,6 +49,7 @@ impl fmt::Debug for HostBuilder {
             .field("url", &tether_storage::redact_url(&self.url))
             .field("resync_every", &self.resync_every)
             .field("holder", &self.holder)
+            .field("lease", &self.lease)
             .field("namespaces", &self.namespaces.len())
             .finish_non_exhaustive()
     }
@@ -59,6 +61,18 @@ impl HostBuilder {
     #[must_use]
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = Some(holder.into());
+        self
+    }
+
+    /// The lease timing of the thread bindings and lifecycles this host builds (default
+    /// [`LeaseConfig::default`]: lease 65 s, wait 70 s, retry 1 s, renewal every third of the
+    /// lease). Its wait budget is also how long a deletion or context reset waits for a
+    /// session that another host process is driving before it fails with
+    /// [`Error::LeaseTimeout`]. [`open`](Self::open) refuses a timing that cannot work
+    /// ([`Error::InvalidArgument`], see [`LeaseConfig::validate`]).
+    #[must_use]
+    pub fn lease_config(mut self, lease: LeaseConfig) -> Self {
+        self.lease = lease;
         self
     }
 
@@ -107,6 +121,9 @@ impl HostBuilder {
     /// PostgreSQL and keeps it in step in the background, and registers the namespaces given.
     #[tracing::instrument(level = "info", name = "host.open", skip(self))]
     pub async fn open(self) -> Result<Host, Error> {
+        self.lease.validate().map_err(|reason| {
+            Error::invalid_argument(format!("invalid host lease configuration: {reason}"))
+        })?;
         let postgres = self.url.starts_with("postgres:") || self.url.starts_with("postgresql:");
         let server_clock = match &self.clock {
             ClockChoice::Default if postgres => Some(ServerClock::new()),
@@ -149,6 +166,7 @@ impl HostBuilder {
                 registry: HarnessRegistry::shared(),
                 runs: Arc::new(ActiveRuns::new()),
                 holder,
+                lease: self.lease,
                 _resync: resync,
             }),
         })
@@ -180,6 +198,7 @@ struct Inner {
     registry: Arc<HarnessRegistry>,
     runs: Arc<ActiveRuns>,
     holder: String,
+    lease: LeaseConfig,
     _resync: Option<AbortOnDrop>,
 }
 
@@ -212,6 +231,7 @@ impl Host {
             clock: ClockChoice::Default,
             resync_every: DEFAULT_RESYNC,
             holder: None,
+            lease: LeaseConfig::default(),
             namespaces: Vec::new(),
             options: None,
         }
@@ -244,13 +264,22 @@ impl Host {
         &self.inner.holder
     }
 
+    /// The lease timing of the bindings and lifecycles this host builds
+    /// ([`HostBuilder::lease_config`]).
+    pub fn lease_config(&self) -> &LeaseConfig {
+        &self.inner.lease
+    }
+
     /// The harness registry: register each harness the host drives.
     pub fn registry(&self) -> &Arc<HarnessRegistry> {
         &self.inner.registry
     }
 
     /// The host's record of runs in flight: admit a run before driving a session and finish
-    /// it after, so a deletion or reset of that session waits instead of racing it.
+    /// it after, so a deletion or reset of that session is refused at once
+    /// ([`Error::CompetingWork`], busy: retry after the run) instead of racing it. It sees
+    /// this process's runs only; a run of another host process is fenced by the session's
+    /// lease, which the deletion waits for.
     pub fn runs(&self) -> &Arc<ActiveRuns> {
         &self.inner.runs
     }
@@ -272,8 +301,8 @@ impl Host {
     }
 
     /// Thread bindings in `namespace` (registered with the thread-binding defaults when it
-    /// is not yet), on this host's clock, leases labelled with its holder, blocked keys
-    /// quarantined durably in the store.
+    /// is not yet), on this host's clock and lease timing, leases labelled with its holder,
+    /// blocked keys quarantined durably in the store.
     pub async fn thread_bindings(&self, namespace: &str) -> Result<ThreadBindingStore, Error> {
         let ns = self
             .ensure_namespace(namespace, ThreadBindingStore::namespace_config)
@@ -281,6 +310,7 @@ impl Host {
         ThreadBindingStore::builder(Arc::new(self.inner.store.clone()), ns)
             .clock(Arc::clone(&self.inner.clock))
             .holder(self.inner.holder.clone())
+            .lease_config(self.inner.lease)
             .quarantine(self.quarantine())
             .build()
     }
@@ -303,8 +333,8 @@ impl Host {
     }
 
     /// A lifecycle builder for records of your own in `namespace` (registered with `config`'s
-    /// settings when it is not yet), preset with this host's clock, holder and durable
-    /// quarantine; finish it with `build()`.
+    /// settings when it is not yet), preset with this host's clock, lease timing, holder and
+    /// durable quarantine; finish it with `build()`.
     pub async fn lifecycle<C: RecordCodec + 'static>(
         &self,
         config: NamespaceConfig,
@@ -317,6 +347,7 @@ impl Host {
             Lifecycle::builder(Arc::new(self.inner.store.clone()), ns, codec, prepare_lease)
                 .clock(Arc::clone(&self.inner.clock))
                 .holder(self.inner.holder.clone())
+                .lease_config(self.inner.lease)
                 .quarantine(self.quarantine()),
         )
     }

@@ -460,15 +460,16 @@ impl<B: HostBackend> HostSessions<B> {
         Ok(targets.into_iter().map(|t| t.session_key).collect())
     }
 
-    /// Deletes a session outside a prepared deletion: refused while any registered harness
-    /// implements the deletion hook (its native binding would be abandoned).
+    /// Deletes a session outside a prepared deletion: refused ([`Error::InvalidArgument`], never
+    /// retryable) while any registered harness implements the deletion hook (its native binding
+    /// would be abandoned): use [`delete_sessions`](Self::delete_sessions) then.
     #[tracing::instrument(level = "info", skip(self))]
     pub async fn delete_without_harnesses(&self, key: &SessionKey) -> Result<bool, Error> {
         let (_, harnesses) = self.registry.snapshot();
         if harnesses.iter().any(|h| h.session_deletion().is_some()) {
-            return Err(Error::MutationBlocked {
-                message: format!("Session deletion requires prepared harness ownership: {key}"),
-            });
+            return Err(Error::invalid_argument(format!(
+                "Session deletion requires prepared harness ownership: {key}"
+            )));
         }
         let Some(entry) = self.store.host_session(key).await? else {
             return Ok(false);

@@ -725,6 +725,28 @@ impl ThreadBindingStore {
         F: FnOnce(LeaseGuard, BindingAuthority) -> Fut + Send,
         Fut: Future<Output = Result<T, Error>> + Send,
     {
+        self.reclaimed_lease(identity, generation, caller, reclaim_stale, false, run)
+            .await
+    }
+
+    /// [`Self::with_reclaimed_lease`]; with `require_host_session`, a session key the host has
+    /// no entry for (deleted, or never created) is refused as
+    /// [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound)
+    /// instead of authorizing as ephemeral.
+    pub(crate) async fn reclaimed_lease<T, F, Fut>(
+        &self,
+        identity: &BindingIdentity,
+        generation: &GenerationAuthority,
+        caller: &BindingAuthority,
+        reclaim_stale: bool,
+        require_host_session: bool,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard, BindingAuthority) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
         let Some(target) = identity.generation_target() else {
             let authority = caller.clone();
             return self
@@ -734,6 +756,15 @@ impl ThreadBindingStore {
                 .await;
         };
         let capture = generation.capture(&target, caller).await?;
+        if require_host_session
+            && capture.state() == GenerationState::Ephemeral
+            && let Some(key) = &target.session_key
+        {
+            return Err(tether_core::HostErrorKind::SessionNotFound {
+                key: key.to_string(),
+            }
+            .into());
+        }
         let authority = capture.authority().clone();
         // Only a host row naming this generation may lease (and then repair) its own fence.
         let allow_retired = capture.state() == GenerationState::Current;

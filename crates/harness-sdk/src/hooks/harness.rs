@@ -2,6 +2,7 @@
 //! context-reset and reset hooks.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -23,6 +24,7 @@ use crate::generation::{
     ResolvedBinding,
 };
 use crate::initialization::InitializationRollback;
+use crate::lifecycle::LeaseGuard;
 
 /// The native side a harness drives: active-work claims and subscriptions.
 #[async_trait]
@@ -132,6 +134,42 @@ impl ThreadBindingHarness {
     /// The host generation authority.
     pub fn generation(&self) -> &GenerationAuthority {
         &self.generation
+    }
+
+    /// Holds the session's lease for a turn under the host's generation authority, the way
+    /// every turn that writes a binding should (see `docs/generation.md`, "Driving a turn"):
+    ///
+    /// - the host's entry is read first; a session key the host has no entry for (deleted, or
+    ///   never created) is refused as
+    ///   [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound), and
+    ///   an entry naming another generation (the session was reset or rotated) as
+    ///   [`Error::SupersededGeneration`]: `run` never starts;
+    /// - the lease is acquired with that authority, so a deletion or context reset that
+    ///   committed while this call waited for the lease refuses it too;
+    /// - under the lease, a binding left by the recorded predecessor is adopted (a compaction
+    ///   is a transfer), then `run` gets the lease and the authority. Write with
+    ///   `WriteOptions::checked(authority.assert_current_fn())` and call
+    ///   [`BindingAuthority::verify`] after long waits: a host change that bypasses the
+    ///   harness hooks (a rotation) then refuses the write instead of binding a stale
+    ///   generation.
+    ///
+    /// A plain [`ThreadBindingStore::with_lease`] with no assertion fences other leases only:
+    /// a writer holding an identity of a deleted or reset generation would bind it again.
+    #[tracing::instrument(name = "thread_harness.with_turn_lease", skip_all, fields(harness = %self.id, key = %identity.key()))]
+    pub async fn with_turn_lease<T, F, Fut>(
+        &self,
+        identity: &BindingIdentity,
+        caller: &BindingAuthority,
+        run: F,
+    ) -> Result<T, Error>
+    where
+        T: Send,
+        F: FnOnce(LeaseGuard, BindingAuthority) -> Fut + Send,
+        Fut: Future<Output = Result<T, Error>> + Send,
+    {
+        self.store
+            .reclaimed_lease(identity, &self.generation, caller, false, true, run)
+            .await
     }
 
     /// Resolves `identity`'s binding under the host generation: a readable binding never

@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use tether_core::{
     AgentHarness, AgentId, AgentMessage, BindingStore, Cancellation, Error, HarnessId,
-    LifecycleRevision, MessageRole, NamespaceConfig, SessionId, SessionKey, SessionTarget,
-    always_current,
+    HostErrorKind, LeaseConfig, LifecycleRevision, MessageRole, NamespaceConfig, SessionId,
+    SessionKey, SessionTarget, always_current,
 };
 use tether_finalizer::{FallbackAppend, FallbackAppendResult, FallbackTranscript, WriterFence};
 use tether_harness_sdk::backend::{BindingIdentity, ThreadBinding, WriteOptions};
+use tether_harness_sdk::generation::BindingAuthority;
+use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_host::Host;
-use tether_storage::NewHostSession;
 use tether_storage::testing::PgTestDatabase;
+use tether_storage::{CutStatus, NewHostSession, NewTranscriptEntry, TranscriptRole};
 
 const NAMESPACE: &str = "host-threads";
 
@@ -141,6 +143,224 @@ async fn host_wires_bindings_leases_and_deletion_over_one_store() {
         assert!(bindings.read(&identity).await.unwrap().is_none());
     })
     .await;
+}
+
+/// Binds `thread` for `identity` through the turn lease, writing under its authority.
+async fn bind_in_turn(
+    harness: &ThreadBindingHarness,
+    identity: &BindingIdentity,
+    thread: &str,
+) -> Result<bool, Error> {
+    let caller = BindingAuthority::caller(always_current());
+    let bindings = harness.store().clone();
+    harness
+        .with_turn_lease(identity, &caller, |_lease, authority| async move {
+            let options = WriteOptions::checked(authority.assert_current_fn());
+            bindings
+                .set(identity, ThreadBinding::new(thread, "/srv"), options)
+                .await
+        })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_turn_lease_never_binds_a_deleted_or_reset_generation() {
+    on_both("host_turn_lease", |host, _| async move {
+        let harness = Arc::new(host.thread_harness("threads", NAMESPACE).await.unwrap());
+        host.registry()
+            .register(harness.clone() as Arc<dyn AgentHarness>);
+        let agent = AgentId::new("main").unwrap();
+        let identity = |key: &SessionKey, generation: &str| {
+            BindingIdentity::session(
+                agent.clone(),
+                SessionId::new(generation).unwrap(),
+                Some(key.clone()),
+            )
+        };
+        let bound = |id: BindingIdentity| {
+            let harness = harness.clone();
+            async move {
+                let binding = harness.store().read(&id).await.unwrap();
+                binding.map(|b| b.thread_id)
+            }
+        };
+
+        // A context reset: the old generation's late writer is refused, and the reset context
+        // never comes back to the new generation.
+        let key = session(&host, "agent:main:direct:reset", "gen-1").await;
+        let (gen1, gen2) = (identity(&key, "gen-1"), identity(&key, "gen-2"));
+        assert!(bind_in_turn(&harness, &gen1, "old-context").await.unwrap());
+        let user = host
+            .store()
+            .append_transcript(&key, NewTranscriptEntry::new(TranscriptRole::User, "hi"))
+            .await
+            .unwrap();
+        let cut = host
+            .sessions()
+            .rewind(&key, user.anchor, SessionId::new("gen-2").unwrap())
+            .await
+            .unwrap();
+        assert_eq!(cut, CutStatus::Created);
+        let late = bind_in_turn(&harness, &gen1, "old-context")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(late, Error::SupersededGeneration { .. }),
+            "{late:?}"
+        );
+        assert_eq!(
+            bound(gen1.clone()).await,
+            None,
+            "the late writer wrote nothing"
+        );
+        assert!(bind_in_turn(&harness, &gen2, "new-context").await.unwrap());
+        assert_eq!(bound(gen2.clone()).await.as_deref(), Some("new-context"));
+
+        // A deletion: a turn that starts after it is refused as a missing session.
+        host.sessions()
+            .delete_sessions(std::slice::from_ref(&key))
+            .await
+            .unwrap();
+        let gone = bind_in_turn(&harness, &gen2, "after-delete")
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(
+                gone,
+                Error::Host {
+                    kind: HostErrorKind::SessionNotFound { .. }
+                }
+            ),
+            "{gone:?}"
+        );
+        assert_eq!(bound(gen2).await, None);
+
+        // A turn that read the session before the deletion and waited for its lease while the
+        // deletion held it is refused once it gets the lease (or, when it read the host after
+        // the commit, as a missing session): it never binds the deleted generation again.
+        let key = session(&host, "agent:main:direct:waiting", "gen-1").await;
+        let waiting = identity(&key, "gen-1");
+        assert!(bind_in_turn(&harness, &waiting, "first").await.unwrap());
+        let started = Arc::new(tokio::sync::Notify::new());
+        let writer = {
+            let (harness, waiting, started) = (harness.clone(), waiting.clone(), started.clone());
+            tokio::spawn(async move {
+                started.notified().await;
+                bind_in_turn(&harness, &waiting, "late").await
+            })
+        };
+        let deleted = host
+            .sessions()
+            .delete_sessions_with(std::slice::from_ref(&key), move |_, _| {
+                let started = started.clone();
+                Box::pin(async move {
+                    // The deletion holds the lease: let the writer read the session and queue.
+                    started.notify_one();
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    Ok(())
+                })
+            })
+            .await
+            .unwrap();
+        assert_eq!(deleted, vec![key.clone()]);
+        let refused = writer.await.unwrap().unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Error::SupersededGeneration { .. }
+                    | Error::Host {
+                        kind: HostErrorKind::SessionNotFound { .. }
+                    }
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            bound(waiting).await,
+            None,
+            "nothing bound for the deleted session"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_lease_config_reaches_its_bindings_and_bounds_a_deletion_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("host.db").display());
+    let quick = LeaseConfig {
+        wait_budget: Duration::from_millis(300),
+        ..LeaseConfig::with_lease_duration(Duration::from_secs(30))
+    };
+    let open = |holder: &'static str| {
+        let url = url.clone();
+        async move {
+            let host = Host::builder(url)
+                .holder(holder)
+                .lease_config(quick)
+                .open()
+                .await
+                .unwrap();
+            let harness = Arc::new(host.thread_harness("threads", NAMESPACE).await.unwrap());
+            host.registry()
+                .register(harness.clone() as Arc<dyn AgentHarness>);
+            (host, harness)
+        }
+    };
+    let (a, harness_a) = open("host-a").await;
+    let (b, _) = open("host-b").await;
+    assert_eq!(a.lease_config(), &quick);
+    assert_eq!(harness_a.store().lifecycle().lease_config(), &quick);
+
+    // Host A drives the session; host B's deletion waits for the budget, then is busy.
+    let key = session(&a, "agent:main:direct:busy", "gen-1").await;
+    let identity = BindingIdentity::session(
+        AgentId::new("main").unwrap(),
+        SessionId::new("gen-1").unwrap(),
+        Some(key.clone()),
+    );
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let turn = {
+        let (harness, identity) = (harness_a.clone(), identity.clone());
+        tokio::spawn(async move {
+            let caller = BindingAuthority::caller(always_current());
+            harness
+                .with_turn_lease(&identity, &caller, |_, _| async move {
+                    held_tx.send(()).unwrap();
+                    done_rx.await.unwrap();
+                    Ok(())
+                })
+                .await
+        })
+    };
+    held_rx.await.unwrap();
+    let started = std::time::Instant::now();
+    let err = b
+        .sessions()
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LeaseTimeout { .. }), "{err:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "waited {:?}, not the default 70 s",
+        started.elapsed()
+    );
+    done_tx.send(()).unwrap();
+    turn.await.unwrap().unwrap();
+    assert!(a.store().session(&key).await.unwrap().is_some());
+
+    // A timing that cannot renew in time is refused when the host opens.
+    let never_renews = LeaseConfig {
+        renew_interval: Duration::from_secs(30),
+        ..quick
+    };
+    let err = Host::builder(url.clone())
+        .lease_config(never_renews)
+        .open()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

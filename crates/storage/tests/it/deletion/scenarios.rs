@@ -715,7 +715,11 @@ async fn lifecycle_scenario_63_unprepared_deletion_with_owners_present(db: Db) {
     let h = f.harness("codex", true, false);
     let (key, _) = f.session("s63").await;
     let err = f.hosts().delete_without_harnesses(&key).await.unwrap_err();
-    assert!(matches!(err, Error::MutationBlocked { .. }));
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    assert!(
+        !err.is_busy() && !err.is_retryable(),
+        "retrying cannot help"
+    );
     assert_eq!(
         err.to_string(),
         format!("Session deletion requires prepared harness ownership: {key}")
