@@ -794,7 +794,9 @@ impl ThreadBindingStore {
     /// lease policy allowing the generation's own retired fence and the generation check of
     /// the record. A row of another generation vetoes the deletion only while it is active; a
     /// cleared (or retired) row of another generation holds no native thread and never vetoes
-    /// (otherwise a predecessor's tombstone would make a rotated session undeletable).
+    /// (otherwise a predecessor's tombstone would make a rotated session undeletable). The key
+    /// is leased even without a row ([`DeletionOptions::lease_absent_row`]), so no turn binds
+    /// a first thread while the deletion runs.
     pub async fn with_session_deletion<T, F, Fut>(
         &self,
         identity: &BindingIdentity,
@@ -820,6 +822,9 @@ impl ThreadBindingStore {
                 }
             })),
             prepare_lease: Some(prepare_lease(identity, true)),
+            // A session without a binding row is leased too: a turn that would bind its
+            // first thread waits for the deletion, then finds its session gone.
+            lease_absent_row: true,
         };
         self.lifecycle
             .with_deletion(identity.key(), options, run)

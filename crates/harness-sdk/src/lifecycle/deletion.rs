@@ -36,6 +36,13 @@ pub struct DeletionOptions<R> {
     pub assert_record_current: Option<RecordAssertion<R>>,
     /// Overrides the lease policy for the deletion's acquisition.
     pub prepare_lease: Option<PrepareLease<R>>,
+    /// Leases the key even when it has no row (the lease policy writes the row it starts
+    /// from), so that no one can write the key until the deletion ends: the deletion then
+    /// removes that row like any other (a rolled-back one leaves it, released, as any
+    /// `with_lease` would). Without it (the default) an absent row is not
+    /// leased, and the commit only proves that the key is still absent, which does not stop
+    /// a writer that creates the row after that proof and before the host's COMMIT.
+    pub lease_absent_row: bool,
 }
 
 impl<R> DeletionOptions<R> {
@@ -45,6 +52,7 @@ impl<R> DeletionOptions<R> {
             assert_current,
             assert_record_current: None,
             prepare_lease: None,
+            lease_absent_row: false,
         }
     }
 }
@@ -55,6 +63,7 @@ impl<R> Clone for DeletionOptions<R> {
             assert_current: self.assert_current.clone(),
             assert_record_current: self.assert_record_current.clone(),
             prepare_lease: self.prepare_lease.clone(),
+            lease_absent_row: self.lease_absent_row,
         }
     }
 }
@@ -617,7 +626,8 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
     /// inside [`Lifecycle::with_mutation`].
     ///
     /// - Absent row: `run(None, m)`; `m.commit` proves the key is still absent, `m.rollback` is
-    ///   a no-op.
+    ///   a no-op. With [`DeletionOptions::lease_absent_row`], an absent row is leased (the
+    ///   lease policy writes the row) and deleted like a present one.
     /// - Present row: under `with_lease` (acquisition with the deletion's authority and lease
     ///   policy), the row is read again, the authority and `assert_record_current` checked,
     ///   and `run(Some(record), m)` gets a mutation bound to the exact leased value. At scope
@@ -656,7 +666,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             (deletion.assert_current)()?;
             let initial = shared.store.lookup(&shared.namespace, key).await?;
             (deletion.assert_current)()?;
-            if initial.is_none() {
+            if initial.is_none() && !deletion.lease_absent_row {
                 let mutation = DeletionMutation::new(
                     shared.clone(),
                     key.clone(),

@@ -238,47 +238,62 @@ async fn host_turn_lease_never_binds_a_deleted_or_reset_generation() {
         // A turn that read the session before the deletion and waited for its lease while the
         // deletion held it is refused once it gets the lease (or, when it read the host after
         // the commit, as a missing session): it never binds the deleted generation again.
-        let key = session(&host, "agent:main:direct:waiting", "gen-1").await;
-        let waiting = identity(&key, "gen-1");
-        assert!(bind_in_turn(&harness, &waiting, "first").await.unwrap());
-        let started = Arc::new(tokio::sync::Notify::new());
-        let writer = {
-            let (harness, waiting, started) = (harness.clone(), waiting.clone(), started.clone());
-            tokio::spawn(async move {
-                started.notified().await;
-                bind_in_turn(&harness, &waiting, "late").await
-            })
-        };
-        let deleted = host
-            .sessions()
-            .delete_sessions_with(std::slice::from_ref(&key), move |_, _| {
-                let started = started.clone();
-                Box::pin(async move {
-                    // The deletion holds the lease: let the writer read the session and queue.
-                    started.notify_one();
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    Ok(())
+        for bound_before in [true, false] {
+            let key = session(
+                &host,
+                &format!("agent:main:direct:waiting-{bound_before}"),
+                "gen-1",
+            )
+            .await;
+            let waiting = identity(&key, "gen-1");
+            if bound_before {
+                assert!(bind_in_turn(&harness, &waiting, "first").await.unwrap());
+            }
+            let started = Arc::new(tokio::sync::Notify::new());
+            let writer = {
+                let (harness, waiting, started) =
+                    (harness.clone(), waiting.clone(), started.clone());
+                tokio::spawn(async move {
+                    started.notified().await;
+                    bind_in_turn(&harness, &waiting, "late").await
                 })
-            })
-            .await
-            .unwrap();
-        assert_eq!(deleted, vec![key.clone()]);
-        let refused = writer.await.unwrap().unwrap_err();
-        assert!(
-            matches!(
-                refused,
-                Error::SupersededGeneration { .. }
-                    | Error::Host {
-                        kind: HostErrorKind::SessionNotFound { .. }
-                    }
-            ),
-            "{refused:?}"
-        );
-        assert_eq!(
-            bound(waiting).await,
-            None,
-            "nothing bound for the deleted session"
-        );
+            };
+            let deleted = host
+                .sessions()
+                .delete_sessions_with(std::slice::from_ref(&key), move |_, _| {
+                    let started = started.clone();
+                    Box::pin(async move {
+                        // The deletion holds the lease: let the writer read the session and queue.
+                        started.notify_one();
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                        Ok(())
+                    })
+                })
+                .await
+                .unwrap();
+            assert_eq!(deleted, vec![key.clone()]);
+            let refused = writer.await.unwrap().unwrap_err();
+            assert!(
+                matches!(
+                    refused,
+                    Error::SupersededGeneration { .. }
+                        | Error::Host {
+                            kind: HostErrorKind::SessionNotFound { .. }
+                        }
+                ),
+                "{refused:?}"
+            );
+            assert_eq!(
+                bound(waiting.clone()).await,
+                None,
+                "nothing bound for the deleted session"
+            );
+            assert_eq!(
+                harness.store().record(&waiting).await.unwrap(),
+                None,
+                "no row left behind"
+            );
+        }
     })
     .await;
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use tether_core::{BindingStore, Error, SessionMutation, always_current};
 use tether_harness_sdk::lifecycle::{
     Applied, DeletionMutation, DeletionOptions, DeletionOutcome, DirectRowTransaction,
-    NoRowTransaction, OwnerPhase, TransactOptions,
+    LeaseOptions, NoRowTransaction, OwnerPhase, TransactOptions,
 };
 use tokio::sync::oneshot;
 
@@ -237,6 +237,47 @@ async fn lifecycle_scenario_29_absent_row_deletion() {
         f.unleased(k).await,
         Some(json!({"value": "created meanwhile"}))
     );
+}
+
+/// An absent row leased for its deletion (`lease_absent_row`): a writer that would create the
+/// row while the host transaction runs waits for the deletion instead of slipping in between
+/// the absence proof and the host's COMMIT; the committed deletion leaves nothing behind, and
+/// a rolled-back one leaves the lease policy's row, released, as any `with_lease` would.
+#[tokio::test]
+async fn lifecycle_absent_row_leased_for_its_deletion() {
+    let f = &Fixture::new().await;
+    let peer = &f.peer();
+    for commit in [true, false] {
+        let k = &key(if commit { "committed" } else { "rolled-back" });
+        let leased = DeletionOptions {
+            lease_absent_row: true,
+            ..options()
+        };
+        f.lc.with_deletion(k, leased, |current, m| async move {
+            assert_eq!(current, Some(record(json!({}))), "the lease policy's row");
+            assert!(!m.is_absent_row());
+            assert!(m.lease().is_some(), "the key is leased");
+            let busy = peer
+                .try_with_lease(k, LeaseOptions::default(), |_| async { Ok(()) })
+                .await
+                .unwrap_err();
+            assert!(busy.is_busy(), "{busy:?}");
+            if commit {
+                m.commit(&direct(f)).await?;
+                assert!(f.row(k).await.is_none());
+            } else {
+                m.rollback().await?;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+        if commit {
+            assert!(f.raw(k).await.is_none(), "nothing left behind");
+        } else {
+            assert_eq!(f.unleased(k).await, Some(json!({})), "released");
+        }
+    }
 }
 
 /// 30. Rollback after a failed (unapplied) commit returns quietly and writes nothing.
