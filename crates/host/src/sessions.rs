@@ -490,6 +490,10 @@ impl<B: HostBackend> HostSessions<B> {
 
     /// Rewinds the session to just before the user message `to`, invalidating native context
     /// through every harness with a context-reset hook, and moves it to generation `next`.
+    /// A session that does not exist is
+    /// [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound); a
+    /// refused cut (a missing entry, not a user message, …) is its [`CutStatus`] and changes
+    /// nothing.
     #[tracing::instrument(level = "info", skip(self))]
     pub async fn rewind(
         &self,
@@ -501,7 +505,8 @@ impl<B: HostBackend> HostSessions<B> {
     }
 
     /// Makes the branch tip `to` the active leaf, invalidating native context, and moves the
-    /// session to generation `next`.
+    /// session to generation `next`. A missing session and a refused switch are answered as
+    /// by [`rewind`](Self::rewind).
     #[tracing::instrument(level = "info", skip(self))]
     pub async fn switch_branch(
         &self,

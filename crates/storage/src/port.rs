@@ -89,7 +89,8 @@ pub trait HostBackend: Clone + Send + Sync + fmt::Debug + 'static {
     async fn host_session(&self, key: &SessionKey) -> Result<Option<HostSessionEntry>, Error>;
 
     /// Checks `cut` outside any transaction: the session's entry when it applies, the refusal
-    /// otherwise ([`CutStatus::MissingEntry`] when the session does not exist).
+    /// otherwise; a session that does not exist is
+    /// [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound).
     async fn check_host_cut(
         &self,
         key: &SessionKey,

@@ -370,10 +370,7 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             let Some(session) = self.session_row(&*tx, key).await? else {
-                return Err(HostErrorKind::SessionNotFound {
-                    key: key.to_string(),
-                }
-                .into());
+                return Err(not_found(key));
             };
             if !expect.holds_for(&session.entry) {
                 return Err(HostErrorKind::SessionChanged {
@@ -500,7 +497,8 @@ impl Store {
     }
 
     /// Applies a transcript cut without any harness taking part (no native context to
-    /// invalidate): moves the active leaf and rotates the session to `next`.
+    /// invalidate): moves the active leaf and rotates the session to `next`. A session that
+    /// does not exist is [`HostErrorKind::SessionNotFound`]; a refused cut is its status.
     pub async fn cut_transcript(
         &self,
         key: &SessionKey,
@@ -510,7 +508,7 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             let Some(session) = self.session_row(&*tx, key).await? else {
-                return Ok((CutStatus::MissingEntry, End::Rollback));
+                return Err(not_found(key));
             };
             let leaf = match self.plan_cut_in(&*tx, &session, cut).await? {
                 Ok(leaf) => leaf,
@@ -533,7 +531,9 @@ impl Store {
     }
 
     /// Forks the session at a user message into a new session key: the new session gets a
-    /// copy of the path up to (not including) that message. The source is not touched.
+    /// copy of the path up to (not including) that message. The source is not touched. A
+    /// source that does not exist is [`HostErrorKind::SessionNotFound`]; a refused fork is its
+    /// status.
     pub async fn fork_session(
         &self,
         source: &SessionKey,
@@ -543,7 +543,7 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             if self.session_row(&*tx, source).await?.is_none() {
-                return Ok((CutStatus::MissingEntry, End::Rollback));
+                return Err(not_found(source));
             }
             let entries = self.entries_in(&*tx, source).await?;
             let Some(target) = entries.get(&at.0) else {
@@ -662,6 +662,14 @@ impl HostSessionStore for Store {
             Err(err) => HostSessionRead::Failed(err),
         }
     }
+}
+
+/// The refusal of an operation on a session that does not exist.
+pub(crate) fn not_found(key: &SessionKey) -> Error {
+    HostErrorKind::SessionNotFound {
+        key: key.to_string(),
+    }
+    .into()
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use tether_core::{
 };
 
 use super::group::WriteTx;
+use super::host::not_found;
 use super::{SqlRowTransaction, Store, db_error};
 use crate::port::{HostBackend, HostTransaction};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
@@ -185,7 +186,7 @@ impl HostBackend for Store {
     ) -> Result<Result<HostSessionEntry, CutStatus>, Error> {
         let db = self.connection();
         let Some(row) = self.session_row(db, key).await? else {
-            return Ok(Err(CutStatus::MissingEntry));
+            return Err(not_found(key));
         };
         Ok(self.plan_cut_in(db, &row, cut).await?.map(|_| row.entry))
     }

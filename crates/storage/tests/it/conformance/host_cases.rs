@@ -220,6 +220,25 @@ pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
         );
     }
     assert_eq!(CutStatus::OffActivePath.as_str(), "off-active-path");
+    // A session that does not exist is a typed "not found", not a missing entry.
+    let nowhere = SessionKey::new("agent:main:direct:nowhere").unwrap();
+    let missing = store
+        .cut_transcript(
+            &nowhere,
+            &Cut::Rewind { to: u2.clone() },
+            SessionId::new("s-never").unwrap(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            tether_core::Error::Host {
+                kind: tether_core::HostErrorKind::SessionNotFound { .. }
+            }
+        ),
+        "{missing:?}"
+    );
     let status = store
         .cut_transcript(
             &key,
@@ -302,6 +321,20 @@ pub(crate) async fn fork_leaves_the_source_untouched(store: &Store) {
             }
         ),
         "forking onto an existing key is a typed conflict: {again:?}"
+    );
+    let nowhere = SessionKey::new("agent:main:direct:nowhere").unwrap();
+    let missing = store
+        .fork_session(&nowhere, &u2, new_session(&target, "f-3"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            tether_core::Error::Host {
+                kind: tether_core::HostErrorKind::SessionNotFound { .. }
+            }
+        ),
+        "forking a missing session is a typed not found: {missing:?}"
     );
     let forked: Vec<_> = store
         .active_path(&target)

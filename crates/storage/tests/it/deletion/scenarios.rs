@@ -525,6 +525,21 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
         f.active_leaf(&key).await,
     );
     assert_eq!(after, before);
+    // A session that does not exist is a typed "not found", not a missing entry.
+    let nowhere = SessionKey::new(format!("{key}-nowhere")).unwrap();
+    let missing = hosts
+        .rewind(&nowhere, t.u2.clone(), sid("s-x"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            missing,
+            Error::Host {
+                kind: tether_core::HostErrorKind::SessionNotFound { .. }
+            }
+        ),
+        "{missing:?}"
+    );
     assert!(
         entries(&f.log).is_empty(),
         "no harness hook ran: {:?}",
