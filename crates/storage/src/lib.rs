@@ -85,7 +85,7 @@ pub use sql::{
     AuditEntry, AuditOutcome, AuditPage, BindingRecord, FinalizationCounts, ForceExpireOutcome,
     GroupCommitStats, NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram,
     ServerClock, SessionFilter, SessionPage, SqlHostTransaction, SqlRowTransaction, Store,
-    StoreOptions, epoch_parts, redact_url, session_binding_keys,
+    StoreOptions, database_error_code, epoch_parts, redact_url, session_binding_keys,
 };
 #[cfg(feature = "test-support")]
 pub use sql::{CommitFault, GroupCommitHold};

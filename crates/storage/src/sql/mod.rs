@@ -372,6 +372,50 @@ fn database_code(_: &DbErr) -> Option<std::borrow::Cow<'_, str>> {
     None
 }
 
+/// The code the database answered for the failed statement behind `error`: PostgreSQL's
+/// SQLSTATE (`"23505"` for a unique violation), SQLite's extended result code as a number
+/// (`"2067"` for a unique constraint, `"1555"` for a primary key). `None` when no database
+/// answered: a refusal of Tether's own, a connection that failed, an unknown outcome without
+/// the database's word.
+///
+/// A host's own statements in Tether's transaction
+/// ([`SqlHostTransaction::execute`](crate::SqlHostTransaction::execute)) fail as a
+/// [`StoreErrorKind::Backend`] (or `Unavailable` when the condition is transient) with the
+/// driver's error as its cause; this reads that error's code, so the host can tell its own
+/// constraint's violation from the rest.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use tether_storage::{HostBackend as _, Store, database_error_code};
+///
+/// let store = Store::open("sqlite::memory:").await?;
+/// let tx = store.begin_host().await?;
+/// tx.execute("CREATE TABLE host_items (id INTEGER PRIMARY KEY)", vec![]).await?;
+/// tx.execute("INSERT INTO host_items (id) VALUES ($1)", vec![1.into()]).await?;
+/// let again = tx.execute("INSERT INTO host_items (id) VALUES ($1)", vec![1.into()]).await;
+/// assert_eq!(database_error_code(&again.unwrap_err()).as_deref(), Some("1555"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+pub fn database_error_code(error: &Error) -> Option<String> {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = next {
+        let cause = current.downcast_ref::<Cause>();
+        if let Some(db) = cause
+            .and_then(|c| c.downcast_ref::<DbErr>())
+            .or_else(|| current.downcast_ref::<DbErr>())
+        {
+            return database_code(db).map(std::borrow::Cow::into_owned);
+        }
+        // A `Cause`'s own `source` skips the error it holds: step into that error.
+        next = match cause {
+            Some(c) => Some(c.get()),
+            None => current.source(),
+        };
+    }
+    None
+}
+
 /// Whether `err` is an error the database answered to a statement (it ran, or was refused,
 /// and the database said so), as opposed to a statement whose answer never came.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]

@@ -180,6 +180,35 @@ async fn body(store: Store) {
     assert!(matches!(err, Error::Store { .. }), "{err:?}");
     assert!(store.session(&kept).await.unwrap().is_some());
     assert_eq!(host_rows(&store, &kept).await, 1);
+
+    // 4. The host's own constraint, violated: the database's code reaches the host.
+    let err = hosts
+        .delete_sessions_with(std::slice::from_ref(&kept), |tx, _| {
+            Box::pin(async move {
+                let again = "INSERT INTO host_chat_threads (session_key, title) VALUES ($1, 'x')";
+                let key = tether_storage::sea_orm::Value::from("host-writes-duplicate");
+                tx.execute(again, vec![key.clone()]).await?;
+                tx.execute(again, vec![key]).await?;
+                Ok(())
+            })
+        })
+        .await
+        .unwrap_err();
+    let unique_violation = match store.backend() {
+        tether_storage::sea_orm::DbBackend::Postgres => "23505",
+        _ => "1555",
+    };
+    assert_eq!(
+        tether_storage::database_error_code(&err).as_deref(),
+        Some(unique_violation),
+        "{err:?}"
+    );
+    assert!(store.session(&kept).await.unwrap().is_some(), "rolled back");
+    // Tether's own refusals carry no database code.
+    let refused = tether_core::Error::from(tether_core::HostErrorKind::SessionNotFound {
+        key: kept.to_string(),
+    });
+    assert_eq!(tether_storage::database_error_code(&refused), None);
 }
 
 #[tokio::test]
