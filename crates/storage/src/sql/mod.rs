@@ -692,49 +692,52 @@ impl Store {
 
     /// Checks the schema's version and, when `run` is set, applies pending migrations; without
     /// `run` a pending migration is refused.
+    ///
+    /// The applied versions are read first without touching the schema, so opening an
+    /// up-to-date database runs no DDL (on PostgreSQL the migrator's `CREATE TABLE IF NOT
+    /// EXISTS` would otherwise log a server notice per check at every start); the migrator
+    /// runs only on a new database or when a migration is pending.
     async fn migrate(&self, run: bool) -> Result<(), Error> {
         let db = &self.inner.db;
         let known: Vec<String> = Migrator::migrations()
             .iter()
             .map(|m| m.name().to_owned())
             .collect();
-        let applied: Vec<String> = if run {
-            Migrator::get_migration_models(db)
-                .await
-                .map_err(db_error)?
-                .into_iter()
-                .map(|m| m.version)
-                .collect()
-        } else {
-            // Read the migration table without creating it (the migrator's own read would).
-            let read = sea_orm::ConnectionTrait::query_all_raw(
-                db,
-                Statement::from_string(self.inner.backend, "SELECT version FROM seaql_migrations"),
-            )
-            .await;
-            match read {
-                Ok(rows) => rows
-                    .iter()
+        // Read the migration table without creating it (the migrator's own read would).
+        let read = sea_orm::ConnectionTrait::query_all_raw(
+            db,
+            Statement::from_string(self.inner.backend, "SELECT version FROM seaql_migrations"),
+        )
+        .await;
+        let applied: Option<Vec<String>> = match read {
+            Ok(rows) => Some(
+                rows.iter()
                     .map(|row| row.try_get::<String>("", "version"))
                     .collect::<Result<_, _>>()
                     .map_err(db_error)?,
-                Err(e) => {
-                    let err = db_error(e);
-                    if matches!(
-                        &err,
-                        Error::Store {
-                            kind: StoreErrorKind::Unavailable { .. }
-                                | StoreErrorKind::Unusable { .. }
-                        }
-                    ) {
-                        return Err(err);
+            ),
+            Err(e) => {
+                let err = db_error(e);
+                if matches!(
+                    &err,
+                    Error::Store {
+                        kind: StoreErrorKind::Unavailable { .. } | StoreErrorKind::Unusable { .. }
                     }
-                    return Err(configuration(format!(
-                        "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
-                        self.inner.url
-                    )));
+                ) {
+                    return Err(err);
                 }
+                // No migration table: a database Tether never migrated.
+                None
             }
+        };
+        let Some(applied) = applied else {
+            if run {
+                return Migrator::up(db, None).await.map_err(db_error);
+            }
+            return Err(configuration(format!(
+                "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
+                self.inner.url
+            )));
         };
         if let Some(unknown) = applied
             .iter()
@@ -747,16 +750,16 @@ impl Store {
                 supported: migration::newest_known(),
             }));
         }
-        if !run {
-            let pending = known.iter().filter(|k| !applied.contains(k)).count();
-            if pending > 0 {
-                return Err(configuration(format!(
-                    "the database at {} is missing {pending} of {} schema migrations (a new or older database): run `tether migrate` first",
-                    self.inner.url,
-                    known.len()
-                )));
-            }
+        let pending = known.iter().filter(|k| !applied.contains(k)).count();
+        if pending == 0 {
             return Ok(());
+        }
+        if !run {
+            return Err(configuration(format!(
+                "the database at {} is missing {pending} of {} schema migrations (a new or older database): run `tether migrate` first",
+                self.inner.url,
+                known.len()
+            )));
         }
         Migrator::up(db, None).await.map_err(db_error)
     }
