@@ -18,9 +18,9 @@
 pub use crate::{
     AgentHarness, AgentId, AgentMessage, ApplyOutcome, AttemptParams, AttemptResult, BindingId,
     BindingKey, BindingStore, Clock, Error, HarnessId, HarnessRegistry, HostErrorKind,
-    HostSessionStore, Intent, JsonObjectCodec, Lease, LeaseConfig, LeaseEpoch, LeaseToken,
-    LeaseWrite, MessageRole, Namespace, NamespaceConfig, QuarantineStore, RecordCodec,
+    HostSessionEntry, HostSessionStore, Intent, JsonObjectCodec, Lease, LeaseConfig, LeaseEpoch,
+    LeaseToken, LeaseWrite, MessageRole, Namespace, NamespaceConfig, QuarantineStore, RecordCodec,
     RowTransaction, RowWrite, RunId, RuntimeErrorKind, SessionContextResetHook,
     SessionDeletionHook, SessionId, SessionKey, SessionMutation, SettledTurnFinalizer,
-    StoreErrorKind, SystemClock, Timestamp, TokenSource, always_current,
+    StoreErrorKind, SystemClock, Timestamp, TokenSource, TranscriptAnchor, always_current,
 };

@@ -8,5 +8,6 @@ pub use tether_harness_sdk::prelude::*;
 pub use tether_storage::prelude::*;
 
 pub use crate::{
-    ActiveRuns, DeletionRequest, Host, HostBuilder, HostSessions, SqlFallbackTranscript,
+    ActiveRuns, AdmittedRun, DeletionRequest, Host, HostBuilder, HostSessions,
+    SqlFallbackTranscript, WorkTracker,
 };

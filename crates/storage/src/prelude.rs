@@ -17,6 +17,6 @@
 pub use tether_core::prelude::*;
 
 pub use crate::{
-    HostBackend, HostTransaction, MemoryStore, NewHostSession, NewTranscriptEntry, Store,
-    StoreAdmin, StoreOptions, TranscriptRole,
+    CutStatus, HostBackend, HostTransaction, MemoryStore, NewHostSession, NewTranscriptEntry,
+    SqlHostTransaction, Store, StoreAdmin, StoreOptions, TranscriptEntry, TranscriptRole,
 };
