@@ -20,12 +20,13 @@ pub(crate) enum LogFormat {
     Json,
 }
 
-/// Initialises `tracing` output on stderr (`RUST_LOG`, default `info`) in `format`. Terminal
-/// colour codes are written only when stderr is a terminal: a log file or a collector reading a
-/// pipe gets plain text.
-pub(crate) fn init_logging(format: LogFormat) {
+/// Initialises `tracing` output on stderr (`RUST_LOG`, default `default_filter`) in `format`.
+/// Terminal colour codes are written only when stderr is a terminal: a log file or a collector
+/// reading a pipe gets plain text.
+pub(crate) fn init_logging(format: LogFormat, default_filter: &str) {
     use std::io::IsTerminal as _;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

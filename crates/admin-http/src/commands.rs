@@ -228,8 +228,15 @@ pub(crate) async fn demo(database_url: &str) -> Result<(), CommandError> {
             "the demo failed: {e}; run it on a fresh database (e.g. --database-url sqlite://demo.db)"
         ))
     })?;
+    // The ops sessions' second turns script a finalization answer outside the contract: their
+    // fallbacks (and the warnings logged for them) are the demo's, not a fault.
+    let scripted = if summary.finalizations.1 > 0 {
+        " (scripted: the ops sessions' models answer outside the contract, the host's fallback answers)"
+    } else {
+        ""
+    };
     say(&format!(
-        "demo: {} sessions, {} turns, finalizations {} succeeded / {} fell back; context reset: {}; deleted: {}; stuck lease: {}; quarantined: {}",
+        "demo: {} sessions, {} turns, finalizations {} succeeded / {} fell back{scripted}; context reset: {}; deleted: {}; stuck lease: {}; quarantined: {}",
         summary.sessions,
         summary.turns,
         summary.finalizations.0,

@@ -353,7 +353,13 @@ enum AuditCommand {
 
 fn main() -> ExitCode {
     let args = Cli::parse();
-    cli::init_logging(args.log_format);
+    // The demo's output is its summary: its steps' info lines would bury it (RUST_LOG still
+    // asks for them).
+    let default_filter = match &args.command {
+        Command::Demo { .. } => "warn",
+        _ => "info",
+    };
+    cli::init_logging(args.log_format, default_filter);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

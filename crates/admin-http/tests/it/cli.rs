@@ -32,9 +32,22 @@ fn text(out: &Output) -> String {
 async fn demo_populates_a_database_the_api_then_reads() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("demo.db").display());
-    let out = tether(&["demo"], &url);
+    // Without RUST_LOG: the summary, not the steps' info lines.
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["demo", "--database-url", &url])
+        .env_remove("RUST_LOG")
+        .env_remove("TETHER_DATABASE_URL")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("tether serve --database-url"));
+    assert!(
+        text(&out).contains("fell back (scripted:"),
+        "the fallbacks are explained: {}",
+        text(&out)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains(" INFO "), "no info lines: {stderr}");
 
     let config = ServeConfig::new(&url, "127.0.0.1:0", &Default::default()).unwrap();
     let state = AppState::from_database(open_database(&config).await.unwrap(), Tokens::default());
