@@ -11,6 +11,7 @@ use tether_core::{
 
 use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, corrupt, db_error, to_i64};
+use crate::port::not_found;
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, SessionExpectation, TranscriptEntry,
     TranscriptHit, TranscriptMetadata, TranscriptRole, encode_metadata,
@@ -662,14 +663,6 @@ impl HostSessionStore for Store {
             Err(err) => HostSessionRead::Failed(err),
         }
     }
-}
-
-/// The refusal of an operation on a session that does not exist.
-pub(crate) fn not_found(key: &SessionKey) -> Error {
-    HostErrorKind::SessionNotFound {
-        key: key.to_string(),
-    }
-    .into()
 }
 
 #[cfg(test)]

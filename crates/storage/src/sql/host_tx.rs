@@ -11,9 +11,8 @@ use tether_core::{
 };
 
 use super::group::WriteTx;
-use super::host::not_found;
 use super::{SqlRowTransaction, Store, db_error};
-use crate::port::{HostBackend, HostTransaction};
+use crate::port::{HostBackend, HostTransaction, not_found};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
 
 /// The open SQL transaction of a host operation (deletion, context reset).
