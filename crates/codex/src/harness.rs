@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tether_core::TerminalDiagnostic;
 use tether_core::{
     AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
-    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostErrorKind, HostSessionRead,
+    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionRead,
     HostSessionStore, LeaseConfig, MessageRole, MutationRun, Namespace, ResetParams, ResetReason,
     SessionContextResetHook, SessionContextResetParams, SessionDeletionHook, SessionDeletionParams,
     SessionKey, ToolMeta, Usage,
@@ -965,12 +965,9 @@ impl Inner {
     async fn host_session_exists(&self, session_key: &SessionKey) -> Result<(), CodexError> {
         match self.host_sessions.read_session(session_key).await {
             HostSessionRead::Current(_) => Ok(()),
-            HostSessionRead::Missing => Err(CodexError::Lifecycle(
-                HostErrorKind::SessionNotFound {
-                    key: session_key.to_string(),
-                }
-                .into(),
-            )),
+            HostSessionRead::Missing => {
+                Err(CodexError::Lifecycle(Error::session_not_found(session_key)))
+            }
             HostSessionRead::Failed(error) => Err(CodexError::Lifecycle(error)),
             // A read this crate does not know yet: the mirror decides, as before.
             _ => Ok(()),

@@ -8,6 +8,7 @@
 use std::sync::Arc;
 
 use crate::ids::IdError;
+use crate::ids::SessionKey;
 use crate::keys::BindingKey;
 
 /// A boxed error for causes that come from outside Tether.
@@ -351,6 +352,15 @@ impl Error {
         Self::InvalidArgument {
             message: message.into(),
         }
+    }
+
+    /// A host-session operation on a session that does not exist
+    /// ([`HostErrorKind::SessionNotFound`]; HTTP 404).
+    pub fn session_not_found(key: &SessionKey) -> Self {
+        HostErrorKind::SessionNotFound {
+            key: key.to_string(),
+        }
+        .into()
     }
 
     /// A revocation (the caller's assertion refused).

@@ -109,12 +109,3 @@ pub trait HostBackend: Clone + Send + Sync + fmt::Debug + 'static {
         new: NewHostSession,
     ) -> Result<CutStatus, Error>;
 }
-
-/// The refusal of an operation on a session that does not exist (every host backend answers
-/// it alike).
-pub(crate) fn not_found(key: &SessionKey) -> Error {
-    tether_core::HostErrorKind::SessionNotFound {
-        key: key.to_string(),
-    }
-    .into()
-}

@@ -760,10 +760,7 @@ impl ThreadBindingStore {
             && capture.state() == GenerationState::Ephemeral
             && let Some(key) = &target.session_key
         {
-            return Err(tether_core::HostErrorKind::SessionNotFound {
-                key: key.to_string(),
-            }
-            .into());
+            return Err(Error::session_not_found(key));
         }
         let authority = capture.authority().clone();
         // Only a host row naming this generation may lease (and then repair) its own fence.

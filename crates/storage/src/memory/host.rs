@@ -11,7 +11,7 @@ use tether_core::{
 
 use super::state::{State, Transcript};
 use super::{MemoryStore, MemoryTransaction};
-use crate::port::{HostBackend, HostTransaction, not_found};
+use crate::port::{HostBackend, HostTransaction};
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, TranscriptEntry, TranscriptRole, path_to,
     plan_cut,
@@ -75,7 +75,7 @@ impl MemoryStore {
         let now = self.now();
         let mut state = self.state();
         if !state.host_sessions.contains_key(key) {
-            return Err(not_found(key));
+            return Err(Error::session_not_found(key));
         }
         let id = state.last_entry + 1;
         let transcript = state.transcripts.entry(key.clone()).or_default();
@@ -457,7 +457,7 @@ impl HostBackend for MemoryStore {
         cut: &Cut,
     ) -> Result<Result<HostSessionEntry, CutStatus>, Error> {
         let Some(entry) = self.read_entry(key)? else {
-            return Err(not_found(key));
+            return Err(Error::session_not_found(key));
         };
         Ok(check_cut_in(&self.state(), key, cut).map(|_| entry))
     }
@@ -475,7 +475,7 @@ impl HostBackend for MemoryStore {
         let path = {
             let state = self.state();
             if !state.host_sessions.contains_key(source) {
-                return Err(not_found(source));
+                return Err(Error::session_not_found(source));
             }
             let empty = Transcript::default();
             let transcript = state.transcripts.get(source).unwrap_or(&empty);

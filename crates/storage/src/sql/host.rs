@@ -11,7 +11,6 @@ use tether_core::{
 
 use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, corrupt, db_error, to_i64};
-use crate::port::not_found;
 use crate::transcript::{
     Cut, CutStatus, NewHostSession, NewTranscriptEntry, SessionExpectation, TranscriptEntry,
     TranscriptHit, TranscriptMetadata, TranscriptRole, encode_metadata,
@@ -371,7 +370,7 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             let Some(session) = self.session_row(&*tx, key).await? else {
-                return Err(not_found(key));
+                return Err(Error::session_not_found(key));
             };
             if !expect.holds_for(&session.entry) {
                 return Err(HostErrorKind::SessionChanged {
@@ -509,7 +508,7 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             let Some(session) = self.session_row(&*tx, key).await? else {
-                return Err(not_found(key));
+                return Err(Error::session_not_found(key));
             };
             let leaf = match self.plan_cut_in(&*tx, &session, cut).await? {
                 Ok(leaf) => leaf,
@@ -544,7 +543,7 @@ impl Store {
         let tx = self.begin_write().await?;
         let result = async {
             if self.session_row(&*tx, source).await?.is_none() {
-                return Err(not_found(source));
+                return Err(Error::session_not_found(source));
             }
             let entries = self.entries_in(&*tx, source).await?;
             let Some(target) = entries.get(&at.0) else {

@@ -12,7 +12,7 @@ use tether_core::{
 
 use super::group::WriteTx;
 use super::{SqlRowTransaction, Store, db_error};
-use crate::port::{HostBackend, HostTransaction, not_found};
+use crate::port::{HostBackend, HostTransaction};
 use crate::transcript::{Cut, CutStatus, NewHostSession};
 
 /// The open SQL transaction of a host operation (deletion, context reset).
@@ -185,7 +185,7 @@ impl HostBackend for Store {
     ) -> Result<Result<HostSessionEntry, CutStatus>, Error> {
         let db = self.connection();
         let Some(row) = self.session_row(db, key).await? else {
-            return Err(not_found(key));
+            return Err(Error::session_not_found(key));
         };
         Ok(self.plan_cut_in(db, &row, cut).await?.map(|_| row.entry))
     }

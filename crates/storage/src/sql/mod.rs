@@ -709,13 +709,12 @@ impl Store {
             Statement::from_string(self.inner.backend, "SELECT version FROM seaql_migrations"),
         )
         .await;
-        let applied: Option<Vec<String>> = match read {
-            Ok(rows) => Some(
-                rows.iter()
-                    .map(|row| row.try_get::<String>("", "version"))
-                    .collect::<Result<_, _>>()
-                    .map_err(db_error)?,
-            ),
+        let applied: Vec<String> = match read {
+            Ok(rows) => rows
+                .iter()
+                .map(|row| row.try_get::<String>("", "version"))
+                .collect::<Result<_, _>>()
+                .map_err(db_error)?,
             Err(e) => {
                 let err = db_error(e);
                 if matches!(
@@ -727,17 +726,14 @@ impl Store {
                     return Err(err);
                 }
                 // No migration table: a database Tether never migrated.
-                None
+                if run {
+                    return Migrator::up(db, None).await.map_err(db_error);
+                }
+                return Err(configuration(format!(
+                    "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
+                    self.inner.url
+                )));
             }
-        };
-        let Some(applied) = applied else {
-            if run {
-                return Migrator::up(db, None).await.map_err(db_error);
-            }
-            return Err(configuration(format!(
-                "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
-                self.inner.url
-            )));
         };
         if let Some(unknown) = applied
             .iter()
