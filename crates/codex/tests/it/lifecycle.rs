@@ -861,3 +861,71 @@ async fn codex_e2e_rewind_retires_a_binding_compaction_had_not_transferred() {
     assert_ne!(next.thread_id, first.thread_id);
     assert!(!mentions(&model.requests()[2], "9931"));
 }
+
+/// A turn that still carries the generation a rewind superseded, with no host authority of its
+/// own (`TurnRequest::new`), is refused as `SupersededGeneration` under the session's lease:
+/// it binds no thread for either generation and sends nothing to the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_late_turn_of_a_superseded_generation_binds_nothing() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("First answer."),
+        Step::Reply("A late answer."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("late-generation");
+    host.create_session(&key).await;
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    // The host moves the session to generation gen-2 (a rewind to the first user message).
+    let status = host
+        .sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[0].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+
+    // A turn still carrying gen-1 (queued before the rewind, no authority of its own) is
+    // refused before Codex is asked for anything.
+    let late = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-late", "late question")))
+        .await;
+    assert!(
+        matches!(
+            &late,
+            Err(tether_codex::CodexError::Lifecycle(
+                tether_core::Error::SupersededGeneration { .. }
+            ))
+        ),
+        "{late:?}"
+    );
+    assert!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-late", ""))
+            .await
+            .unwrap()
+            .is_none(),
+        "the late turn bound nothing for gen-1"
+    );
+    assert!(
+        host.harness
+            .bound_thread(&attempt_in(&key, "gen-2", "run-2", ""))
+            .await
+            .unwrap()
+            .is_none(),
+        "nor for gen-2"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(model.requests().len(), 1, "the late turn reached the model");
+}
