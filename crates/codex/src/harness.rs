@@ -1513,7 +1513,11 @@ impl Inner {
         state: &mut TurnState,
         request: ServerRequest,
     ) -> Result<(), CodexError> {
-        if let Err(lost) = state.lease.check() {
+        // Every request asks for a side effect (a host tool) or a grant (an approval): the
+        // lease is confirmed against the store first, so a lease an operator revoked or
+        // another host took over is refused at once, not at the next renewal. A store that
+        // cannot answer cannot confirm it either: refused the same way.
+        if let Err(lost) = state.lease.verify_fence().await {
             // A stale owner runs nothing and grants nothing.
             tracing::warn!(method = request.method, error = %lost, "lease lost mid-turn: refusing");
             state.lease_lost.get_or_insert(lost);

@@ -772,6 +772,68 @@ async fn codex_e2e_lost_lease_mid_turn_runs_no_tool() {
     );
 }
 
+/// With the shipped lease timing (renewed every ~22 s) an operator's revocation mid-turn is not
+/// seen by any renewal within the turn: the host tool is still refused, because the harness
+/// reads the lease row before it runs a host tool, and the turn fails as a lost lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_lease_revoked_mid_turn_runs_no_tool_with_the_shipped_lease() {
+    let Some((world, model)) = world(vec![
+        Step::SlowCalls(
+            Duration::from_secs(2),
+            vec![("call-revoked", "lookup", json!({ "q": "revoked" }))],
+        ),
+        Step::Reply("should not matter"),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("revoked-shipped");
+    host.create_session(&key).await;
+
+    let harness = host.harness.clone();
+    let key_a = key.clone();
+    let running = tokio::spawn(async move {
+        harness
+            .run_turn(TurnRequest::new(attempt(&key_a, "run-1", "look it up")))
+            .await
+    });
+    model.wait_for_requests(1).await;
+    let identity = tether_harness_sdk::backend::BindingIdentity::session(
+        tether_core::AgentId::new(crate::host::AGENT).unwrap(),
+        tether_core::SessionId::new(crate::host::SESSION_ID).unwrap(),
+        Some(key.clone()),
+    );
+    let ns = tether_core::Namespace::new(tether_codex::NAMESPACE).unwrap();
+    let expired = host
+        .store
+        .force_expire_lease(&ns, identity.key(), None)
+        .await
+        .unwrap();
+    assert!(
+        matches!(expired, tether_storage::ForceExpireOutcome::Expired { .. }),
+        "{expired:?}"
+    );
+
+    let error = running.await.unwrap().unwrap_err();
+    assert!(
+        matches!(&error, CodexError::Lifecycle(e) if e.is_lost_lease()),
+        "got {error:?}"
+    );
+    assert!(
+        host.tools.executed().is_empty(),
+        "a host whose lease was revoked must not run tools"
+    );
+    assert!(
+        model
+            .requests()
+            .iter()
+            .all(|r| !mentions(r, "definition of revoked")),
+        "no tool result reached the model"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
     let Some((world, _model)) = world(vec![Step::Fail(400), Step::Reply("Better now.")]).await

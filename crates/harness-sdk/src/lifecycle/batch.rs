@@ -377,7 +377,7 @@ impl Shared {
                         renewed[i] = true;
                     } else {
                         refused += 1;
-                        owner.fail_if_held(self.lost(&owner.key));
+                        owner.lose_if_held(self.lost(&owner.key));
                     }
                     owner.set_renewal_pending(false);
                 }

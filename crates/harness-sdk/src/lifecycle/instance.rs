@@ -675,7 +675,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 CasResult::LeaseLost => {
                     let error = shared.lost(key);
                     if let Some(owner) = &owner {
-                        owner.fail(error.clone());
+                        owner.lose(error.clone());
                         return Err(owner.failure_or_lost(shared));
                     }
                     return Err(error);

@@ -32,6 +32,11 @@ pub enum OwnerPhase {
 struct OwnerInner {
     phase: OwnerPhase,
     failure: Option<Error>,
+    /// Whether the store showed that the lease is no longer this owner's (a renewal refused,
+    /// a write or a fence check that found the row taken over or its lease revoked). A
+    /// renewal that merely failed (the store did not answer) leaves it unset: the lease is
+    /// then still this owner's until its known expiry.
+    taken: bool,
     epoch: Option<LeaseEpoch>,
     expires_at: Timestamp,
     /// The row as this owner's last write left it, if the store reported it: the starting
@@ -92,6 +97,7 @@ impl OwnerState {
             inner: Mutex::new(OwnerInner {
                 phase: OwnerPhase::Held,
                 failure: None,
+                taken: false,
                 epoch: None,
                 expires_at: Timestamp::EPOCH,
                 last_written: None,
@@ -153,6 +159,39 @@ impl OwnerState {
         }
         drop(inner);
         self.changed.notify_waiters();
+    }
+
+    /// Records that the store showed the lease is no longer this owner's (the failure only
+    /// while the phase is still `Held`, like [`OwnerState::fail_if_held`]): from then on a
+    /// [`LeaseAssertion`] fails at once instead of at the lease's known expiry.
+    pub(crate) fn lose_if_held(&self, error: Error) {
+        let mut inner = self.lock();
+        if inner.phase == OwnerPhase::Held {
+            inner.taken = true;
+            if inner.failure.is_none() {
+                inner.failure = Some(error);
+            }
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    /// Records a sticky failure like [`OwnerState::fail`], for a loss the store showed (see
+    /// [`OwnerState::lose_if_held`]).
+    pub(crate) fn lose(&self, error: Error) {
+        let mut inner = self.lock();
+        inner.taken = true;
+        if inner.failure.is_none() {
+            inner.failure = Some(error);
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+    }
+
+    /// Whether a [`LeaseAssertion`] passes at `now`: held, not shown taken, not expired.
+    fn asserts_at(&self, now: Timestamp) -> bool {
+        let inner = self.lock();
+        inner.phase == OwnerPhase::Held && !inner.taken && is_live(inner.expires_at, now)
     }
 
     pub(crate) fn block(&self, error: Error) {
@@ -460,28 +499,7 @@ impl LeaseGuard {
     /// exact token at this epoch, live. Returns the epoch. A failed check records the lost
     /// lease on the owner (sticky, reported at scope exit).
     pub async fn verify_fence(&self) -> Result<LeaseEpoch, Error> {
-        self.owner.assert_held(&self.shared)?;
-        let row = self
-            .shared
-            .store
-            .lookup(&self.shared.namespace, &self.owner.key)
-            .await?;
-        let now = self.shared.clock.now();
-        let epoch = self.owner.epoch();
-        match row.as_ref().and_then(|r| r.lease.as_ref()) {
-            Some(lease)
-                if lease.token == self.owner.token
-                    && Some(lease.epoch) == epoch
-                    && lease.is_live(now) =>
-            {
-                Ok(lease.epoch)
-            }
-            _ => {
-                // A discovered loss is sticky like any other.
-                self.owner.fail(self.shared.lost(&self.owner.key));
-                Err(self.owner.failure_or_lost(&self.shared))
-            }
-        }
+        verify_fence(&self.owner, &self.shared).await
     }
 
     /// Whether a heartbeat renewal is in flight.
@@ -516,14 +534,38 @@ impl LeaseGuard {
     }
 }
 
+/// [`LeaseGuard::verify_fence`] and [`LeaseAssertion::verify_fence`]: one read of the row.
+async fn verify_fence(owner: &OwnerState, shared: &Shared) -> Result<LeaseEpoch, Error> {
+    owner.assert_held(shared)?;
+    let row = shared.store.lookup(&shared.namespace, &owner.key).await?;
+    let now = shared.clock.now();
+    let epoch = owner.epoch();
+    match row.as_ref().and_then(|r| r.lease.as_ref()) {
+        Some(lease)
+            if lease.token == owner.token && Some(lease.epoch) == epoch && lease.is_live(now) =>
+        {
+            Ok(lease.epoch)
+        }
+        _ => {
+            // A discovered loss is sticky like any other.
+            owner.lose(shared.lost(&owner.key));
+            Err(owner.failure_or_lost(shared))
+        }
+    }
+}
+
 /// A synchronous lease check captured inside a `with_lease` scope (see `docs/lifecycle.md`,
 /// "Lease assertions").
 ///
-/// It checks only the owner's phase and the owner's known lease expiry against the clock; it
-/// does not consult host authority and reads no store. It keeps working after the host run
-/// is retired and heartbeats stopped, until the lease expires or the scope closes. On failure
-/// it returns the owner's sticky failure when there is one (for example a renewal failure with
-/// its cause), else a lost lease.
+/// [`LeaseAssertion::check`] looks only at the owner: its phase, whether the store already
+/// showed the lease taken (a refused renewal, a write or a fence check that found another
+/// owner or a revoked lease), and its known lease expiry against the clock; it does not
+/// consult host authority and reads no store. A renewal that merely failed (the store did not
+/// answer) does not fail it before the expiry: no other owner can take the lease until then.
+/// It keeps working after the host run is retired and heartbeats stopped, until the lease
+/// expires or the scope closes. [`LeaseAssertion::verify_fence`] adds one read of the row. On
+/// failure both return the owner's sticky failure when there is one (for example a renewal
+/// failure with its cause), else a lost lease.
 #[derive(Clone)]
 pub struct LeaseAssertion {
     owner: Arc<OwnerState>,
@@ -539,13 +581,26 @@ impl fmt::Debug for LeaseAssertion {
 }
 
 impl LeaseAssertion {
-    /// Fails once the phase is no longer held or the known lease has expired.
+    /// Fails once the phase is no longer held, the store showed the lease taken (a refused
+    /// renewal, a write or fence check that found another owner or a revoked lease), or the
+    /// known lease has expired.
     pub fn check(&self) -> Result<(), Error> {
-        let now = self.shared.clock.now();
-        if self.owner.phase() != OwnerPhase::Held || !is_live(self.owner.expires_at(), now) {
+        if !self.owner.asserts_at(self.shared.clock.now()) {
             return Err(self.owner.failure_or_lost(&self.shared));
         }
         Ok(())
+    }
+
+    /// [`LeaseAssertion::check`], then one read of the row, like
+    /// [`LeaseGuard::verify_fence`]: the row must still carry this owner's token at this
+    /// epoch, live. Returns the epoch. A lease revoked in the store (`tether leases expire`,
+    /// `BindingStore::force_expire_lease`) or taken over fails here at once, where
+    /// [`LeaseAssertion::check`] notices it only at the next renewal. Call it before a side
+    /// effect that must not run twice (a host tool, an approval); a failure is recorded on
+    /// the owner like any lost lease.
+    pub async fn verify_fence(&self) -> Result<LeaseEpoch, Error> {
+        self.check()?;
+        verify_fence(&self.owner, &self.shared).await
     }
 
     /// The fencing epoch of the asserted lease.

@@ -443,12 +443,12 @@ impl Shared {
                 wrote: true,
             }) => {
                 if epoch.is_some() && owner.epoch().is_some() && epoch != owner.epoch() {
-                    owner.fail_if_held(self.lost(&owner.key));
+                    owner.lose_if_held(self.lost(&owner.key));
                 } else {
                     owner.record_lease(expires_at, None);
                 }
             }
-            Ok(_) => owner.fail_if_held(self.lost(&owner.key)),
+            Ok(_) => owner.lose_if_held(self.lost(&owner.key)),
             Err(error) => {
                 tracing::warn!(key = %owner.key, error = %error, "lease renewal failed");
                 owner.fail_if_held(self.texts.lost_lease(&owner.key, Some(error)));

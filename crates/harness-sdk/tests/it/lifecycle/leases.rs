@@ -390,6 +390,57 @@ async fn lifecycle_scenario_10_renewal_failure_preserved_until_assertion_expires
     assert_eq!(cause.to_string(), "cause C: observe failed");
 }
 
+/// Beside scenario 10: a renewal *refused* because the row no longer carries the lease (an
+/// operator expired it, another owner took it) fails a retained assertion at once, well before
+/// the lease's known expiry; and `LeaseAssertion::verify_fence` notices a revoked lease with one
+/// read, before any renewal.
+#[tokio::test]
+async fn lifecycle_assertion_fails_at_once_when_the_store_shows_the_lease_taken() {
+    let f = &Fixture::new().await;
+    let (refused, read) = (&key("refused"), &key("read"));
+    f.put(refused, json!({"value": "original"}), None).await;
+    f.put(read, json!({"value": "original"}), None).await;
+
+    // Noticed by a renewal.
+    let result =
+        f.lc.with_lease(refused, LeaseOptions::default(), |guard| async move {
+            let assert = f.lc.capture_lease_assertion(refused)?;
+            // The lease is removed from the row behind the owner's back.
+            f.put(refused, json!({"value": "original"}), None).await;
+            assert.check().expect("nothing known before the renewal");
+            f.timer.advance(RENEW).await;
+            assert!(guard.failure().is_some(), "the refused renewal is recorded");
+            assert!(
+                guard.expires_at() > f.now(),
+                "the known expiry is still ahead"
+            );
+            assert!(assert.check().unwrap_err().is_lost_lease());
+            Ok(())
+        })
+        .await;
+    assert!(
+        result.unwrap_err().is_lost_lease(),
+        "the loss is reported at exit"
+    );
+
+    // Noticed by a read.
+    let result =
+        f.lc.with_lease(read, LeaseOptions::default(), |guard| async move {
+            let assert = f.lc.capture_lease_assertion(read)?;
+            assert_eq!(assert.verify_fence().await?, guard.epoch());
+            f.put(read, json!({"value": "original"}), None).await;
+            assert.check().expect("nothing known without a read");
+            assert!(assert.verify_fence().await.unwrap_err().is_lost_lease());
+            assert!(
+                assert.check().unwrap_err().is_lost_lease(),
+                "known from then on"
+            );
+            Ok(())
+        })
+        .await;
+    assert!(result.unwrap_err().is_lost_lease());
+}
+
 /// 11. Quiesce refuses while a renewal is in flight, succeeds after it is joined, stops
 /// heartbeats and transacts; release still happens at exit.
 #[tokio::test]
