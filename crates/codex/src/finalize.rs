@@ -162,12 +162,14 @@ pub struct CodexFinalizerRuntime {
     server: Arc<CodexAppServer>,
     cwd: String,
     transcript: Arc<dyn HostTranscript>,
-    session_key: SessionKey,
+    /// The one session this runtime mirrors into; `None`: the session of each try.
+    session_key: Option<SessionKey>,
 }
 
 impl CodexFinalizerRuntime {
     /// A runtime starting its private processes from `server`'s configuration, with threads in
-    /// `cwd`, mirroring the answer into `transcript` under `session_key`.
+    /// `cwd`, mirroring the answer into `transcript` under `session_key` (a try for another
+    /// session is refused with [`Error::InvalidArgument`]).
     pub fn new(
         server: Arc<CodexAppServer>,
         cwd: impl Into<String>,
@@ -178,7 +180,41 @@ impl CodexFinalizerRuntime {
             server,
             cwd: cwd.into(),
             transcript,
-            session_key,
+            session_key: Some(session_key),
+        }
+    }
+
+    /// [`CodexFinalizerRuntime::new`] for every session: the answer is mirrored under the
+    /// session key of each try ([`FinalizationAttempt::session`](tether_core::FinalizationAttempt::session));
+    /// a try without one is refused with [`Error::InvalidArgument`]. This is the finalizer a
+    /// [`CodexHarness`](crate::CodexHarness) offers through
+    /// `AgentHarness::settled_turn_finalizer`.
+    pub fn for_any_session(
+        server: Arc<CodexAppServer>,
+        cwd: impl Into<String>,
+        transcript: Arc<dyn HostTranscript>,
+    ) -> Self {
+        Self {
+            server,
+            cwd: cwd.into(),
+            transcript,
+            session_key: None,
+        }
+    }
+
+    /// The session the answer of `request` is mirrored into.
+    fn mirror_key(&self, request: &MirrorRequest) -> Result<SessionKey, Error> {
+        match (&self.session_key, &request.session.session_key) {
+            (Some(fixed), Some(theirs)) if fixed != theirs => {
+                Err(Error::invalid_argument(format!(
+                    "this Codex finalizer mirrors into session `{fixed}`; the try is for `{theirs}`"
+                )))
+            }
+            (Some(key), _) | (None, Some(key)) => Ok(key.clone()),
+            (None, None) => Err(Error::invalid_argument(
+                "a Codex finalization needs the host session key of the turn to mirror its \
+                 answer into",
+            )),
         }
     }
 
@@ -416,6 +452,7 @@ impl BoundedTurnRuntime for CodexFinalizerRuntime {
     }
 
     async fn mirror(&self, request: MirrorRequest) -> Result<MirroredRow, Error> {
+        let key = self.mirror_key(&request)?;
         let text = request.message.visible_text();
         let entry = MirrorEntry {
             role: MessageRole::Assistant,
@@ -423,7 +460,7 @@ impl BoundedTurnRuntime for CodexFinalizerRuntime {
             message: json!({ "role": "assistant", "content": request.message.visible_text() }),
             idempotency_key: format!("{}:assistant", request.idempotency_scope),
         };
-        self.transcript.append(&self.session_key, entry).await?;
+        self.transcript.append(&key, entry).await?;
         Ok(MirroredRow {
             identity: request.identity,
             message: request.message,

@@ -13,7 +13,7 @@ use tether_core::{
     AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionRead,
     HostSessionStore, LeaseConfig, MessageRole, MutationRun, Namespace, ResetParams, ResetReason,
     SessionContextResetHook, SessionContextResetParams, SessionDeletionHook, SessionDeletionParams,
-    SessionKey, ToolMeta, Usage,
+    SessionKey, SettledTurnFinalizer, ToolMeta, Usage,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
@@ -240,6 +240,40 @@ impl TurnOutcome {
     pub fn reply(&self) -> Option<&str> {
         self.attempt.assistant_texts.last().map(String::as_str)
     }
+
+    /// What this turn tells the settled-turn gate of `tether-finalizer`
+    /// ([`TurnFacts`](tether_finalizer::TurnFacts)): its tool items, each with its call's
+    /// metadata, and the last assistant message of the attempt (the tool-call batch of a
+    /// tool-only turn). Every other fact keeps its default; the host sets those it knows
+    /// (what triggered the run, whether a reply is expected, how replies are delivered).
+    ///
+    /// The items counted are those that reported a terminal outcome ([`TurnOutcome::tools`]),
+    /// all settled: meant for a turn that completed (`attempt.terminal` is `Ok`). A failed or
+    /// interrupted turn may have left items without one, which this cannot count.
+    pub fn turn_facts(&self) -> tether_finalizer::TurnFacts {
+        let items = u32::try_from(self.tools.len()).unwrap_or(u32::MAX);
+        tether_finalizer::TurnFacts {
+            item_lifecycle: tether_finalizer::ItemLifecycle::new(items, items, 0),
+            tool_call_metas: self
+                .tools
+                .iter()
+                .map(|tool| tether_finalizer::ToolCallMeta {
+                    call_id: Some(tool.call_id.clone()),
+                    tool_name: tool.tool.clone(),
+                    is_error: tool.outcome == ToolOutcome::Failure,
+                    ..tether_finalizer::ToolCallMeta::default()
+                })
+                .collect(),
+            current_attempt_assistant: self
+                .attempt
+                .messages_snapshot
+                .iter()
+                .rev()
+                .find(|m| m.role == MessageRole::Assistant)
+                .cloned(),
+            ..tether_finalizer::TurnFacts::default()
+        }
+    }
 }
 
 /// Builds a [`CodexHarness`].
@@ -336,8 +370,15 @@ impl CodexHarnessBuilder {
             )
             .with_threads(threads.clone()),
         );
+        let finalizer = CodexFinalizerRuntime::for_any_session(
+            self.server.clone(),
+            self.settings.cwd.clone(),
+            self.transcript.clone(),
+        )
+        .into_finalizer();
         Ok(CodexHarness {
             inner: Arc::new(Inner {
+                finalizer,
                 server: self.server,
                 bindings,
                 hooks,
@@ -355,6 +396,8 @@ impl CodexHarnessBuilder {
 
 #[derive(Debug)]
 struct Inner {
+    /// What `AgentHarness::settled_turn_finalizer` offers: mirrors into each try's session.
+    finalizer: BoundedTurnFinalizer<CodexFinalizerRuntime>,
     server: Arc<CodexAppServer>,
     bindings: ThreadBindingStore,
     hooks: Arc<ThreadBindingHarness>,
@@ -1722,6 +1765,14 @@ impl AgentHarness for CodexHarness {
     /// host transcript still keeps whole (none of the cut turns).
     fn session_context_reset(&self) -> Option<&dyn SessionContextResetHook> {
         Some(self)
+    }
+
+    /// A tool-only turn's final answer: the capability-free Codex run of
+    /// [`CodexHarness::settled_turn_finalizer`], mirrored into the transcript of the session
+    /// each try names, so a host finalizing through the registry
+    /// (`FinalizationInput::new(&harness, …)`) gets it without wiring a finalizer itself.
+    fn settled_turn_finalizer(&self) -> Option<&dyn SettledTurnFinalizer> {
+        Some(&self.inner.finalizer)
     }
 }
 

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use tether_core::{
     AgentMessage, AttemptResult, Cancellation, Error, FinalizationAttempt, MessageRole,
-    RuntimeErrorKind, SettledTurnFinalizationContext, SettledTurnFinalizer, Usage,
+    RuntimeErrorKind, SessionTarget, SettledTurnFinalizationContext, SettledTurnFinalizer, Usage,
 };
 
 use crate::bounded::BoundedProjection;
@@ -134,6 +134,9 @@ pub struct MirrorRequest {
     pub message: AgentMessage,
     /// Always true: write hooks are skipped.
     pub skip_before_message_write_hooks: bool,
+    /// The host session the finalized turn belongs to (the try's
+    /// [`FinalizationAttempt::session`]), whose transcript receives the row.
+    pub session: SessionTarget,
 }
 
 /// The row the mirror reports as persisted.
@@ -316,6 +319,7 @@ impl<R: BoundedTurnRuntime> SettledTurnFinalizer for BoundedTurnFinalizer<R> {
                 idempotency_scope: scope.clone(),
                 message: expected.clone(),
                 skip_before_message_write_hooks: true,
+                session: attempt.session().clone(),
             })
             .await?;
         self.check_cancel(&attempt)?;

@@ -184,6 +184,71 @@ async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
     );
 }
 
+/// A host that finalizes through the registry (`FinalizationInput::new(&harness, …)`, as the
+/// README and docs/finalization.md show) gets the Codex harness's own finalizer: the answer comes
+/// from the capability-free Codex run and is mirrored into the session the try names, not the
+/// host fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_the_registered_harness_offers_its_finalizer() {
+    let Some((world, model)) = world(vec![
+        Step::Calls(vec![("call-1", "lookup", json!({ "q": "egret" }))]),
+        Step::Silent,
+        Step::Reply("An egret is a white heron."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("finalize-registered");
+    host.create_session(&key).await;
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-1",
+            "what is an egret?",
+        )))
+        .await
+        .unwrap();
+    assert_eq!(outcome.reply(), None);
+    let harness: &dyn tether_core::AgentHarness = &host.harness;
+    assert!(harness.settled_turn_finalizer().is_some());
+
+    // The gate's facts come from the outcome itself.
+    let facts = outcome.turn_facts();
+    assert_eq!(facts.item_lifecycle, ItemLifecycle::new(1, 1, 0));
+    assert_eq!(facts.tool_call_metas[0].call_id.as_deref(), Some("call-1"));
+    let signal = RunSignal::new();
+    let fallbacks = Fallbacks::default();
+    let session = attempt(&key, "run-1", "").session;
+    let input = FinalizationInput::new(
+        harness,
+        RunId::new("run-1").unwrap(),
+        session,
+        Arc::new(outcome.attempt.clone()),
+        &facts,
+        &signal,
+        &fallbacks,
+    )
+    .with_try_timeout(Duration::from_secs(120));
+    let prepared = prepare_terminal_with_settled_turn_finalization(&input)
+        .await
+        .unwrap();
+
+    assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(prepared.payloads[0].text, "An egret is a white heron.");
+    assert!(fallbacks.rows.lock().unwrap().is_empty());
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    assert_tool_free(&requests[2]);
+    let transcript = host.transcript(&key).await;
+    assert_eq!(
+        transcript.last().map(|e| e.content.as_str()),
+        Some("An egret is a white heron.")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_finalization_run_calling_a_tool_is_refused_and_falls_back() {
     let Some((world, model)) = world(vec![
