@@ -609,6 +609,12 @@ struct TurnState {
     attempt: AttemptResult,
     tools: Vec<ToolReport>,
     mirrored: Vec<MirrorReport>,
+    /// The Codex turn of the item being handled (from its `item/completed`), which scopes its
+    /// mirror key.
+    item_turn: String,
+    /// How often each `(turn, item id)` was mirrored in this turn: a repeated id is another
+    /// item (a provider numbering its ids per response), mirrored under its own key.
+    item_ids: std::collections::HashMap<(String, String), u32>,
     approvals: Vec<ApprovalReport>,
     usage: Usage,
     /// The turn's lease, checked before every native side effect the host answers for.
@@ -1058,6 +1064,8 @@ impl Inner {
             },
             tools: Vec::new(),
             mirrored: Vec::new(),
+            item_turn: String::new(),
+            item_ids: std::collections::HashMap::new(),
             approvals: Vec::new(),
             usage: Usage::default(),
             lease,
@@ -1257,6 +1265,7 @@ impl Inner {
                 }
                 method::ITEM_COMPLETED => {
                     let n: ItemNotification = parse(&method, params)?;
+                    state.item_turn = n.turn_id;
                     self.on_item(state, n.item).await?;
                 }
                 method::TOKEN_USAGE_UPDATED => {
@@ -1302,6 +1311,13 @@ impl Inner {
         text: String,
         message: Value,
     ) -> Result<AppendOutcome, CodexError> {
+        let occurrence = state
+            .item_ids
+            .entry((state.item_turn.clone(), item_id.to_owned()))
+            .or_default();
+        *occurrence += 1;
+        let idempotency_key =
+            crate::context::mirror_key(&state.thread_id, &state.item_turn, item_id, *occurrence);
         let outcome = self
             .transcript
             .append(
@@ -1309,7 +1325,7 @@ impl Inner {
                 MirrorEntry {
                     role,
                     text,
-                    idempotency_key: crate::context::mirror_key(&state.thread_id, item_id),
+                    idempotency_key,
                     message,
                 },
             )

@@ -834,6 +834,49 @@ async fn codex_e2e_a_lease_revoked_mid_turn_runs_no_tool_with_the_shipped_lease(
     );
 }
 
+/// A provider that numbers its call ids per response reuses `call_0` in every turn: each turn's
+/// tool result is still mirrored (its key is scoped by the Codex turn), none is dropped as a
+/// repeat of the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_an_item_id_reused_in_a_later_turn_is_mirrored_again() {
+    let Some((world, _model)) = world(vec![
+        Step::Calls(vec![("call_0", "lookup", json!({ "q": "first" }))]),
+        Step::Reply("First done."),
+        Step::Calls(vec![("call_0", "lookup", json!({ "q": "second" }))]),
+        Step::Reply("Second done."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("reused-call-id");
+    host.create_session(&key).await;
+    for (run, prompt) in [("run-1", "look up first"), ("run-2", "look up second")] {
+        let outcome = host
+            .harness
+            .run_turn(TurnRequest::new(attempt(&key, run, prompt)))
+            .await
+            .unwrap();
+        assert!(
+            outcome.mirrored.iter().all(|m| m.appended),
+            "{run}: {:?}",
+            outcome.mirrored
+        );
+    }
+    assert_eq!(host.tools.executed().len(), 2);
+    let transcript = host.transcript(&key).await;
+    let tools: Vec<&str> = transcript
+        .iter()
+        .filter(|e| e.role == TranscriptRole::Tool)
+        .map(|e| e.content.as_str())
+        .collect();
+    assert_eq!(tools.len(), 2, "{tools:?}");
+    assert!(tools[0].contains("definition of first"), "{tools:?}");
+    assert!(tools[1].contains("definition of second"), "{tools:?}");
+    assert_eq!(transcript.len(), 6, "user, tool, assistant twice");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
     let Some((world, _model)) = world(vec![Step::Fail(400), Step::Reply("Better now.")]).await
