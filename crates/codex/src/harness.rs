@@ -16,7 +16,7 @@ use tether_core::{
     SessionKey, SettledTurnFinalizer, ToolMeta, Usage,
 };
 use tether_harness_sdk::backend::{
-    BindingIdentity, ThreadBinding, ThreadBindingStore, WriteOptions,
+    BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore, WriteOptions,
 };
 use tether_harness_sdk::generation::{BindingAuthority, GenerationAuthority};
 use tether_harness_sdk::hooks::ThreadBindingHarness;
@@ -1878,19 +1878,21 @@ impl CodexHarness {
             .threads
             .clear_continuation(identity.key())
             .await?;
-        let previous = self.inner.bindings.read(&identity).await?;
+        // The row's binding whatever generation owns it: a reset in the new generation also
+        // clears a binding its recorded predecessor still owns (a `/new` after the host moved
+        // the session to a new id), and that thread is retired like the generation's own.
+        let row_binding =
+            |record: Option<ThreadBindingRecord>| record.and_then(|r| r.binding().cloned());
+        let previous = row_binding(self.inner.bindings.record(&identity).await?);
         self.inner.hooks.reset(params).await?;
         let Some(previous) = previous else {
             return Ok(());
         };
-        if self
-            .inner
-            .bindings
-            .read(&identity)
-            .await?
+        if row_binding(self.inner.bindings.record(&identity).await?)
             .is_some_and(|now| now.thread_id == previous.thread_id)
         {
-            // The backend kept the binding (supervision): the thread stays.
+            // The backend kept the binding (supervision, or a generation the reset may not
+            // clear): the thread stays.
             return Ok(());
         }
         if self

@@ -929,3 +929,65 @@ async fn codex_e2e_a_late_turn_of_a_superseded_generation_binds_nothing() {
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     assert_eq!(model.requests().len(), 1, "the late turn reached the model");
 }
+
+/// `/new` after the host moved the session to a new id (a compaction's transfer), with the
+/// reset carrying the new id: the reset clears the binding the recorded predecessor still owns,
+/// and its Codex thread is archived like the generation's own (never left unarchived and
+/// untracked); the next turn starts a fresh thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_reset_after_a_rotation_archives_the_predecessors_thread() {
+    let Some((world, _model)) = world(vec![
+        Step::Reply("The colour is teal."),
+        Step::Reply("A fresh start."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("rotate-then-reset");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "remember teal")))
+        .await
+        .unwrap();
+    host.store
+        .rotate_generation(
+            &key,
+            &SessionId::new(SESSION_ID).unwrap(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+
+    let registry = host.registry();
+    let mut params = reset_params(&key, ResetReason::New);
+    params.session_id = SessionId::new("gen-2").unwrap();
+    let report = reset_registered_harness_sessions(&[&registry], &params).await;
+    assert_eq!(report.failures().count(), 0, "{:?}", report.outcomes());
+    assert!(
+        archived_threads(&host)
+            .await
+            .contains(&first.thread_id.to_string()),
+        "the predecessor's thread was archived"
+    );
+    assert!(
+        host.harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key, "gen-2", "run-2", "hello",
+        )))
+        .await
+        .unwrap();
+    assert!(next.started_thread);
+    assert_ne!(next.thread_id, first.thread_id);
+}
