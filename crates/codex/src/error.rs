@@ -49,7 +49,11 @@ pub enum CodexError {
         /// What was wrong.
         detail: String,
     },
-    /// The native turn ended in failure (`turn/completed` with status `failed`).
+    /// A compaction's native turn ended in failure (`turn/completed` with status `failed`),
+    /// from [`CodexHarness::compact`](crate::CodexHarness::compact). A failed turn of
+    /// [`CodexHarness::run_turn`](crate::CodexHarness::run_turn) is not an error: the turn
+    /// ran, its items were mirrored, and its outcome says how it ended
+    /// (`attempt.terminal` is [`AttemptTerminal::Failed`](tether_core::AttemptTerminal::Failed)).
     #[error("codex turn failed: {message}")]
     TurnFailed {
         /// The error the app-server reported.

@@ -499,6 +499,11 @@ impl CodexHarness {
     /// Runs one turn under the session's lease: binds a new Codex thread (or resumes the bound
     /// one), streams the turn, mirrors completed items, runs host tools and answers approvals.
     ///
+    /// A turn Codex ran to its end is `Ok`, however it ended: a model or provider failure is
+    /// `attempt.terminal` [`AttemptTerminal::Failed`] (with Codex's message), an interrupted
+    /// turn [`AttemptTerminal::Aborted`]; the thread goes on. An `Err` means the turn could
+    /// not be run or finished as a turn.
+    ///
     /// A second host asking for the same session waits behind the lease for the lease wait
     /// budget and then fails with [`tether_core::Error::LeaseTimeout`]: two hosts never drive
     /// one thread. When the app-server dies mid-turn the error is
