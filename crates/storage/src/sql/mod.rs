@@ -436,12 +436,17 @@ fn answered_statement(_: &DbErr) -> bool {
 }
 
 fn condition(err: &DbErr) -> Condition {
-    let Some(code) = database_code(err) else {
-        return Condition::Other;
-    };
-    // SQLite answers its (extended) result code as a number; PostgreSQL a five-character
-    // SQLSTATE.
-    if let Ok(extended) = code.parse::<i64>() {
+    database_code(err).map_or(Condition::Other, |code| condition_of_code(&code))
+}
+
+/// What the database's error code `code` says about the database (see [`condition`]).
+fn condition_of_code(code: &str) -> Condition {
+    // SQLite answers its (extended) result code as a number of at most four digits (the
+    // largest is below 10,000); PostgreSQL a five-character SQLSTATE, which may be all digits
+    // too (`28000`, `40001`, `53300`): the length tells them apart.
+    if code.len() < 5
+        && let Ok(extended) = code.parse::<i64>()
+    {
         return match extended & 0xff {
             5 | 6 => Condition::Transient("the database is busy; retry"),
             7 => Condition::Transient("the database ran out of memory; retry"),
@@ -457,7 +462,7 @@ fn condition(err: &DbErr) -> Condition {
             _ => Condition::Other,
         };
     }
-    match code.as_ref() {
+    match code {
         c if c.starts_with("08") => {
             Condition::Transient("the connection to the database failed; retry")
         }
@@ -472,6 +477,12 @@ fn condition(err: &DbErr) -> Condition {
         }
         "25006" => Condition::Unusable(
             "the database server is read-only (a standby?); connect to the primary",
+        ),
+        "3D000" => Condition::Unusable(
+            "the database does not exist; create it (createdb) or fix the database name in the URL",
+        ),
+        "28000" | "28P01" => Condition::Unusable(
+            "the server refused this user or password; fix the credentials in the URL",
         ),
         c if c.starts_with("XX") => {
             Condition::Unusable("the database server reports corrupted data; check the server")
@@ -943,6 +954,26 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sqlstates_of_digits_only_are_not_read_as_sqlite_codes() {
+        let transient = |code| matches!(condition_of_code(code), Condition::Transient(_));
+        let unusable = |code| matches!(condition_of_code(code), Condition::Unusable(_));
+        // PostgreSQL SQLSTATEs, some of them all digits.
+        assert!(transient("40001"), "serialization failure");
+        assert!(transient("53300"), "too many connections");
+        assert!(transient("08006"), "connection failure");
+        assert!(transient("57P01"), "admin shutdown");
+        assert!(unusable("28000") && unusable("28P01") && unusable("3D000"));
+        assert!(matches!(condition_of_code("23505"), Condition::Other));
+        // SQLite extended result codes.
+        assert!(transient("5") && transient("517"), "busy, busy snapshot");
+        assert!(
+            unusable("8") && unusable("1032"),
+            "read-only, read-only db moved"
+        );
+        assert!(matches!(condition_of_code("2067"), Condition::Other));
+    }
 
     #[test]
     fn a_database_error_keeps_the_driver_error_as_its_source() {

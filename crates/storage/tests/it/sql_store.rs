@@ -423,6 +423,45 @@ async fn read_only_and_corrupt_databases_are_unusable_not_unreachable() {
     );
 }
 
+/// A PostgreSQL URL naming a database or a role the server does not have is unusable, not
+/// unavailable: retrying cannot help until the URL or the server is fixed, and the message says
+/// which.
+#[tokio::test]
+async fn a_missing_postgres_database_or_role_is_unusable_not_retryable() {
+    let Some(db) = tether_storage::testing::PgTestDatabase::create("missing_db").await else {
+        return;
+    };
+    let server = tether_storage::testing::pg_server_url();
+    let missing = tether_storage::testing::with_database(&server, "tether_no_such_database");
+    let err = Store::open(&missing).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            Error::Store {
+                kind: StoreErrorKind::Unusable { message, .. }
+            } if message.contains("does not exist")
+        ),
+        "{err:?}"
+    );
+    // The same URL with its user (if any) replaced by a role the server does not have.
+    let (scheme, rest) = missing.split_once("://").unwrap();
+    let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+    let stranger = format!("{scheme}://tether_no_such_role@{host}");
+    let err = Store::open(&stranger).await.unwrap_err();
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(
+        matches!(
+            &err,
+            Error::Store {
+                kind: StoreErrorKind::Unusable { message, .. }
+            } if message.contains("user or password")
+        ),
+        "{err:?}"
+    );
+    db.cleanup().await;
+}
+
 #[tokio::test]
 async fn a_fenced_transcript_append_writes_only_to_the_session_it_expects() {
     use tether_core::{AgentId, HostErrorKind, LifecycleRevision, SessionId, SessionKey};
