@@ -1817,16 +1817,32 @@ impl SessionDeletionHook for CodexHarness {
             assert_current: params.assert_current.clone(),
             session: session.clone(),
         };
+        let session_key = params.session_key.clone();
         async {
-            CLEANUP
+            let result = CLEANUP
                 .scope(scope, self.inner.hooks.with_session_deletion(params, run))
-                .await?;
-            // The deletion committed: a continuation left by an earlier context reset (with
-            // no turn since, so no binding to release) has nothing left to continue.
-            if let Err(error) = self.inner.threads.clear_continuation(&session).await {
-                tracing::warn!(%error, "could not remove the deleted session's codex continuation");
+                .await;
+            // Committed: `Ok`, or an error after the COMMIT (a native cleanup that failed and
+            // stays due), which the host no longer having the session tells apart from a
+            // rollback.
+            let committed = result.is_ok()
+                || matches!(
+                    self.inner.host_sessions.read_session(&session_key).await,
+                    HostSessionRead::Missing
+                );
+            if committed {
+                // A continuation left by an earlier context reset (with no turn since, so no
+                // binding to release) has nothing left to continue.
+                if let Err(error) = self.inner.threads.clear_continuation(&session).await {
+                    tracing::warn!(%error, "could not remove the deleted session's codex continuation");
+                }
+                // The threads earlier resets archived keep the session's conversation: they
+                // go with it.
+                if let Err(error) = self.inner.threads.delete_archived(&session).await {
+                    tracing::warn!(%error, "could not delete the deleted session's archived codex threads");
+                }
             }
-            Ok(())
+            result
         }
         .instrument(span)
         .await
@@ -1910,7 +1926,7 @@ impl CodexHarness {
         }
         self.inner
             .threads
-            .cleanup_or_keep(&previous.thread_id, NativeCleanup::Archive)
+            .archive_for(identity.key(), &previous.thread_id)
             .await
             .map_err(|error| {
                 error.into_core_in(&format!(

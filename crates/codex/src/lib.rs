@@ -82,5 +82,6 @@ pub use host::{
 pub use ids::{ThreadId, TurnId};
 pub use locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, cached_codex_binary, locate_codex_binary};
 pub use native::{
-    CLEANUP_NAMESPACE, CONTINUATION_NAMESPACE, CodexThreads, NativeCleanup, PendingCleanup,
+    ARCHIVE_NAMESPACE, CLEANUP_NAMESPACE, CONTINUATION_NAMESPACE, CodexThreads, NativeCleanup,
+    PendingCleanup,
 };

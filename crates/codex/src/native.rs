@@ -20,6 +20,11 @@
 //!   native context was reset by a committed rewind or branch switch: the next turn continues
 //!   on a fork of the kept turns instead of a fresh thread (see `crate::context`). A reset or
 //!   a deletion of the session removes it.
+//! - [`ARCHIVE_NAMESPACE`]: one row per session (under the session's binding key) listing the
+//!   Codex threads a reset or a context reset of the session archived. They keep the
+//!   session's earlier conversation; a deletion of the session deletes them
+//!   ([`NativeCleanup::Delete`], each through its cleanup record) and removes the row. A thread
+//!   is listed before it is archived, so a process that stops in between leaves it listed.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -46,6 +51,9 @@ pub const CLEANUP_NAMESPACE: &str = "codex-cleanups";
 
 /// The namespace of the context-reset continuations (see the module documentation).
 pub const CONTINUATION_NAMESPACE: &str = "codex-continuations";
+
+/// The namespace of the threads archived for each session (see the module documentation).
+pub const ARCHIVE_NAMESPACE: &str = "codex-archives";
 
 /// How many live rows one scan of the cleanup namespace reads.
 const SCAN_PAGE: usize = 100;
@@ -107,6 +115,13 @@ struct Continuation {
     thread_id: String,
 }
 
+/// The threads archived for one session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ArchivedThreads {
+    thread_ids: Vec<String>,
+}
+
 /// Active-work claims, native cleanup and the durable records of both for the SDK's
 /// thread-binding hooks.
 pub struct CodexThreads {
@@ -116,6 +131,7 @@ pub struct CodexThreads {
     store: Arc<dyn BindingStore>,
     cleanups: Namespace,
     continuations: Namespace,
+    archives: Namespace,
 }
 
 impl fmt::Debug for CodexThreads {
@@ -158,7 +174,8 @@ impl CodexThreads {
     ) -> Result<Self, Error> {
         let cleanups = Namespace::new(CLEANUP_NAMESPACE)?;
         let continuations = Namespace::new(CONTINUATION_NAMESPACE)?;
-        for ns in [&cleanups, &continuations] {
+        let archives = Namespace::new(ARCHIVE_NAMESPACE)?;
+        for ns in [&cleanups, &continuations, &archives] {
             store
                 .register_namespace(NamespaceConfig::new(ns.clone()))
                 .await?;
@@ -170,6 +187,7 @@ impl CodexThreads {
             store,
             cleanups,
             continuations,
+            archives,
         })
     }
 
@@ -312,6 +330,92 @@ impl CodexThreads {
         Ok(())
     }
 
+    /// Archives `thread_id`, a thread `session` no longer runs on (a reset or a context reset
+    /// of the session), listing it for the session first, so the session's deletion deletes
+    /// it. A failed listing is logged: the thread is still archived.
+    pub(crate) async fn archive_for(
+        &self,
+        session: &BindingKey,
+        thread_id: &str,
+    ) -> Result<(), CodexError> {
+        if let Err(error) = self.list_archived(session, thread_id).await {
+            tracing::warn!(thread_id, key = %session, %error, "could not list the archived codex thread for its session; a deletion of the session will not delete it");
+        }
+        self.cleanup_or_keep(thread_id, NativeCleanup::Archive)
+            .await
+    }
+
+    /// Adds `thread_id` to `session`'s archived threads.
+    async fn list_archived(&self, session: &BindingKey, thread_id: &str) -> Result<(), Error> {
+        for _ in 0..WRITE_ATTEMPTS {
+            let observed = self.store.observe(&self.archives, session).await?;
+            let mut record = observed
+                .row
+                .as_ref()
+                .and_then(|row| serde_json::from_slice::<ArchivedThreads>(&row.value).ok())
+                .unwrap_or_default();
+            if record.thread_ids.iter().any(|t| t == thread_id) {
+                return Ok(());
+            }
+            record.thread_ids.push(thread_id.to_owned());
+            let value = serde_json::to_vec(&record).map_err(|e| Error::other(e.to_string()))?;
+            let intent = Intent::Set {
+                row: RowWrite { value, lease: None },
+                ttl: None,
+            };
+            match self
+                .store
+                .compare_and_apply(
+                    &self.archives,
+                    session,
+                    &observed.comparison,
+                    intent,
+                    &|| Ok(()),
+                )
+                .await?
+            {
+                ApplyOutcome::Conflict { .. } => continue,
+                _ => return Ok(()),
+            }
+        }
+        Err(Error::store(StoreErrorKind::Unavailable {
+            message: format!(
+                "the record at {session} kept changing under {WRITE_ATTEMPTS} writes; nothing was written; retry"
+            ),
+            cause: None,
+        }))
+    }
+
+    /// The threads archived for `session` (an unreadable record lists none, logged).
+    pub(crate) async fn archived(&self, session: &BindingKey) -> Result<Vec<String>, Error> {
+        let Some(row) = self.store.lookup(&self.archives, session).await? else {
+            return Ok(Vec::new());
+        };
+        match serde_json::from_slice::<ArchivedThreads>(&row.value) {
+            Ok(record) => Ok(record.thread_ids),
+            Err(error) => {
+                tracing::warn!(key = %session, %error, "unreadable record of archived codex threads; ignored");
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// After a committed deletion of `session`: deletes every thread archived for it, each
+    /// through its cleanup record (a failure stays due for [`CodexThreads::retry_pending`]),
+    /// then removes the list.
+    pub(crate) async fn delete_archived(&self, session: &BindingKey) -> Result<(), Error> {
+        for thread_id in self.archived(session).await? {
+            // The failure is recorded (and logged) by `attempt`.
+            let _ = self
+                .cleanup_or_keep(&thread_id, NativeCleanup::Delete)
+                .await;
+        }
+        self.store
+            .delete_if(&self.archives, session, &|_| true)
+            .await?;
+        Ok(())
+    }
+
     /// Writes `record` at `key`, whatever the row held.
     async fn put<T: Serialize>(
         &self,
@@ -448,8 +552,12 @@ impl NativeThreads for CodexThreads {
                 return Err(error);
             }
         }
-        self.cleanup_or_keep(&binding.thread_id, action)
-            .await
-            .map_err(Error::from)
+        match &scope {
+            Some(scope) if action == NativeCleanup::Archive => {
+                self.archive_for(&scope.session, &binding.thread_id).await
+            }
+            _ => self.cleanup_or_keep(&binding.thread_id, action).await,
+        }
+        .map_err(Error::from)
     }
 }

@@ -72,8 +72,8 @@ async fn codex_e2e_plain_reply() {
     assert_eq!(transcript[0].content, "say hello");
     assert_eq!(transcript[1].content, "Hello from Codex.");
     let expected_key = format!(
-        "codex:{}:{}",
-        outcome.thread_id, outcome.mirrored[1].item_id
+        "codex:{}:{}:{}",
+        outcome.thread_id, outcome.turn_id, outcome.mirrored[1].item_id
     );
     assert_eq!(
         transcript[1].idempotency_key.as_deref(),
@@ -450,21 +450,9 @@ async fn codex_e2e_consecutive_turns_share_one_process() {
         .run_turn(TurnRequest::new(attempt(&key, "run-1", "one")))
         .await
         .unwrap();
-    // The assistant item of the second turn (the model server names it `msg-2`) was already
-    // mirrored, as a retried mirroring would leave it: the harness's append resolves to it.
-    let repeated_key = format!("codex:{}:msg-2", first.thread_id);
-    host.store
-        .append_transcript(
-            &key,
-            tether_storage::NewTranscriptEntry {
-                role: TranscriptRole::Assistant,
-                content: "second".to_owned(),
-                idempotency_key: Some(repeated_key.clone()),
-                metadata: None,
-            },
-        )
-        .await
-        .unwrap();
+    // The assistant item of the second turn was already mirrored, as an earlier try of the
+    // same mirroring would leave it: the harness's append resolves to it.
+    host.transcript.land_next_assistant_first();
     let second = host
         .harness
         .run_turn(TurnRequest::new(attempt(&key, "run-2", "two")))
@@ -479,6 +467,10 @@ async fn codex_e2e_consecutive_turns_share_one_process() {
     assert_eq!(
         mirrored,
         vec![(MessageRole::User, true), (MessageRole::Assistant, false)]
+    );
+    let repeated_key = format!(
+        "codex:{}:{}:{}",
+        second.thread_id, second.turn_id, second.mirrored[1].item_id
     );
     let transcript = host.transcript(&key).await;
     let with_key: Vec<_> = transcript

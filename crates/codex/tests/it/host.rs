@@ -113,6 +113,7 @@ impl World {
             store: store.clone(),
             entries: Arc::new(Mutex::new(Vec::new())),
             refuse: Arc::default(),
+            land_next_assistant_first: Arc::default(),
         };
         let harness = CodexHarness::builder(
             server.clone(),
@@ -232,6 +233,9 @@ pub(crate) struct StoreTranscript {
     entries: Arc<Mutex<Vec<MirrorEntry>>>,
     /// Every append fails while set (a host that refuses the mirror).
     refuse: Arc<std::sync::atomic::AtomicBool>,
+    /// While set, the next assistant append lands once on its own first (as an earlier try
+    /// of the same mirroring would have left it), then the append runs as asked.
+    land_next_assistant_first: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl StoreTranscript {
@@ -243,6 +247,12 @@ impl StoreTranscript {
     pub(crate) fn refuse_appends(&self, refuse: bool) {
         self.refuse
             .store(refuse, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Lands the next assistant append once before the harness's own (a repeat of it).
+    pub(crate) fn land_next_assistant_first(&self) {
+        self.land_next_assistant_first
+            .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -265,6 +275,23 @@ impl HostTranscript for StoreTranscript {
             ));
         }
         self.entries.lock().unwrap().push(entry.clone());
+        if entry.role == MessageRole::Assistant
+            && self
+                .land_next_assistant_first
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.store
+                .append_transcript(
+                    session,
+                    NewTranscriptEntry {
+                        role,
+                        content: entry.text.clone(),
+                        idempotency_key: Some(entry.idempotency_key.clone()),
+                        metadata: None,
+                    },
+                )
+                .await?;
+        }
         self.store
             .append_transcript(
                 session,

@@ -991,3 +991,102 @@ async fn codex_e2e_a_reset_after_a_rotation_archives_the_predecessors_thread() {
     assert!(next.started_thread);
     assert_ne!(next.thread_id, first.thread_id);
 }
+
+/// The threads a reset and a rewind archived keep the session's earlier conversation: a
+/// deletion of the session deletes them with the bound one, and leaves no record behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_deletes_the_threads_resets_archived() {
+    let Some((world, _model)) = world(vec![
+        Step::Reply("Before the reset."),
+        Step::Reply("After the reset."),
+        Step::Reply("Second question answered."),
+        Step::Reply("On the fork."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("delete-archived");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "one")))
+        .await
+        .unwrap();
+    // `/reset`: the first thread is archived, the next turn starts a second one.
+    let registry = host.registry();
+    let report =
+        reset_registered_harness_sessions(&[&registry], &reset_params(&key, ResetReason::Reset))
+            .await;
+    assert_eq!(report.failures().count(), 0, "{:?}", report.outcomes());
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "two")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-3", "three")))
+        .await
+        .unwrap();
+    // A rewind to the second turn's answer: the second thread is archived, the session
+    // continues on a fork of it.
+    let transcript = host.transcript(&key).await;
+    assert_eq!(transcript.len(), 6, "{transcript:?}");
+    let status = host
+        .sessions(TransactionHooks::new())
+        .rewind(
+            &key,
+            transcript[4].anchor.clone(),
+            SessionId::new("gen-2").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, CutStatus::Created);
+    let forked = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(&key, "gen-2", "run-4", "four")))
+        .await
+        .unwrap();
+    assert_eq!(forked.continued_from.as_ref(), Some(&second.thread_id));
+    let archived = archived_threads(&host).await;
+    for thread in [&first.thread_id, &second.thread_id] {
+        assert!(archived.contains(&thread.to_string()), "{thread} archived");
+    }
+    assert_eq!(archives(&host).await, 1, "one list for the session");
+
+    host.sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    for thread in [&first.thread_id, &second.thread_id, &forked.thread_id] {
+        assert!(
+            read_thread(&host, &thread.to_string()).await.is_err(),
+            "{thread} deleted"
+        );
+    }
+    let archived = archived_threads(&host).await;
+    assert!(
+        !archived.contains(&first.thread_id.to_string())
+            && !archived.contains(&second.thread_id.to_string()),
+        "{archived:?}"
+    );
+    assert_eq!(archives(&host).await, 0, "the list went with the session");
+    assert!(
+        host.harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Rows of the archived-threads namespace.
+async fn archives(host: &Host) -> u64 {
+    tether_core::BindingStore::count(
+        &host.store,
+        &tether_core::Namespace::new(tether_codex::ARCHIVE_NAMESPACE).unwrap(),
+    )
+    .await
+    .unwrap()
+}
