@@ -58,7 +58,14 @@ const RULES: &[(&str, &[&str])] = &[
     ),
     (
         "tether-codex",
-        &["tether-storage", "sea-orm", "sqlx", "axum", "hyper"],
+        &[
+            "tether-storage",
+            "tether-host",
+            "sea-orm",
+            "sqlx",
+            "axum",
+            "hyper",
+        ],
     ),
 ];
 

@@ -6,16 +6,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tether_codex::HARNESS_ID;
 use tether_codex::locate_codex_binary;
 use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
-use tether_codex::{HostTranscript, MirrorEntry};
-use tether_core::{
-    AgentId, AppendOutcome, AttemptParams, HarnessId, MessageRole, RunId, SessionId, SessionKey,
-    SessionTarget,
-};
-use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
+use tether_core::{AgentId, AttemptParams, HarnessId, RunId, SessionId, SessionKey, SessionTarget};
+use tether_host::SqlCodexTranscript;
+use tether_storage::NewHostSession;
 
 use crate::commands::{CommandError, open_store};
 
@@ -48,57 +44,6 @@ pub(crate) struct ChatArgs {
 
 fn say(line: &str) {
     crate::cli::say(line);
-}
-
-/// The host transcript of the `tether` binary: the store's idempotent append.
-#[derive(Debug, Clone)]
-pub(crate) struct StoreTranscript(Store);
-
-impl StoreTranscript {
-    /// The transcript of `store`.
-    pub(crate) fn new(store: Store) -> Self {
-        Self(store)
-    }
-}
-
-#[async_trait]
-impl HostTranscript for StoreTranscript {
-    async fn append(
-        &self,
-        session: &SessionKey,
-        entry: MirrorEntry,
-    ) -> Result<AppendOutcome, tether_core::Error> {
-        let role = match entry.role {
-            MessageRole::User => TranscriptRole::User,
-            MessageRole::Assistant => TranscriptRole::Assistant,
-            MessageRole::ToolResult => TranscriptRole::Tool,
-            _ => TranscriptRole::System,
-        };
-        self.0
-            .append_transcript(
-                session,
-                NewTranscriptEntry {
-                    role,
-                    content: entry.text,
-                    idempotency_key: Some(entry.idempotency_key),
-                    metadata: None,
-                },
-            )
-            .await
-    }
-
-    async fn active_idempotency_keys(
-        &self,
-        session: &SessionKey,
-    ) -> Result<Vec<String>, tether_core::Error> {
-        Ok(self
-            .0
-            .active_path(session)
-            .await?
-            .into_iter()
-            .filter_map(|entry| entry.idempotency_key)
-            .collect())
-    }
 }
 
 fn failure(message: impl Into<String>) -> CommandError {
@@ -172,7 +117,7 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
         server.clone(),
         Arc::new(store.clone()),
         Arc::new(store.clone()),
-        Arc::new(StoreTranscript(store.clone())),
+        Arc::new(SqlCodexTranscript::new(store.clone())),
     )
     .settings(settings)
     .holder(format!("tether-chat-{}", std::process::id()))

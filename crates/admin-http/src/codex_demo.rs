@@ -39,7 +39,7 @@ use tether_storage::{NewHostSession, Store, TranscriptRole};
 
 use tracing::Instrument as _;
 
-use crate::chat::StoreTranscript;
+use tether_host::SqlCodexTranscript;
 
 /// The demo's steps (for a progress bar).
 pub(crate) const STEPS: u64 = 11;
@@ -277,7 +277,7 @@ async fn populate_in(
         server.clone(),
         Arc::new(store.clone()),
         Arc::new(store.clone()),
-        Arc::new(StoreTranscript::new(store.clone())),
+        Arc::new(SqlCodexTranscript::new(store.clone())),
     )
     .tools(Arc::new(DemoTools))
     .settings(settings)

@@ -703,7 +703,9 @@ impl CodexAppServer {
         client.stop();
     }
 
-    /// How many processes this supervisor has started.
+    /// How many processes this supervisor has started and initialized, shared or
+    /// [dedicated](Self::dedicated). A process that could not be spawned or did not answer
+    /// `initialize` (the start failed with its error) is not counted.
     pub fn starts(&self) -> u64 {
         self.starts.load(Ordering::Relaxed)
     }

@@ -10,10 +10,10 @@ use serde_json::{Value, json};
 use tether_core::TerminalDiagnostic;
 use tether_core::{
     AgentHarness, AgentMessage, AppendOutcome, AssertCurrent, AttemptParams, AttemptResult,
-    AttemptTerminal, BindingStore, ContentBlock, Error, HarnessId, HostSessionRead,
-    HostSessionStore, LeaseConfig, MessageRole, MutationRun, Namespace, ResetParams, ResetReason,
-    SessionContextResetHook, SessionContextResetParams, SessionDeletionHook, SessionDeletionParams,
-    SessionKey, SettledTurnFinalizer, ToolMeta, Usage,
+    AttemptTerminal, BindingStore, Clock, ContentBlock, Error, HarnessId, HostSessionRead,
+    HostSessionStore, LeaseConfig, MessageRole, MutationRun, Namespace, QuarantineStore,
+    ResetParams, ResetReason, SessionContextResetHook, SessionContextResetParams,
+    SessionDeletionHook, SessionDeletionParams, SessionKey, SettledTurnFinalizer, ToolMeta, Usage,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore, WriteOptions,
@@ -288,10 +288,28 @@ pub struct CodexHarnessBuilder {
     settings: ThreadSettings,
     holder: Option<String>,
     lease: LeaseConfig,
+    clock: Option<Arc<dyn Clock>>,
+    quarantine: Option<Arc<dyn QuarantineStore>>,
     process_per_turn: bool,
 }
 
 impl CodexHarnessBuilder {
+    /// The clock of every lease decision (default: the system clock). Hosts sharing a
+    /// database pass the same clock they all use (the database server's, on PostgreSQL).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Records a key whose write outcome is unknown durably, so every process refuses it
+    /// until an operator releases it (default: blocked in this process only).
+    #[must_use]
+    pub fn quarantine(mut self, quarantine: Arc<dyn QuarantineStore>) -> Self {
+        self.quarantine = Some(quarantine);
+        self
+    }
+
     /// Runs every turn on its own app-server process, stopped before the lease is released.
     ///
     /// Codex lets one process write a thread and releases that writer only when the process
@@ -351,6 +369,12 @@ impl CodexHarnessBuilder {
             ThreadBindingStore::builder(self.store.clone(), ns).lease_config(self.lease);
         if let Some(holder) = self.holder {
             bindings = bindings.holder(holder);
+        }
+        if let Some(clock) = self.clock {
+            bindings = bindings.clock(clock);
+        }
+        if let Some(quarantine) = self.quarantine {
+            bindings = bindings.quarantine(quarantine);
         }
         let bindings = bindings.build()?;
         let id = HarnessId::new(HARNESS_ID).map_err(Error::from)?;
@@ -437,6 +461,8 @@ impl CodexHarness {
             settings: ThreadSettings::new("."),
             holder: None,
             lease: LeaseConfig::default(),
+            clock: None,
+            quarantine: None,
             process_per_turn: false,
         }
     }

@@ -11,7 +11,9 @@
 //! - the host's session operations, with transactional deletion and context reset
 //!   ([`Host::sessions`]), over the harness registry ([`Host::registry`]);
 //! - the settled-turn finalizer's fallback transcript over the SQL store
-//!   ([`SqlFallbackTranscript`]).
+//!   ([`SqlFallbackTranscript`]);
+//! - with the `codex` feature, the Codex app-server harness wired to all of the above
+//!   (`Host::codex_harness`, `SqlCodexTranscript`).
 //!
 //! The session coordinator ([`HostSessions`]) is generic over the storage crate's
 //! `HostBackend` port: the SQL store by default, the memory store for tests and embedders.
@@ -40,12 +42,16 @@
 //! # }).unwrap();
 //! ```
 
+#[cfg(feature = "codex")]
+mod codex;
 mod fallback;
 mod host;
 pub mod prelude;
 mod sessions;
 mod work;
 
+#[cfg(feature = "codex")]
+pub use codex::SqlCodexTranscript;
 pub use fallback::SqlFallbackTranscript;
 pub use host::{Host, HostBuilder};
 #[cfg(feature = "test-support")]

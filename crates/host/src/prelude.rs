@@ -7,6 +7,8 @@ pub use tether_finalizer::prelude::*;
 pub use tether_harness_sdk::prelude::*;
 pub use tether_storage::prelude::*;
 
+#[cfg(feature = "codex")]
+pub use crate::SqlCodexTranscript;
 pub use crate::{
     ActiveRuns, AdmittedRun, DeletionRequest, Host, HostBuilder, HostSessions,
     SqlFallbackTranscript, WorkTracker,

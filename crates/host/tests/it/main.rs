@@ -17,10 +17,13 @@ use tether_host::Host;
 use tether_storage::testing::PgTestDatabase;
 use tether_storage::{CutStatus, NewHostSession, NewTranscriptEntry, TranscriptRole};
 
+#[cfg(feature = "codex")]
+mod codex;
+
 const NAMESPACE: &str = "host-threads";
 
 /// Runs `check` on a SQLite file host and, when a server answers, a PostgreSQL host.
-async fn on_both<F, Fut>(label: &str, check: F)
+pub(crate) async fn on_both<F, Fut>(label: &str, check: F)
 where
     F: Fn(Host, bool) -> Fut,
     Fut: std::future::Future<Output = ()>,

@@ -1,0 +1,108 @@
+//! The Codex app-server harness on a [`Host`] (feature `codex`): a harness builder wired to the
+//! host's store, sessions, clock, lease timing and holder, and the host transcript the
+//! harness mirrors Codex's items into.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tether_codex::{CodexAppServer, CodexHarnessBuilder, HostTranscript, MirrorEntry};
+use tether_core::{AppendOutcome, Error, MessageRole, SessionKey};
+use tether_storage::{NewTranscriptEntry, Store, TranscriptRole};
+
+use crate::Host;
+
+/// The host transcript of a Codex harness over the SQL store: each mirrored item is appended
+/// under its idempotency key (a repeat resolves to the entry already there), and a context
+/// reset reads the keys of the session's active path.
+///
+/// Roles map as the store knows them: user, assistant, tool result (`tool`); any other role
+/// is a `system` entry.
+#[derive(Debug, Clone)]
+pub struct SqlCodexTranscript {
+    store: Store,
+}
+
+impl SqlCodexTranscript {
+    /// The transcript of `store`'s host sessions.
+    pub fn new(store: Store) -> Self {
+        Self { store }
+    }
+}
+
+#[async_trait]
+impl HostTranscript for SqlCodexTranscript {
+    async fn append(
+        &self,
+        session: &SessionKey,
+        entry: MirrorEntry,
+    ) -> Result<AppendOutcome, Error> {
+        let role = match entry.role {
+            MessageRole::User => TranscriptRole::User,
+            MessageRole::Assistant => TranscriptRole::Assistant,
+            MessageRole::ToolResult => TranscriptRole::Tool,
+            _ => TranscriptRole::System,
+        };
+        self.store
+            .append_transcript(
+                session,
+                NewTranscriptEntry {
+                    role,
+                    content: entry.text,
+                    idempotency_key: Some(entry.idempotency_key),
+                    metadata: None,
+                },
+            )
+            .await
+    }
+
+    async fn active_idempotency_keys(&self, session: &SessionKey) -> Result<Vec<String>, Error> {
+        Ok(self
+            .store
+            .active_path(session)
+            .await?
+            .into_iter()
+            .filter_map(|entry| entry.idempotency_key)
+            .collect())
+    }
+}
+
+impl Host {
+    /// A Codex harness builder driving `server`, wired to this host: bindings in its store
+    /// (on its clock and lease timing, labelled with its holder, blocked keys quarantined
+    /// durably), generations read from its sessions, Codex's items mirrored into its
+    /// transcripts ([`SqlCodexTranscript`]). Add the host's tools, approvals and thread
+    /// settings, `build()` it, and register it (`host.registry().register(Arc::new(harness.clone()))`)
+    /// so deletions and resets reach it.
+    ///
+    /// ```no_run
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use tether_codex::{CodexAppServer, CodexConfig, ThreadSettings};
+    /// use tether_host::Host;
+    ///
+    /// let host = Host::open("sqlite://tether-data/host.db").await?;
+    /// let codex_home = std::path::Path::new("tether-data/codex-home");
+    /// let server = Arc::new(CodexAppServer::new(CodexConfig::new("codex", codex_home)));
+    /// let harness = host
+    ///     .codex_harness(server)
+    ///     .settings(ThreadSettings::new("/srv/work"))
+    ///     .build()
+    ///     .await?;
+    /// host.registry().register(Arc::new(harness.clone()));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    pub fn codex_harness(&self, server: Arc<CodexAppServer>) -> CodexHarnessBuilder {
+        let store = Arc::new(self.store().clone());
+        tether_codex::CodexHarness::builder(
+            server,
+            store.clone(),
+            store.clone(),
+            Arc::new(SqlCodexTranscript::new(self.store().clone())),
+        )
+        .clock(Arc::clone(self.clock()))
+        .holder(self.holder())
+        .lease_config(*self.lease_config())
+        .quarantine(store)
+    }
+}
