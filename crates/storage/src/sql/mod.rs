@@ -70,6 +70,10 @@ use tether_core::{Cause, Clock, Error, Namespace, NamespaceConfig, StoreErrorKin
 
 use self::migration::Migrator;
 
+/// The PostgreSQL advisory lock a migration holds (`pg_advisory_xact_lock`): the bytes of
+/// `"tethermg"`, a key no other user of the database is likely to pick.
+const MIGRATION_LOCK: i64 = 0x7465_7468_6572_6d67;
+
 /// How to open a [`Store`].
 #[derive(Clone)]
 pub struct StoreOptions {
@@ -576,7 +580,9 @@ fn classify(url: &str) -> Result<Kind, Error> {
 }
 
 impl Store {
-    /// Opens the store at `url` with default options and runs pending migrations.
+    /// Opens the store at `url` with default options and runs pending migrations. Processes
+    /// opening one new database at once take turns at the migration (a lock in the database):
+    /// the first migrates it, the others find nothing pending.
     pub async fn open(url: &str) -> Result<Self, Error> {
         Self::open_with(StoreOptions::new(url)).await
     }
@@ -738,7 +744,7 @@ impl Store {
                 }
                 // No migration table: a database Tether never migrated.
                 if run {
-                    return Migrator::up(db, None).await.map_err(db_error);
+                    return self.run_migrations().await;
                 }
                 return Err(configuration(format!(
                     "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
@@ -768,7 +774,43 @@ impl Store {
                 known.len()
             )));
         }
-        Migrator::up(db, None).await.map_err(db_error)
+        self.run_migrations().await
+    }
+
+    /// Applies the pending migrations in one transaction that holds the database's migration
+    /// lock, so processes opening the same new (or older) database at once take turns instead
+    /// of racing to create the same tables: the first migrates, the others then find nothing
+    /// pending. On PostgreSQL the lock is a transaction-level advisory lock
+    /// ([`MIGRATION_LOCK`]), on SQLite the write lock of `BEGIN IMMEDIATE` (waited for up to
+    /// the busy timeout). The migrations run inside that transaction (each in a savepoint),
+    /// so a failure leaves the schema as it was.
+    async fn run_migrations(&self) -> Result<(), Error> {
+        let db = &self.inner.db;
+        let tx = match self.inner.backend {
+            DbBackend::Sqlite => db
+                .begin_with_options(sea_orm::TransactionOptions {
+                    isolation_level: None,
+                    access_mode: None,
+                    sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
+                })
+                .await
+                .map_err(db_error)?,
+            _ => {
+                let tx = db.begin().await.map_err(db_error)?;
+                sea_orm::ConnectionTrait::execute_raw(
+                    &tx,
+                    Statement::from_string(
+                        self.inner.backend,
+                        format!("SELECT pg_advisory_xact_lock({MIGRATION_LOCK})"),
+                    ),
+                )
+                .await
+                .map_err(db_error)?;
+                tx
+            }
+        };
+        Migrator::up(&tx, None).await.map_err(db_error)?;
+        tx.commit().await.map_err(db_error)
     }
 
     /// The database backend in use.

@@ -423,6 +423,63 @@ async fn read_only_and_corrupt_databases_are_unusable_not_unreachable() {
     );
 }
 
+/// Several processes opening one new database at once (hosts starting together, `tether
+/// migrate` run twice) take turns at the migration instead of racing to create the same
+/// tables: every open succeeds and the schema is whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_opens_of_a_new_database_all_migrate_it() {
+    async fn open_together(url: &str) {
+        let opens: Vec<_> = (0..6)
+            .map(|_| {
+                let url = url.to_owned();
+                tokio::spawn(async move { Store::open(&url).await })
+            })
+            .collect();
+        let mut stores = Vec::new();
+        for open in opens {
+            stores.push(
+                open.await
+                    .unwrap()
+                    .unwrap_or_else(|e| panic!("{url}: {e:?}")),
+            );
+        }
+        // Whole: a host session round-trips on every store.
+        for (i, store) in stores.into_iter().enumerate() {
+            let key = tether_core::SessionKey::new(format!("agent:main:direct:s{i}")).unwrap();
+            assert!(
+                store
+                    .create_session(tether_storage::NewHostSession {
+                        session_key: key.clone(),
+                        agent_id: tether_core::AgentId::new("main").unwrap(),
+                        session_id: tether_core::SessionId::new("gen-1").unwrap(),
+                        agent_harness_id: None,
+                    })
+                    .await
+                    .unwrap()
+            );
+            store.close().await.unwrap();
+        }
+    }
+    for round in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        open_together(&format!(
+            "sqlite://{}",
+            dir.path().join(format!("new-{round}.db")).display()
+        ))
+        .await;
+    }
+    for round in 0..3 {
+        let Some(db) =
+            tether_storage::testing::PgTestDatabase::create(&format!("concurrent_open_{round}"))
+                .await
+        else {
+            return;
+        };
+        open_together(db.url()).await;
+        db.cleanup().await;
+    }
+}
+
 /// A PostgreSQL URL naming a database or a role the server does not have is unusable, not
 /// unavailable: retrying cannot help until the URL or the server is fixed, and the message says
 /// which.
