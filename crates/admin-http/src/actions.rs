@@ -97,6 +97,7 @@ async fn finish(
         actor = entry.actor,
         action = entry.action,
         target = entry.target,
+        operator_reason = entry.reason,
         outcome = outcome.as_str(),
         "operator action"
     );

@@ -12,7 +12,7 @@ use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntr
 use utoipa::ToSchema;
 
 use crate::lists::SessionNames;
-use crate::sanitize::{preview_bytes, sanitize_text};
+use crate::sanitize::{preview_bytes, sanitize_reason, sanitize_text};
 
 /// A host session as listed.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -445,8 +445,9 @@ impl From<&NamespaceSummary> for NamespaceBody {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReasonBody {
-    /// Why (recorded in the service log; required, not blank).
-    #[schema(min_length = 1, pattern = "\\S")]
+    /// Why: recorded whole in the audit trail and the service log; required, not blank, no
+    /// NUL, at most 4,096 bytes (a longer reason is refused, never cut).
+    #[schema(min_length = 1, max_length = 4096, pattern = "\\S")]
     pub reason: String,
 }
 
@@ -454,8 +455,9 @@ pub struct ReasonBody {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExpireLeaseBody {
-    /// Why (recorded in the service log; required, not blank).
-    #[schema(min_length = 1, pattern = "\\S")]
+    /// Why: recorded whole in the audit trail and the service log; required, not blank, no
+    /// NUL, at most 4,096 bytes (a longer reason is refused, never cut).
+    #[schema(min_length = 1, max_length = 4096, pattern = "\\S")]
     pub reason: String,
     /// Only expire the lease with this epoch (what the operator saw); another epoch is refused
     /// with 409 `epoch_mismatch` and the current one.
@@ -547,7 +549,7 @@ pub struct AuditEntryBody {
     pub action: String,
     /// The session key or `namespace/key` acted on (sanitized).
     pub target: String,
-    /// The operator's reason (sanitized).
+    /// The operator's reason, whole (secrets redacted).
     pub reason: String,
     /// `succeeded`, `refused`, `failed`, or `started` (never completed).
     pub outcome: String,
@@ -565,7 +567,7 @@ impl From<&tether_storage::AuditEntry> for AuditEntryBody {
             actor: sanitize_text(&e.actor),
             action: e.action.clone(),
             target: sanitize_text(&e.target),
-            reason: sanitize_text(&e.reason),
+            reason: sanitize_reason(&e.reason),
             outcome: e.outcome.as_str().into(),
             detail: e.detail.as_deref().map(sanitize_text),
             finished_at_ms: e.finished_at.map(Timestamp::as_millis),

@@ -87,15 +87,21 @@ pub fn optional_bool<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bo
     }
 }
 
-/// The operator's reason: required and not blank.
+/// The operator's reason: required, not blank, the text rule of a reason
+/// ([`tether_core::text::check_reason`]: no NUL, at most
+/// [`MAX_REASON_LEN`](tether_core::text::MAX_REASON_LEN) bytes). Surrounding whitespace is
+/// trimmed; the rest is kept whole, never cut: a reason too long is refused.
 pub fn reason(raw: &str) -> Result<String, ApiError> {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(ApiError::BadRequest(
-            "`reason` is required: say why you take this action (it is logged)".into(),
+            "`reason` is required: say why you take this action (it is recorded in the audit trail)"
+                .into(),
         ));
     }
-    Ok(trimmed.chars().take(500).collect())
+    tether_core::text::check_reason("reason", trimmed)
+        .map_err(|e| ApiError::BadRequest(format!("`reason`: {e}")))?;
+    Ok(trimmed.to_owned())
 }
 
 /// A JSON body whose rejections are typed errors (400 `bad_request`, 413
@@ -201,6 +207,16 @@ mod tests {
         assert!(decode_cursor("%%%", 1).is_err());
         assert!(reason("  ").is_err());
         assert_eq!(reason(" why ").unwrap(), "why");
+        // Kept whole up to the limit, refused past it, never cut.
+        let long = format!("INC-1: {} -- approved by lead", "x".repeat(580));
+        assert_eq!(reason(&long).unwrap(), long);
+        let limit = "y".repeat(tether_core::text::MAX_REASON_LEN);
+        assert_eq!(reason(&limit).unwrap(), limit);
+        assert!(matches!(
+            reason(&format!("{limit}y")),
+            Err(ApiError::BadRequest(message)) if message.contains("reason")
+        ));
+        assert!(reason("a\0b").is_err());
     }
 }
 

@@ -28,6 +28,13 @@ pub fn sanitize_text(text: &str) -> String {
     truncate(&redact_text(text), MAX_TEXT_CHARS)
 }
 
+/// Redacts secrets in an operator's reason and blanks its control characters, keeping it
+/// whole: a reason is bounded by its text rule (4,096 bytes) and an audit trail shows all of
+/// it.
+pub fn sanitize_reason(text: &str) -> String {
+    truncate(&redact_text(text), usize::MAX)
+}
+
 /// A sanitized preview of a stored value: JSON goes through the structured tool-result
 /// sanitizer, anything else through the free-text one.
 pub fn preview_bytes(value: &[u8]) -> String {

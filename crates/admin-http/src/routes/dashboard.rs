@@ -274,7 +274,7 @@ fn action_form(csrf: &str, action: &str, fields: &[(&str, &str)], label: &str) -
     }
     let _ = write!(
         form,
-        "<input name=\"reason\" required maxlength=\"500\" placeholder=\"reason\" aria-label=\"reason\">\
+        "<input name=\"reason\" required maxlength=\"4096\" placeholder=\"reason\" aria-label=\"reason\">\
          <button type=\"submit\">{}…</button></form>",
         escape(label)
     );

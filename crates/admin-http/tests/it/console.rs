@@ -322,6 +322,17 @@ async fn every_api_action_is_audited_with_its_token_name_reason_and_outcome() {
     call(&state, "DELETE", &delete, Some("a-secret"), reason(" "))
         .await
         .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    // A reason past the 4,096-byte rule is refused whole, never cut and taken.
+    call(
+        &state,
+        "DELETE",
+        &delete,
+        Some("a-secret"),
+        reason(&"x".repeat(4097)),
+    )
+    .await
+    .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    let long_reason = format!("INC-1: {} -- approved by lead", "y".repeat(580));
     let expired = call(
         &state,
         "POST",
@@ -336,7 +347,7 @@ async fn every_api_action_is_audited_with_its_token_name_reason_and_outcome() {
         "DELETE",
         &delete,
         Some("b-secret"),
-        reason("user asked"),
+        reason(&long_reason),
     )
     .await;
     assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
@@ -363,7 +374,7 @@ async fn every_api_action_is_audited_with_its_token_name_reason_and_outcome() {
     assert_eq!(
         summary,
         [
-            "bob delete_session user asked succeeded",
+            format!("bob delete_session {long_reason} succeeded").as_str(),
             "alice expire_lease worker hung succeeded",
             "bob delete_session cleanup refused",
         ],
