@@ -3,6 +3,7 @@
 
 use tracing_subscriber::EnvFilter;
 
+use crate::commands::CommandError;
 use tether_admin_http::AppState;
 use tether_admin_http::ServeConfig;
 use tether_admin_http::ServeLimits;
@@ -68,20 +69,23 @@ pub(crate) async fn serve(
     config: ServeConfig,
     tokens: Tokens,
     limits: ServeLimits,
-) -> Result<(), String> {
-    let database = open_database(&config)
-        .await
-        .map_err(|e| format!("cannot open the database: {e}"))?;
+) -> Result<(), CommandError> {
+    // Classified like every other command's open: 2 configuration, 5 unreachable, 6 unusable.
+    let database = open_database(&config).await.map_err(|e| {
+        let mut err = crate::commands::open_error(e);
+        err.message = format!("cannot open the database: {}", err.message);
+        err
+    })?;
     let state = AppState::from_database(database, tokens);
     // Listen for the signals before announcing the address: a supervisor that reads the address
     // and sends SIGTERM at once must get a graceful stop, not the default action.
     let shutdown = shutdown_signal();
     let listener = tokio::net::TcpListener::bind(config.bind)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", config.bind))?;
+        .map_err(|e| CommandError::failure(format!("cannot listen on {}: {e}", config.bind)))?;
     let addr = listener
         .local_addr()
-        .map_err(|e| format!("cannot read the bound address: {e}"))?;
+        .map_err(|e| CommandError::failure(format!("cannot read the bound address: {e}")))?;
     tracing::info!(
         %addr,
         database = %tether_storage::redact_url(&config.database_url),
@@ -95,7 +99,7 @@ pub(crate) async fn serve(
     say("Press Ctrl-C to stop.");
     tether_admin_http::serve(listener, app(state), limits, shutdown)
         .await
-        .map_err(|e| format!("server error: {e}"))?;
+        .map_err(|e| CommandError::failure(format!("server error: {e}")))?;
     tracing::info!("tether admin service stopped");
     Ok(())
 }

@@ -148,8 +148,9 @@ pub(crate) enum Open {
 }
 
 /// A failed open, classified for the exit code: a configuration the operator must change (2),
-/// a database that cannot be used as it is (6), or one that did not answer (5).
-fn open_error(err: tether_core::Error) -> CommandError {
+/// a database that cannot be used as it is (6), one that did not answer (5), or any other
+/// failure the database reported (1).
+pub(crate) fn open_error(err: tether_core::Error) -> CommandError {
     {
         use tether_core::{Error, StoreErrorKind};
         let code = match &err {
@@ -159,7 +160,10 @@ fn open_error(err: tether_core::Error) -> CommandError {
             Error::Store {
                 kind: StoreErrorKind::Unusable { .. } | StoreErrorKind::SchemaTooNew { .. },
             } => EXIT_UNUSABLE,
-            _ => EXIT_UNAVAILABLE,
+            Error::Store {
+                kind: StoreErrorKind::Unavailable { .. },
+            } => EXIT_UNAVAILABLE,
+            _ => EXIT_FAILURE,
         };
         let hint = match code {
             EXIT_UNAVAILABLE => {

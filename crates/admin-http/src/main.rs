@@ -384,9 +384,7 @@ fn main() -> ExitCode {
                 let limits = ServeLimits::default()
                     .max_connections(max_connections)
                     .header_read_timeout(Duration::from_secs(header_timeout));
-                cli::serve(config, tokens, limits)
-                    .await
-                    .map_err(CommandError::failure)
+                cli::serve(config, tokens, limits).await
             }
             Command::Openapi => cli::print_openapi().map_err(CommandError::failure),
             Command::Migrate { db } => commands::migrate(&db.database_url).await,

@@ -541,3 +541,55 @@ async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
         Some(2)
     );
 }
+
+/// `tether serve` classifies a database it cannot open as every other command does: 6 for a
+/// database it cannot use as it is (a schema newer than the binary, a PostgreSQL database that
+/// does not exist), not the generic 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn cli_serve_exits_like_every_command_when_the_database_cannot_be_opened() {
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("future.db").display());
+    let store = tether_storage::Store::open(&url).await.unwrap();
+    let tx = store.begin_host().await.unwrap();
+    tx.execute(
+        "INSERT INTO seaql_migrations (version, applied_at) VALUES ('m9999_from_the_future', 0)",
+        vec![],
+    )
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    store.close().await.unwrap();
+    let serve = |url: &str| {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["serve", "--database-url", url])
+            .env("RUST_LOG", "warn")
+            .env("TETHER_BIND", "127.0.0.1:0")
+            .env_remove("TETHER_DATABASE_URL")
+            .env_remove("TETHER_ADMIN_TOKEN")
+            .env_remove("TETHER_READ_TOKEN")
+            .output()
+            .unwrap()
+    };
+    let future = serve(&url);
+    assert_eq!(future.status.code(), Some(6), "{}", text(&future));
+    assert!(
+        text(&future).contains("cannot open the database"),
+        "{}",
+        text(&future)
+    );
+    // The same database through a read command: the same code.
+    let listed = tether(&["sessions", "list"], &url);
+    assert_eq!(listed.status.code(), Some(6), "{}", text(&listed));
+
+    if let Some(db) = tether_storage::testing::PgTestDatabase::create("serve_exit").await {
+        let missing = tether_storage::testing::with_database(
+            &tether_storage::testing::pg_server_url(),
+            "tether_no_such_database",
+        );
+        let out = serve(&missing);
+        assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+        assert!(text(&out).contains("does not exist"), "{}", text(&out));
+        db.cleanup().await;
+    }
+}
