@@ -493,6 +493,21 @@ pub enum HostErrorKind {
         /// The session key.
         key: String,
     },
+    /// An operator's deletion of the session was refused: one of its binding rows is
+    /// quarantined (the outcome of a write to it is unknown). Deleting would drop the row the
+    /// quarantine asks an operator to check, and leave the quarantine blocking a new session
+    /// under the same key.
+    #[error(
+        "binding `{binding}` of host session `{key}` is quarantined ({reason}); check it, release the quarantine, then retry"
+    )]
+    BindingQuarantined {
+        /// The session key.
+        key: String,
+        /// The quarantined binding, `namespace/key`.
+        binding: String,
+        /// The quarantine's reason.
+        reason: String,
+    },
 }
 
 impl From<HostErrorKind> for Error {

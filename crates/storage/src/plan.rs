@@ -230,6 +230,22 @@ pub(crate) fn row_is_live(row: &StoredRow, now: Timestamp) -> bool {
 
 /// The refusal of an operator's binding removal while the row `ns`/`key` of `session` holds the
 /// live `lease` (both stores: nothing is removed; the operator force-expires the lease first).
+/// The refusal of an operator's deletion of `session` while its binding `ns`/`key` is
+/// quarantined (see [`tether_core::HostErrorKind::BindingQuarantined`]).
+pub(crate) fn quarantine_refusal(
+    ns: &tether_core::Namespace,
+    key: &tether_core::BindingKey,
+    session: &tether_core::SessionKey,
+    reason: &str,
+) -> Error {
+    tether_core::HostErrorKind::BindingQuarantined {
+        key: session.to_string(),
+        binding: format!("{ns}/{key}"),
+        reason: reason.to_owned(),
+    }
+    .into()
+}
+
 pub(crate) fn live_lease_refusal(
     ns: &tether_core::Namespace,
     key: &tether_core::BindingKey,

@@ -55,8 +55,10 @@ pub trait HostTransaction: Send + Sync {
     ) -> Result<bool, Error>;
 
     /// Removes the binding rows of `entry` (both key shapes, every namespace) that no harness
-    /// owns, for an operator's deletion. Refused with [`Error::MutationBlocked`], changing
-    /// nothing, while one of them holds a live lease. Returns how many rows were removed.
+    /// owns, for an operator's deletion. Refused, changing nothing, with
+    /// [`Error::MutationBlocked`] while one of them holds a live lease, and with
+    /// [`HostErrorKind::BindingQuarantined`](tether_core::HostErrorKind::BindingQuarantined)
+    /// while one of their keys is quarantined. Returns how many rows were removed.
     async fn delete_unowned_bindings(&self, entry: &HostSessionEntry) -> Result<usize, Error>;
 
     /// The binding rows of the same store, inside this transaction: a harness's prepared

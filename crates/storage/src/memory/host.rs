@@ -359,6 +359,22 @@ impl HostTransaction for MemoryHostTransaction {
         let now = self.store.now();
         let keys = crate::sql::session_binding_keys(entry);
         let namespaces: Vec<_> = self.store.state().rows.keys().cloned().collect();
+        let quarantined = self
+            .store
+            .state()
+            .quarantine
+            .values()
+            .filter(|q| keys.contains(&q.key))
+            .min_by(|a, b| (&a.namespace, &a.key).cmp(&(&b.namespace, &b.key)))
+            .cloned();
+        if let Some(q) = quarantined {
+            return Err(crate::plan::quarantine_refusal(
+                &q.namespace,
+                &q.key,
+                &entry.session_key,
+                &q.reason,
+            ));
+        }
         let mut found = Vec::new();
         for ns in &namespaces {
             for key in &keys {

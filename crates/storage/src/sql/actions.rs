@@ -137,7 +137,9 @@ impl Store {
     /// Inside the host's deletion transaction: removes the binding rows of `entry` (both key
     /// shapes, every namespace), recording `released` events for leased rows. Refuses with
     /// [`Error::MutationBlocked`] — changing nothing — while any of them holds a live lease:
-    /// the operator must force-expire it first, so no running harness is cut off silently.
+    /// the operator must force-expire it first, so no running harness is cut off silently;
+    /// and with [`HostErrorKind::BindingQuarantined`](tether_core::HostErrorKind::BindingQuarantined)
+    /// while one of its keys is quarantined: the operator checks and releases it first.
     pub(crate) async fn delete_session_bindings_in(
         &self,
         tx: &DatabaseTransaction,
@@ -150,6 +152,23 @@ impl Store {
             ""
         };
         let [physical, stable] = session_binding_keys(entry);
+        let quarantined = tx
+            .query_all_raw(self.stmt(
+                "SELECT namespace, key, reason, custody, quarantined_at FROM quarantined_keys \
+                 WHERE key = $1 OR key = $2 ORDER BY namespace, key LIMIT 1",
+                vec![physical.as_str().into(), stable.as_str().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        if let Some(row) = quarantined.first() {
+            let q = super::quarantine::decode_quarantine(row)?;
+            return Err(plan::quarantine_refusal(
+                &q.namespace,
+                &q.key,
+                &entry.session_key,
+                &q.reason,
+            ));
+        }
         let sql = format!(
             "SELECT {RECORD_COLUMNS} FROM binding_records WHERE key = $1 OR key = $2 ORDER BY namespace, key{lock}"
         );

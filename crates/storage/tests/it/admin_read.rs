@@ -453,6 +453,39 @@ async fn deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_
     assert_eq!(store.session_bindings(&entry).await.unwrap().len(), 2);
 
     clock.advance(Duration::from_secs(11));
+    // A quarantined key (a write to it whose outcome is unknown) refuses the deletion too,
+    // changing nothing, until an operator checked and released it: deleting would drop the
+    // row the quarantine asks to check and leave the quarantine blocking a new session.
+    store
+        .quarantine(QuarantineEntry {
+            namespace: ns.clone(),
+            key: stable.clone(),
+            reason: "commit outcome unknown".into(),
+            custody: None,
+            quarantined_at: T0,
+        })
+        .await
+        .unwrap();
+    let refused = delete_with_bindings(store.clone(), entry.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            Error::Host {
+                kind: tether_core::HostErrorKind::BindingQuarantined { binding, .. }
+            } if *binding == format!("{ns}/{stable}")
+        ),
+        "{refused}"
+    );
+    assert!(store.session(&key).await.unwrap().is_some(), "rolled back");
+    assert_eq!(store.session_bindings(&entry).await.unwrap().len(), 2);
+    assert!(
+        store
+            .release_quarantine(&ns, &stable, "checked: nothing pending")
+            .await
+            .unwrap()
+    );
     let deleted = delete_with_bindings(store.clone(), entry.clone())
         .await
         .unwrap();
@@ -467,6 +500,57 @@ async fn deletion_removes_binding_rows_in_the_host_transaction_and_refuses_live_
             .is_none()
     );
     assert_eq!(store.admin_counts().await.unwrap(), (0, 0));
+}
+
+/// The in-memory host backend refuses an operator's deletion of a session with a quarantined
+/// binding as the SQL store does, and deletes it once the quarantine is released.
+#[tokio::test]
+async fn the_memory_backend_refuses_deleting_a_session_with_a_quarantined_binding() {
+    let store = tether_storage::MemoryStore::new(Arc::new(FakeClock::new(T0)));
+    let key = SessionKey::new("agent:main:direct:mem-quarantined").unwrap();
+    assert!(store.create_session(NewHostSession {
+        session_key: key.clone(),
+        agent_id: AgentId::new("main").unwrap(),
+        session_id: SessionId::new("gen-1").unwrap(),
+        agent_harness_id: None,
+    }));
+    let entry = store.session(&key).unwrap();
+    let ns = Namespace::new("del").unwrap();
+    let [_, stable] = session_binding_keys(&entry);
+    store
+        .quarantine(QuarantineEntry {
+            namespace: ns.clone(),
+            key: stable.clone(),
+            reason: "commit outcome unknown".into(),
+            custody: None,
+            quarantined_at: T0,
+        })
+        .await
+        .unwrap();
+    let sessions = HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(Idle));
+    let request = || [tether_host::DeletionRequest::new(key.clone()).removing_unowned_bindings()];
+    let refused = sessions.delete_requests(&request()).await.unwrap_err();
+    assert!(
+        matches!(
+            &refused,
+            Error::Host {
+                kind: tether_core::HostErrorKind::BindingQuarantined { .. }
+            }
+        ),
+        "{refused}"
+    );
+    assert!(store.session(&key).is_some());
+    assert!(
+        store
+            .release_quarantine(&ns, &stable, "checked")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        sessions.delete_requests(&request()).await.unwrap(),
+        std::slice::from_ref(&key)
+    );
+    assert!(store.session(&key).is_none());
 }
 
 async fn delete_with_bindings(
