@@ -70,6 +70,14 @@ pub async fn run(host: &Host, prefix: &str) -> Result<Vec<Fact>, Error> {
     )
     .await?;
     let key = SessionKey::new(format!("{prefix}:direct:alice"))?;
+    // The tour ends by deleting its session: a session already under this key (another tour's,
+    // `tether demo`'s alice) is someone else's, never taken over.
+    if host.store().session(&key).await?.is_some() {
+        return Err(tether_core::HostErrorKind::SessionExists {
+            key: format!("{key} (run the tour under another --prefix)"),
+        }
+        .into());
+    }
     harness
         .start_session(&key, &AgentId::new("main")?, &SessionId::new("gen-1")?)
         .await?;

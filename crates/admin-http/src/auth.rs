@@ -120,11 +120,44 @@ impl Tokens {
             Some(t) if t.trim().is_empty() => Err(ConfigError::BlankToken(variable)),
             other => Ok(other),
         };
-        Ok(Self {
+        let tokens = Self {
             read: check(READ_TOKEN_VAR, read)?,
             admin: check(ADMIN_TOKEN_VAR, admin)?,
             named: Vec::new(),
-        })
+        };
+        tokens.check_distinct_secrets()?;
+        Ok(tokens)
+    }
+
+    /// Refuses two tokens with one secret: a request presenting it would get the wider scope
+    /// and the audit trail would name whichever token matched, so a "read" token could act as
+    /// an admin under another name.
+    fn check_distinct_secrets(&self) -> Result<(), ConfigError> {
+        let all: Vec<(&'static str, &str, &str)> = [
+            (READ_TOKEN_VAR, "the read token", self.read.as_deref()),
+            (ADMIN_TOKEN_VAR, "the admin token", self.admin.as_deref()),
+        ]
+        .into_iter()
+        .filter_map(|(variable, label, secret)| secret.map(|s| (variable, label, s)))
+        .chain(self.named.iter().map(|(name, secret, scope)| {
+            let variable = match scope {
+                Scope::Admin => ADMIN_TOKENS_VAR,
+                Scope::Read => READ_TOKENS_VAR,
+            };
+            (variable, name.as_str(), secret.as_str())
+        }))
+        .collect();
+        for (i, (variable, label, secret)) in all.iter().enumerate() {
+            if let Some((_, first, _)) = all[..i].iter().find(|(_, _, s)| s == secret) {
+                return Err(ConfigError::InvalidTokenList {
+                    variable,
+                    reason: format!(
+                        "`{label}` has the same secret as `{first}`: give every token its own secret"
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// These tokens plus the named tokens of `admin_list` and `read_list` (each
@@ -151,6 +184,7 @@ impl Tokens {
                 }
             }
         }
+        self.check_distinct_secrets()?;
         Ok(self)
     }
 
@@ -373,6 +407,37 @@ mod tests {
         ] {
             assert!(tokens.scope_for(Some(header)).is_err(), "{header}");
         }
+    }
+
+    #[test]
+    fn one_secret_for_two_tokens_is_refused_without_showing_it() {
+        let same = |err: ConfigError| {
+            let text = err.to_string();
+            assert!(text.contains("same secret"), "{text}");
+            assert!(
+                !text.contains("s3cret"),
+                "the secret is never shown: {text}"
+            );
+        };
+        same(Tokens::new(Some("s3cret".into()), Some("s3cret".into())).unwrap_err());
+        same(
+            Tokens::new(None, None)
+                .unwrap()
+                .with_named(Some("bob:s3cret"), Some("alice:s3cret"))
+                .unwrap_err(),
+        );
+        same(
+            Tokens::new(Some("s3cret".into()), None)
+                .unwrap()
+                .with_named(None, Some("alice:s3cret"))
+                .unwrap_err(),
+        );
+        assert!(
+            Tokens::new(Some("r".into()), Some("a".into()))
+                .unwrap()
+                .with_named(Some("bob:b"), Some("alice:c"))
+                .is_ok()
+        );
     }
 
     #[test]

@@ -73,6 +73,19 @@ impl ApiClient {
             return Err(usage(format!("{TOKEN_VAR} is set but blank")));
         }
         let prefix = path.trim_end_matches('/');
+        if prefix == "v1" || prefix.ends_with("/v1") {
+            // The commands add `/v1` themselves: this would ask for `/v1/v1/…`.
+            let base = prefix.trim_end_matches("v1").trim_end_matches('/');
+            let base = if base.is_empty() {
+                String::new()
+            } else {
+                format!("/{base}")
+            };
+            return Err(usage(format!(
+                "invalid --server `{}`: give the service's base URL without `/v1` (the commands add it): http://{authority}{base}",
+                without_credentials(url)
+            )));
+        }
         Ok(Self {
             authority,
             prefix: if prefix.is_empty() {

@@ -85,10 +85,12 @@ enum Command {
         /// Address to listen on. Non-loopback addresses need TETHER_ADMIN_TOKEN or TETHER_READ_TOKEN.
         #[arg(long, env = "TETHER_BIND", default_value = DEFAULT_BIND)]
         bind: String,
-        /// Most client connections served at once (lowered to the open-file limit less 128);
-        /// past it idle connections are closed first, then new ones answered 503.
-        #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 1024)]
-        max_connections: usize,
+        /// Most client connections served at once, 1 to 1048576 (lowered to the open-file
+        /// limit less 128); past it idle connections are closed first, then new ones answered
+        /// 503.
+        #[arg(long, env = "TETHER_MAX_CONNECTIONS", default_value_t = 1024,
+              value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+        max_connections: u64,
         /// Seconds a connection may take to send its request headers (also the keep-alive idle
         /// limit); 1 to 86400.
         #[arg(long, env = "TETHER_HEADER_TIMEOUT", default_value_t = 15,
@@ -382,7 +384,7 @@ fn main() -> ExitCode {
                 let tokens = Tokens::from_env().map_err(usage)?;
                 let config = ServeConfig::new(&db.database_url, &bind, &tokens).map_err(usage)?;
                 let limits = ServeLimits::default()
-                    .max_connections(max_connections)
+                    .max_connections(usize::try_from(max_connections).unwrap_or(usize::MAX))
                     .header_read_timeout(Duration::from_secs(header_timeout));
                 cli::serve(config, tokens, limits).await
             }

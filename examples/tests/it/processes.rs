@@ -185,6 +185,36 @@ async fn tour(db: &Database) {
     assert!(stderr.contains("tool call settled"), "{stderr}");
     assert!(stderr.contains("api_key"), "{stderr}");
     assert!(!stderr.contains(EXAMPLE_API_KEY), "{stderr}");
+
+    // A session already under the tour's key (here `tether demo`'s alice) is someone else's:
+    // the tour refuses to start instead of driving and deleting it.
+    let store = Store::open(&url).await.unwrap();
+    let alice = SessionKey::new("agent:main:direct:alice").unwrap();
+    assert!(
+        store
+            .create_session(tether_storage::NewHostSession {
+                session_key: alice.clone(),
+                agent_id: tether_core::AgentId::new("main").unwrap(),
+                session_id: tether_core::SessionId::new("theirs").unwrap(),
+                agent_harness_id: None,
+            })
+            .await
+            .unwrap()
+    );
+    let output = example_host(&["tour", "--database-url", &url, "--holder", "tour-2"])
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{said}");
+    assert!(said.contains("another --prefix"), "{said}");
+    let kept = store
+        .session(&alice)
+        .await
+        .unwrap()
+        .expect("the session stays");
+    assert_eq!(kept.session_id.as_str(), "theirs");
+    store.close().await.unwrap();
 }
 
 /// One process holds the session's lease with heartbeats; a second one is refused at once

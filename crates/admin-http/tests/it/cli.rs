@@ -396,6 +396,26 @@ fn cli_a_server_url_with_credentials_is_refused_without_showing_them() {
     }
 }
 
+/// A `--server` ending in `/v1` (the API's own prefix, which the commands add) is a usage
+/// error naming the base URL to give, not a "not found" from `/v1/v1/…`.
+#[test]
+fn cli_a_server_url_ending_in_v1_is_a_usage_error() {
+    for (base, hint) in [
+        ("http://127.0.0.1:1/v1", ": http://127.0.0.1:1\n"),
+        ("http://127.0.0.1:1/v1/", ": http://127.0.0.1:1\n"),
+        (
+            "http://127.0.0.1:1/tether/v1",
+            ": http://127.0.0.1:1/tether\n",
+        ),
+    ] {
+        let out = remote(&["sessions", "list"], base, None);
+        assert_eq!(out.status.code(), Some(2), "{base}: {}", text(&out));
+        let shown = text(&out);
+        assert!(shown.contains("without `/v1`"), "{shown}");
+        assert!(shown.contains(hint), "{shown}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
     let dir = tempfile::tempdir().unwrap();
@@ -571,6 +591,13 @@ async fn cli_serve_exits_like_every_command_when_the_database_cannot_be_opened()
             .output()
             .unwrap()
     };
+    // A connection cap of 0 is a usage error (2), never a silent 1.
+    let zero = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["serve", "--max-connections", "0", "--database-url", &url])
+        .env_remove("TETHER_MAX_CONNECTIONS")
+        .output()
+        .unwrap();
+    assert_eq!(zero.status.code(), Some(2), "{}", text(&zero));
     let future = serve(&url);
     assert_eq!(future.status.code(), Some(6), "{}", text(&future));
     assert!(

@@ -482,6 +482,9 @@ fn condition_of_code(code: &str) -> Condition {
         "25006" => Condition::Unusable(
             "the database server is read-only (a standby?); connect to the primary",
         ),
+        "42P01" => Condition::Unusable(
+            "a table is missing (a database Tether never migrated, or dropped and made again under a running process): run `tether migrate`",
+        ),
         "3D000" => Condition::Unusable(
             "the database does not exist; create it (createdb) or fix the database name in the URL",
         ),
@@ -1007,6 +1010,7 @@ mod tests {
         assert!(transient("08006"), "connection failure");
         assert!(transient("57P01"), "admin shutdown");
         assert!(unusable("28000") && unusable("28P01") && unusable("3D000"));
+        assert!(unusable("42P01"), "undefined table");
         assert!(matches!(condition_of_code("23505"), Condition::Other));
         // SQLite extended result codes.
         assert!(transient("5") && transient("517"), "busy, busy snapshot");
