@@ -439,6 +439,15 @@ fn answered_statement(_: &DbErr) -> bool {
     false
 }
 
+/// Whether SQLite answered `err` with "busy" or "locked" (result codes 5 and 6, extended or
+/// not).
+fn sqlite_busy(err: &DbErr) -> bool {
+    database_code(err)
+        .filter(|code| code.len() < 5)
+        .and_then(|code| code.parse::<i64>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+}
+
 fn condition(err: &DbErr) -> Condition {
     database_code(err).map_or(Condition::Other, |code| condition_of_code(&code))
 }
@@ -680,10 +689,29 @@ impl Store {
                     });
             }
         }
-        let db = Database::connect(connect).await.map_err(|e| match e {
-            DbErr::Conn(_) | DbErr::ConnectionAcquire(_) => db_error(e),
-            other => configuration(format!("cannot open {}: {other}", redact_url(&options.url))),
-        })?;
+        let started = std::time::Instant::now();
+        let db = loop {
+            match Database::connect(connect.clone()).await {
+                Ok(db) => break db,
+                // SQLite answers "busy" at once, without waiting, when switching a new file to
+                // WAL would deadlock with another process creating it (it holds the write lock
+                // for its migration): that process gets the busy timeout to finish.
+                Err(e)
+                    if matches!(kind, Kind::Sqlite { .. })
+                        && sqlite_busy(&e)
+                        && started.elapsed() < options.busy_timeout =>
+                {
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+                Err(e @ (DbErr::Conn(_) | DbErr::ConnectionAcquire(_))) => return Err(db_error(e)),
+                Err(other) => {
+                    return Err(configuration(format!(
+                        "cannot open {}: {other}",
+                        redact_url(&options.url)
+                    )));
+                }
+            }
+        };
         let backend = db.get_database_backend();
         let store = Self {
             inner: Arc::new(Inner {
@@ -736,13 +764,20 @@ impl Store {
                 .collect::<Result<_, _>>()
                 .map_err(db_error)?,
             Err(e) => {
+                // PostgreSQL names the missing table (`42P01`, which elsewhere means an unusable
+                // database); SQLite's "no such table" is a generic error: both mean a database
+                // Tether never migrated.
+                let missing_table = database_code(&e).as_deref() == Some("42P01");
                 let err = db_error(e);
-                if matches!(
-                    &err,
-                    Error::Store {
-                        kind: StoreErrorKind::Unavailable { .. } | StoreErrorKind::Unusable { .. }
-                    }
-                ) {
+                if !missing_table
+                    && matches!(
+                        &err,
+                        Error::Store {
+                            kind: StoreErrorKind::Unavailable { .. }
+                                | StoreErrorKind::Unusable { .. }
+                        }
+                    )
+                {
                     return Err(err);
                 }
                 // No migration table: a database Tether never migrated.
