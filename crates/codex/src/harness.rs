@@ -646,6 +646,9 @@ struct TurnState {
     /// How often each `(turn, item id)` was mirrored in this turn: a repeated id is another
     /// item (a provider numbering its ids per response), mirrored under its own key.
     item_ids: std::collections::HashMap<(String, String), u32>,
+    /// The `(turn, call id)` of host tool results mirrored when the tool finished, before
+    /// Codex reported their items: the item's own report then writes nothing again.
+    tool_results_mirrored: std::collections::HashSet<(String, String)>,
     approvals: Vec<ApprovalReport>,
     usage: Usage,
     /// The turn's lease, checked before every native side effect the host answers for.
@@ -1097,6 +1100,7 @@ impl Inner {
             mirrored: Vec::new(),
             item_turn: String::new(),
             item_ids: std::collections::HashMap::new(),
+            tool_results_mirrored: std::collections::HashSet::new(),
             approvals: Vec::new(),
             usage: Usage::default(),
             lease,
@@ -1334,6 +1338,7 @@ impl Inner {
         Ok(None)
     }
 
+    /// Mirrors an item of the Codex turn being handled (`state.item_turn`).
     async fn mirror(
         &self,
         state: &mut TurnState,
@@ -1342,13 +1347,28 @@ impl Inner {
         text: String,
         message: Value,
     ) -> Result<AppendOutcome, CodexError> {
+        let turn = state.item_turn.clone();
+        self.mirror_in(state, &turn, item_id, role, text, message)
+            .await
+    }
+
+    /// Mirrors item `item_id` of Codex turn `turn`.
+    async fn mirror_in(
+        &self,
+        state: &mut TurnState,
+        turn: &str,
+        item_id: &str,
+        role: MessageRole,
+        text: String,
+        message: Value,
+    ) -> Result<AppendOutcome, CodexError> {
         let occurrence = state
             .item_ids
-            .entry((state.item_turn.clone(), item_id.to_owned()))
+            .entry((turn.to_owned(), item_id.to_owned()))
             .or_default();
         *occurrence += 1;
         let idempotency_key =
-            crate::context::mirror_key(&state.thread_id, &state.item_turn, item_id, *occurrence);
+            crate::context::mirror_key(&state.thread_id, turn, item_id, *occurrence);
         let outcome = self
             .transcript
             .append(
@@ -1429,8 +1449,15 @@ impl Inner {
                     "role": "toolResult", "toolCallId": id, "toolName": tool,
                     "arguments": arguments, "isError": !ok, "content": output,
                 });
-                self.mirror(state, &id, MessageRole::ToolResult, text, message)
-                    .await?;
+                // A host tool's result was mirrored when the tool finished (the item's id is
+                // its call id); otherwise it is mirrored now.
+                if !state
+                    .tool_results_mirrored
+                    .remove(&(state.item_turn.clone(), id.clone()))
+                {
+                    self.mirror(state, &id, MessageRole::ToolResult, text, message)
+                        .await?;
+                }
                 let mut call = AgentMessage::text(MessageRole::Assistant, "");
                 call.content = vec![ContentBlock::ToolCall {
                     id: id.clone(),
@@ -1714,6 +1741,12 @@ impl Inner {
             execution_started = resolution.execution_started,
             "host tool finished"
         );
+        let (turn_id, call_id, tool, arguments) = (
+            params.turn_id,
+            params.call_id.clone(),
+            params.tool.clone(),
+            params.arguments.clone(),
+        );
         state.tools.push(ToolReport {
             call_id: params.call_id,
             tool: params.tool,
@@ -1726,9 +1759,66 @@ impl Inner {
             native: false,
         });
         state.attempt.tool_media_urls.extend(run.media_urls);
-        DynamicToolCallResponse {
+        let response = DynamicToolCallResponse {
             content_items: run.content,
             success: run.outcome == ToolOutcome::Success,
+        };
+        self.mirror_tool_result(state, &turn_id, &call_id, &tool, &arguments, &response)
+            .await;
+        response
+    }
+
+    /// Mirrors a host tool's result as soon as the tool finished, with the key Codex's
+    /// `dynamicToolCall` item would get: a tool that ran is in the host transcript even when
+    /// the app-server dies before reporting the item (the item's report then writes nothing
+    /// again). A refused append is logged; the item's report tries again.
+    async fn mirror_tool_result(
+        &self,
+        state: &mut TurnState,
+        turn: &str,
+        call_id: &str,
+        tool: &str,
+        arguments: &Value,
+        response: &DynamicToolCallResponse,
+    ) {
+        let output = response
+            .content_items
+            .iter()
+            .filter_map(|item| match item {
+                ToolContentItem::InputText { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let ok = response.success;
+        let text = format!(
+            "{tool} {}: {output}",
+            if ok { "succeeded" } else { "failed" }
+        );
+        let message = json!({
+            "role": "toolResult", "toolCallId": call_id, "toolName": tool,
+            "arguments": arguments, "isError": !ok, "content": output,
+        });
+        match self
+            .mirror_in(state, turn, call_id, MessageRole::ToolResult, text, message)
+            .await
+        {
+            Ok(_) => {
+                state
+                    .tool_results_mirrored
+                    .insert((turn.to_owned(), call_id.to_owned()));
+            }
+            Err(error) => {
+                // The occurrence counted for the failed try is given back: the item's report
+                // mirrors under the same key.
+                if let Some(n) = state
+                    .item_ids
+                    .get_mut(&(turn.to_owned(), call_id.to_owned()))
+                {
+                    *n = n.saturating_sub(1);
+                }
+                tracing::warn!(call_id, tool, %error, "could not mirror the host tool's result when it finished; its item will");
+            }
         }
     }
 }

@@ -408,6 +408,53 @@ async fn codex_e2e_sigkill_mid_turn_then_resume() {
     );
 }
 
+/// The app-server dies while a host tool runs: the tool ran (a side effect the host answers
+/// for), so its result is in the host transcript although Codex never reported the item; the
+/// turn fails as a lost server and the next turn resumes the thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_tool_that_ran_is_mirrored_when_the_server_dies_during_it() {
+    let Some((world, _model)) = world(vec![
+        Step::Calls(vec![("call-crash", "lookup", json!({ "q": "crash" }))]),
+        Step::Reply("Back again."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("crash-in-tool");
+    host.create_session(&key).await;
+    let pid = host.server.client().await.unwrap().pid().unwrap();
+    host.tools.during_next(move || {
+        let killed = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        // The process is gone before the tool answers.
+        std::thread::sleep(Duration::from_millis(200));
+    });
+
+    let error = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "look up crash")))
+        .await
+        .unwrap_err();
+    assert!(error.is_server_lost(), "{error:?}");
+    assert_eq!(host.tools.executed().len(), 1, "the tool ran");
+    let transcript = host.transcript(&key).await;
+    assert_eq!(
+        roles(&transcript),
+        vec![TranscriptRole::User, TranscriptRole::Tool],
+        "{transcript:?}"
+    );
+    assert!(
+        transcript[1]
+            .content
+            .contains("lookup succeeded: definition of crash")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_cancel_interrupts_turn() {
     let Some((world, model)) = world(vec![Step::Stall(Duration::from_secs(60), "too late")]).await

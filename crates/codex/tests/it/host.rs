@@ -321,14 +321,30 @@ impl HostTranscript for StoreTranscript {
 
 /// Host tools: `lookup` and `read` succeed, `write` starts and fails, `deploy` is refused by a
 /// guard before dispatch. Records the calls whose implementation ran.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct TestTools {
     pub(crate) executed: Mutex<Vec<(String, Value)>>,
+    /// Runs inside the next tool's execution, after its implementation ran (a crash while a
+    /// tool runs).
+    pub(crate) during_next: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl std::fmt::Debug for TestTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestTools")
+            .field("executed", &self.executed)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TestTools {
     pub(crate) fn executed(&self) -> Vec<(String, Value)> {
         self.executed.lock().unwrap().clone()
+    }
+
+    /// Runs `hook` inside the next tool's execution, after its implementation ran.
+    pub(crate) fn during_next(&self, hook: impl FnOnce() + Send + 'static) {
+        *self.during_next.lock().unwrap() = Some(Box::new(hook));
     }
 }
 
@@ -369,6 +385,10 @@ impl ToolExecutor for TestTools {
             .lock()
             .unwrap()
             .push((call.tool.clone(), call.arguments.clone()));
+        let hook = self.during_next.lock().unwrap().take();
+        if let Some(hook) = hook {
+            hook();
+        }
         match call.tool.as_str() {
             "lookup" => ToolRun::success(format!(
                 "definition of {}",
