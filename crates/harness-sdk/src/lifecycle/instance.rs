@@ -586,6 +586,10 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
     ) -> Result<(T, Option<LeaseEpoch>), Error> {
         let shared = &*self.shared;
         let deadline = shared.clock.now() + wait_budget.unwrap_or(shared.lease.wait_budget);
+        // The live lease of another owner this call waits behind (holder, expiry), for the
+        // log line when the wait starts and the error when it runs out.
+        let mut blocker: Option<(Option<String>, Timestamp)> = None;
+        let mut waiting_logged = false;
         loop {
             let assert_owner_current = || -> Result<(), Error> {
                 if let Some(caller) = &caller {
@@ -612,7 +616,8 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                         Some(l) if &l.token == token && l.is_live(now) => {}
                         _ => return Ok(Decision::LeaseLost),
                     }
-                } else if lease.is_some_and(|l| l.is_live(now)) {
+                } else if let Some(l) = lease.filter(|l| l.is_live(now)) {
+                    blocker = Some((l.holder.clone(), l.expires_at));
                     return Ok(Decision::Busy);
                 }
                 let acquiring = acquire.map(|acquirer| LeaseWrite {
@@ -681,8 +686,34 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                     return Err(error);
                 }
                 CasResult::Busy => {
-                    if shared.clock.now() >= deadline {
-                        return Err(shared.texts.lease_timeout(key));
+                    let now = shared.clock.now();
+                    let (holder, expires_at) = blocker.clone().unwrap_or((None, now));
+                    let holder = holder.as_deref().unwrap_or("an unnamed holder");
+                    let expires_in_ms = expires_at
+                        .as_millis()
+                        .saturating_sub(now.as_millis())
+                        .max(0);
+                    if now >= deadline {
+                        return Err(match shared.texts.lease_timeout(key) {
+                            Error::LeaseTimeout { key, message } => Error::LeaseTimeout {
+                                message: format!(
+                                    "{message} (held by {holder}; its lease runs {expires_in_ms} ms more)"
+                                ),
+                                key,
+                            },
+                            other => other,
+                        });
+                    }
+                    if !waiting_logged {
+                        // Once per call: a wait of up to the budget is otherwise silent.
+                        waiting_logged = true;
+                        tracing::info!(
+                            key = %key,
+                            holder,
+                            expires_in_ms,
+                            wait_ms = deadline.as_millis().saturating_sub(now.as_millis()).max(0),
+                            "waiting behind another owner's live lease"
+                        );
                     }
                     tracing::trace!(key = %key, "binding busy; retrying");
                     shared.timer.sleep(shared.lease.retry_interval).await;
