@@ -280,10 +280,24 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
     // No harness runs in the admin process: the session's binding rows go in the same
     // transaction as the session row, refused (nothing changed) if one holds a live lease.
     let request = DeletionRequest::new(entry.session_key.clone()).removing_unowned_bindings();
-    let deleted = HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(NoRuns))
+    match HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(NoRuns))
         .delete_requests(&[request])
-        .await?;
-    Ok(!deleted.is_empty())
+        .await
+    {
+        Ok(deleted) => Ok(!deleted.is_empty()),
+        // The session changed under the deletion: when it changed by being deleted (another
+        // operator's deletion won the race), say so, not "reload and retry".
+        Err(
+            error @ (tether_core::Error::SupersededGeneration { .. }
+            | tether_core::Error::Host {
+                kind: tether_core::HostErrorKind::SessionChanged { .. },
+            }),
+        ) => match store.session(&entry.session_key).await? {
+            None => Ok(false),
+            Some(_) => Err(error.into()),
+        },
+        Err(error) => Err(error.into()),
+    }
 }
 
 /// Deletes a session, its transcript and its binding rows in one transaction (admin scope; the

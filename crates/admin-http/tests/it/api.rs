@@ -1048,3 +1048,61 @@ async fn read_routes_and_metrics_on_postgres() {
     f.store.close().await.unwrap();
     db.cleanup().await;
 }
+
+/// Operators deleting one session at once: one deletion succeeds and every other one is told
+/// the session is gone (404), never "changed, reload and retry" (409) about a session that no
+/// longer exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_deletions_of_one_session_answer_deleted_or_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::on(&format!(
+        "sqlite://{}",
+        dir.path().join("race.db").display()
+    ))
+    .await;
+    let state = f.state(tokens());
+    for round in 0..3 {
+        let key = format!("agent:main:direct:race-{round}");
+        f.store
+            .create_session(tether_storage::NewHostSession {
+                session_key: tether_core::SessionKey::new(&key).unwrap(),
+                agent_id: tether_core::AgentId::new("main").unwrap(),
+                session_id: tether_core::SessionId::new("gen-1").unwrap(),
+                agent_harness_id: None,
+            })
+            .await
+            .unwrap();
+        let path = format!("/v1/sessions/{}", seg(&key));
+        let calls: Vec<_> = (0..8)
+            .map(|_| {
+                let (state, path) = (state.clone(), path.clone());
+                tokio::spawn(async move {
+                    call(
+                        &state,
+                        "DELETE",
+                        &path,
+                        Some(ADMIN),
+                        Some(r#"{"reason":"race"}"#.into()),
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let mut statuses = Vec::new();
+        for c in calls {
+            let reply = c.await.unwrap();
+            assert!(
+                reply.status == StatusCode::OK || reply.status == StatusCode::NOT_FOUND,
+                "{} {}",
+                reply.status,
+                reply.text
+            );
+            statuses.push(reply.status);
+        }
+        assert_eq!(
+            statuses.iter().filter(|s| **s == StatusCode::OK).count(),
+            1,
+            "{statuses:?}"
+        );
+    }
+}
