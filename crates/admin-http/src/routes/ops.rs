@@ -14,7 +14,12 @@ use crate::dto::Ready;
 use crate::error::{ApiError, ReadErrors, ReadyErrors};
 use crate::state::{AppState, Counters};
 
-/// Readiness: the database answers and its schema is migrated.
+/// How long `/readyz` waits for the database before answering 503: a probe must get an
+/// answer well within its own timeout, even while the database is stuck (a table lock, a
+/// server that accepts connections and answers nothing).
+pub const READY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Readiness: the database answers and its schema is migrated, within [`READY_TIMEOUT`].
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -27,16 +32,26 @@ use crate::state::{AppState, Counters};
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, ApiError> {
     let unavailable = |e: String| ApiError::Unavailable(format!("not ready: {e}"));
-    state.probe().check().await.map_err(unavailable)?;
-    let (sessions, _) = state.store()?.admin_counts().await.map_err(|e| {
-        unavailable(format!(
-            "the schema is not migrated or unreadable ({e}); run `tether migrate`"
-        ))
-    })?;
-    Ok(Json(Ready {
-        status: "ready".into(),
-        sessions,
-    }))
+    let check = async {
+        state.probe().check().await.map_err(unavailable)?;
+        let (sessions, _) = state.store()?.admin_counts().await.map_err(|e| {
+            unavailable(format!(
+                "the schema is not migrated or unreadable ({e}); run `tether migrate`"
+            ))
+        })?;
+        Ok(Json(Ready {
+            status: "ready".into(),
+            sessions,
+        }))
+    };
+    tokio::time::timeout(READY_TIMEOUT, check)
+        .await
+        .unwrap_or_else(|_| {
+            Err(unavailable(format!(
+                "the database did not answer within {} s (a lock held on its tables, or a stuck server)",
+                READY_TIMEOUT.as_secs()
+            )))
+        })
 }
 
 /// Upper bounds of the renew-latency histogram, in microseconds (0.5 ms to 5 s).

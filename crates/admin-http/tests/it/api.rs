@@ -1106,3 +1106,45 @@ async fn concurrent_deletions_of_one_session_answer_deleted_or_gone() {
         );
     }
 }
+
+/// `/readyz` answers 503 within its time limit while the database is stuck (here a lock on
+/// the sessions table), instead of hanging for as long as the lock is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_answers_within_its_limit_while_the_database_is_stuck() {
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+    let Some(db) = tether_storage::testing::PgTestDatabase::create("readyz_stuck").await else {
+        return;
+    };
+    let f = Fixture::on(db.url()).await;
+    let state = f.state(tokens());
+    assert_eq!(
+        call(&state, "GET", "/readyz", None, None).await.status,
+        StatusCode::OK
+    );
+    let locked = f.store.begin_host().await.unwrap();
+    locked
+        .execute("LOCK TABLE host_sessions IN ACCESS EXCLUSIVE MODE", vec![])
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let stuck = call(&state, "GET", "/readyz", None, None).await;
+    let waited = started.elapsed();
+    stuck.expect_error(StatusCode::SERVICE_UNAVAILABLE, "unavailable");
+    assert!(
+        stuck.text.contains("did not answer within"),
+        "{}",
+        stuck.text
+    );
+    assert!(
+        waited >= tether_admin_http::routes::ops::READY_TIMEOUT
+            && waited < tether_admin_http::routes::ops::READY_TIMEOUT + Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+    locked.rollback().await.unwrap();
+    assert_eq!(
+        call(&state, "GET", "/readyz", None, None).await.status,
+        StatusCode::OK
+    );
+    f.store.close().await.unwrap();
+    db.cleanup().await;
+}
