@@ -408,9 +408,11 @@ pub async fn search_hits(
 ) -> Result<SearchBody, ApiError> {
     let limit = page_size(q.limit)?;
     if !q.q.chars().any(|c| c.is_ascii_alphanumeric()) {
-        return Err(ApiError::BadRequest(
-            "`q` is required: pass the words to search for (letters or digits)".into(),
-        ));
+        return Err(ApiError::BadRequest(if q.q.trim().is_empty() {
+            "`q` is required: pass the words to search for (ASCII letters or digits)".into()
+        } else {
+            "`q` has no ASCII letter or digit: transcript search matches words of ASCII letters and digits only".into()
+        }));
     }
     let hits = store.search_transcripts(&q.q, session, limit).await?;
     Ok(SearchBody {

@@ -716,6 +716,22 @@ async fn transcripts_are_searched_across_and_within_sessions_sanitized() {
     call(&state, "GET", "/v1/transcripts/search?q=%20", None, None)
         .await
         .expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    // Words without an ASCII letter or digit: the message says what search matches, not that
+    // `q` is missing.
+    let foreign = call(
+        &state,
+        "GET",
+        &format!("/v1/transcripts/search?q={}", seg("日本")),
+        None,
+        None,
+    )
+    .await;
+    foreign.expect_error(StatusCode::BAD_REQUEST, "bad_request");
+    assert!(
+        foreign.text.contains("ASCII letters and digits only"),
+        "{}",
+        foreign.text
+    );
     call(
         &state,
         "GET",
