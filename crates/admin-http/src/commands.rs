@@ -220,6 +220,18 @@ pub(crate) async fn migrate(database_url: &str) -> Result<(), CommandError> {
 /// `tether demo`: drives the example harness through the real APIs to populate the database.
 pub(crate) async fn demo(database_url: &str) -> Result<(), CommandError> {
     let store = open_store(database_url, Open::CreateAndMigrate).await?;
+    // The demo's sessions, leases and stuck lease are made for an empty database: on one that
+    // holds sessions (an earlier demo's) it would wait behind its own stuck lease, then fail.
+    let (sessions, _) = store.admin_counts().await?;
+    if sessions > 0 {
+        return Err(CommandError {
+            message: format!(
+                "the demo populates an empty database, and {} already holds {sessions} session(s): pass another --database-url (e.g. sqlite://demo.db)",
+                redact_url(database_url)
+            ),
+            code: EXIT_USAGE,
+        });
+    }
     let bar = demo_progress(tether_example_harness::demo::STEPS);
     let summary = tether_example_harness::demo::populate(store, &|step: &str| {
         bar.set_message(step.to_owned());

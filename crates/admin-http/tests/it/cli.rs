@@ -48,6 +48,17 @@ async fn demo_populates_a_database_the_api_then_reads() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains(" INFO "), "no info lines: {stderr}");
+    // A second run on the populated database is refused at once (it would wait behind the
+    // first run's stuck lease), and changes nothing.
+    let started = std::time::Instant::now();
+    let again = tether(&["demo"], &url);
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(
+        text(&again).contains("populates an empty database"),
+        "{}",
+        text(&again)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 
     let config = ServeConfig::new(&url, "127.0.0.1:0", &Default::default()).unwrap();
     let state = AppState::from_database(open_database(&config).await.unwrap(), Tokens::default());
