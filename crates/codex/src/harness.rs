@@ -1441,14 +1441,7 @@ impl Inner {
                     .collect::<Vec<_>>()
                     .join("\n");
                 let ok = success == Some(true) && status == "completed";
-                let text = format!(
-                    "{tool} {}: {output}",
-                    if ok { "succeeded" } else { "failed" }
-                );
-                let message = json!({
-                    "role": "toolResult", "toolCallId": id, "toolName": tool,
-                    "arguments": arguments, "isError": !ok, "content": output,
-                });
+                let (text, message) = tool_result_entry(&id, &tool, &arguments, ok, &output);
                 // A host tool's result was mirrored when the tool finished (the item's id is
                 // its call id); otherwise it is mirrored now.
                 if !state
@@ -1790,15 +1783,8 @@ impl Inner {
             })
             .collect::<Vec<_>>()
             .join("\n");
-        let ok = response.success;
-        let text = format!(
-            "{tool} {}: {output}",
-            if ok { "succeeded" } else { "failed" }
-        );
-        let message = json!({
-            "role": "toolResult", "toolCallId": call_id, "toolName": tool,
-            "arguments": arguments, "isError": !ok, "content": output,
-        });
+        let (text, message) =
+            tool_result_entry(call_id, tool, arguments, response.success, &output);
         match self
             .mirror_in(state, turn, call_id, MessageRole::ToolResult, text, message)
             .await
@@ -1821,6 +1807,26 @@ impl Inner {
             }
         }
     }
+}
+
+/// The mirrored entry of a host tool's result: its searchable text and structured message
+/// (the same whether mirrored when the tool finished or when Codex reported the item).
+fn tool_result_entry(
+    call_id: &str,
+    tool: &str,
+    arguments: &Value,
+    ok: bool,
+    output: &str,
+) -> (String, Value) {
+    let text = format!(
+        "{tool} {}: {output}",
+        if ok { "succeeded" } else { "failed" }
+    );
+    let message = json!({
+        "role": "toolResult", "toolCallId": call_id, "toolName": tool,
+        "arguments": arguments, "isError": !ok, "content": output,
+    });
+    (text, message)
 }
 
 /// A media file the runtime itself created and persisted (a completed, saved image
