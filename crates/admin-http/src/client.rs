@@ -73,9 +73,12 @@ impl ApiClient {
             return Err(usage(format!("{TOKEN_VAR} is set but blank")));
         }
         let prefix = path.trim_end_matches('/');
-        if prefix == "v1" || prefix.ends_with("/v1") {
+        if let Some(base) = prefix
+            .strip_suffix("v1")
+            .filter(|base| base.is_empty() || base.ends_with('/'))
+        {
             // The commands add `/v1` themselves: this would ask for `/v1/v1/…`.
-            let base = prefix.trim_end_matches("v1").trim_end_matches('/');
+            let base = base.trim_end_matches('/');
             let base = if base.is_empty() {
                 String::new()
             } else {

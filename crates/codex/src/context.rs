@@ -1,9 +1,9 @@
 //! What a context reset keeps: after a rewind or branch switch the host's transcript is the
 //! authority on which turns the session still has. The harness reads the idempotency keys of
 //! the entries on the session's active path (its mirrored items carry
-//! `codex:<thread id>:<turn id>:<item id>`), finds the Codex thread and the last turn those entries come
-//! from, and continues the session on a fork of that thread through that turn, so the next
-//! turn runs with the kept turns and without the cut ones.
+//! `codex:<thread id>:<turn id>:<item id>`), finds the Codex thread and the last turn those
+//! entries come from, and continues the session on a fork of that thread through that turn,
+//! so the next turn runs with the kept turns and without the cut ones.
 
 use std::collections::HashSet;
 

@@ -16,7 +16,8 @@ pub struct MirrorEntry {
     pub role: MessageRole,
     /// The searchable text.
     pub text: String,
-    /// `codex:<thread id>:<turn id>:<item id>`: a repeat of the same item resolves to the same entry.
+    /// `codex:<thread id>:<turn id>:<item id>`: a repeat of the same item resolves to the same
+    /// entry.
     pub idempotency_key: String,
     /// The structured message (for the user message: with the host's prepared metadata
     /// restored).

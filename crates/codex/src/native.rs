@@ -347,43 +347,17 @@ impl CodexThreads {
 
     /// Adds `thread_id` to `session`'s archived threads.
     async fn list_archived(&self, session: &BindingKey, thread_id: &str) -> Result<(), Error> {
-        for _ in 0..WRITE_ATTEMPTS {
-            let observed = self.store.observe(&self.archives, session).await?;
-            let mut record = observed
-                .row
-                .as_ref()
-                .and_then(|row| serde_json::from_slice::<ArchivedThreads>(&row.value).ok())
+        self.update(&self.archives, session, |current| {
+            let mut record = current
+                .and_then(|value| serde_json::from_slice::<ArchivedThreads>(value).ok())
                 .unwrap_or_default();
             if record.thread_ids.iter().any(|t| t == thread_id) {
-                return Ok(());
+                return Ok(None);
             }
             record.thread_ids.push(thread_id.to_owned());
-            let value = serde_json::to_vec(&record).map_err(|e| Error::other(e.to_string()))?;
-            let intent = Intent::Set {
-                row: RowWrite { value, lease: None },
-                ttl: None,
-            };
-            match self
-                .store
-                .compare_and_apply(
-                    &self.archives,
-                    session,
-                    &observed.comparison,
-                    intent,
-                    &|| Ok(()),
-                )
-                .await?
-            {
-                ApplyOutcome::Conflict { .. } => continue,
-                _ => return Ok(()),
-            }
-        }
-        Err(Error::store(StoreErrorKind::Unavailable {
-            message: format!(
-                "the record at {session} kept changing under {WRITE_ATTEMPTS} writes; nothing was written; retry"
-            ),
-            cause: None,
-        }))
+            encode(&record).map(Some)
+        })
+        .await
     }
 
     /// The threads archived for `session` (an unreadable record lists none, logged).
@@ -423,14 +397,25 @@ impl CodexThreads {
         key: &BindingKey,
         record: &T,
     ) -> Result<(), Error> {
-        let value = serde_json::to_vec(record).map_err(|e| Error::other(e.to_string()))?;
+        let value = encode(record)?;
+        self.update(ns, key, |_| Ok(Some(value.clone()))).await
+    }
+
+    /// Writes at `key` what `next` makes of the row's current value (`None`: nothing to
+    /// write), with a compare-and-swap: a row that changed meanwhile is read and decided again.
+    async fn update(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        next: impl Fn(Option<&[u8]>) -> Result<Option<Vec<u8>>, Error>,
+    ) -> Result<(), Error> {
         for _ in 0..WRITE_ATTEMPTS {
             let observed = self.store.observe(ns, key).await?;
+            let Some(value) = next(observed.row.as_ref().map(|row| row.value.as_slice()))? else {
+                return Ok(());
+            };
             let intent = Intent::Set {
-                row: RowWrite {
-                    value: value.clone(),
-                    lease: None,
-                },
+                row: RowWrite { value, lease: None },
                 ttl: None,
             };
             match self
@@ -511,6 +496,11 @@ impl CodexThreads {
             Err(other) => Err(other),
         }
     }
+}
+
+/// The JSON of a durable record.
+fn encode<T: Serialize>(record: &T) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(record).map_err(|e| Error::other(e.to_string()))
 }
 
 /// The cleanup record key of `thread_id`.

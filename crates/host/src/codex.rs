@@ -97,12 +97,12 @@ impl Host {
         tether_codex::CodexHarness::builder(
             server,
             store.clone(),
-            store.clone(),
+            store,
             Arc::new(SqlCodexTranscript::new(self.store().clone())),
         )
         .clock(Arc::clone(self.clock()))
         .holder(self.holder())
         .lease_config(*self.lease_config())
-        .quarantine(store)
+        .quarantine(self.quarantine())
     }
 }

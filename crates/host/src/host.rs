@@ -369,7 +369,8 @@ impl Host {
         }
     }
 
-    fn quarantine(&self) -> Arc<dyn QuarantineStore> {
+    /// The durable quarantine of keys whose write outcome is unknown: this host's store.
+    pub(crate) fn quarantine(&self) -> Arc<dyn QuarantineStore> {
         Arc::new(self.inner.store.clone())
     }
 

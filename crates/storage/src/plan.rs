@@ -228,8 +228,6 @@ pub(crate) fn row_is_live(row: &StoredRow, now: Timestamp) -> bool {
     row.expires_at.is_none_or(|e| tether_core::is_live(e, now))
 }
 
-/// The refusal of an operator's binding removal while the row `ns`/`key` of `session` holds the
-/// live `lease` (both stores: nothing is removed; the operator force-expires the lease first).
 /// The refusal of an operator's deletion of `session` while its binding `ns`/`key` is
 /// quarantined (see [`tether_core::HostErrorKind::BindingQuarantined`]).
 pub(crate) fn quarantine_refusal(
@@ -246,6 +244,8 @@ pub(crate) fn quarantine_refusal(
     .into()
 }
 
+/// The refusal of an operator's binding removal while the row `ns`/`key` of `session` holds the
+/// live `lease` (both stores: nothing is removed; the operator force-expires the lease first).
 pub(crate) fn live_lease_refusal(
     ns: &tether_core::Namespace,
     key: &tether_core::BindingKey,

@@ -687,8 +687,10 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                 }
                 CasResult::Busy => {
                     let now = shared.clock.now();
-                    let (holder, expires_at) = blocker.clone().unwrap_or((None, now));
-                    let holder = holder.as_deref().unwrap_or("an unnamed holder");
+                    let (holder, expires_at) = blocker
+                        .as_ref()
+                        .map_or((None, now), |(holder, at)| (holder.as_deref(), *at));
+                    let holder = holder.unwrap_or("an unnamed holder");
                     let expires_in_ms = expires_at
                         .as_millis()
                         .saturating_sub(now.as_millis())

@@ -443,9 +443,19 @@ fn answered_statement(_: &DbErr) -> bool {
 /// not).
 fn sqlite_busy(err: &DbErr) -> bool {
     database_code(err)
-        .filter(|code| code.len() < 5)
-        .and_then(|code| code.parse::<i64>().ok())
-        .is_some_and(|code| matches!(code & 0xff, 5 | 6))
+        .and_then(|code| sqlite_primary_code(&code))
+        .is_some_and(|code| matches!(code, 5 | 6))
+}
+
+/// The primary result code of a SQLite error code (the low byte of an extended code), or
+/// `None` for a PostgreSQL SQLSTATE. SQLite answers its (extended) code as a number of at most
+/// four digits (the largest is below 10,000); PostgreSQL a five-character SQLSTATE, which may
+/// be all digits too (`28000`, `40001`, `53300`): the length tells them apart.
+fn sqlite_primary_code(code: &str) -> Option<i64> {
+    (code.len() < 5)
+        .then(|| code.parse::<i64>().ok())
+        .flatten()
+        .map(|extended| extended & 0xff)
 }
 
 fn condition(err: &DbErr) -> Condition {
@@ -454,13 +464,8 @@ fn condition(err: &DbErr) -> Condition {
 
 /// What the database's error code `code` says about the database (see [`condition`]).
 fn condition_of_code(code: &str) -> Condition {
-    // SQLite answers its (extended) result code as a number of at most four digits (the
-    // largest is below 10,000); PostgreSQL a five-character SQLSTATE, which may be all digits
-    // too (`28000`, `40001`, `53300`): the length tells them apart.
-    if code.len() < 5
-        && let Ok(extended) = code.parse::<i64>()
-    {
-        return match extended & 0xff {
+    if let Some(primary) = sqlite_primary_code(code) {
+        return match primary {
             5 | 6 => Condition::Transient("the database is busy; retry"),
             7 => Condition::Transient("the database ran out of memory; retry"),
             10 => Condition::Transient("a disk I/O error occurred; check the disk and retry"),
