@@ -505,7 +505,7 @@ impl Worker {
         .with_hooks(hooks);
         let result = if rewind {
             hosts
-                .rewind(&session, anchors[2].clone(), SessionId::new("s-2")?)
+                .rewind(&session, anchors[2], SessionId::new("s-2")?)
                 .await
                 .map(|_| ())
         } else {

@@ -387,7 +387,7 @@ async fn run(
     host.sessions
         .rewind(
             &rewind_key,
-            second.anchor.clone(),
+            second.anchor,
             SessionId::new("rewind-g2").map_err(|e| fail(e.to_string()))?,
         )
         .await

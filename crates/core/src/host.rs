@@ -67,7 +67,7 @@ pub trait HostSessionStore: Send + Sync + fmt::Debug {
 }
 
 /// A transcript entry's anchor (its id in the session's transcript tree).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TranscriptAnchor(pub i64);
 
 /// The result of an idempotent transcript append.

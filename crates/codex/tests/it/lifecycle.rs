@@ -504,11 +504,7 @@ async fn codex_e2e_rewind_invalidates_binding_and_next_turn_lacks_cut_turns() {
     // Rewind to just before the second user message, moving to generation gen-2.
     let status = host
         .sessions(TransactionHooks::new())
-        .rewind(
-            &key,
-            transcript[2].anchor.clone(),
-            SessionId::new("gen-2").unwrap(),
-        )
+        .rewind(&key, transcript[2].anchor, SessionId::new("gen-2").unwrap())
         .await
         .unwrap();
     assert_eq!(status, CutStatus::Created);
@@ -596,11 +592,7 @@ async fn codex_e2e_reset_or_deletion_after_a_rewind_drops_the_continuation() {
         .unwrap();
     let transcript = host.transcript(&key).await;
     host.sessions(TransactionHooks::new())
-        .rewind(
-            &key,
-            transcript[2].anchor.clone(),
-            SessionId::new("gen-2").unwrap(),
-        )
+        .rewind(&key, transcript[2].anchor, SessionId::new("gen-2").unwrap())
         .await
         .unwrap();
     assert_eq!(
@@ -650,7 +642,7 @@ async fn codex_e2e_reset_or_deletion_after_a_rewind_drops_the_continuation() {
     host.sessions(TransactionHooks::new())
         .rewind(
             &other,
-            transcript[0].anchor.clone(),
+            transcript[0].anchor,
             SessionId::new("gen-2").unwrap(),
         )
         .await
@@ -825,11 +817,7 @@ async fn codex_e2e_rewind_retires_a_binding_compaction_had_not_transferred() {
     let transcript = host.transcript(&key).await;
     let status = host
         .sessions(TransactionHooks::new())
-        .rewind(
-            &key,
-            transcript[2].anchor.clone(),
-            SessionId::new("gen-3").unwrap(),
-        )
+        .rewind(&key, transcript[2].anchor, SessionId::new("gen-3").unwrap())
         .await
         .unwrap();
     assert_eq!(status, CutStatus::Created);
@@ -901,11 +889,7 @@ async fn codex_e2e_a_late_turn_of_a_superseded_generation_binds_nothing() {
     // The host moves the session to generation gen-2 (a rewind to the first user message).
     let status = host
         .sessions(TransactionHooks::new())
-        .rewind(
-            &key,
-            transcript[0].anchor.clone(),
-            SessionId::new("gen-2").unwrap(),
-        )
+        .rewind(&key, transcript[0].anchor, SessionId::new("gen-2").unwrap())
         .await
         .unwrap();
     assert_eq!(status, CutStatus::Created);
@@ -1050,11 +1034,7 @@ async fn codex_e2e_deletion_deletes_the_threads_resets_archived() {
     assert_eq!(transcript.len(), 6, "{transcript:?}");
     let status = host
         .sessions(TransactionHooks::new())
-        .rewind(
-            &key,
-            transcript[4].anchor.clone(),
-            SessionId::new("gen-2").unwrap(),
-        )
+        .rewind(&key, transcript[4].anchor, SessionId::new("gen-2").unwrap())
         .await
         .unwrap();
     assert_eq!(status, CutStatus::Created);

@@ -298,7 +298,7 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
     host.sessions(tether_host::TransactionHooks::new())
         .rewind(
             &key,
-            again.anchor.clone(),
+            again.anchor,
             tether_core::SessionId::new("gen-2").unwrap(),
         )
         .await

@@ -912,13 +912,10 @@ mod sql {
             .await
             .unwrap();
         let hosts = f.hosts(TransactionHooks::new());
-        let status = hosts
-            .rewind(&skey(), anchors[1].clone(), sid("s-2"))
-            .await
-            .unwrap();
+        let status = hosts.rewind(&skey(), anchors[1], sid("s-2")).await.unwrap();
         assert_eq!(status, CutStatus::NotUserMessage);
         let status = hosts
-            .switch_branch(&skey(), anchors[3].clone(), sid("s-2"))
+            .switch_branch(&skey(), anchors[3], sid("s-2"))
             .await
             .unwrap();
         assert_eq!(status, CutStatus::AlreadyActive);

@@ -87,7 +87,7 @@ impl MemoryStore {
         {
             return Ok(AppendOutcome {
                 appended: false,
-                anchor: found.anchor.clone(),
+                anchor: found.anchor,
             });
         }
         transcript.entries.insert(

@@ -460,7 +460,7 @@ async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
         HostOp::Rewind => hosts
             .rewind(
                 &targets[0],
-                rewind_to.clone().unwrap(),
+                rewind_to.unwrap(),
                 SessionId::new("s-2").unwrap(),
             )
             .await

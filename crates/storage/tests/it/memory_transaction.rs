@@ -198,10 +198,7 @@ fn memory_transcript_metadata_round_trips_and_forks() {
             NewTranscriptEntry::new(TranscriptRole::User, "hi").with_idempotency_key("turn-1:user"),
         )
         .unwrap();
-    assert_eq!(
-        (again.appended, again.anchor),
-        (false, first.anchor.clone())
-    );
+    assert_eq!((again.appended, again.anchor), (false, first.anchor));
     store
         .append_transcript(
             &key,

@@ -388,7 +388,7 @@ impl UserTurnTranscriptRecorder {
                     .collect();
                 effects.original_input_committed = Some(OriginalInputCommit {
                     message: deep_clone(m),
-                    anchor: receipt.anchor.clone(),
+                    anchor: receipt.anchor,
                 });
             }
             if self.admission.is_none() {
@@ -412,7 +412,7 @@ impl UserTurnTranscriptRecorder {
     ) -> PersistedMarkEffects {
         self.mark_runtime_persisted(
             Some(message),
-            Some(TranscriptReceipt::Anchor(outcome.anchor.clone())),
+            Some(TranscriptReceipt::Anchor(outcome.anchor)),
             Some(Persistence {
                 appended: outcome.appended,
             }),

@@ -278,7 +278,7 @@ fn tool_results_020_commit_notifies_at_most_once_first_admission_kept() {
     assert!(first.original_input_committed.is_some());
     assert!(second.original_input_committed.is_none());
     assert_eq!(
-        rec.admission_receipt().map(|r| r.anchor.clone()),
+        rec.admission_receipt().map(|r| r.anchor),
         Some(TranscriptAnchor(1))
     );
 }
@@ -322,7 +322,7 @@ fn tool_results_023_late_media_never_notifies_and_keeps_admission() {
         "persisted callback fired once only"
     );
     assert_eq!(
-        rec.admission_receipt().map(|r| r.anchor.clone()),
+        rec.admission_receipt().map(|r| r.anchor),
         Some(TranscriptAnchor(1))
     );
     assert_eq!(rec.persisted_message(), Some(&user_msg()));

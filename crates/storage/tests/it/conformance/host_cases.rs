@@ -127,7 +127,7 @@ pub(crate) async fn transcript_append_is_idempotent(store: &Store) {
     assert!(!again.appended);
     assert_eq!(again.anchor, first.anchor);
     let reply = append(store, &key, TranscriptRole::Assistant, "hi").await;
-    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(reply.clone()));
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(reply));
     let path = store.active_path(&key).await.unwrap();
     assert_eq!(path.len(), 2);
     assert_eq!(path[0].content, "hello");
@@ -164,7 +164,7 @@ pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
     let status = store
         .cut_transcript(
             &key,
-            &Cut::Rewind { to: u2.clone() },
+            &Cut::Rewind { to: u2 },
             SessionId::new("s-2").unwrap(),
         )
         .await
@@ -173,7 +173,7 @@ pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
     let entry = store.session(&key).await.unwrap().unwrap();
     assert_eq!(entry.session_id.as_str(), "s-2");
     assert_eq!(entry.previous_session_id.as_ref().unwrap().as_str(), "s-1");
-    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(a1.clone()));
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(a1));
     let u2b = append(store, &key, TranscriptRole::User, "u2b").await;
 
     let before = (
@@ -187,22 +187,16 @@ pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
             },
             CutStatus::MissingEntry,
         ),
-        (Cut::Rewind { to: a1.clone() }, CutStatus::NotUserMessage),
-        (Cut::Rewind { to: u2.clone() }, CutStatus::OffActivePath),
+        (Cut::Rewind { to: a1 }, CutStatus::NotUserMessage),
+        (Cut::Rewind { to: u2 }, CutStatus::OffActivePath),
         (
             Cut::SwitchBranch {
                 to: TranscriptAnchor(i64::MAX),
             },
             CutStatus::MissingEntry,
         ),
-        (
-            Cut::SwitchBranch { to: a1.clone() },
-            CutStatus::NotBranchTip,
-        ),
-        (
-            Cut::SwitchBranch { to: u2b.clone() },
-            CutStatus::AlreadyActive,
-        ),
+        (Cut::SwitchBranch { to: a1 }, CutStatus::NotBranchTip),
+        (Cut::SwitchBranch { to: u2b }, CutStatus::AlreadyActive),
     ];
     for (cut, expected) in refused {
         let status = store
@@ -225,7 +219,7 @@ pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
     let missing = store
         .cut_transcript(
             &nowhere,
-            &Cut::Rewind { to: u2.clone() },
+            &Cut::Rewind { to: u2 },
             SessionId::new("s-never").unwrap(),
         )
         .await
@@ -242,7 +236,7 @@ pub(crate) async fn transcript_cuts_and_refusals(store: &Store) {
     let status = store
         .cut_transcript(
             &key,
-            &Cut::SwitchBranch { to: a2.clone() },
+            &Cut::SwitchBranch { to: a2 },
             SessionId::new("s-3").unwrap(),
         )
         .await
@@ -390,8 +384,8 @@ pub(crate) async fn transcript_search(store: &Store) {
         .search_transcripts(&format!("{word} ROAD"), None, 10)
         .await
         .unwrap();
-    let anchors: Vec<_> = hits.iter().map(|h| h.anchor.clone()).collect();
-    assert_eq!(anchors, vec![a1.clone(), b1]);
+    let anchors: Vec<_> = hits.iter().map(|h| h.anchor).collect();
+    assert_eq!(anchors, vec![a1, b1]);
     assert_eq!(hits[0].session_key, a);
     assert_eq!(hits[0].role, TranscriptRole::User);
     let only_a = store

@@ -409,7 +409,7 @@ async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context(db
     let hosts = f.hosts();
 
     let (key, t) = f.session("s57-rewind").await;
-    let status = hosts.rewind(&key, t.u2.clone(), sid("s-2")).await.unwrap();
+    let status = hosts.rewind(&key, t.u2, sid("s-2")).await.unwrap();
     assert_eq!(status, CutStatus::Created);
     let entry = f.entry(&key).await.unwrap();
     assert_eq!(entry.session_id, sid("s-2"));
@@ -420,16 +420,12 @@ async fn lifecycle_scenario_57_rewind_or_switch_commits_retire_native_context(db
     );
     assert!(h.finalized());
     assert_eq!(effects(&f.log), ["commit:codex"]);
-    assert_eq!(f.active_leaf(&key).await, Some(t.a1.clone()));
+    assert_eq!(f.active_leaf(&key).await, Some(t.a1));
 
     // Branch switch: make a second branch without harnesses, rebind, then switch back.
     let (key, t) = f.session("s57-switch").await;
-    f.cut(&key, &Cut::Rewind { to: t.u2.clone() }, sid("s-2"))
-        .await;
-    let status = hosts
-        .switch_branch(&key, t.a2.clone(), sid("s-3"))
-        .await
-        .unwrap();
+    f.cut(&key, &Cut::Rewind { to: t.u2 }, sid("s-2")).await;
+    let status = hosts.switch_branch(&key, t.a2, sid("s-3")).await.unwrap();
     assert_eq!(status, CutStatus::Created);
     let entry = f.entry(&key).await.unwrap();
     assert_eq!(
@@ -489,8 +485,7 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
     };
     let (key, t) = f.session("s59").await;
     // A second branch, made without harnesses: u1 → a1 → {u2 → a2, u2b}.
-    f.cut(&key, &Cut::Rewind { to: t.u2.clone() }, sid("s-2"))
-        .await;
+    f.cut(&key, &Cut::Rewind { to: t.u2 }, sid("s-2")).await;
     let u2b = f.append(&key, TranscriptRole::User, "u2b").await;
     let h = f.harness("codex", true, true);
     let hosts = f.hosts();
@@ -501,16 +496,16 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
     );
     let missing = TranscriptAnchor(i64::MAX);
     let rewinds = [
-        (missing.clone(), CutStatus::MissingEntry),
-        (t.a1.clone(), CutStatus::NotUserMessage),
-        (t.u2.clone(), CutStatus::OffActivePath),
+        (missing, CutStatus::MissingEntry),
+        (t.a1, CutStatus::NotUserMessage),
+        (t.u2, CutStatus::OffActivePath),
     ];
     for (to, expected) in rewinds {
         assert_eq!(hosts.rewind(&key, to, sid("s-x")).await.unwrap(), expected);
     }
     let switches = [
         (missing, CutStatus::MissingEntry),
-        (t.a1.clone(), CutStatus::NotBranchTip),
+        (t.a1, CutStatus::NotBranchTip),
         (u2b, CutStatus::AlreadyActive),
     ];
     for (to, expected) in switches {
@@ -527,10 +522,7 @@ async fn lifecycle_scenario_59_rejected_cuts_do_not_touch_native_context(db: Db)
     assert_eq!(after, before);
     // A session that does not exist is a typed "not found", not a missing entry.
     let nowhere = SessionKey::new(format!("{key}-nowhere")).unwrap();
-    let missing = hosts
-        .rewind(&nowhere, t.u2.clone(), sid("s-x"))
-        .await
-        .unwrap_err();
+    let missing = hosts.rewind(&nowhere, t.u2, sid("s-x")).await.unwrap_err();
     assert!(
         matches!(
             missing,
@@ -593,11 +585,7 @@ async fn lifecycle_scenario_61_upstream_link_appearing_mid_cut_refuses_the_rewin
             assert!(linked);
         })
     });
-    let err = f
-        .hosts()
-        .rewind(&key, t.u2.clone(), sid("s-2"))
-        .await
-        .unwrap_err();
+    let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
     assert!(err.to_string().contains("external agent harness"), "{err}");
     assert_eq!(
         (
@@ -833,11 +821,7 @@ async fn lifecycle_scenario_65_competing_work_blocks_the_mutation(db: Db) {
             "Cannot delete session while competing work is in flight for {key}; retry after the run completes"
         )
     );
-    let err = f
-        .hosts()
-        .rewind(&key, t.u2.clone(), sid("s-2"))
-        .await
-        .unwrap_err();
+    let err = f.hosts().rewind(&key, t.u2, sid("s-2")).await.unwrap_err();
     assert!(
         err.to_string()
             .starts_with("Cannot mutate session while competing work is in flight"),
