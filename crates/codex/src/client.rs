@@ -368,13 +368,14 @@ impl CodexClient {
         let _ = tokio::time::timeout(limit, exit.wait_for(Option::is_some)).await;
     }
 
-    fn lost(&self) -> CodexError {
-        CodexError::ServerExited {
-            status: self
-                .shared
+    /// The error of a request or turn that lost this process: [`CodexError::ServerExited`]
+    /// with how it ended (`output closed` when the exit status is not known yet).
+    pub(crate) fn lost(&self) -> CodexError {
+        CodexError::server_exited(
+            self.shared
                 .exit_status()
                 .unwrap_or_else(|| "output closed".to_owned()),
-        }
+        )
     }
 
     async fn send_line(&self, message: &Value) -> Result<(), CodexError> {
@@ -428,10 +429,7 @@ impl CodexClient {
             Err(_) => {
                 self.shared.lock_pending().remove(&id);
                 tracing::warn!(method, timeout = ?self.request_timeout, "codex app-server did not answer");
-                Err(CodexError::Timeout {
-                    method: method.to_owned(),
-                    timeout: self.request_timeout,
-                })
+                Err(CodexError::timeout(method, self.request_timeout))
             }
         }
     }
@@ -551,9 +549,7 @@ async fn read_lines(shared: Arc<Shared>, stdout: tokio::process::ChildStdout) {
         .unwrap_or_else(|| "output closed".to_owned());
     let pending: Vec<_> = shared.lock_pending().drain().collect();
     for (_, (_, reply)) in pending {
-        let _ = reply.send(Err(CodexError::ServerExited {
-            status: status.clone(),
-        }));
+        let _ = reply.send(Err(CodexError::server_exited(status.clone())));
     }
     shared.lock_routes().clear();
 }

@@ -4,6 +4,21 @@ use std::time::Duration;
 
 use tether_core::{Cause, RuntimeErrorKind};
 
+use crate::harness::ToolReport;
+
+/// The end of a lost turn's message: how many tools had run, and which may have changed
+/// something.
+fn ran_note(tools: &[ToolReport]) -> String {
+    if tools.is_empty() {
+        return String::new();
+    }
+    let effects = tools.iter().filter(|t| t.side_effect_evidence).count();
+    format!(
+        " after the turn ran {} tool call(s), {effects} of them with possible side effects",
+        tools.len()
+    )
+}
+
 /// Everything that can go wrong while driving a `codex app-server`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -20,18 +35,33 @@ pub enum CodexError {
     /// The app-server process ended (crashed, was killed, or closed its output) while it was
     /// still needed. Requests in flight fail with this error; the supervisor starts a new
     /// process for the next operation.
-    #[error("the codex app-server exited ({status})")]
+    ///
+    /// During a turn, `tools_ran` holds the terminal reports of the tools the turn had already
+    /// run (see [`CodexError::tools_ran`]).
+    #[error("the codex app-server exited ({status}){}", ran_note(tools_ran))]
     ServerExited {
         /// How it ended, as text (`exit status: 1`, `signal: 9 (SIGKILL)`, or `output closed`).
         status: String,
+        /// The host tools and native mutations the turn had run when the server was lost, in
+        /// order (empty outside a turn, or when none ran).
+        tools_ran: Vec<ToolReport>,
     },
     /// A request got no response in time: the app-server is treated as hung and is stopped.
-    #[error("codex app-server request `{method}` got no response within {timeout:?}")]
+    ///
+    /// During a turn, `tools_ran` holds the terminal reports of the tools the turn had already
+    /// run (see [`CodexError::tools_ran`]).
+    #[error(
+        "codex app-server request `{method}` got no response within {timeout:?}{}",
+        ran_note(tools_ran)
+    )]
     Timeout {
         /// The request method.
         method: String,
         /// The timeout that expired.
         timeout: Duration,
+        /// The host tools and native mutations the turn had run when the server was lost, in
+        /// order (empty outside a turn, or when none ran).
+        tools_ran: Vec<ToolReport>,
     },
     /// The app-server answered a request with a JSON-RPC error.
     #[error("codex app-server refused `{method}` ({code}): {message}")]
@@ -83,6 +113,47 @@ impl CodexError {
         Self::Protocol {
             detail: detail.into(),
         }
+    }
+
+    /// The app-server exited (`status` as [`CodexError::ServerExited`] describes it), no turn's
+    /// tools attached.
+    pub(crate) fn server_exited(status: String) -> Self {
+        Self::ServerExited {
+            status,
+            tools_ran: Vec::new(),
+        }
+    }
+
+    /// A request got no response within `timeout`, no turn's tools attached.
+    pub(crate) fn timeout(method: &str, timeout: Duration) -> Self {
+        Self::Timeout {
+            method: method.to_owned(),
+            timeout,
+            tools_ran: Vec::new(),
+        }
+    }
+
+    /// The tools a turn had run when it was lost to the app-server's exit or silence
+    /// ([`CodexError::ServerExited`], [`CodexError::Timeout`]), in order; empty for every other
+    /// error. The tools' results are in the host transcript already; a caller deciding whether
+    /// to run the turn again reads here whether any of them may have changed something
+    /// ([`ToolReport::side_effect_evidence`]): a new turn may ask for them again.
+    pub fn tools_ran(&self) -> &[ToolReport] {
+        match self {
+            Self::ServerExited { tools_ran, .. } | Self::Timeout { tools_ran, .. } => tools_ran,
+            _ => &[],
+        }
+    }
+
+    /// This error with the tools of the turn it ended attached, when it is the loss of the
+    /// app-server; any other error unchanged.
+    pub(crate) fn with_tools_ran(mut self, tools: &[ToolReport]) -> Self {
+        if let Self::ServerExited { tools_ran, .. } | Self::Timeout { tools_ran, .. } = &mut self
+            && tools_ran.is_empty()
+        {
+            tools_ran.extend_from_slice(tools);
+        }
+        self
     }
 
     /// Whether the error means the app-server process is gone or unusable (the next
@@ -152,16 +223,11 @@ mod tests {
                 RuntimeErrorKind::Busy,
             ),
             (
-                CodexError::ServerExited {
-                    status: "signal: 9 (SIGKILL)".into(),
-                },
+                CodexError::server_exited("signal: 9 (SIGKILL)".into()),
                 RuntimeErrorKind::Unavailable,
             ),
             (
-                CodexError::Timeout {
-                    method: "turn/start".into(),
-                    timeout: Duration::from_secs(1),
-                },
+                CodexError::timeout("turn/start", Duration::from_secs(1)),
                 RuntimeErrorKind::Unavailable,
             ),
             (
@@ -239,11 +305,8 @@ mod tests {
         let inner = Error::revoked("closed");
         let out = Error::from(CodexError::Lifecycle(inner));
         assert!(matches!(out, Error::Revoked { .. }));
-        let timed = CodexError::Timeout {
-            method: "turn/start".into(),
-            timeout: Duration::from_secs(2),
-        }
-        .into_core_in("codex finalization");
+        let timed = CodexError::timeout("turn/start", Duration::from_secs(2))
+            .into_core_in("codex finalization");
         assert!(timed.is_retryable());
         assert!(
             timed

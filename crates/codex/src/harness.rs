@@ -533,8 +533,10 @@ impl CodexHarness {
     /// A second host asking for the same session waits behind the lease for the lease wait
     /// budget and then fails with [`tether_core::Error::LeaseTimeout`]: two hosts never drive
     /// one thread. When the app-server dies mid-turn the error is
-    /// [`CodexError::ServerExited`]; only whole items were mirrored, the binding is unchanged,
-    /// and the next turn resumes the same thread on a new process.
+    /// [`CodexError::ServerExited`]; only whole items and the results of the host tools that
+    /// finished were mirrored, the error's [`CodexError::tools_ran`] lists the tools the turn
+    /// had run, the binding is unchanged, and the next turn resumes the same thread on a new
+    /// process.
     pub async fn run_turn(&self, request: TurnRequest) -> Result<TurnOutcome, CodexError> {
         let span = tracing::info_span!(
             "codex.turn",
@@ -769,16 +771,9 @@ impl Inner {
         loop {
             let event = tokio::time::timeout_at(deadline, events.recv())
                 .await
-                .map_err(|_| CodexError::Timeout {
-                    method: method::THREAD_COMPACT_START.to_owned(),
-                    timeout: limit,
-                })?;
+                .map_err(|_| CodexError::timeout(method::THREAD_COMPACT_START, limit))?;
             let Some(event) = event else {
-                return Err(CodexError::ServerExited {
-                    status: client
-                        .exit_status()
-                        .unwrap_or_else(|| "output closed".to_owned()),
-                });
+                return Err(client.lost());
             };
             match event {
                 ServerEvent::Notification { method, params } => {
@@ -1116,7 +1111,8 @@ impl Inner {
             .await;
         client.unsubscribe(&thread_id);
         self.release_thread(client, &thread_id).await;
-        let turn_id = result?;
+        // A turn lost to the app-server says which tools it had run: their effects happened.
+        let turn_id = result.map_err(|e| e.with_tools_ran(&state.tools))?;
         if let Some(lost) = state.lease_lost.take() {
             return Err(CodexError::Lifecycle(lost));
         }
@@ -1214,9 +1210,7 @@ impl Inner {
                 }
                 event = events.recv() => {
                     let Some(event) = event else {
-                        return Err(CodexError::ServerExited {
-                            status: client.exit_status().unwrap_or_else(|| "output closed".to_owned()),
-                        });
+                        return Err(client.lost());
                     };
                     if let Some(done) = self.on_event(client, state, event, &mut turn_id).await? {
                         if let Some(terminal) = interrupted.take() {
@@ -1232,10 +1226,7 @@ impl Inner {
                 }
                 () = timer => {
                     if interrupted.is_some() {
-                        return Err(CodexError::Timeout {
-                            method: method::TURN_INTERRUPT.to_owned(),
-                            timeout: INTERRUPT_GRACE,
-                        });
+                        return Err(CodexError::timeout(method::TURN_INTERRUPT, INTERRUPT_GRACE));
                     }
                     interrupted = Some(AttemptTerminal::TimedOut);
                     interrupt_deadline = Some(tokio::time::Instant::now() + INTERRUPT_GRACE);

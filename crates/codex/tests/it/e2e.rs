@@ -378,6 +378,7 @@ async fn codex_e2e_sigkill_mid_turn_then_resume() {
         "expected ServerExited, got {error:?}"
     );
     assert!(error.is_server_lost());
+    assert!(error.tools_ran().is_empty(), "no tool ran: {error:?}");
     // Nothing half-written: the whole user item, no partial assistant text.
     let transcript = host.transcript(&key).await;
     assert_eq!(roles(&transcript), vec![TranscriptRole::User]);
@@ -442,6 +443,24 @@ async fn codex_e2e_a_tool_that_ran_is_mirrored_when_the_server_dies_during_it() 
         .unwrap_err();
     assert!(error.is_server_lost(), "{error:?}");
     assert_eq!(host.tools.executed().len(), 1, "the tool ran");
+    // The caller's error says which tool the lost turn had run, with its terminal report.
+    let ran = error.tools_ran();
+    assert_eq!(ran.len(), 1, "{error:?}");
+    assert_eq!(
+        (
+            ran[0].call_id.as_str(),
+            ran[0].tool.as_str(),
+            ran[0].outcome
+        ),
+        ("call-crash", "lookup", ToolOutcome::Success)
+    );
+    assert!(ran[0].execution_started && !ran[0].native, "{:?}", ran[0]);
+    assert!(
+        error
+            .to_string()
+            .contains("after the turn ran 1 tool call(s)"),
+        "{error}"
+    );
     let transcript = host.transcript(&key).await;
     assert_eq!(
         roles(&transcript),
