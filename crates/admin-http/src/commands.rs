@@ -60,6 +60,31 @@ impl CommandError {
     pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(self.code)
     }
+
+    /// The stable name of the exit code's class, as a script matches it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self.code {
+            EXIT_USAGE => "usage",
+            EXIT_NOT_FOUND => "not_found",
+            EXIT_CONFLICT => "conflict",
+            EXIT_UNAVAILABLE => "unavailable",
+            EXIT_UNUSABLE => "unusable",
+            _ => "failure",
+        }
+    }
+
+    /// The error as a command run with `--output json` prints it on stdout (its text also goes
+    /// to stderr): `{"error": {"code": "not_found", "exit_code": 3, "message": "…"}}`.
+    pub(crate) fn to_json(&self) -> String {
+        serde_json::json!({
+            "error": {
+                "code": self.kind(),
+                "exit_code": self.code,
+                "message": self.message,
+            }
+        })
+        .to_string()
+    }
 }
 
 /// The exit code of an API error's stable code, the same whether a command ran on the

@@ -312,6 +312,11 @@ error_set!(
     ]
 );
 error_set!(
+    /// Errors of the metrics endpoint: 401 (a database failure leaves its series out and says so
+    /// in `tether_database_up`, never fails the scrape).
+    MetricsErrors = [UNAUTHORIZED]
+);
+error_set!(
     /// Errors of the readiness probe: 503.
     ReadyErrors = [UNAVAILABLE]
 );

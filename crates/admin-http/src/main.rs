@@ -353,6 +353,32 @@ enum AuditCommand {
     },
 }
 
+impl Command {
+    /// Whether the command asked for `--output json`: its errors are then JSON on stdout too.
+    fn wants_json(&self) -> bool {
+        let output = match self {
+            Self::Sessions(
+                SessionsCommand::List { output, .. }
+                | SessionsCommand::Show { output, .. }
+                | SessionsCommand::Delete { output, .. },
+            )
+            | Self::Leases(
+                LeasesCommand::List { output, .. } | LeasesCommand::Expire { output, .. },
+            )
+            | Self::Quarantine(
+                QuarantineCommand::List { output, .. } | QuarantineCommand::Release { output, .. },
+            )
+            | Self::Audit(AuditCommand::List { output, .. }) => output,
+            Self::Serve { .. }
+            | Self::Openapi
+            | Self::Migrate { .. }
+            | Self::Demo { .. }
+            | Self::Chat { .. } => return false,
+        };
+        output.json()
+    }
+}
+
 fn main() -> ExitCode {
     let args = Cli::parse();
     // The demo's output is its summary: its steps' info lines would bury it (RUST_LOG still
@@ -362,6 +388,7 @@ fn main() -> ExitCode {
         _ => "info",
     };
     cli::init_logging(args.log_format, default_filter);
+    let json_errors = args.command.wants_json();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -540,6 +567,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
+            if json_errors {
+                cli::say(&err.to_json());
+            }
             cli::fail(&err.message);
             err.exit_code()
         }

@@ -246,10 +246,7 @@ pub async fn signout(
         return see_other("/signin");
     };
     if !csrf_ok(&session, form.csrf.as_deref()) {
-        return crate::error::ApiError::Forbidden(
-            "the form's CSRF token is missing or wrong: reload the page and retry".into(),
-        )
-        .into_response();
+        return csrf_refused();
     }
     state.ui_sessions().end(&id);
     tracing::info!(actor = %session.principal.name, "dashboard sign-out");
@@ -309,6 +306,18 @@ fn result_page(status: StatusCode, title: &str, body: &str) -> Response {
     (status, Html(html)).into_response()
 }
 
+/// A dashboard form whose CSRF token is missing or not the session's: a page (403) a browser
+/// shows, saying what happened and what to do; nothing was done.
+fn csrf_refused() -> Response {
+    result_page(
+        StatusCode::FORBIDDEN,
+        "The form is out of date",
+        "<p id=\"outcome\">Nothing was done: the form's security token is missing or is not \
+         this sign-in's (the page was opened before you last signed in, or in another \
+         session). Go back, reload the page and try again.</p>",
+    )
+}
+
 /// `POST /ui/actions`: an action from the dashboard (an admin's signed-in browser, with the
 /// session's CSRF token and a reason). Without `confirm=yes` it answers a confirmation page
 /// naming the action, its target and the reason; with it, the action runs through the same
@@ -318,15 +327,11 @@ pub async fn ui_action(
     headers: HeaderMap,
     axum::Form(form): axum::Form<ActionForm>,
 ) -> Response {
-    use crate::error::ApiError;
     let Some((_, session)) = current(&state, &headers) else {
         return see_other("/signin");
     };
     if !csrf_ok(&session, form.csrf.as_deref()) {
-        return ApiError::Forbidden(
-            "the form's CSRF token is missing or wrong: reload the page and retry".into(),
-        )
-        .into_response();
+        return csrf_refused();
     }
     if session.principal.scope != crate::auth::Scope::Admin {
         return result_page(

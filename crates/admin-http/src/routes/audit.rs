@@ -13,6 +13,7 @@ use crate::state::AppState;
 /// Filters and paging of the audit trail.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     /// Only actions by exactly this actor (a token's name, `cli` or `anonymous`).
     pub actor: Option<String>,

@@ -51,6 +51,7 @@ pub async fn list_namespaces(
 /// Filters and paging of the binding list.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct LeaseQuery {
     /// Only this namespace.
     pub namespace: Option<String>,
@@ -176,6 +177,7 @@ pub async fn get_binding(
 /// Filters and paging of the lease history.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct LeaseEventQuery {
     /// Only events of this namespace.
     pub namespace: Option<String>,

@@ -11,7 +11,7 @@ use tether_storage::LeaseEventKind;
 
 use crate::auth::ReadAccess;
 use crate::dto::Ready;
-use crate::error::{ApiError, ReadErrors, ReadyErrors};
+use crate::error::{ApiError, MetricsErrors, ReadyErrors};
 use crate::state::{AppState, Counters};
 
 /// How long `/readyz` waits for the database before answering 503: a probe must get an
@@ -60,12 +60,70 @@ const RENEW_LATENCY_BOUNDS: [u64; 13] = [
     2_500_000, 5_000_000,
 ];
 
-/// The Prometheus text of the service's metrics.
-pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
-    let store = state.store()?;
+/// How long a `/metrics` scrape waits for the database's series. Past it, or when the database
+/// fails, the scrape still answers 200 with this process's own series and
+/// `tether_database_up 0`: an outage is exactly when an operator needs the process's counters.
+pub const METRICS_DATABASE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Writes one metric family: its help, its type and one sample per label set.
+fn write_family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "{name}{labels} {value}");
+    }
+}
+
+/// The Prometheus text of the service's metrics: the database's series (stored history and
+/// counts) when the database answers within [`METRICS_DATABASE_TIMEOUT`], then this process's
+/// own series, which never depend on the database. `tether_database_up` says whether the
+/// database's series are in this scrape.
+pub async fn render_metrics(state: &AppState) -> String {
+    let mut out = String::new();
+    let database = match state.store() {
+        Ok(store) => {
+            match tokio::time::timeout(METRICS_DATABASE_TIMEOUT, database_metrics(store)).await {
+                Ok(Ok(text)) => Some(text),
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "metrics: the database's series are left out of this scrape");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_secs = METRICS_DATABASE_TIMEOUT.as_secs(),
+                        "metrics: the database did not answer in time; its series are left out of this scrape"
+                    );
+                    None
+                }
+            }
+        }
+        Err(_) => None,
+    };
+    write_family(
+        &mut out,
+        "tether_database_up",
+        "gauge",
+        "1 when this scrape read the database's series, 0 when the database failed, did not \
+         answer within 5 s or is not configured (its series are then left out).",
+        &[(String::new(), u64::from(database.is_some()))],
+    );
+    if let Some(text) = database {
+        out.push_str(&text);
+    }
+    process_series(state, &mut out);
+    out
+}
+
+/// The series read from the database: the lease history, the stored counts, finalizations and
+/// the audit trail.
+async fn database_metrics(store: &tether_storage::Store) -> Result<String, ApiError> {
     let counts = store.lease_event_counts().await?;
     let (sessions, quarantined) = store.admin_counts().await?;
     let namespaces = store.namespaces().await?;
+    let latency = store
+        .renew_latency_histogram(&RENEW_LATENCY_BOUNDS.map(Duration::from_micros))
+        .await?;
+    let finalizations = store.finalization_counts().await?;
+    let audit = store.audit_counts().await?;
     let count = |kind: LeaseEventKind| {
         counts
             .iter()
@@ -73,9 +131,6 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             .map_or(0, |(_, n)| *n)
     };
     let mut out = String::new();
-    let latency = store
-        .renew_latency_histogram(&RENEW_LATENCY_BOUNDS.map(Duration::from_micros))
-        .await?;
     let _ = writeln!(
         out,
         "# HELP tether_lease_renew_latency_seconds Time each stored lease renewal spent in the \
@@ -98,13 +153,8 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
         latency.sum.as_secs_f64(),
         count = latency.count,
     );
-    let mut metric = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    metric(
+    write_family(
+        &mut out,
         "tether_lease_events_total",
         "counter",
         "Lease events in the stored history, by kind.",
@@ -140,21 +190,30 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             LeaseEventKind::Expired,
         ),
     ] {
-        metric(name, "counter", help, &[(String::new(), count(kind))]);
+        write_family(
+            &mut out,
+            name,
+            "counter",
+            help,
+            &[(String::new(), count(kind))],
+        );
     }
-    metric(
+    write_family(
+        &mut out,
         "tether_sessions",
         "gauge",
         "Host sessions stored.",
         &[(String::new(), sessions)],
     );
-    metric(
+    write_family(
+        &mut out,
         "tether_quarantined_keys",
         "gauge",
         "Quarantined binding keys.",
         &[(String::new(), quarantined)],
     );
-    metric(
+    write_family(
+        &mut out,
         "tether_live_leases",
         "gauge",
         "Binding rows holding a live lease, by namespace.",
@@ -168,12 +227,13 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             })
             .collect::<Vec<_>>(),
     );
-    let finalizations = store.finalization_counts().await?;
-    metric(
+    write_family(
+        &mut out,
         "tether_finalizations_total",
         "counter",
-        "Settled-turn finalizations recorded, by outcome (counted when each record is \
-         written; deleting a session does not lower it).",
+        "Settled-turn finalization records, by outcome: `system` transcript entries starting \
+         with `finalization:` that a host writes (counted when each is written; deleting a \
+         session does not lower it). A host that writes no such record counts nothing here.",
         &[
             (
                 "{outcome=\"succeeded\"}".to_owned(),
@@ -185,8 +245,8 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             ),
         ],
     );
-    let audit = store.audit_counts().await?;
-    metric(
+    write_family(
+        &mut out,
         "tether_operator_actions_total",
         "counter",
         "Operator actions recorded in the audit trail (API and CLI), by action and outcome.",
@@ -204,20 +264,29 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             })
             .collect::<Vec<_>>(),
     );
-    metric(
+    Ok(out)
+}
+
+/// The series this process keeps itself: build, uptime, HTTP requests, the admin action
+/// counters and the standard process metrics.
+fn process_series(state: &AppState, out: &mut String) {
+    write_family(
+        out,
         "tether_build_info",
         "gauge",
         "The running build (always 1).",
         &[(format!("{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")), 1)],
     );
-    metric(
+    write_family(
+        out,
         "tether_process_uptime_seconds",
         "gauge",
         "Seconds since this service started.",
         &[(String::new(), state.uptime_seconds())],
     );
     let routes = state.http_metrics().snapshot();
-    metric(
+    write_family(
+        out,
         "tether_http_requests_total",
         "counter",
         "HTTP requests served by this process, by method, route template and status.",
@@ -237,10 +306,8 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
             })
             .collect::<Vec<_>>(),
     );
-    // Written apart and appended last: `metric` holds `out` until then.
-    let mut hist = String::new();
     let _ = writeln!(
-        hist,
+        out,
         "# HELP tether_http_request_duration_seconds Time to answer HTTP requests in this process, by method and route template.\n\
          # TYPE tether_http_request_duration_seconds histogram"
     );
@@ -252,12 +319,12 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
         );
         for (bound, n) in crate::state::HTTP_LATENCY_BOUNDS.iter().zip(stats.buckets) {
             let _ = writeln!(
-                hist,
+                out,
                 "tether_http_request_duration_seconds_bucket{{{labels},le=\"{bound}\"}} {n}"
             );
         }
         let _ = writeln!(
-            hist,
+            out,
             "tether_http_request_duration_seconds_bucket{{{labels},le=\"+Inf\"}} {count}\n\
              tether_http_request_duration_seconds_sum{{{labels}}} {sum}\n\
              tether_http_request_duration_seconds_count{{{labels}}} {count}",
@@ -266,38 +333,42 @@ pub async fn render_metrics(state: &AppState) -> Result<String, ApiError> {
         );
     }
     let c = state.counters();
-    metric(
-        "tether_admin_session_deletions_total",
-        "counter",
-        "Sessions deleted through this service.",
-        &[(String::new(), Counters::get(&c.deletions))],
-    );
-    metric(
-        "tether_admin_session_deletion_failures_total",
-        "counter",
-        "Deletions refused or rolled back in this service.",
-        &[(String::new(), Counters::get(&c.deletion_failures))],
-    );
-    metric(
-        "tether_admin_lease_force_expirations_total",
-        "counter",
-        "Leases force-expired through this service.",
-        &[(String::new(), Counters::get(&c.force_expirations))],
-    );
-    metric(
-        "tether_admin_quarantine_releases_total",
-        "counter",
-        "Quarantined keys released through this service.",
-        &[(String::new(), Counters::get(&c.quarantine_releases))],
-    );
-    out.push_str(&hist);
+    for (name, help, counter) in [
+        (
+            "tether_admin_session_deletions_total",
+            "Sessions deleted through this service.",
+            &c.deletions,
+        ),
+        (
+            "tether_admin_session_deletion_failures_total",
+            "Deletions refused or rolled back in this service.",
+            &c.deletion_failures,
+        ),
+        (
+            "tether_admin_lease_force_expirations_total",
+            "Leases force-expired through this service.",
+            &c.force_expirations,
+        ),
+        (
+            "tether_admin_quarantine_releases_total",
+            "Quarantined keys released through this service.",
+            &c.quarantine_releases,
+        ),
+    ] {
+        write_family(
+            out,
+            name,
+            "counter",
+            help,
+            &[(String::new(), Counters::get(counter))],
+        );
+    }
     for (name, kind, help, value) in process_metrics(state) {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
         );
     }
-    Ok(out)
 }
 
 /// The clock ticks per second of `/proc/self/stat` times (`USER_HZ`, 100 on Linux builds for
@@ -394,17 +465,14 @@ fn escape_label(value: &str) -> String {
     path = "/metrics",
     tag = "health",
     responses(
-        (status = 200, description = "Prometheus text exposition", body = String, content_type = "text/plain"),
-        ReadErrors,
+        (status = 200, description = "Prometheus text exposition; while the database fails or does not answer within 5 s, this process's own series only, with `tether_database_up 0`", body = String, content_type = "text/plain"),
+        MetricsErrors,
     )
 )]
-pub async fn metrics(
-    _: ReadAccess,
-    State(state): State<AppState>,
-) -> Result<impl IntoResponse, ApiError> {
-    let text = render_metrics(&state).await?;
-    Ok((
+pub async fn metrics(_: ReadAccess, State(state): State<AppState>) -> impl IntoResponse {
+    let text = render_metrics(&state).await;
+    (
         [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
         text,
-    ))
+    )
 }

@@ -20,6 +20,7 @@ use crate::state::{AppState, Counters};
 /// Search and paging of the quarantine list.
 #[derive(Debug, Clone, Default, serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct QuarantineQuery {
     /// Only keys whose namespace, key or reason contains this text (any case).
     pub q: Option<String>,

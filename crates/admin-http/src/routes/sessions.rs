@@ -38,6 +38,7 @@ pub const DETAIL_EVENTS: usize = 20;
 /// Filters and paging of the session list.
 #[derive(Debug, Clone, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct SessionQuery {
     /// Only sessions of this agent.
     pub agent: Option<String>,
@@ -343,6 +344,7 @@ pub async fn delete_session_route(
 /// Transcript search parameters.
 #[derive(Debug, Clone, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct SearchQuery {
     /// Words that must all appear.
     #[param(min_length = 1, pattern = "[A-Za-z0-9]")]

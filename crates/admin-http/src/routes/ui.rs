@@ -420,6 +420,7 @@ pub async fn audit(
 
 /// The query of the transcript search page (`q` may be absent: the empty form).
 #[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TranscriptSearchQuery {
     /// Words that must all appear.
     #[serde(default)]

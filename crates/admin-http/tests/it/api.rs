@@ -955,6 +955,38 @@ async fn unknown_body_fields_and_bad_query_strings_are_typed_400s() {
             .await
             .expect_error(StatusCode::BAD_REQUEST, "bad_request");
     }
+    // An unknown parameter is refused, naming itself and the parameters the route takes
+    // (`search` for `q` filtered nothing before: the whole list came back).
+    for (path, unknown, known) in [
+        ("/v1/sessions?search=alpha", "search", "`q`"),
+        ("/v1/leases?holdr=worker-1", "holdr", "`holder`"),
+        ("/v1/lease-events?kinds=renewed", "kinds", "`kind`"),
+        ("/v1/quarantine?query=x", "query", "`q`"),
+        ("/v1/audit?who=alice", "who", "`actor`"),
+        ("/v1/transcripts/search?q=deploy&page=2", "page", "`limit`"),
+        (
+            "/v1/sessions/agent:main:alpha/transcript/search?q=deploy&size=2",
+            "size",
+            "`limit`",
+        ),
+    ] {
+        let refused = call(&state, "GET", path, Some(READ), None).await;
+        refused.expect_error(StatusCode::BAD_REQUEST, "bad_request");
+        assert!(
+            refused.text.contains(&format!("unknown field `{unknown}`"))
+                && refused.text.contains(known),
+            "{path}: {}",
+            refused.text
+        );
+    }
+    // The dashboard's pages read the same parameters.
+    let page = call(&state, "GET", "/ui/sessions?search=alpha", Some(READ), None).await;
+    page.expect_error_page(StatusCode::BAD_REQUEST, "bad_request");
+    assert!(
+        page.text.contains("unknown field `search`"),
+        "{}",
+        page.text
+    );
 }
 
 /// The read routes, `/readyz` and `/metrics` on a PostgreSQL-backed store (the SQL differs per
@@ -1125,6 +1157,103 @@ async fn concurrent_deletions_of_one_session_answer_deleted_or_gone() {
 
 /// `/readyz` answers 503 within its time limit while the database is stuck (here a lock on
 /// the sessions table), instead of hanging for as long as the lock is held.
+/// During a database outage `/metrics` still answers 200 with this process's own series and
+/// `tether_database_up 0`, within its limit while the database is stuck and at once when it is
+/// gone: the process's counters are what an operator reads then.
+#[tokio::test]
+async fn metrics_keep_the_process_series_while_the_database_is_stuck_or_gone() {
+    use tether_admin_http::routes::ops::METRICS_DATABASE_TIMEOUT;
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+    let Some(db) = tether_storage::testing::PgTestDatabase::create("metrics_outage").await else {
+        return;
+    };
+    let f = Fixture::on(db.url()).await;
+    let state = f.state(tokens());
+    let process_series = [
+        "tether_process_uptime_seconds ",
+        "tether_build_info{",
+        "tether_http_requests_total{method=\"GET\",route=\"/metrics\",status=\"200\"}",
+        "tether_admin_session_deletions_total 0",
+    ];
+    let healthy = call(&state, "GET", "/metrics", Some(READ), None).await;
+    assert_eq!(healthy.status, StatusCode::OK, "{}", healthy.text);
+    assert!(
+        healthy.text.contains("tether_database_up 1\n"),
+        "{}",
+        healthy.text
+    );
+    assert!(
+        healthy.text.contains("tether_sessions "),
+        "{}",
+        healthy.text
+    );
+
+    let locked = f.store.begin_host().await.unwrap();
+    locked
+        .execute("LOCK TABLE host_sessions IN ACCESS EXCLUSIVE MODE", vec![])
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let stuck = call(&state, "GET", "/metrics", Some(READ), None).await;
+    let waited = started.elapsed();
+    assert_eq!(stuck.status, StatusCode::OK, "{}", stuck.text);
+    assert!(
+        waited >= METRICS_DATABASE_TIMEOUT
+            && waited < METRICS_DATABASE_TIMEOUT + Duration::from_secs(5),
+        "waited {waited:?}"
+    );
+    assert!(
+        stuck.text.contains("tether_database_up 0\n"),
+        "{}",
+        stuck.text
+    );
+    assert!(!stuck.text.contains("tether_sessions "), "{}", stuck.text);
+    for series in process_series {
+        assert!(
+            stuck.text.contains(series),
+            "missing `{series}` in\n{}",
+            stuck.text
+        );
+    }
+    locked.rollback().await.unwrap();
+
+    // The database is dropped under the service (its connections terminated).
+    db.cleanup().await;
+    let started = std::time::Instant::now();
+    let gone = call(&state, "GET", "/metrics", Some(READ), None).await;
+    assert_eq!(gone.status, StatusCode::OK, "{}", gone.text);
+    assert!(
+        started.elapsed() < METRICS_DATABASE_TIMEOUT + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        gone.text.contains("tether_database_up 0\n"),
+        "{}",
+        gone.text
+    );
+    assert!(
+        !gone.text.contains("tether_lease_events_total"),
+        "{}",
+        gone.text
+    );
+    for series in process_series {
+        assert!(
+            gone.text.contains(series),
+            "missing `{series}` in\n{}",
+            gone.text
+        );
+    }
+    // Both earlier scrapes were answered and are counted (this one is counted once answered).
+    assert!(
+        gone.text.contains(
+            "tether_http_requests_total{method=\"GET\",route=\"/metrics\",status=\"200\"} 2"
+        ),
+        "{}",
+        gone.text
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_answers_within_its_limit_while_the_database_is_stuck() {
     use tether_storage::{HostBackend as _, HostTransaction as _};

@@ -176,6 +176,25 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
     let said = text(&missing);
     assert!(said.contains("`tether sessions list`"), "{said}");
     assert!(!said.contains("GET /v1"), "{said}");
+    // With `--output json` a failure is JSON on stdout as well (its text still on stderr).
+    let missing_json = tether(
+        &["sessions", "show", "agent:main:none", "--output", "json"],
+        &url,
+    );
+    assert_eq!(missing_json.status.code(), Some(3));
+    let error: serde_json::Value = serde_json::from_slice(&missing_json.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&missing_json)));
+    assert_eq!(error["error"]["code"], "not_found", "{error}");
+    assert_eq!(error["error"]["exit_code"], 3, "{error}");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("`tether sessions list`")),
+        "{error}"
+    );
+    assert!(String::from_utf8_lossy(&missing_json.stderr).contains("tether: error:"));
+    // Without it, stdout stays empty on failure.
+    assert!(missing.stdout.is_empty(), "{}", text(&missing));
 
     // A destructive command without a terminal and without --yes changes nothing (exit 2).
     let unconfirmed = tether(
@@ -537,13 +556,20 @@ async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
     assert!(expired.status.success(), "{}", text(&expired));
     let result: serde_json::Value = serde_json::from_slice(&expired.stdout).unwrap();
     assert_eq!(result["outcome"], "expired");
+    let nothing_left = remote(
+        &[&expire[..], &["--yes", "--output", "json"]].concat(),
+        base,
+        admin,
+    );
     assert_eq!(
-        remote(&[&expire[..], &["--yes"]].concat(), base, admin)
-            .status
-            .code(),
+        nothing_left.status.code(),
         Some(4),
         "nothing left to expire"
     );
+    let error: serde_json::Value = serde_json::from_slice(&nothing_left.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&nothing_left)));
+    assert_eq!(error["error"]["code"], "conflict", "{error}");
+    assert_eq!(error["error"]["exit_code"], 4, "{error}");
 
     // The service recorded the actions under the token's name, listed by the audit command.
     let trail = remote(

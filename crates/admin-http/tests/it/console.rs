@@ -697,10 +697,19 @@ async fn dashboard_actions_need_admin_a_reason_and_a_confirmation() {
             .await
         }
     };
-    // Wrong CSRF, blank reason: refused, nothing changes.
-    assert_eq!(
-        post(format!("{delete}&csrf=wrong")).await.0,
-        StatusCode::FORBIDDEN
+    // Wrong CSRF, blank reason: refused, nothing changes. The refusal is a page a browser
+    // shows (not the API's JSON), saying nothing was done and what to do.
+    let (status, headers, refused) = post(format!("{delete}&csrf=wrong")).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    assert!(
+        headers
+            .get("content-type")
+            .is_some_and(|v| v.to_str().unwrap_or_default().starts_with("text/html")),
+        "{headers:?}"
+    );
+    assert!(
+        refused.contains("Nothing was done") && refused.contains("reload the page"),
+        "{refused}"
     );
     let blank = "action=delete_session&session_key=agent%3Aops%3Agamma&reason=+";
     assert_eq!(
