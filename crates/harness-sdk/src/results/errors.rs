@@ -2,6 +2,12 @@
 //! `timedOut`, `error`, `exitCode`), its failure kind (blocked, timed out, cancelled, failed),
 //! and the error text and code a host shows or matches.
 //!
+//! A tool result has the shape agent runtimes return, `{"content": [...], "details": {...}}`:
+//! the model reads `content`, the host reads `details`, and the error rule reads `details`
+//! (`status`, `ok`, `success`, `timedOut`, `error`, `exitCode`). A plain object result (neither
+//! `content` nor `details`) is read as its own `details`. A result with `content` and no
+//! `details` has nothing the rule reads: it is not an error.
+//!
 //! Everything reads the raw result shallowly (the result and its `details`, plus one level of
 //! nested error objects), never recursing on caller-supplied depth; error texts are redacted
 //! and cut to one line.
@@ -19,6 +25,9 @@
 //! assert_eq!(extract_tool_error_message(&result).as_deref(), Some("boom"));
 //! let denied = json!({"details": {"status": "failed", "error": {"code": "SYSTEM_RUN_DENIED"}}});
 //! assert_eq!(extract_tool_error_code(&denied).as_deref(), Some("SYSTEM_RUN_DENIED"));
+//! // A plain object is its own details; text alone says nothing.
+//! assert!(is_tool_result_error(&json!({"ok": false, "exitCode": 1})));
+//! assert!(!is_tool_result_error(&json!({"content": [{"type": "text", "text": "Error: no"}]})));
 //! ```
 
 use serde_json::{Map, Value};
@@ -62,9 +71,17 @@ pub enum ToolResultFailureKind {
     Failed,
 }
 
-/// The `details` object of a result, if any.
+/// The object the error rule reads: a result's `details` object; for a plain object result
+/// (neither `content` nor `details`, so not the `{content, details}` shape of a runtime's tool
+/// result) the result itself, so a failure a host reports as `{"ok": false, "exitCode": 1}` is
+/// never read as a success.
 fn details(result: &Value) -> Option<&Map<String, Value>> {
-    result.get("details")?.as_object()
+    let obj = result.as_object()?;
+    match obj.get("details") {
+        Some(details) => details.as_object(),
+        None if !obj.contains_key("content") => Some(obj),
+        None => None,
+    }
 }
 
 /// `details.status`, trimmed and lower-cased.

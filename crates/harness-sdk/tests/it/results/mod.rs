@@ -2,6 +2,7 @@
 
 mod delivery;
 mod display;
+mod errors;
 mod fidelity;
 mod media;
 mod mirror;
