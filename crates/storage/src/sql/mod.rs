@@ -459,7 +459,42 @@ fn sqlite_primary_code(code: &str) -> Option<i64> {
 }
 
 fn condition(err: &DbErr) -> Condition {
-    database_code(err).map_or(Condition::Other, |code| condition_of_code(&code))
+    match database_code(err) {
+        // A missing table means an unmigrated database only when it is one of Tether's: a
+        // host's own statement in Tether's transaction naming a table the host never made is
+        // the host's mistake, a plain backend error.
+        Some(code) if code == "42P01" && names_a_foreign_table(&err.to_string()) => {
+            Condition::Other
+        }
+        Some(code) => condition_of_code(&code),
+        None => Condition::Other,
+    }
+}
+
+/// The tables Tether's migrations create (and the migration table itself).
+const TETHER_TABLES: [&str; 9] = [
+    "binding_records",
+    "tether_counters",
+    "lease_events",
+    "quarantined_keys",
+    "host_sessions",
+    "transcript_entries",
+    "upstream_links",
+    "operator_audit",
+    "seaql_migrations",
+];
+
+/// Whether PostgreSQL's "relation \"…\" does not exist" names a table that is not Tether's.
+/// `false` when the message names none (the missing table is then taken to be Tether's).
+fn names_a_foreign_table(message: &str) -> bool {
+    let Some((_, rest)) = message.split_once("relation \"") else {
+        return false;
+    };
+    let Some((name, _)) = rest.split_once('"') else {
+        return false;
+    };
+    let table = name.rsplit('.').next().unwrap_or(name);
+    !TETHER_TABLES.contains(&table)
 }
 
 /// What the database's error code `code` says about the database (see [`condition`]).
@@ -512,6 +547,26 @@ fn condition_of_code(code: &str) -> Condition {
     }
 }
 
+/// The text of a database error as an operator or host reads it. PostgreSQL's driver ends its
+/// message with the line of the server's own C source that raised it (`… does not exist at
+/// line 1392`), which reads as a line of the statement: it is replaced by the SQLSTATE, which
+/// says what happened (`… does not exist (SQLSTATE 42P01)`).
+fn driver_text(err: &DbErr) -> String {
+    let text = err.to_string();
+    let Some(code) = database_code(err).filter(|code| sqlite_primary_code(code).is_none()) else {
+        return text;
+    };
+    let Some(at) = text.rfind(" at line ") else {
+        return text;
+    };
+    let tail = &text[at + " at line ".len()..];
+    let digits = tail.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return text;
+    }
+    format!("{} (SQLSTATE {code}){}", &text[..at], &tail[digits..])
+}
+
 /// Maps a database error to the core error, keeping what the backend said: a connection
 /// failure or a transient condition (busy, full, shutting down) is
 /// [`StoreErrorKind::Unavailable`], a database that cannot be used as it is (read-only,
@@ -526,14 +581,15 @@ pub(crate) fn db_error(err: DbErr) -> Error {
         Unusable,
         Backend,
     }
+    let text = driver_text(&err);
     let (kind, message) = match (condition(&err), &err) {
-        (Condition::Transient(hint), _) => (Kind::Unavailable, format!("{err}; {hint}")),
-        (Condition::Unusable(hint), _) => (Kind::Unusable, format!("{err}; {hint}")),
+        (Condition::Transient(hint), _) => (Kind::Unavailable, format!("{text}; {hint}")),
+        (Condition::Unusable(hint), _) => (Kind::Unusable, format!("{text}; {hint}")),
         (Condition::Other, DbErr::Conn(_) | DbErr::ConnectionAcquire(_)) => (
             Kind::Unavailable,
-            format!("{err}; check that the database is reachable and retry"),
+            format!("{text}; check that the database is reachable and retry"),
         ),
-        (Condition::Other, _) => (Kind::Backend, err.to_string()),
+        (Condition::Other, _) => (Kind::Backend, text),
     };
     // The driver's error stays reachable as the kind's source.
     let cause = Some(Cause::new(err));
@@ -1051,6 +1107,28 @@ mod tests {
         assert!(transient("57P01"), "admin shutdown");
         assert!(unusable("28000") && unusable("28P01") && unusable("3D000"));
         assert!(unusable("42P01"), "undefined table");
+        assert!(names_a_foreign_table(
+            r#"relation "host_items" does not exist"#
+        ));
+        assert!(names_a_foreign_table(
+            r#"relation "public.host_items" does not exist"#
+        ));
+        assert!(!names_a_foreign_table(
+            r#"relation "binding_records" does not exist"#
+        ));
+        assert!(!names_a_foreign_table(
+            r#"relation "public.seaql_migrations" does not exist"#
+        ));
+        assert!(!names_a_foreign_table("no table named"));
+        // Every table a migration creates is one of Tether's.
+        let migrations = include_str!("migration.rs");
+        for part in migrations.split("CREATE TABLE ").skip(1) {
+            let table: String = part
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(TETHER_TABLES.contains(&table.as_str()), "{table}");
+        }
         assert!(matches!(condition_of_code("23505"), Condition::Other));
         // SQLite extended result codes.
         assert!(transient("5") && transient("517"), "busy, busy snapshot");
