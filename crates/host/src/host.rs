@@ -167,18 +167,30 @@ impl HostBuilder {
                 runs: Arc::new(ActiveRuns::new()),
                 holder,
                 lease: self.lease,
+                thread_bindings: std::sync::Mutex::default(),
                 _resync: resync,
             }),
         })
     }
 }
 
-/// `<host name>-<process id>`, or `pid-<process id>` without a host name.
+/// `<host name>-<process id>`, or `pid-<process id>` without a host name. The host name is the
+/// kernel's (Linux), else `HOSTNAME` (which shells set but rarely export).
 fn default_holder() -> String {
     let pid = std::process::id();
-    match std::env::var("HOSTNAME") {
-        Ok(name) if !name.trim().is_empty() => format!("{}-{pid}", name.trim()),
-        _ => format!("pid-{pid}"),
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| {
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
+        });
+    match name {
+        Some(name) => format!("{name}-{pid}"),
+        None => format!("pid-{pid}"),
     }
 }
 
@@ -199,6 +211,10 @@ struct Inner {
     runs: Arc<ActiveRuns>,
     holder: String,
     lease: LeaseConfig,
+    /// The thread-binding store of each namespace asked for, built once: every caller in this
+    /// host shares its lifecycle instance, so the harness holding a turn's lease and a write
+    /// through the store inside that turn are one owner, never two waiting on each other.
+    thread_bindings: std::sync::Mutex<std::collections::HashMap<String, ThreadBindingStore>>,
     _resync: Option<AbortOnDrop>,
 }
 
@@ -303,16 +319,43 @@ impl Host {
     /// Thread bindings in `namespace` (registered with the thread-binding defaults when it
     /// is not yet), on this host's clock and lease timing, leases labelled with its holder,
     /// blocked keys quarantined durably in the store.
+    ///
+    /// Every call for one namespace, on this host or a clone of it, answers the same store
+    /// (one lifecycle instance), and so does [`Host::thread_harness`]'s harness: a write through
+    /// it inside a turn lease that harness holds is the holder's own write. (Two lifecycle
+    /// instances over one namespace are two owners: the second would wait behind the first's
+    /// lease, even in one process.)
     pub async fn thread_bindings(&self, namespace: &str) -> Result<ThreadBindingStore, Error> {
+        if let Some(bindings) = self.cached_thread_bindings(namespace) {
+            return Ok(bindings);
+        }
         let ns = self
             .ensure_namespace(namespace, ThreadBindingStore::namespace_config)
             .await?;
-        ThreadBindingStore::builder(Arc::new(self.inner.store.clone()), ns)
+        let built = ThreadBindingStore::builder(Arc::new(self.inner.store.clone()), ns)
             .clock(Arc::clone(&self.inner.clock))
             .holder(self.inner.holder.clone())
             .lease_config(self.inner.lease)
             .quarantine(self.quarantine())
-            .build()
+            .build()?;
+        // Two first calls at once: the first to finish is the one every caller shares.
+        Ok(self
+            .inner
+            .thread_bindings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(namespace.to_owned())
+            .or_insert(built)
+            .clone())
+    }
+
+    fn cached_thread_bindings(&self, namespace: &str) -> Option<ThreadBindingStore> {
+        self.inner
+            .thread_bindings
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(namespace)
+            .cloned()
     }
 
     /// The ready harness hooks (deletion, context reset, reset) of harness `id` over thread

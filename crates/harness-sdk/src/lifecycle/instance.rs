@@ -696,10 +696,21 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                         .saturating_sub(now.as_millis())
                         .max(0);
                     if now >= deadline {
+                        // This instance's own label on a lease it does not own: another
+                        // lifecycle instance with the same label (usually of this very
+                        // process) holds it.
+                        let own_label = shared.holder.as_deref() == Some(holder);
+                        let hint = if own_label {
+                            ": this owner's own holder label, on a lease another lifecycle \
+                             instance holds (two instances over one namespace in one process \
+                             are two owners; share one)"
+                        } else {
+                            ""
+                        };
                         return Err(match shared.texts.lease_timeout(key) {
                             Error::LeaseTimeout { key, message } => Error::LeaseTimeout {
                                 message: format!(
-                                    "{message} (held by {holder}; its lease runs {expires_in_ms} ms more)"
+                                    "{message} (held by {holder}{hint}; its lease runs {expires_in_ms} ms more)"
                                 ),
                                 key,
                             },

@@ -301,6 +301,66 @@ async fn host_turn_lease_never_binds_a_deleted_or_reset_generation() {
     .await;
 }
 
+/// `thread_bindings` and `thread_harness` for one namespace share one lifecycle instance: a
+/// write through the host's bindings inside the harness's turn lease is the holder's write
+/// (before, it was a second owner of the same process waiting behind that lease until
+/// `LeaseTimeout`, naming this very process as the holder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_thread_bindings_and_the_thread_harness_are_one_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("host.db").display());
+    let quick = LeaseConfig {
+        wait_budget: Duration::from_secs(2),
+        ..LeaseConfig::with_lease_duration(Duration::from_secs(30))
+    };
+    let host = Host::builder(url).lease_config(quick).open().await.unwrap();
+    let harness = Arc::new(host.thread_harness("threads", NAMESPACE).await.unwrap());
+    host.registry()
+        .register(harness.clone() as Arc<dyn AgentHarness>);
+    // Asked for after the harness, and again through a clone of the host.
+    let bindings = host.thread_bindings(NAMESPACE).await.unwrap();
+    let again = host.clone().thread_bindings(NAMESPACE).await.unwrap();
+    let key = session(&host, "agent:main:direct:one-owner", "gen-1").await;
+    let identity = BindingIdentity::session(
+        AgentId::new("main").unwrap(),
+        SessionId::new("gen-1").unwrap(),
+        Some(key),
+    );
+    let caller = BindingAuthority::caller(always_current());
+    let started = std::time::Instant::now();
+    let written = harness
+        .with_turn_lease(&identity, &caller, |_lease, authority| {
+            let (bindings, identity) = (bindings.clone(), identity.clone());
+            async move {
+                let options = WriteOptions::checked(authority.assert_current_fn());
+                bindings
+                    .set(&identity, ThreadBinding::new("native-1", "/srv"), options)
+                    .await
+            }
+        })
+        .await;
+    assert!(written.is_ok(), "{written:?}");
+    assert!(
+        started.elapsed() < quick.wait_budget,
+        "waited {:?} behind its own lease",
+        started.elapsed()
+    );
+    let read = again.read(&identity).await.unwrap().unwrap();
+    assert_eq!(read.thread_id, "native-1");
+    // The default holder names the machine when it has a name, never a bare process id there.
+    let named = Host::open("sqlite::memory:").await.unwrap();
+    let kernel_name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    if !kernel_name.trim().is_empty() {
+        assert!(
+            named
+                .holder()
+                .starts_with(&format!("{}-", kernel_name.trim())),
+            "{}",
+            named.holder()
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_lease_config_reaches_its_bindings_and_bounds_a_deletion_wait() {
     let dir = tempfile::tempdir().unwrap();

@@ -157,6 +157,43 @@ async fn lifecycle_per_call_wait_budget_and_try_with_lease() {
     assert!(waiting.is_finished(), "gave up after its own budget");
     let err = waiting.await.unwrap().unwrap_err();
     assert!(matches!(err, Error::LeaseTimeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("held by peer;"), "{err}");
+    done_tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+}
+
+/// A wait that times out behind a lease carrying this owner's own holder label says so: another
+/// lifecycle instance of the same process holds it (two instances are two owners).
+#[tokio::test]
+async fn lifecycle_a_timeout_behind_its_own_label_names_the_second_instance() {
+    let f = &Fixture::new().await;
+    let k = &key("k");
+    let twin = f.twin();
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = {
+        let k = k.clone();
+        tokio::spawn(async move {
+            twin.with_lease(&k, LeaseOptions::default(), |_| async move {
+                held_tx.send(()).unwrap();
+                done_rx.await.unwrap();
+                Ok(())
+            })
+            .await
+        })
+    };
+    held_rx.await.unwrap();
+    let err =
+        f.lc.try_with_lease(k, LeaseOptions::default(), |_| async move { Ok(()) })
+            .await
+            .unwrap_err();
+    assert!(matches!(err, Error::LeaseTimeout { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("held by owner: this owner's own holder label")
+            && err.to_string().contains("share one"),
+        "{err}"
+    );
     done_tx.send(()).unwrap();
     holder.await.unwrap().unwrap();
 }

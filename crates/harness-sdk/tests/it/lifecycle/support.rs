@@ -92,7 +92,7 @@ impl Fixture {
             .register_namespace(NamespaceConfig::new(ns.clone()))
             .await
             .unwrap();
-        let lc = Self::instance(&clock, &timer, &store, &quarantine, &ns, "owner");
+        let lc = Self::instance(&clock, &timer, &store, &quarantine, &ns, "owner", "owner");
         Self {
             clock,
             timer,
@@ -111,6 +111,7 @@ impl Fixture {
         quarantine: &Arc<dyn QuarantineStore>,
         ns: &Namespace,
         tokens: &str,
+        holder: &str,
     ) -> Lc {
         Lifecycle::builder(
             store.clone(),
@@ -125,7 +126,7 @@ impl Fixture {
         .tokens(Arc::new(SequentialTokens::new(tokens)))
         .timer(timer.clone())
         .quarantine(quarantine.clone())
-        .holder(tokens)
+        .holder(holder)
         .build()
         .unwrap()
     }
@@ -144,6 +145,21 @@ impl Fixture {
             &self.quarantine,
             &self.ns,
             "peer",
+            "peer",
+        )
+    }
+
+    /// A second lifecycle instance with the first one's holder label (two instances of one
+    /// process over one namespace): an owner of its own, with tokens of its own.
+    pub(crate) fn twin(&self) -> Lc {
+        Self::instance(
+            &self.clock,
+            &self.timer,
+            &self.store,
+            &self.quarantine,
+            &self.ns,
+            "twin",
+            "owner",
         )
     }
 
