@@ -501,7 +501,35 @@ impl<B: HostBackend> HostSessions<B> {
         to: TranscriptAnchor,
         next: SessionId,
     ) -> Result<CutStatus, Error> {
-        self.context_reset(key, Cut::Rewind { to }, next).await
+        self.context_reset(key, Cut::Rewind { to }, next, None)
+            .await
+    }
+
+    /// Like [`rewind`](Self::rewind), with the host's own writes in the same transaction:
+    /// `host_writes` runs once, after every harness committed its prepared invalidation and
+    /// before the cut is applied, with the backend's transaction and the session (as it was
+    /// read, before the cut). If it fails, nothing commits, as for
+    /// [`delete_sessions_with`](Self::delete_sessions_with). It is not called when the cut is
+    /// refused.
+    #[tracing::instrument(level = "info", skip(self, host_writes))]
+    pub async fn rewind_with<F>(
+        &self,
+        key: &SessionKey,
+        to: TranscriptAnchor,
+        next: SessionId,
+        host_writes: F,
+    ) -> Result<CutStatus, Error>
+    where
+        F: for<'a> Fn(
+                &'a B::Transaction,
+                &'a [HostSessionEntry],
+            ) -> BoxFuture<'a, Result<(), Error>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.context_reset(key, Cut::Rewind { to }, next, Some(Arc::new(host_writes)))
+            .await
     }
 
     /// Makes the branch tip `to` the active leaf, invalidating native context, and moves the
@@ -514,8 +542,155 @@ impl<B: HostBackend> HostSessions<B> {
         to: TranscriptAnchor,
         next: SessionId,
     ) -> Result<CutStatus, Error> {
-        self.context_reset(key, Cut::SwitchBranch { to }, next)
+        self.context_reset(key, Cut::SwitchBranch { to }, next, None)
             .await
+    }
+
+    /// Like [`switch_branch`](Self::switch_branch), with the host's own writes in the same
+    /// transaction, run as for [`rewind_with`](Self::rewind_with).
+    #[tracing::instrument(level = "info", skip(self, host_writes))]
+    pub async fn switch_branch_with<F>(
+        &self,
+        key: &SessionKey,
+        to: TranscriptAnchor,
+        next: SessionId,
+        host_writes: F,
+    ) -> Result<CutStatus, Error>
+    where
+        F: for<'a> Fn(
+                &'a B::Transaction,
+                &'a [HostSessionEntry],
+            ) -> BoxFuture<'a, Result<(), Error>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.context_reset(
+            key,
+            Cut::SwitchBranch { to },
+            next,
+            Some(Arc::new(host_writes)),
+        )
+        .await
+    }
+
+    /// Resets the session (`/new`, `/reset`): its row moves to generation `next` in one
+    /// transaction (the predecessor recorded, the lifecycle revision bumped, the transcript
+    /// kept), then every registered harness is told (`reset` with `reason` and the new
+    /// generation), which retires the predecessor's native binding. Refused while a run of the
+    /// session is in flight. Returns the session as it is now. A missing session is
+    /// [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound); a
+    /// session another writer moved on meanwhile is
+    /// [`HostErrorKind::SessionChanged`](tether_core::HostErrorKind::SessionChanged), nothing
+    /// changed.
+    #[tracing::instrument(level = "info", skip(self))]
+    pub async fn reset(
+        &self,
+        key: &SessionKey,
+        next: SessionId,
+        reason: ResetReason,
+    ) -> Result<HostSessionEntry, Error> {
+        self.reset_in(key, next, reason, None).await
+    }
+
+    /// Like [`reset`](Self::reset), with the host's own writes in the same transaction:
+    /// `host_writes` runs once, after the session moved to `next` and before the COMMIT, with
+    /// the backend's transaction and the session as it was read (its old generation). If it
+    /// fails, nothing commits and no harness is told.
+    ///
+    /// ```no_run
+    /// # async fn demo(hosts: tether_host::HostSessions, key: tether_core::SessionKey) -> Result<(), tether_core::Error> {
+    /// use tether_core::{ResetReason, SessionId};
+    /// hosts
+    ///     .reset_with(&key, SessionId::new("gen-2")?, ResetReason::New, |tx, reset| {
+    ///         Box::pin(async move {
+    ///             tx.execute(
+    ///                 "UPDATE my_chat_threads SET title = 'New chat' WHERE session_key = $1",
+    ///                 vec![reset[0].session_key.as_str().into()],
+    ///             )
+    ///             .await?;
+    ///             Ok(())
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    #[tracing::instrument(level = "info", skip(self, host_writes))]
+    pub async fn reset_with<F>(
+        &self,
+        key: &SessionKey,
+        next: SessionId,
+        reason: ResetReason,
+        host_writes: F,
+    ) -> Result<HostSessionEntry, Error>
+    where
+        F: for<'a> Fn(
+                &'a B::Transaction,
+                &'a [HostSessionEntry],
+            ) -> BoxFuture<'a, Result<(), Error>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.reset_in(key, next, reason, Some(Arc::new(host_writes)))
+            .await
+    }
+
+    async fn reset_in(
+        &self,
+        key: &SessionKey,
+        next: SessionId,
+        reason: ResetReason,
+        host_writes: Option<HostWrites<B::Transaction>>,
+    ) -> Result<HostSessionEntry, Error> {
+        let entry = self
+            .store
+            .host_session(key)
+            .await?
+            .ok_or_else(|| Error::session_not_found(key))?;
+        if self
+            .work
+            .has_competing_work(&entry.session_key, &entry.session_id)
+        {
+            return Err(Error::CompetingWork {
+                session: key.to_string(),
+                message: format!(
+                    "Cannot reset session while competing work is in flight for {key}; retry after the run completes"
+                ),
+            });
+        }
+        let tx = self.store.begin_host().await?;
+        let written = async {
+            if !tx.rotate_session(&entry, &next).await? {
+                return Err(Error::from(tether_core::HostErrorKind::SessionChanged {
+                    key: key.to_string(),
+                }));
+            }
+            if let Some(writes) = &host_writes {
+                writes(&tx, std::slice::from_ref(&entry)).await?;
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(err) = written {
+            rollback_quietly(tx).await;
+            return Err(err);
+        }
+        tx.commit().await?;
+        let now = self
+            .store
+            .host_session(key)
+            .await?
+            .ok_or_else(|| Error::session_not_found(key))?;
+        let params = ResetParams {
+            agent_id: now.agent_id.clone(),
+            session_id: now.session_id.clone(),
+            session_key: Some(now.session_key.clone()),
+            reason,
+            lifecycle_revision: Some(now.lifecycle_revision),
+        };
+        reset_registered_harness_sessions(&[&self.registry], &params).await;
+        Ok(now)
     }
 
     /// Forks at a user message into a new session. The source and its native context are not
@@ -535,6 +710,7 @@ impl<B: HostBackend> HostSessions<B> {
         key: &SessionKey,
         cut: Cut,
         next: SessionId,
+        host_writes: Option<HostWrites<B::Transaction>>,
     ) -> Result<CutStatus, Error> {
         let entry = match self.store.check_host_cut(key, &cut).await? {
             Ok(entry) => entry,
@@ -548,7 +724,7 @@ impl<B: HostBackend> HostSessions<B> {
             vec![entry],
             vec![None],
             vec![false],
-            None,
+            host_writes,
         )
         .await?;
         Ok(CutStatus::Created)

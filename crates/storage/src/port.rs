@@ -54,6 +54,16 @@ pub trait HostTransaction: Send + Sync {
         next: &SessionId,
     ) -> Result<bool, Error>;
 
+    /// Moves the session of `entry` to generation `next` (a `/new` or `/reset`: the predecessor
+    /// recorded, the lifecycle revision bumped, the transcript and its active leaf kept),
+    /// guarded on its generation and lifecycle revision. `false` when the session moved on or
+    /// is gone (nothing changed).
+    async fn rotate_session(
+        &self,
+        entry: &HostSessionEntry,
+        next: &SessionId,
+    ) -> Result<bool, Error>;
+
     /// Removes the binding rows of `entry` (both key shapes, every namespace) that no harness
     /// owns, for an operator's deletion. Refused, changing nothing, with
     /// [`Error::MutationBlocked`] while one of them holds a live lease, and with

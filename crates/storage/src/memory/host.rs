@@ -245,12 +245,17 @@ enum HostOp {
         leaf: Option<i64>,
         next: SessionId,
     },
+    /// A new generation, the transcript and its active leaf kept.
+    Rotate {
+        entry: HostSessionEntry,
+        next: SessionId,
+    },
 }
 
 impl HostOp {
     fn entry(&self) -> &HostSessionEntry {
         match self {
-            Self::Delete(entry) | Self::Cut { entry, .. } => entry,
+            Self::Delete(entry) | Self::Cut { entry, .. } | Self::Rotate { entry, .. } => entry,
         }
     }
 }
@@ -282,7 +287,9 @@ impl MemoryHostTransaction {
         {
             entry = match op {
                 HostOp::Delete(_) => None,
-                HostOp::Cut { entry, next, .. } => Some(rotated(entry, next, entry.updated_at)),
+                HostOp::Cut { entry, next, .. } | HostOp::Rotate { entry, next } => {
+                    Some(rotated(entry, next, entry.updated_at))
+                }
             };
         }
         Ok(entry)
@@ -350,6 +357,21 @@ impl HostTransaction for MemoryHostTransaction {
         self.staged().push(HostOp::Cut {
             entry: entry.clone(),
             leaf,
+            next: next.clone(),
+        });
+        Ok(true)
+    }
+
+    async fn rotate_session(
+        &self,
+        entry: &HostSessionEntry,
+        next: &SessionId,
+    ) -> Result<bool, Error> {
+        if !self.is_current(entry)? {
+            return Ok(false);
+        }
+        self.staged().push(HostOp::Rotate {
+            entry: entry.clone(),
             next: next.clone(),
         });
         Ok(true)
@@ -438,6 +460,11 @@ impl HostTransaction for MemoryHostTransaction {
                             .entry(entry.session_key.clone())
                             .or_default()
                             .active_leaf = leaf;
+                    }
+                    HostOp::Rotate { entry, next } => {
+                        state
+                            .host_sessions
+                            .insert(entry.session_key.clone(), rotated(&entry, &next, now));
                     }
                 }
             }

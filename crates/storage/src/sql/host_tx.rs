@@ -146,6 +146,29 @@ impl HostTransaction for SqlHostTransaction {
             .is_some())
     }
 
+    async fn rotate_session(
+        &self,
+        entry: &HostSessionEntry,
+        next: &SessionId,
+    ) -> Result<bool, Error> {
+        let Some(row) = self
+            .store
+            .session_row(&*self.tx, &entry.session_key)
+            .await?
+            .filter(|row| {
+                row.entry.session_id == entry.session_id
+                    && row.entry.lifecycle_revision == entry.lifecycle_revision
+            })
+        else {
+            return Ok(false);
+        };
+        Ok(self
+            .store
+            .rotate_in(&self.tx, &row.entry, next, row.active_leaf)
+            .await?
+            .is_some())
+    }
+
     async fn delete_unowned_bindings(&self, entry: &HostSessionEntry) -> Result<usize, Error> {
         self.store.delete_session_bindings_in(&self.tx, entry).await
     }

@@ -224,3 +224,51 @@ fn memory_transcript_metadata_round_trips_and_forks() {
     assert_eq!(copied.len(), 2, "the path before the fork point");
     assert_eq!(copied[0].metadata.as_ref(), Some(&metadata));
 }
+
+/// A reset on the memory store: the session moves to its next generation, the transcript and
+/// its active leaf kept; host writes that fail change nothing.
+#[tokio::test]
+async fn a_reset_on_the_memory_store_rotates_the_session_or_changes_nothing() {
+    use tether_core::{Error, ResetReason, SessionId, SessionKey};
+    use tether_host::{ActiveRuns, HostSessions};
+    use tether_storage::{NewHostSession, NewTranscriptEntry, TranscriptRole};
+
+    let store = MemoryStore::default();
+    let key = SessionKey::new("agent:main:memory-reset").unwrap();
+    assert!(store.create_session(NewHostSession {
+        session_key: key.clone(),
+        agent_id: tether_core::AgentId::new("main").unwrap(),
+        session_id: SessionId::new("s-1").unwrap(),
+        agent_harness_id: None,
+    }));
+    let leaf = store
+        .append_transcript(&key, NewTranscriptEntry::new(TranscriptRole::User, "hi"))
+        .unwrap()
+        .anchor;
+    let hosts = HostSessions::new(
+        store.clone(),
+        tether_core::HarnessRegistry::shared(),
+        Arc::new(ActiveRuns::new()),
+    );
+    let err = hosts
+        .reset_with(
+            &key,
+            SessionId::new("s-2").unwrap(),
+            ResetReason::New,
+            |_, _| Box::pin(async { Err(Error::other("the host refuses")) }),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the host refuses"), "{err}");
+    assert_eq!(store.session(&key).unwrap().session_id.as_str(), "s-1");
+    let now = hosts
+        .reset(&key, SessionId::new("s-2").unwrap(), ResetReason::New)
+        .await
+        .unwrap();
+    assert_eq!(now.session_id.as_str(), "s-2");
+    assert_eq!(
+        now.previous_session_id.as_ref().map(SessionId::as_str),
+        Some("s-1")
+    );
+    assert_eq!(store.active_leaf(&key), Some(leaf));
+}

@@ -227,6 +227,235 @@ async fn body(store: Store) {
     assert_eq!(tether_storage::database_error_code(&refused), None);
 }
 
+/// The title the host keeps for `key`'s chat thread.
+async fn host_title(store: &Store, key: &SessionKey) -> Option<String> {
+    use tether_storage::sea_orm::{ConnectionTrait as _, Statement};
+    let backend = store.backend();
+    let sql = match backend {
+        tether_storage::sea_orm::DbBackend::Postgres => {
+            "SELECT title FROM host_chat_threads WHERE session_key = $1"
+        }
+        _ => "SELECT title FROM host_chat_threads WHERE session_key = ?",
+    };
+    store
+        .connection()
+        .query_one_raw(Statement::from_sql_and_values(
+            backend,
+            sql,
+            vec![key.as_str().into()],
+        ))
+        .await
+        .unwrap()
+        .map(|row| row.try_get::<String>("", "title").unwrap())
+}
+
+/// Host writes that retitle the session's chat thread, then fail when `fail` is set.
+fn retitle(
+    title: &'static str,
+    fail: bool,
+) -> impl for<'a> Fn(
+    &'a tether_storage::SqlHostTransaction,
+    &'a [tether_core::HostSessionEntry],
+) -> tether_core::BoxFuture<'a, Result<(), Error>>
++ Send
++ Sync
++ 'static {
+    move |tx, sessions| {
+        let key = sessions[0].session_key.as_str().to_owned();
+        Box::pin(async move {
+            tx.execute(
+                "UPDATE host_chat_threads SET title = $1 WHERE session_key = $2",
+                vec![title.into(), key.into()],
+            )
+            .await?;
+            if fail {
+                return Err(Error::other("the host refuses after its own write"));
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The host's writes join a rewind's, a branch switch's and a reset's transaction: they commit
+/// with the session's move to its next generation, or nothing does.
+async fn context_reset_and_reset_body(store: Store) {
+    use tether_core::{ResetReason, SessionId};
+    use tether_storage::{NewTranscriptEntry, TranscriptRole};
+    host_table(&store).await;
+    let log = Log::default();
+    let ns = unique_ns("host-writes-reset");
+    let registry = HarnessRegistry::shared();
+    registry.register(RecordingHarness::new("codex", &log, &ns, true, true));
+    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new()));
+    let key = session_key("host-writes-reset");
+    assert!(
+        store
+            .create_session(new_session(&key, "s-1"))
+            .await
+            .unwrap()
+    );
+    bind(&store, &ns, &key).await;
+    let mut anchors = Vec::new();
+    for (role, text) in [
+        (TranscriptRole::User, "u1"),
+        (TranscriptRole::Assistant, "a1"),
+        (TranscriptRole::User, "u2"),
+        (TranscriptRole::Assistant, "a2"),
+    ] {
+        let appended = store
+            .append_transcript(&key, NewTranscriptEntry::new(role, text))
+            .await
+            .unwrap();
+        anchors.push(appended.anchor);
+    }
+    {
+        use tether_storage::sea_orm::{ConnectionTrait as _, Statement};
+        let sql = match store.backend() {
+            tether_storage::sea_orm::DbBackend::Postgres => {
+                "INSERT INTO host_chat_threads (session_key, title) VALUES ($1, 'first')"
+            }
+            _ => "INSERT INTO host_chat_threads (session_key, title) VALUES (?, 'first')",
+        };
+        store
+            .connection()
+            .execute_raw(Statement::from_sql_and_values(
+                store.backend(),
+                sql,
+                vec![key.as_str().into()],
+            ))
+            .await
+            .unwrap();
+    }
+    let generation = |store: Store, key: SessionKey| async move {
+        store.session(&key).await.unwrap().unwrap().session_id
+    };
+
+    // A rewind whose host writes fail changes nothing: no cut, no new generation, no title.
+    let err = hosts
+        .rewind_with(
+            &key,
+            anchors[2],
+            SessionId::new("s-2").unwrap(),
+            retitle("rewound", true),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the host refuses"), "{err}");
+    assert_eq!(generation(store.clone(), key.clone()).await.as_str(), "s-1");
+    assert_eq!(host_title(&store, &key).await.as_deref(), Some("first"));
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(anchors[3]));
+    // Then it commits with its writes.
+    let status = hosts
+        .rewind_with(
+            &key,
+            anchors[2],
+            SessionId::new("s-2").unwrap(),
+            retitle("rewound", false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, tether_storage::CutStatus::Created);
+    assert_eq!(generation(store.clone(), key.clone()).await.as_str(), "s-2");
+    assert_eq!(host_title(&store, &key).await.as_deref(), Some("rewound"));
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(anchors[1]));
+
+    // A branch switch back to the old tip, with its writes.
+    let status = hosts
+        .switch_branch_with(
+            &key,
+            anchors[3],
+            SessionId::new("s-3").unwrap(),
+            retitle("switched", false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, tether_storage::CutStatus::Created);
+    assert_eq!(host_title(&store, &key).await.as_deref(), Some("switched"));
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(anchors[3]));
+
+    // A reset whose writes fail changes nothing and tells no harness.
+    let resets_before = entries(&log)
+        .iter()
+        .filter(|e| e.starts_with("reset:"))
+        .count();
+    let err = hosts
+        .reset_with(
+            &key,
+            SessionId::new("s-4").unwrap(),
+            ResetReason::New,
+            retitle("new chat", true),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the host refuses"), "{err}");
+    assert_eq!(generation(store.clone(), key.clone()).await.as_str(), "s-3");
+    assert_eq!(host_title(&store, &key).await.as_deref(), Some("switched"));
+    assert_eq!(
+        entries(&log)
+            .iter()
+            .filter(|e| e.starts_with("reset:"))
+            .count(),
+        resets_before,
+        "no harness told of a reset that did not happen"
+    );
+    // Then it commits: a new generation (the predecessor recorded), the host's row, the
+    // transcript kept, and the harnesses told.
+    let now = hosts
+        .reset_with(
+            &key,
+            SessionId::new("s-4").unwrap(),
+            ResetReason::New,
+            retitle("new chat", false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(now.session_id.as_str(), "s-4");
+    assert_eq!(
+        now.previous_session_id.as_ref().map(SessionId::as_str),
+        Some("s-3")
+    );
+    assert_eq!(host_title(&store, &key).await.as_deref(), Some("new chat"));
+    assert_eq!(store.active_leaf(&key).await.unwrap(), Some(anchors[3]));
+    let resets: Vec<String> = entries(&log)
+        .into_iter()
+        .filter(|e| e.starts_with("reset:"))
+        .collect();
+    assert_eq!(resets.len(), resets_before + 1, "{resets:?}");
+    assert_eq!(resets.last().map(String::as_str), Some("reset:codex:New"));
+    // A reset of a generation another writer moved on, or of a missing session, is typed.
+    let missing = session_key("host-writes-reset-missing");
+    let err = hosts
+        .reset(&missing, SessionId::new("s-9").unwrap(), ResetReason::Reset)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Host {
+                kind: tether_core::HostErrorKind::SessionNotFound { .. }
+            }
+        ),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn host_writes_join_context_resets_and_resets_on_sqlite() {
+    let (store, _dir) = sqlite_store().await;
+    context_reset_and_reset_body(store).await;
+}
+
+#[tokio::test]
+async fn host_writes_join_context_resets_and_resets_on_postgres() {
+    let Some(db) = PgTestDatabase::create("host_writes_reset").await else {
+        return;
+    };
+    let store = Store::open(db.url()).await.unwrap();
+    context_reset_and_reset_body(store.clone()).await;
+    drop(store);
+    db.cleanup().await;
+}
+
 #[tokio::test]
 async fn host_writes_join_the_deletion_transaction_on_sqlite() {
     let (store, _dir) = sqlite_store().await;
