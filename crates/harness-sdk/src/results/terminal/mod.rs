@@ -133,6 +133,19 @@ impl ToolTerminalObservation {
         }
     }
 
+    /// A call whose outcome is unknown: it may have started, and nothing reports how it ended
+    /// (the runtime or its process died while the tool ran, the host lost the answer).
+    /// Recorded as a failure that may have started: a mutating call's effect receipt is
+    /// [`EffectReceipt::Uncertain`] and its error stays the last tool error until a retry of
+    /// the same action succeeds; a replay-safe read's is [`EffectReceipt::FailedNoEffect`].
+    pub fn outcome_unknown(
+        tool_name: impl Into<String>,
+        arguments: Value,
+        reason: impl Into<String>,
+    ) -> Self {
+        Self::failure(tool_name, arguments, reason).with_execution_started(true)
+    }
+
     /// Sets the protocol call id.
     #[must_use]
     pub fn with_call_id(mut self, call_id: impl Into<String>) -> Self {

@@ -635,3 +635,35 @@ fn terminal_observation_builders_set_the_fields_they_name() {
         .with_stop_reason("stop");
     assert_eq!(answer.stop_reason.as_deref(), Some("stop"));
 }
+
+/// A call whose outcome is unknown (the runtime died while it ran): a mutating one is uncertain
+/// and its error is kept until the same action succeeds; a read failed without effect.
+#[test]
+fn tool_results_outcome_unknown_is_uncertain_for_a_mutation() {
+    let (mut obs, _host) = fingerprint();
+    let write = json!({"path": "/srv/app.conf", "content": "x"});
+    let r = obs.observe(&ToolTerminalObservation::outcome_unknown(
+        "write",
+        write.clone(),
+        "the runtime exited while the tool ran",
+    ));
+    assert!(r.execution_started);
+    assert_eq!(r.effect_receipt, EffectReceipt::Uncertain);
+    assert_eq!(
+        error_text(&obs).as_deref(),
+        Some("the runtime exited while the tool ran")
+    );
+    let r = obs.observe(&ok("read", json!({"path": "/srv/other"})));
+    assert!(
+        r.last_tool_error.is_some(),
+        "an unrelated read clears nothing"
+    );
+    obs.observe(&ok("write", write));
+    assert!(obs.last_tool_error().is_none(), "the same write succeeded");
+    let r = obs.observe(&ToolTerminalObservation::outcome_unknown(
+        "read",
+        json!({"path": "/srv/app.conf"}),
+        "lost",
+    ));
+    assert_eq!(r.effect_receipt, EffectReceipt::FailedNoEffect);
+}
