@@ -17,7 +17,7 @@ use tether_core::{
     SessionKey, SessionTarget, SettledTurnFinalizer, ToolErrorSummary, admit_all, always_current,
 };
 use tether_finalizer::{
-    DiagnosticEvent, FinalizationInput, FinalizationOutcome, ItemLifecycle, RunSignal, TurnFacts,
+    DiagnosticEvent, FinalizationInput, FinalizationOutcome, RunSignal, ToolCallMeta, TurnFacts,
     prepare_terminal_with_settled_turn_finalization,
 };
 use tether_harness_sdk::backend::{
@@ -518,11 +518,15 @@ impl ExampleHarness {
             ],
             ..AttemptResult::default()
         });
-        let facts = TurnFacts {
-            item_lifecycle: ItemLifecycle::new(1, 1, 0),
-            current_attempt_assistant: Some(batch),
-            ..TurnFacts::default()
-        };
+        let facts = TurnFacts::settled_tools(
+            vec![ToolCallMeta {
+                call_id: Some(call_id.to_owned()),
+                tool_name: tool.name.clone(),
+                is_error: tool.outcome == ToolOutcome::Failed,
+                ..ToolCallMeta::default()
+            }],
+            Some(batch),
+        );
         let signal = RunSignal::new();
         let session = SessionTarget {
             agent_id: entry.agent_id.clone(),

@@ -251,11 +251,8 @@ impl TurnOutcome {
     /// all settled: meant for a turn that completed (`attempt.terminal` is `Ok`). A failed or
     /// interrupted turn may have left items without one, which this cannot count.
     pub fn turn_facts(&self) -> tether_finalizer::TurnFacts {
-        let items = u32::try_from(self.tools.len()).unwrap_or(u32::MAX);
-        tether_finalizer::TurnFacts {
-            item_lifecycle: tether_finalizer::ItemLifecycle::new(items, items, 0),
-            tool_call_metas: self
-                .tools
+        tether_finalizer::TurnFacts::settled_tools(
+            self.tools
                 .iter()
                 .map(|tool| tether_finalizer::ToolCallMeta {
                     call_id: Some(tool.call_id.clone()),
@@ -264,15 +261,13 @@ impl TurnOutcome {
                     ..tether_finalizer::ToolCallMeta::default()
                 })
                 .collect(),
-            current_attempt_assistant: self
-                .attempt
+            self.attempt
                 .messages_snapshot
                 .iter()
                 .rev()
                 .find(|m| m.role == MessageRole::Assistant)
                 .cloned(),
-            ..tether_finalizer::TurnFacts::default()
-        }
+        )
     }
 }
 

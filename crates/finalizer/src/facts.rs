@@ -266,6 +266,37 @@ pub struct TurnFacts {
     pub ambient_room_event: bool,
 }
 
+impl TurnFacts {
+    /// The facts of a turn whose tool calls `tools` (in order) all reported a terminal outcome,
+    /// `batch_assistant` being the attempt's last assistant message (for a tool-only turn, the
+    /// one carrying the tool calls): what the settled-turn gate needs to recognise a settled
+    /// tool-only turn. Every other fact keeps its default: a user's turn that requires a reply,
+    /// delivered automatically, with no timeout, abort or delivery so far; set those the host
+    /// knows otherwise.
+    ///
+    /// ```
+    /// use tether_finalizer::{ToolCallMeta, TurnFacts};
+    /// let facts = TurnFacts::settled_tools(
+    ///     vec![ToolCallMeta {
+    ///         call_id: Some("call-1".into()),
+    ///         tool_name: "exec".into(),
+    ///         ..ToolCallMeta::default()
+    ///     }],
+    ///     None,
+    /// );
+    /// assert!(facts.item_lifecycle.settled());
+    /// ```
+    pub fn settled_tools(tools: Vec<ToolCallMeta>, batch_assistant: Option<AgentMessage>) -> Self {
+        let items = u32::try_from(tools.len()).unwrap_or(u32::MAX);
+        Self {
+            item_lifecycle: ItemLifecycle::new(items, items, 0),
+            tool_call_metas: tools,
+            current_attempt_assistant: batch_assistant,
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for TurnFacts {
     fn default() -> Self {
         Self {
