@@ -39,6 +39,7 @@ pub enum CodexError {
     /// During a turn, `tools_ran` holds the terminal reports of the tools the turn had already
     /// run (see [`CodexError::tools_ran`]).
     #[error("the codex app-server exited ({status}){}", ran_note(tools_ran))]
+    #[non_exhaustive]
     ServerExited {
         /// How it ended, as text (`exit status: 1`, `signal: 9 (SIGKILL)`, or `output closed`).
         status: String,
@@ -54,6 +55,7 @@ pub enum CodexError {
         "codex app-server request `{method}` got no response within {timeout:?}{}",
         ran_note(tools_ran)
     )]
+    #[non_exhaustive]
     Timeout {
         /// The request method.
         method: String,

@@ -178,16 +178,18 @@ impl HostBuilder {
 /// kernel's (Linux), else `HOSTNAME` (which shells set but rarely export).
 fn default_holder() -> String {
     let pid = std::process::id();
+    let usable = |name: String| {
+        let name = name.trim();
+        (!name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_')))
+        .then(|| name.to_owned())
+    };
     let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|name| name.trim().to_owned())
-        .filter(|name| {
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_'))
-        });
+        .and_then(usable)
+        .or_else(|| std::env::var("HOSTNAME").ok().and_then(usable));
     match name {
         Some(name) => format!("{name}-{pid}"),
         None => format!("pid-{pid}"),
@@ -324,7 +326,8 @@ impl Host {
     /// (one lifecycle instance), and so does [`Host::thread_harness`]'s harness: a write through
     /// it inside a turn lease that harness holds is the holder's own write. (Two lifecycle
     /// instances over one namespace are two owners: the second would wait behind the first's
-    /// lease, even in one process.)
+    /// lease, even in one process.) A Codex harness ([`Host::codex_harness`], feature `codex`)
+    /// builds a store of its own over its namespace: write through its `bindings()`.
     pub async fn thread_bindings(&self, namespace: &str) -> Result<ThreadBindingStore, Error> {
         if let Some(bindings) = self.cached_thread_bindings(namespace) {
             return Ok(bindings);

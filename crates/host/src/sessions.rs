@@ -1,4 +1,4 @@
-//! The host side of session deletion and context reset, end to end (the contract:
+//! The host side of session deletion, context reset and reset, end to end (the contract:
 //! `docs/deletion-and-reset.md`).
 //!
 //! [`HostSessions`] runs one operation over sorted, deduplicated targets:
@@ -25,6 +25,10 @@
 //!    through the SDK's reset fan-out (concurrent; it owns nothing; a failure is logged once
 //!    per harness per process).
 //!
+//! A reset (`/new`, `/reset`) is simpler: the session row moves to its next generation in one
+//! transaction (with the host's own writes, when given), then every registered harness gets
+//! `reset` with the new generation through the same fan-out.
+//!
 //! Owner authority is the SDK's [`HarnessOwnerAuthority`] (closed when the operation ends,
 //! lost when the registry changes or the registration is replaced), plus the operation's own
 //! conditions: every rolled-back initialization still current, no competing work.
@@ -48,9 +52,10 @@ use tether_storage::{Cut, CutStatus, HostBackend, HostTransaction, NewHostSessio
 
 use crate::work::WorkTracker;
 
-/// The host's own writes of one deletion: called once, inside the transaction, after the
-/// harnesses committed and before the session rows are removed, with the sessions being
-/// deleted.
+/// The host's own writes of one operation: called once, inside the transaction, with the
+/// sessions it changes (as they were read): for a deletion or a context reset after the
+/// harnesses committed and before the session rows change, for a reset after the row moved
+/// to its next generation.
 type HostWrites<T> = Arc<
     dyn for<'a> Fn(&'a T, &'a [HostSessionEntry]) -> BoxFuture<'a, Result<(), Error>> + Send + Sync,
 >;
@@ -220,13 +225,28 @@ impl Operation {
     }
 
     fn competing(&self, key: &SessionKey) -> Error {
-        let verb = if self.is_delete() { "delete" } else { "mutate" };
-        Error::CompetingWork {
-            session: key.to_string(),
-            message: format!(
-                "Cannot {verb} session while competing work is in flight for {key}; retry after the run completes"
-            ),
-        }
+        competing_work(if self.is_delete() { "delete" } else { "mutate" }, key)
+    }
+}
+
+/// Refuses to `verb` the session of `key` while a run of it is in flight.
+fn competing_work(verb: &str, key: &SessionKey) -> Error {
+    Error::CompetingWork {
+        session: key.to_string(),
+        message: format!(
+            "Cannot {verb} session while competing work is in flight for {key}; retry after the run completes"
+        ),
+    }
+}
+
+/// The reset notification of `entry` (as it is now) for `reason`.
+fn reset_params(entry: &HostSessionEntry, reason: ResetReason) -> ResetParams {
+    ResetParams {
+        agent_id: entry.agent_id.clone(),
+        session_id: entry.session_id.clone(),
+        session_key: Some(entry.session_key.clone()),
+        reason,
+        lifecycle_revision: Some(entry.lifecycle_revision),
     }
 }
 
@@ -577,12 +597,22 @@ impl<B: HostBackend> HostSessions<B> {
     /// Resets the session (`/new`, `/reset`): its row moves to generation `next` in one
     /// transaction (the predecessor recorded, the lifecycle revision bumped, the transcript
     /// kept), then every registered harness is told (`reset` with `reason` and the new
-    /// generation), which retires the predecessor's native binding. Refused while a run of the
-    /// session is in flight. Returns the session as it is now. A missing session is
-    /// [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound); a
-    /// session another writer moved on meanwhile is
-    /// [`HostErrorKind::SessionChanged`](tether_core::HostErrorKind::SessionChanged), nothing
-    /// changed.
+    /// generation), which clears the binding the predecessor still owns. Returns the session as
+    /// it is now.
+    ///
+    /// The notification runs after the COMMIT, on a task of its own (it finishes even when the
+    /// caller stops waiting) and also when the COMMIT's outcome is unknown. A process that
+    /// dies between the COMMIT and the notification leaves the predecessor's binding in place,
+    /// and the next turn would continue it as after a compaction: call `reset` on the
+    /// harnesses again (`reset_registered_harness_sessions` with the new generation) when a
+    /// host restarts after such a crash.
+    ///
+    /// Refused, nothing changed: while a run of the session is in flight
+    /// ([`Error::CompetingWork`]), for a session driven by an external agent harness, for
+    /// `next` equal to the current generation ([`Error::InvalidArgument`]); a missing session
+    /// is [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound), a
+    /// session another writer moved on meanwhile
+    /// [`HostErrorKind::SessionChanged`](tether_core::HostErrorKind::SessionChanged).
     #[tracing::instrument(level = "info", skip(self))]
     pub async fn reset(
         &self,
@@ -648,49 +678,62 @@ impl<B: HostBackend> HostSessions<B> {
             .host_session(key)
             .await?
             .ok_or_else(|| Error::session_not_found(key))?;
+        if entry.session_id == next {
+            return Err(Error::invalid_argument(format!(
+                "session {key} is at generation {next} already; a reset moves it to a new one"
+            )));
+        }
+        if let Some(upstream) = self.store.host_upstream_link(key).await? {
+            return Err(external_harness(key, &upstream));
+        }
+        self.reset_idle(&entry)?;
+        let tx = self.store.begin_host().await?;
+        let written = async {
+            let Some(now) = tx.rotate_session(&entry, &next).await? else {
+                return Err(Error::from(tether_core::HostErrorKind::SessionChanged {
+                    key: key.to_string(),
+                }));
+            };
+            if let Some(writes) = &host_writes {
+                writes(&tx, std::slice::from_ref(&entry)).await?;
+            }
+            // A run admitted while the transaction waited for its write lock is refused too.
+            self.reset_idle(&entry)?;
+            Ok(now)
+        }
+        .await;
+        let now = match written {
+            Ok(now) => now,
+            Err(err) => {
+                rollback_quietly(tx).await;
+                return Err(err);
+            }
+        };
+        let committed = tx.commit().await;
+        // The harnesses are told on a task of their own, so a caller that stops waiting does
+        // not leave the predecessor's binding in place; and also when the COMMIT's answer was
+        // lost (its outcome unknown): a reset that did not commit finds its new generation
+        // not current, and its hooks change nothing.
+        let registry = Arc::clone(&self.registry);
+        let params = reset_params(&now, reason);
+        let told = tokio::spawn(async move {
+            reset_registered_harness_sessions(&[&registry], &params).await;
+        });
+        committed?;
+        if let Err(join) = told.await {
+            tracing::warn!(error = %join, "the reset's harness notification did not finish");
+        }
+        Ok(now)
+    }
+
+    fn reset_idle(&self, entry: &HostSessionEntry) -> Result<(), Error> {
         if self
             .work
             .has_competing_work(&entry.session_key, &entry.session_id)
         {
-            return Err(Error::CompetingWork {
-                session: key.to_string(),
-                message: format!(
-                    "Cannot reset session while competing work is in flight for {key}; retry after the run completes"
-                ),
-            });
+            return Err(competing_work("reset", &entry.session_key));
         }
-        let tx = self.store.begin_host().await?;
-        let written = async {
-            if !tx.rotate_session(&entry, &next).await? {
-                return Err(Error::from(tether_core::HostErrorKind::SessionChanged {
-                    key: key.to_string(),
-                }));
-            }
-            if let Some(writes) = &host_writes {
-                writes(&tx, std::slice::from_ref(&entry)).await?;
-            }
-            Ok(())
-        }
-        .await;
-        if let Err(err) = written {
-            rollback_quietly(tx).await;
-            return Err(err);
-        }
-        tx.commit().await?;
-        let now = self
-            .store
-            .host_session(key)
-            .await?
-            .ok_or_else(|| Error::session_not_found(key))?;
-        let params = ResetParams {
-            agent_id: now.agent_id.clone(),
-            session_id: now.session_id.clone(),
-            session_key: Some(now.session_key.clone()),
-            reason,
-            lifecycle_revision: Some(now.lifecycle_revision),
-        };
-        reset_registered_harness_sessions(&[&self.registry], &params).await;
-        Ok(now)
+        Ok(())
     }
 
     /// Forks at a user message into a new session. The source and its native context are not
@@ -1061,13 +1104,7 @@ impl<B: HostBackend> HostSessions<B> {
     /// After a deletion every registered harness is told (`reset` with reason `Deleted`): the
     /// SDK's fan-out, concurrent, failures logged once per harness per process.
     async fn notify_deleted(&self, target: &HostSessionEntry) {
-        let params = ResetParams {
-            agent_id: target.agent_id.clone(),
-            session_id: target.session_id.clone(),
-            session_key: Some(target.session_key.clone()),
-            reason: ResetReason::Deleted,
-            lifecycle_revision: Some(target.lifecycle_revision),
-        };
+        let params = reset_params(target, ResetReason::Deleted);
         reset_registered_harness_sessions(&[&self.registry], &params).await;
     }
 }

@@ -56,13 +56,13 @@ pub trait HostTransaction: Send + Sync {
 
     /// Moves the session of `entry` to generation `next` (a `/new` or `/reset`: the predecessor
     /// recorded, the lifecycle revision bumped, the transcript and its active leaf kept),
-    /// guarded on its generation and lifecycle revision. `false` when the session moved on or
-    /// is gone (nothing changed).
+    /// guarded on its generation and lifecycle revision; the session as it is then. `None` when
+    /// the session moved on or is gone (nothing changed).
     async fn rotate_session(
         &self,
         entry: &HostSessionEntry,
         next: &SessionId,
-    ) -> Result<bool, Error>;
+    ) -> Result<Option<HostSessionEntry>, Error>;
 
     /// Removes the binding rows of `entry` (both key shapes, every namespace) that no harness
     /// owns, for an operator's deletion. Refused, changing nothing, with

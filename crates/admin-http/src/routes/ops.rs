@@ -102,8 +102,11 @@ pub async fn render_metrics(state: &AppState) -> String {
         &mut out,
         "tether_database_up",
         "gauge",
-        "1 when this scrape read the database's series, 0 when the database failed, did not \
-         answer within 5 s or is not configured (its series are then left out).",
+        &format!(
+            "1 when this scrape read the database's series, 0 when the database failed, did not \
+             answer within {} s or is not configured (its series are then left out).",
+            METRICS_DATABASE_TIMEOUT.as_secs()
+        ),
         &[(String::new(), u64::from(database.is_some()))],
     );
     if let Some(text) = database {

@@ -1155,8 +1155,6 @@ async fn concurrent_deletions_of_one_session_answer_deleted_or_gone() {
     }
 }
 
-/// `/readyz` answers 503 within its time limit while the database is stuck (here a lock on
-/// the sessions table), instead of hanging for as long as the lock is held.
 /// During a database outage `/metrics` still answers 200 with this process's own series and
 /// `tether_database_up 0`, within its limit while the database is stuck and at once when it is
 /// gone: the process's counters are what an operator reads then.
@@ -1254,6 +1252,8 @@ async fn metrics_keep_the_process_series_while_the_database_is_stuck_or_gone() {
     );
 }
 
+/// `/readyz` answers 503 within its time limit while the database is stuck (here a lock on
+/// the sessions table), instead of hanging for as long as the lock is held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_answers_within_its_limit_while_the_database_is_stuck() {
     use tether_storage::{HostBackend as _, HostTransaction as _};

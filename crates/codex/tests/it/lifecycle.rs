@@ -954,21 +954,13 @@ async fn codex_e2e_a_reset_after_a_rotation_archives_the_predecessors_thread() {
         .run_turn(TurnRequest::new(attempt(&key, "run-1", "remember teal")))
         .await
         .unwrap();
-    host.store
-        .rotate_generation(
-            &key,
-            &SessionId::new(SESSION_ID).unwrap(),
-            SessionId::new("gen-2").unwrap(),
-        )
+    // The host's reset: the session moves to gen-2, then every harness is told.
+    let now = host
+        .sessions(TransactionHooks::new())
+        .reset(&key, SessionId::new("gen-2").unwrap(), ResetReason::New)
         .await
-        .unwrap()
-        .expect("rotated");
-
-    let registry = host.registry();
-    let mut params = reset_params(&key, ResetReason::New);
-    params.session_id = SessionId::new("gen-2").unwrap();
-    let report = reset_registered_harness_sessions(&[&registry], &params).await;
-    assert_eq!(report.failures().count(), 0, "{:?}", report.outcomes());
+        .unwrap();
+    assert_eq!(now.session_id.as_str(), "gen-2");
     assert!(
         archived_threads(&host)
             .await

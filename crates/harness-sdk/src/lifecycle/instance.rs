@@ -700,12 +700,17 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                         // lifecycle instance with the same label (usually of this very
                         // process) holds it.
                         let own_label = shared.holder.as_deref() == Some(holder);
-                        let hint = if own_label {
-                            ": this owner's own holder label, on a lease another lifecycle \
-                             instance holds (two instances over one namespace in one process \
-                             are two owners; share one)"
-                        } else {
+                        let hint = if !own_label {
                             ""
+                        } else if shared.refuse_own_live_lease(key).is_err() {
+                            // This instance holds it, in a scope this call is not part of.
+                            ": this lifecycle's own live lease, held in a `with_lease` scope \
+                             this call runs outside of (a spawned task does not inherit it): \
+                             write with `transact_under(&guard, …)` or inside the scope"
+                        } else {
+                            ": this owner's own holder label, on a lease another lifecycle \
+                             instance holds (two instances over one namespace with one label, \
+                             often in one process, are two owners; share one)"
                         };
                         return Err(match shared.texts.lease_timeout(key) {
                             Error::LeaseTimeout { key, message } => Error::LeaseTimeout {

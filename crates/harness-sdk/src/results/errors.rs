@@ -4,9 +4,9 @@
 //!
 //! A tool result has the shape agent runtimes return, `{"content": [...], "details": {...}}`:
 //! the model reads `content`, the host reads `details`, and the error rule reads `details`
-//! (`status`, `ok`, `success`, `timedOut`, `error`, `exitCode`). A plain object result (neither
-//! `content` nor `details`) is read as its own `details`. A result with `content` and no
-//! `details` has nothing the rule reads: it is not an error.
+//! (`status`, `ok`, `success`, `timedOut`, `error`, `exitCode`). A plain object result (no
+//! `details`, and no `content` list of blocks) is read as its own `details`. A result with a
+//! `content` list and no `details` has nothing the rule reads: it is not an error.
 //!
 //! Everything reads the raw result shallowly (the result and its `details`, plus one level of
 //! nested error objects), never recursing on caller-supplied depth; error texts are redacted
@@ -72,14 +72,14 @@ pub enum ToolResultFailureKind {
 }
 
 /// The object the error rule reads: a result's `details` object; for a plain object result
-/// (neither `content` nor `details`, so not the `{content, details}` shape of a runtime's tool
-/// result) the result itself, so a failure a host reports as `{"ok": false, "exitCode": 1}` is
-/// never read as a success.
-fn details(result: &Value) -> Option<&Map<String, Value>> {
+/// (no `details`, and no `content` list of blocks, so not the `{content, details}` shape of a
+/// runtime's tool result) the result itself, so a failure a host reports as
+/// `{"ok": false, "exitCode": 1}` is never read as a success.
+pub(crate) fn details(result: &Value) -> Option<&Map<String, Value>> {
     let obj = result.as_object()?;
     match obj.get("details") {
         Some(details) => details.as_object(),
-        None if !obj.contains_key("content") => Some(obj),
+        None if !obj.get("content").is_some_and(Value::is_array) => Some(obj),
         None => None,
     }
 }

@@ -366,15 +366,15 @@ impl HostTransaction for MemoryHostTransaction {
         &self,
         entry: &HostSessionEntry,
         next: &SessionId,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<HostSessionEntry>, Error> {
         if !self.is_current(entry)? {
-            return Ok(false);
+            return Ok(None);
         }
         self.staged().push(HostOp::Rotate {
             entry: entry.clone(),
             next: next.clone(),
         });
-        Ok(true)
+        Ok(Some(rotated(entry, next, self.store.now())))
     }
 
     async fn delete_unowned_bindings(&self, entry: &HostSessionEntry) -> Result<usize, Error> {

@@ -50,7 +50,7 @@ impl SqlHostTransaction {
             .execute_raw(self.store.stmt(sql, values))
             .await
             .map(|r| r.rows_affected())
-            .map_err(db_error)
+            .map_err(super::host_statement_error)
     }
 
     /// The transaction itself, for queries [`execute`](Self::execute) does not cover (of the
@@ -150,7 +150,7 @@ impl HostTransaction for SqlHostTransaction {
         &self,
         entry: &HostSessionEntry,
         next: &SessionId,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<HostSessionEntry>, Error> {
         let Some(row) = self
             .store
             .session_row(&*self.tx, &entry.session_key)
@@ -160,13 +160,11 @@ impl HostTransaction for SqlHostTransaction {
                     && row.entry.lifecycle_revision == entry.lifecycle_revision
             })
         else {
-            return Ok(false);
+            return Ok(None);
         };
-        Ok(self
-            .store
+        self.store
             .rotate_in(&self.tx, &row.entry, next, row.active_leaf)
-            .await?
-            .is_some())
+            .await
     }
 
     async fn delete_unowned_bindings(&self, entry: &HostSessionEntry) -> Result<usize, Error> {

@@ -459,42 +459,7 @@ fn sqlite_primary_code(code: &str) -> Option<i64> {
 }
 
 fn condition(err: &DbErr) -> Condition {
-    match database_code(err) {
-        // A missing table means an unmigrated database only when it is one of Tether's: a
-        // host's own statement in Tether's transaction naming a table the host never made is
-        // the host's mistake, a plain backend error.
-        Some(code) if code == "42P01" && names_a_foreign_table(&err.to_string()) => {
-            Condition::Other
-        }
-        Some(code) => condition_of_code(&code),
-        None => Condition::Other,
-    }
-}
-
-/// The tables Tether's migrations create (and the migration table itself).
-const TETHER_TABLES: [&str; 9] = [
-    "binding_records",
-    "tether_counters",
-    "lease_events",
-    "quarantined_keys",
-    "host_sessions",
-    "transcript_entries",
-    "upstream_links",
-    "operator_audit",
-    "seaql_migrations",
-];
-
-/// Whether PostgreSQL's "relation \"…\" does not exist" names a table that is not Tether's.
-/// `false` when the message names none (the missing table is then taken to be Tether's).
-fn names_a_foreign_table(message: &str) -> bool {
-    let Some((_, rest)) = message.split_once("relation \"") else {
-        return false;
-    };
-    let Some((name, _)) = rest.split_once('"') else {
-        return false;
-    };
-    let table = name.rsplit('.').next().unwrap_or(name);
-    !TETHER_TABLES.contains(&table)
+    database_code(err).map_or(Condition::Other, |code| condition_of_code(&code))
 }
 
 /// What the database's error code `code` says about the database (see [`condition`]).
@@ -597,6 +562,20 @@ pub(crate) fn db_error(err: DbErr) -> Error {
         Kind::Unavailable => StoreErrorKind::Unavailable { message, cause },
         Kind::Unusable => StoreErrorKind::Unusable { message, cause },
         Kind::Backend => StoreErrorKind::Backend { message, cause },
+    })
+}
+
+/// A database error the caller made (a host's own statement), kept as
+/// [`StoreErrorKind::Backend`] whatever its code says about the database: a host statement
+/// naming a table the host never made (`42P01`) is the host's mistake, not an unmigrated
+/// database.
+pub(crate) fn host_statement_error(err: DbErr) -> Error {
+    if database_code(&err).as_deref() != Some("42P01") {
+        return db_error(err);
+    }
+    Error::store(StoreErrorKind::Backend {
+        message: driver_text(&err),
+        cause: Some(Cause::new(err)),
     })
 }
 
@@ -1107,28 +1086,6 @@ mod tests {
         assert!(transient("57P01"), "admin shutdown");
         assert!(unusable("28000") && unusable("28P01") && unusable("3D000"));
         assert!(unusable("42P01"), "undefined table");
-        assert!(names_a_foreign_table(
-            r#"relation "host_items" does not exist"#
-        ));
-        assert!(names_a_foreign_table(
-            r#"relation "public.host_items" does not exist"#
-        ));
-        assert!(!names_a_foreign_table(
-            r#"relation "binding_records" does not exist"#
-        ));
-        assert!(!names_a_foreign_table(
-            r#"relation "public.seaql_migrations" does not exist"#
-        ));
-        assert!(!names_a_foreign_table("no table named"));
-        // Every table a migration creates is one of Tether's.
-        let migrations = include_str!("migration.rs");
-        for part in migrations.split("CREATE TABLE ").skip(1) {
-            let table: String = part
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            assert!(TETHER_TABLES.contains(&table.as_str()), "{table}");
-        }
         assert!(matches!(condition_of_code("23505"), Condition::Other));
         // SQLite extended result codes.
         assert!(transient("5") && transient("517"), "busy, busy snapshot");

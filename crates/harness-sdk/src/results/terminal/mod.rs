@@ -332,7 +332,7 @@ pub fn terminal_outcome_accumulator(
 /// A timeout diagnostic from `result.details` (`timedOut: true` and a positive safe-integer
 /// `timeoutMs`; `partialResults` = `results.len()` when `partial: true` and results exist).
 fn timeout_diagnostic(result: Option<&ToolResult>) -> Option<TerminalDiagnostic> {
-    let details = result?.value().get("details")?;
+    let details = crate::results::errors::details(result?.value())?;
     if details.get("timedOut") != Some(&Value::Bool(true)) {
         return None;
     }
@@ -360,7 +360,7 @@ fn is_steering_skip(observation: &ToolTerminalObservation, execution_started: bo
     let details = observation
         .result
         .as_ref()
-        .and_then(|r| r.value().get("details"));
+        .and_then(|r| crate::results::errors::details(r.value()));
     !execution_started
         && details
             .and_then(|d| d.get("status"))

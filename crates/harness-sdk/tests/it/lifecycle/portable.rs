@@ -196,6 +196,35 @@ async fn lifecycle_a_timeout_behind_its_own_label_names_the_second_instance() {
     );
     done_tx.send(()).unwrap();
     holder.await.unwrap().unwrap();
+
+    // The same instance holding the key in a scope this call is not part of: a different
+    // hint (the instance is shared already; the call is outside the scope).
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let lc = f.lc.clone();
+    let held = {
+        let k = k.clone();
+        tokio::spawn(async move {
+            lc.with_lease(&k, LeaseOptions::default(), |_| async move {
+                held_tx.send(()).unwrap();
+                done_rx.await.unwrap();
+                Ok(())
+            })
+            .await
+        })
+    };
+    held_rx.await.unwrap();
+    let err =
+        f.lc.try_with_lease(k, LeaseOptions::default(), |_| async move { Ok(()) })
+            .await
+            .unwrap_err();
+    assert!(
+        err.to_string().contains("this lifecycle's own live lease")
+            && err.to_string().contains("transact_under"),
+        "{err}"
+    );
+    done_tx.send(()).unwrap();
+    held.await.unwrap().unwrap();
 }
 
 #[tokio::test]

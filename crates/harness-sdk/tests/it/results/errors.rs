@@ -17,6 +17,8 @@ fn tool_result_errors_a_plain_object_result_is_read_as_its_own_details() {
         json!({"error": "boom"}),
         json!({"status": "failed"}),
         json!({"status": "denied"}),
+        // A text `content` is not the runtime's list of blocks: still a plain record.
+        json!({"ok": false, "exitCode": 1, "content": "stderr: permission denied"}),
     ] {
         assert!(is_tool_result_error(&failed), "{failed}");
     }

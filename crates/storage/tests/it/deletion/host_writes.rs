@@ -286,7 +286,8 @@ async fn context_reset_and_reset_body(store: Store) {
     let ns = unique_ns("host-writes-reset");
     let registry = HarnessRegistry::shared();
     registry.register(RecordingHarness::new("codex", &log, &ns, true, true));
-    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new()));
+    let runs = Arc::new(ActiveRuns::new());
+    let hosts = HostSessions::new(store.clone(), registry, Arc::clone(&runs) as _);
     let key = session_key("host-writes-reset");
     assert!(
         store
@@ -422,7 +423,22 @@ async fn context_reset_and_reset_body(store: Store) {
         .collect();
     assert_eq!(resets.len(), resets_before + 1, "{resets:?}");
     assert_eq!(resets.last().map(String::as_str), Some("reset:codex:New"));
-    // A reset of a generation another writer moved on, or of a missing session, is typed.
+    // Refused, nothing changed: a reset to the generation the session is at (a retry of a
+    // reset that committed), a reset while a run of the session is in flight, a reset of a
+    // missing session.
+    let err = hosts
+        .reset(&key, SessionId::new("s-4").unwrap(), ResetReason::New)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument { .. }), "{err:?}");
+    let run = runs.start(&key);
+    let err = hosts
+        .reset(&key, SessionId::new("s-5").unwrap(), ResetReason::New)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CompetingWork { .. }), "{err:?}");
+    drop(run);
+    assert_eq!(generation(store.clone(), key.clone()).await.as_str(), "s-4");
     let missing = session_key("host-writes-reset-missing");
     let err = hosts
         .reset(&missing, SessionId::new("s-9").unwrap(), ResetReason::Reset)
