@@ -522,9 +522,10 @@ pub(crate) async fn sessions_show(
     ));
     for b in &d.bindings {
         say(&format!(
-            "binding     {}  {}  {}",
+            "binding     {}  {}{}  {}",
             b.namespace,
             b.key,
+            native_text(b),
             lease_text(b)
         ));
     }
@@ -541,6 +542,13 @@ pub(crate) async fn sessions_show(
         d.lease_events.len()
     ));
     Ok(())
+}
+
+/// The native runtime's id of a binding's thread (` native=…`), when the row names one.
+fn native_text(b: &BindingBody) -> String {
+    b.native_id
+        .as_deref()
+        .map_or_else(String::new, |id| format!("  native={id}"))
 }
 
 /// A binding's lease in one line.
@@ -660,10 +668,11 @@ pub(crate) async fn leases_list(
     }
     for b in &page.bindings {
         say(&format!(
-            "{}  {}  session={}  {}",
+            "{}  {}  session={}{}  {}",
             b.namespace,
             b.key,
             b.session_key.as_deref().unwrap_or("-"),
+            native_text(b),
             lease_text(b)
         ));
     }

@@ -507,6 +507,21 @@ async fn cli_over_the_api_lists_pages_acts_as_the_token_and_maps_exit_codes() {
     ));
     assert!(held.contains(lease["key"].as_str().unwrap()), "{held}");
     assert!(held.contains("session="), "{held}");
+    // The table names the native thread where the row binds one, as the API does.
+    if let Some(native) = lease["native_id"].as_str() {
+        assert!(held.contains(&format!("native={native}")), "{held}");
+    }
+    let every = remote(&["leases", "list", "--all", "--output", "json"], base, read);
+    let every: serde_json::Value = serde_json::from_slice(&every.stdout).unwrap();
+    let bound = every["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|b| b["native_id"].as_str())
+        .expect("the demo binds a native thread")
+        .to_owned();
+    let table = text(&remote(&["leases", "list", "--all"], base, read));
+    assert!(table.contains(&format!("native={bound}")), "{table}");
     let paged = remote(
         &["quarantine", "list", "--limit", "1", "--output", "json"],
         base,
