@@ -38,6 +38,22 @@ impl std::fmt::Debug for SqlHostTransaction {
 }
 
 impl SqlHostTransaction {
+    /// The session row of `entry` as this transaction sees it, when it is still at `entry`'s
+    /// generation and lifecycle revision.
+    async fn current_row(
+        &self,
+        entry: &HostSessionEntry,
+    ) -> Result<Option<super::host::SessionRow>, Error> {
+        Ok(self
+            .store
+            .session_row(&*self.tx, &entry.session_key)
+            .await?
+            .filter(|row| {
+                row.entry.session_id == entry.session_id
+                    && row.entry.lifecycle_revision == entry.lifecycle_revision
+            }))
+    }
+
     /// The database backend (SQLite or PostgreSQL), for backend-specific SQL.
     pub fn backend(&self) -> DbBackend {
         self.store.backend()
@@ -125,15 +141,7 @@ impl HostTransaction for SqlHostTransaction {
         cut: &Cut,
         next: &SessionId,
     ) -> Result<bool, Error> {
-        let Some(row) = self
-            .store
-            .session_row(&*self.tx, &entry.session_key)
-            .await?
-            .filter(|row| {
-                row.entry.session_id == entry.session_id
-                    && row.entry.lifecycle_revision == entry.lifecycle_revision
-            })
-        else {
+        let Some(row) = self.current_row(entry).await? else {
             return Ok(false);
         };
         let Ok(leaf) = self.store.plan_cut_in(&*self.tx, &row, cut).await? else {
@@ -151,15 +159,7 @@ impl HostTransaction for SqlHostTransaction {
         entry: &HostSessionEntry,
         next: &SessionId,
     ) -> Result<Option<HostSessionEntry>, Error> {
-        let Some(row) = self
-            .store
-            .session_row(&*self.tx, &entry.session_key)
-            .await?
-            .filter(|row| {
-                row.entry.session_id == entry.session_id
-                    && row.entry.lifecycle_revision == entry.lifecycle_revision
-            })
-        else {
+        let Some(row) = self.current_row(entry).await? else {
             return Ok(None);
         };
         self.store
