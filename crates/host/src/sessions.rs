@@ -697,6 +697,9 @@ impl<B: HostBackend> HostSessions<B> {
             if let Some(writes) = &host_writes {
                 writes(&tx, std::slice::from_ref(&entry)).await?;
             }
+            if let Some(after) = &self.hooks.after_mutations {
+                after(&tx).await?;
+            }
             // A run admitted while the transaction waited for its write lock is refused too.
             self.reset_idle(&entry)?;
             Ok(now)
@@ -720,6 +723,9 @@ impl<B: HostBackend> HostSessions<B> {
             reset_registered_harness_sessions(&[&registry], &params).await;
         });
         committed?;
+        if let Some(after) = &self.hooks.after_commit {
+            after()?;
+        }
         if let Err(join) = told.await {
             tracing::warn!(error = %join, "the reset's harness notification did not finish");
         }

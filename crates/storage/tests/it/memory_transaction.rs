@@ -271,4 +271,36 @@ async fn a_reset_on_the_memory_store_rotates_the_session_or_changes_nothing() {
         Some("s-1")
     );
     assert_eq!(store.active_leaf(&key), Some(leaf));
+
+    // The fault hooks reach a reset too: a fault at the commit edge commits nothing; a fault
+    // after the COMMIT is reported and undoes nothing.
+    let faulty = HostSessions::new(
+        store.clone(),
+        tether_core::HarnessRegistry::shared(),
+        Arc::new(ActiveRuns::new()),
+    )
+    .with_hooks(
+        tether_host::TransactionHooks::new()
+            .after_mutations(|_| Box::pin(async { Err(Error::other("edge fault")) })),
+    );
+    let err = faulty
+        .reset(&key, SessionId::new("s-3").unwrap(), ResetReason::Reset)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("edge fault"), "{err}");
+    assert_eq!(store.session(&key).unwrap().session_id.as_str(), "s-2");
+    let late = HostSessions::new(
+        store.clone(),
+        tether_core::HarnessRegistry::shared(),
+        Arc::new(ActiveRuns::new()),
+    )
+    .with_hooks(
+        tether_host::TransactionHooks::new().after_commit(|| Err(Error::other("late fault"))),
+    );
+    let err = late
+        .reset(&key, SessionId::new("s-3").unwrap(), ResetReason::Reset)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("late fault"), "{err}");
+    assert_eq!(store.session(&key).unwrap().session_id.as_str(), "s-3");
 }
