@@ -239,6 +239,26 @@ fn competing_work(verb: &str, key: &SessionKey) -> Error {
     }
 }
 
+/// A harness's lease wait that timed out names the binding key (hashed); the operation knows
+/// which of its sessions that key belongs to, and says so.
+fn naming_the_session(err: Error, targets: &[HostSessionEntry]) -> Error {
+    match err {
+        Error::LeaseTimeout { key, message } => {
+            let session = targets
+                .iter()
+                .find(|t| tether_storage::session_binding_keys(t).contains(&key));
+            Error::LeaseTimeout {
+                message: match session {
+                    Some(t) => format!("{message} (host session {})", t.session_key),
+                    None => message,
+                },
+                key,
+            }
+        }
+        other => other,
+    }
+}
+
 /// The reset notification of `entry` (as it is now) for `reason`.
 fn reset_params(entry: &HostSessionEntry, reason: ResetReason) -> ResetParams {
     ResetParams {
@@ -875,7 +895,7 @@ impl<B: HostBackend> HostSessions<B> {
             .take();
         match (host_error, chain) {
             (Some(host), _) => Err(host),
-            (None, Err(err)) => Err(err),
+            (None, Err(err)) => Err(naming_the_session(err, &ctx.targets)),
             (None, Ok(())) if !ctx.host_ran.load(Ordering::SeqCst) => Err(Error::MutationBlocked {
                 message: "a harness returned from its deletion hook without running the host operation; nothing was changed".into(),
             }),

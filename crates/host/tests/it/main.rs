@@ -425,6 +425,12 @@ async fn host_lease_config_reaches_its_bindings_and_bounds_a_deletion_wait() {
     assert!(matches!(err, Error::LeaseTimeout { .. }), "{err:?}");
     // The error names who holds the lease, so an operator knows which host to look at.
     assert!(err.to_string().contains("held by host-a"), "{err}");
+    // And it names the host session, not only the binding key's hash.
+    assert!(
+        err.to_string()
+            .contains("(host session agent:main:direct:busy)"),
+        "{err}"
+    );
     assert!(
         started.elapsed() < Duration::from_secs(10),
         "waited {:?}, not the default 70 s",
