@@ -702,7 +702,7 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
                         let own_label = shared.holder.as_deref() == Some(holder);
                         let hint = if !own_label {
                             ""
-                        } else if shared.refuse_own_live_lease(key).is_err() {
+                        } else if shared.holds_live_lease(key) {
                             // This instance holds it, in a scope this call is not part of.
                             ": this lifecycle's own live lease, held in a `with_lease` scope \
                              this call runs outside of (a spawned task does not inherit it): \

@@ -140,30 +140,33 @@ impl Shared {
         }
     }
 
-    /// Fails with [`Error::HeldOutsideScope`] when this instance holds `key` under a live
-    /// lease: a call outside that owner's scope would only wait for its own caller.
-    pub(crate) fn refuse_own_live_lease(&self, key: &BindingKey) -> Result<(), Error> {
-        let owner = self
-            .live_owners
+    /// Whether this instance holds `key` under a live lease (an owner of its own, held, not
+    /// failed, not expired).
+    pub(crate) fn holds_live_lease(&self, key: &BindingKey) -> bool {
+        self.live_owners
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(key)
-            .and_then(std::sync::Weak::upgrade);
-        match owner {
-            Some(owner)
-                if owner.phase() == OwnerPhase::Held
+            .and_then(std::sync::Weak::upgrade)
+            .is_some_and(|owner| {
+                owner.phase() == OwnerPhase::Held
                     && owner.failure().is_none()
-                    && owner.expires_at() > self.clock.now() =>
-            {
-                Err(Error::HeldOutsideScope {
-                    key: key.clone(),
-                    message: format!(
-                        "{key} is leased by this lifecycle's own live owner, and this call runs outside its `with_lease` scope (a spawned task does not inherit it): write with `Lifecycle::transact_under(&guard, …)`, or run inside the scope"
-                    ),
-                })
-            }
-            _ => Ok(()),
+                    && owner.expires_at() > self.clock.now()
+            })
+    }
+
+    /// Fails with [`Error::HeldOutsideScope`] when this instance holds `key` under a live
+    /// lease: a call outside that owner's scope would only wait for its own caller.
+    pub(crate) fn refuse_own_live_lease(&self, key: &BindingKey) -> Result<(), Error> {
+        if !self.holds_live_lease(key) {
+            return Ok(());
         }
+        Err(Error::HeldOutsideScope {
+            key: key.clone(),
+            message: format!(
+                "{key} is leased by this lifecycle's own live owner, and this call runs outside its `with_lease` scope (a spawned task does not inherit it): write with `Lifecycle::transact_under(&guard, …)`, or run inside the scope"
+            ),
+        })
     }
 
     /// Fails with the stored error when `key` is blocked in this instance.

@@ -541,13 +541,19 @@ fn driver_text(err: &DbErr) -> String {
 /// them saved anything. A single write statement in autocommit maps through
 /// [`autocommit_error`] instead.
 pub(crate) fn db_error(err: DbErr) -> Error {
+    let condition = condition(&err);
+    classified(err, condition)
+}
+
+/// The core error of `err`, whose code says `condition` about the database.
+fn classified(err: DbErr, condition: Condition) -> Error {
     enum Kind {
         Unavailable,
         Unusable,
         Backend,
     }
     let text = driver_text(&err);
-    let (kind, message) = match (condition(&err), &err) {
+    let (kind, message) = match (condition, &err) {
         (Condition::Transient(hint), _) => (Kind::Unavailable, format!("{text}; {hint}")),
         (Condition::Unusable(hint), _) => (Kind::Unusable, format!("{text}; {hint}")),
         (Condition::Other, DbErr::Conn(_) | DbErr::ConnectionAcquire(_)) => (
@@ -570,13 +576,13 @@ pub(crate) fn db_error(err: DbErr) -> Error {
 /// naming a table the host never made (`42P01`) is the host's mistake, not an unmigrated
 /// database.
 pub(crate) fn host_statement_error(err: DbErr) -> Error {
-    if database_code(&err).as_deref() != Some("42P01") {
-        return db_error(err);
-    }
-    Error::store(StoreErrorKind::Backend {
-        message: driver_text(&err),
-        cause: Some(Cause::new(err)),
-    })
+    let condition = match condition(&err) {
+        Condition::Unusable(_) if database_code(&err).as_deref() == Some("42P01") => {
+            Condition::Other
+        }
+        other => other,
+    };
+    classified(err, condition)
 }
 
 /// Maps the error of one write statement run in autocommit (its own transaction): an answer
