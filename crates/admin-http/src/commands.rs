@@ -510,11 +510,14 @@ pub(crate) async fn sessions_show(
     }
     say(&format!("session     {}", d.session.session_key));
     say(&format!("agent       {}", d.session.agent_id));
+    let previous = match (&d.lineage.previous_session_id, d.lineage.previous_change) {
+        (Some(id), Some(change)) => format!("{id} by {}", change.as_str()),
+        (Some(id), None) => id.clone(),
+        (None, _) => "-".to_owned(),
+    };
     say(&format!(
-        "generation  {} (revision {}, previous {})",
-        d.lineage.session_id,
-        d.lineage.lifecycle_revision,
-        d.lineage.previous_session_id.as_deref().unwrap_or("-")
+        "generation  {} (revision {}, previous {previous})",
+        d.lineage.session_id, d.lineage.lifecycle_revision,
     ));
     say(&format!(
         "harness     {}",

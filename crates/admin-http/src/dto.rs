@@ -4,8 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 use tether_core::{
-    BindingKeyKind, HarnessId, HostSessionEntry, QuarantineEntry, RecordCodec as _, SessionId,
-    Timestamp,
+    BindingKeyKind, GenerationChange, HarnessId, HostSessionEntry, QuarantineEntry,
+    RecordCodec as _, SessionId, Timestamp,
 };
 use tether_harness_sdk::backend::ThreadBindingCodec;
 use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntry, TranscriptHit};
@@ -25,6 +25,8 @@ pub struct SessionSummary {
     pub session_id: String,
     /// The generation it replaced, if any.
     pub previous_session_id: Option<String>,
+    /// How it replaced that generation (present exactly when `previous_session_id` is).
+    pub previous_change: Option<GenerationChangeBody>,
     /// Bumped on every generation change.
     pub lifecycle_revision: u64,
     /// The harness driving the session, if selected.
@@ -42,6 +44,7 @@ impl From<&HostSessionEntry> for SessionSummary {
             agent_id: e.agent_id.to_string(),
             session_id: e.session_id.to_string(),
             previous_session_id: e.previous_session_id.as_ref().map(ToString::to_string),
+            previous_change: e.previous_change.map(GenerationChangeBody::from),
             lifecycle_revision: e.lifecycle_revision.get(),
             agent_harness_id: e.agent_harness_id.as_ref().map(ToString::to_string),
             created_at_ms: e.created_at.as_millis(),
@@ -58,6 +61,7 @@ impl From<HostSessionEntry> for SessionSummary {
             agent_id: e.agent_id.into_string(),
             session_id: e.session_id.into_string(),
             previous_session_id: e.previous_session_id.map(SessionId::into_string),
+            previous_change: e.previous_change.map(GenerationChangeBody::from),
             lifecycle_revision: e.lifecycle_revision.get(),
             agent_harness_id: e.agent_harness_id.map(HarnessId::into_string),
             created_at_ms: e.created_at.as_millis(),
@@ -75,6 +79,40 @@ pub struct SessionPageBody {
     pub next_cursor: Option<String>,
 }
 
+/// How a generation replaced its predecessor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerationChangeBody {
+    /// A rotation keeping the conversation (a compaction): the native thread continues.
+    Transfer,
+    /// A rewind or branch switch: the native context was cut.
+    Cut,
+    /// A `/new` or `/reset`: the session started over.
+    Reset,
+}
+
+impl From<GenerationChange> for GenerationChangeBody {
+    fn from(change: GenerationChange) -> Self {
+        match change {
+            GenerationChange::Cut => Self::Cut,
+            GenerationChange::Reset => Self::Reset,
+            // A change this build does not know yet reads as the one that keeps the most.
+            _ => Self::Transfer,
+        }
+    }
+}
+
+impl GenerationChangeBody {
+    /// The name, as in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Transfer => "transfer",
+            Self::Cut => "cut",
+            Self::Reset => "reset",
+        }
+    }
+}
+
 /// The generation lineage of a session.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Lineage {
@@ -82,6 +120,8 @@ pub struct Lineage {
     pub session_id: String,
     /// The generation it replaced, if any.
     pub previous_session_id: Option<String>,
+    /// How it replaced that generation (present exactly when `previous_session_id` is).
+    pub previous_change: Option<GenerationChangeBody>,
     /// How many generation changes happened (starts at 1).
     pub lifecycle_revision: u64,
 }

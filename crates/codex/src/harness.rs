@@ -851,7 +851,19 @@ impl Inner {
                 model_provider: response.model_provider,
             });
         }
-        let continuation = self.threads.continuation(identity.key()).await?;
+        let mut continuation = self.threads.continuation(identity.key()).await?;
+        if continuation.is_some()
+            && resolved.previous_change == Some(tether_core::GenerationChange::Reset)
+        {
+            // The session was reset after its context reset and before any turn: the kept
+            // turns are not this generation's (the reset's notification, which drops the
+            // record, did not run: a crash after the host's COMMIT).
+            tracing::info!(
+                "a reset followed the session's context reset: its codex continuation is dropped"
+            );
+            continuation = None;
+            self.finish_continuation(identity).await;
+        }
         if let Some(previous) = &continuation
             && let Some(session_key) = identity.session_key()
             && let Some(bound) = self

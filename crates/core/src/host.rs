@@ -22,6 +22,10 @@ pub struct HostSessionEntry {
     pub session_id: SessionId,
     /// The generation this one replaced, if any.
     pub previous_session_id: Option<SessionId>,
+    /// How this generation replaced `previous_session_id`: `Some` exactly when there is a
+    /// predecessor. Only a [`GenerationChange::Transfer`] lets a harness adopt the
+    /// predecessor's native binding.
+    pub previous_change: Option<GenerationChange>,
     /// Bumped on every generation change.
     pub lifecycle_revision: LifecycleRevision,
     /// The harness that drives the session, if one is selected.
@@ -30,6 +34,57 @@ pub struct HostSessionEntry {
     pub created_at: Timestamp,
     /// Last update time.
     pub updated_at: Timestamp,
+}
+
+/// How a generation replaced its predecessor, recorded with the predecessor so that the
+/// decision whether the predecessor's native context continues does not depend on a
+/// notification that may never run (see `docs/generation.md`, "How a generation began").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum GenerationChange {
+    /// A rotation that keeps the conversation (a compaction, the host's own rotation): the
+    /// predecessor's native binding is adopted and its thread continues.
+    Transfer,
+    /// A context reset (a rewind or a branch switch): the transcript was cut, so the
+    /// predecessor's native context holds turns the session no longer has; it is never
+    /// adopted.
+    Cut,
+    /// A reset (`/new`, `/reset`): the session starts over; the predecessor's native context
+    /// is never adopted.
+    Reset,
+}
+
+impl GenerationChange {
+    /// Whether the predecessor's native context continues into this generation (only a
+    /// [`Self::Transfer`]).
+    pub fn continues_native_context(self) -> bool {
+        matches!(self, Self::Transfer)
+    }
+
+    /// The stored and displayed name: `transfer`, `cut` or `reset`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Transfer => "transfer",
+            Self::Cut => "cut",
+            Self::Reset => "reset",
+        }
+    }
+
+    /// Parses a name of [`Self::as_str`].
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "transfer" => Some(Self::Transfer),
+            "cut" => Some(Self::Cut),
+            "reset" => Some(Self::Reset),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for GenerationChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A host session read, tri-state for authority decisions.

@@ -68,8 +68,8 @@ pub use harness::{
     SettlementOutcome, always_current,
 };
 pub use host::{
-    AppendOutcome, HostSessionEntry, HostSessionRead, HostSessionStore, QuarantineEntry,
-    QuarantineStore, TranscriptAnchor,
+    AppendOutcome, GenerationChange, HostSessionEntry, HostSessionRead, HostSessionStore,
+    QuarantineEntry, QuarantineStore, TranscriptAnchor,
 };
 pub use ids::{
     AgentId, BindingId, HarnessId, IdError, MAX_ID_LEN, Namespace, RunId, SessionId, SessionKey,

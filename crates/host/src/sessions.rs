@@ -615,17 +615,20 @@ impl<B: HostBackend> HostSessions<B> {
     }
 
     /// Resets the session (`/new`, `/reset`): its row moves to generation `next` in one
-    /// transaction (the predecessor recorded, the lifecycle revision bumped, the transcript
-    /// kept), then every registered harness is told (`reset` with `reason` and the new
-    /// generation), which clears the binding the predecessor still owns. Returns the session as
-    /// it is now.
+    /// transaction (the predecessor recorded as replaced by a
+    /// [`GenerationChange::Reset`](tether_core::GenerationChange::Reset), the lifecycle
+    /// revision bumped, the transcript kept), then every registered harness is told (`reset`
+    /// with `reason` and the new generation), which clears the binding the predecessor still
+    /// owns and cleans up native state. Returns the session as it is now.
     ///
     /// The notification runs after the COMMIT, on a task of its own (it finishes even when the
     /// caller stops waiting) and also when the COMMIT's outcome is unknown. A process that
     /// dies between the COMMIT and the notification leaves the predecessor's binding in place,
-    /// and the next turn would continue it as after a compaction: call `reset` on the
-    /// harnesses again (`reset_registered_harness_sessions` with the new generation) when a
-    /// host restarts after such a crash.
+    /// but the row says the generation began with a reset, so the next turn clears that
+    /// binding instead of continuing it; only the native clean-up is lost (the Codex harness
+    /// leaves the old thread unarchived): call `reset` on the harnesses again
+    /// (`reset_registered_harness_sessions` with the new generation) when a host restarts
+    /// after such a crash to run it.
     ///
     /// Refused, nothing changed: while a run of the session is in flight
     /// ([`Error::CompetingWork`]), for a session driven by an external agent harness, for
@@ -709,7 +712,10 @@ impl<B: HostBackend> HostSessions<B> {
         self.reset_idle(&entry)?;
         let tx = self.store.begin_host().await?;
         let written = async {
-            let Some(now) = tx.rotate_session(&entry, &next).await? else {
+            let Some(now) = tx
+                .rotate_session(&entry, &next, tether_core::GenerationChange::Reset)
+                .await?
+            else {
                 return Err(Error::from(tether_core::HostErrorKind::SessionChanged {
                     key: key.to_string(),
                 }));

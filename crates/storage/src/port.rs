@@ -17,7 +17,8 @@ use std::fmt;
 
 use async_trait::async_trait;
 use tether_core::{
-    Error, HostSessionEntry, RowTransaction, SessionId, SessionKey, TranscriptAnchor,
+    Error, GenerationChange, HostSessionEntry, RowTransaction, SessionId, SessionKey,
+    TranscriptAnchor,
 };
 
 use crate::transcript::{Cut, CutStatus, NewHostSession};
@@ -54,14 +55,18 @@ pub trait HostTransaction: Send + Sync {
         next: &SessionId,
     ) -> Result<bool, Error>;
 
-    /// Moves the session of `entry` to generation `next` (a `/new` or `/reset`: the predecessor
-    /// recorded, the lifecycle revision bumped, the transcript and its active leaf kept),
-    /// guarded on its generation and lifecycle revision; the session as it is then. `None` when
-    /// the session moved on or is gone (nothing changed).
+    /// Moves the session of `entry` to generation `next` (the predecessor recorded with how it
+    /// was replaced, `change`, the lifecycle revision bumped, the transcript and its active
+    /// leaf kept), guarded on its generation and lifecycle revision; the session as it is
+    /// then. `None` when the session moved on or is gone (nothing changed). A `/new` or
+    /// `/reset` is [`GenerationChange::Reset`](tether_core::GenerationChange::Reset): no
+    /// harness adopts the predecessor's native binding afterwards, whether or not the reset's
+    /// notification ran.
     async fn rotate_session(
         &self,
         entry: &HostSessionEntry,
         next: &SessionId,
+        change: GenerationChange,
     ) -> Result<Option<HostSessionEntry>, Error>;
 
     /// Removes the binding rows of `entry` (both key shapes, every namespace) that no harness

@@ -753,7 +753,10 @@ pub async fn render_session(
             d.lineage
                 .previous_session_id
                 .as_deref()
-                .map_or_else(String::new, code),
+                .map_or_else(String::new, |previous| {
+                    let change = d.lineage.previous_change.map_or("", |c| c.as_str());
+                    format!("{} {change}", code(previous))
+                }),
             d.lineage.lifecycle_revision.to_string(),
             escape(d.session.agent_harness_id.as_deref().unwrap_or("—")),
             when(now, d.session.created_at_ms),

@@ -187,6 +187,7 @@ pub async fn session_detail(
         lineage: Lineage {
             session_id: entry.session_id.to_string(),
             previous_session_id: entry.previous_session_id.as_ref().map(ToString::to_string),
+            previous_change: entry.previous_change.map(Into::into),
             lifecycle_revision: entry.lifecycle_revision.get(),
         },
         bindings: bindings

@@ -82,6 +82,9 @@ async fn demo_populates_a_database_the_api_then_reads() {
     assert_eq!(bob.status, StatusCode::OK, "{}", bob.text);
     let bob = bob.json();
     assert_eq!(bob["lineage"]["previous_session_id"], "gen-2-1");
+    // The demo reset bob's context (a rewind): the generation began with a cut.
+    assert_eq!(bob["lineage"]["previous_change"], "cut");
+    assert_eq!(bob["session"]["previous_change"], "cut");
     assert_eq!(bob["bindings"].as_array().unwrap().len(), 1);
     assert!(!bob["transcript_tail"].as_array().unwrap().is_empty());
     let nightly = call(
@@ -158,6 +161,11 @@ async fn operator_commands_mirror_the_api_with_exit_codes() {
         human.contains("session     agent:main:direct:alice") && human.contains("generation"),
         "{human}"
     );
+    let bob = text(&tether(
+        &["sessions", "show", "agent:main:direct:bob"],
+        &url,
+    ));
+    assert!(bob.contains("previous gen-2-1 by cut"), "{bob}");
     let show = tether(
         &[
             "sessions",

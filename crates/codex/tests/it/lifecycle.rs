@@ -1080,3 +1080,129 @@ async fn archives(host: &Host) -> u64 {
     .await
     .unwrap()
 }
+
+/// A `/new` whose notification never ran — the host committed the reset, then its process died
+/// before telling the harnesses: the next turn reads from the session row that the generation
+/// began with a reset, so it neither resumes the predecessor's bound thread nor (after a
+/// rewind that left a continuation) continues the kept turns on a fork. It starts a fresh
+/// thread, and the model sees nothing of the earlier conversation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+
+    let Some((world, model)) = world(vec![
+        Step::Reply("Noted: the token is 9931."),
+        Step::Reply("Second answer."),
+        Step::Reply("A fresh start."),
+        Step::Reply("Noted: the code is 4711."),
+        Step::Reply("Another fresh start."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let reset_unnotified = |key: tether_core::SessionKey, next: &'static str| {
+        let store = host.store.clone();
+        async move {
+            let entry = store.session(&key).await.unwrap().unwrap();
+            let tx = store.begin_host().await.unwrap();
+            tx.rotate_session(
+                &entry,
+                &SessionId::new(next).unwrap(),
+                tether_core::GenerationChange::Reset,
+            )
+            .await
+            .unwrap()
+            .expect("rotated");
+            tx.commit().await.unwrap();
+        }
+    };
+    let key = session_key("reset-not-notified");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-1",
+            "remember: the token is 9931",
+        )))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "second question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    host.sessions(TransactionHooks::new())
+        .rewind(&key, transcript[2].anchor, SessionId::new("gen-2").unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        continuations(&host).await,
+        1,
+        "the rewind left a continuation"
+    );
+
+    // The reset's transaction, committed; no harness is told.
+    reset_unnotified(key.clone(), "gen-3").await;
+
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-3",
+            "run-3",
+            "hello again",
+        )))
+        .await
+        .unwrap();
+    assert!(next.started_thread, "{next:?}");
+    assert_eq!(
+        next.continued_from, None,
+        "the kept turns are not continued"
+    );
+    assert_ne!(next.thread_id, first.thread_id);
+    let requests = model.requests();
+    let last = requests.last().unwrap();
+    assert!(
+        !mentions(last, "token is 9931"),
+        "the reset context came back"
+    );
+    assert_eq!(
+        continuations(&host).await,
+        0,
+        "the continuation was dropped"
+    );
+
+    // Without a rewind before it: the binding the predecessor left is not resumed.
+    let other = session_key("reset-not-notified-bound");
+    host.create_session(&other).await;
+    let bound = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &other,
+            "run-4",
+            "remember: the code is 4711",
+        )))
+        .await
+        .unwrap();
+    reset_unnotified(other.clone(), "gen-2").await;
+    let fresh = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &other,
+            "gen-2",
+            "run-5",
+            "hello there",
+        )))
+        .await
+        .unwrap();
+    assert!(fresh.started_thread, "{fresh:?}");
+    assert_ne!(fresh.thread_id, bound.thread_id);
+    let requests = model.requests();
+    assert!(
+        !mentions(requests.last().unwrap(), "code is 4711"),
+        "the reset context came back"
+    );
+}

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use tether_core::{AgentId, Error, HostSessionRead, HostSessionStore, SessionId, SessionKey};
+use tether_core::{
+    AgentId, Error, GenerationChange, HostSessionRead, HostSessionStore, SessionId, SessionKey,
+};
 
 use super::{BindingAuthority, GenerationTexts, LineageEntry};
 
@@ -45,6 +47,7 @@ pub struct GenerationCapture {
     target: GenerationTarget,
     state: GenerationState,
     previous_session_id: Option<SessionId>,
+    previous_change: Option<GenerationChange>,
     authority: BindingAuthority,
     own: Option<BindingAuthority>,
     texts: GenerationTexts,
@@ -64,6 +67,22 @@ impl GenerationCapture {
     /// The host row's recorded predecessor (only when the state is current).
     pub fn previous_session_id(&self) -> Option<&SessionId> {
         self.previous_session_id.as_ref()
+    }
+
+    /// How the current generation replaced its recorded predecessor (only when the state is
+    /// current and there is one): only a [`GenerationChange::Transfer`] lets the predecessor's
+    /// binding be adopted.
+    pub fn previous_change(&self) -> Option<GenerationChange> {
+        self.previous_change
+    }
+
+    /// The recorded predecessor whose native context continues into this generation: the
+    /// predecessor of a transfer, `None` after a reset or a cut (or without one).
+    pub fn continued_predecessor(&self) -> Option<&SessionId> {
+        self.previous_session_id.as_ref().filter(|_| {
+            self.previous_change
+                .is_none_or(GenerationChange::continues_native_context)
+        })
     }
 
     /// The caller's authority combined with the captured lineage. Its
@@ -163,6 +182,7 @@ impl GenerationAuthority {
                     target: target.clone(),
                     state: GenerationState::Current,
                     previous_session_id: entry.previous_session_id,
+                    previous_change: entry.previous_change,
                     authority: BindingAuthority::combine([caller.clone(), own.clone()]),
                     own: Some(own),
                     texts: self.texts.clone(),
@@ -177,6 +197,7 @@ impl GenerationAuthority {
                     target: target.clone(),
                     state: GenerationState::Superseded,
                     previous_session_id: None,
+                    previous_change: None,
                     authority: BindingAuthority::combine([
                         caller.clone(),
                         BindingAuthority::superseded(tether_core::always_current(), superseded),
@@ -194,6 +215,7 @@ impl GenerationAuthority {
             target: target.clone(),
             state: GenerationState::Ephemeral,
             previous_session_id: None,
+            previous_change: None,
             authority: caller.clone(),
             own: None,
             texts: self.texts.clone(),

@@ -115,6 +115,11 @@ pub struct ResolvedBinding<B> {
     pub authority: BindingAuthority,
     /// The captured state.
     pub state: GenerationState,
+    /// How the current generation replaced its recorded predecessor (when the state is
+    /// current and there is one): a harness that keeps native state of its own beside the
+    /// binding (a pending continuation, say) drops it after a
+    /// [`GenerationChange::Reset`](tether_core::GenerationChange::Reset).
+    pub previous_change: Option<tether_core::GenerationChange>,
 }
 
 impl<B> fmt::Debug for ResolvedBinding<B> {
@@ -123,6 +128,7 @@ impl<B> fmt::Debug for ResolvedBinding<B> {
             .field("binding", &self.binding.is_some())
             .field("authority", &self.authority)
             .field("state", &self.state)
+            .field("previous_change", &self.previous_change)
             .finish()
     }
 }
@@ -134,8 +140,14 @@ impl GenerationAuthority {
     /// 1. ask the backend for a plan, then re-verify the lineage;
     /// 2. a resolved plan is the answer;
     /// 3. without a current host generation nothing is verified: `false`;
-    /// 4. if the host's recorded predecessor is exactly the row's owner, adopt it (re-verifying
-    ///    afterwards); anything but `Absent` is final (`Conflict` → `false`);
+    /// 4. if the host's recorded predecessor is exactly the row's owner:
+    ///    - and this generation replaced it by a transfer (a compaction), adopt it
+    ///      (re-verifying afterwards); anything but `Absent` is final (`Conflict` → `false`);
+    ///    - and it replaced it by a reset or a cut
+    ///      ([`GenerationChange`](tether_core::GenerationChange)), never adopt:
+    ///      reclaim the row (cleared for this generation), whatever `reclaim_stale` says — the
+    ///      host's record proves the row stale. This is what the reset's notification does, so
+    ///      a notification lost to a crash after the host's COMMIT changes nothing;
     /// 5. otherwise, unless `reclaim_stale`, `false`; else reclaim the stale row.
     ///
     /// Every await is followed by a lineage check, so a host rotation during the wait fails
@@ -157,7 +169,15 @@ impl GenerationAuthority {
         if capture.state() != GenerationState::Current {
             return Ok(false);
         }
-        if capture.previous_session_id() == Some(&expected_previous) {
+        if capture.previous_session_id() == Some(&expected_previous)
+            && capture.continued_predecessor().is_none()
+        {
+            tracing::info!(previous = %expected_previous, change = ?capture.previous_change(), "the recorded predecessor's native context ends here: its binding is reclaimed, not adopted");
+            let reclaimed = ops.reclaim(&expected_previous, authority).await?;
+            authority.verify().await?;
+            return Ok(reclaimed);
+        }
+        if capture.continued_predecessor() == Some(&expected_previous) {
             let adopted = ops.adopt(&expected_previous, authority).await?;
             authority.verify().await?;
             if adopted != AdoptionResult::Absent {
@@ -198,8 +218,9 @@ impl GenerationAuthority {
     /// 1. caller check, capture (when the target has a key), lineage check — a superseded or
     ///    unreadable host row fails here even when a binding is readable;
     /// 2. read the binding; the ownership check sees it, or — only when there is none and the
-    ///    host row records a predecessor — the predecessor's binding, which is read but never
-    ///    adopted, so a refused owner is never adopted;
+    ///    host row records a predecessor this generation continues (a transfer) — the
+    ///    predecessor's binding, which is read but never adopted, so a refused owner is never
+    ///    adopted;
     /// 3. when the binding is absent and the backend has generation operations, run
     ///    [`Self::reclaim_prepared`] (an unreclaimable row with `reclaim_stale` set is the
     ///    superseded error) and read again;
@@ -227,12 +248,12 @@ impl GenerationAuthority {
         let mut binding = reader.read_binding(None).await?;
         authority.verify().await?;
         if let Some(assert_binding) = assert_binding {
-            // Ownership before any adoption: the binding, or the recorded predecessor's
-            // binding (read, never adopted here).
+            // Ownership before any adoption: the binding, or the binding of a predecessor this
+            // generation continues (read, never adopted here).
             if binding.is_some() {
                 assert_binding(binding.as_ref())?;
             } else if let (GenerationState::Current, Some(previous)) =
-                (capture.state(), capture.previous_session_id())
+                (capture.state(), capture.continued_predecessor())
             {
                 let predecessor = reader.read_binding(Some(previous)).await?;
                 authority.verify().await?;
@@ -262,6 +283,7 @@ impl GenerationAuthority {
             binding,
             authority,
             state: capture.state(),
+            previous_change: capture.previous_change(),
         })
     }
 }

@@ -146,8 +146,10 @@ impl ThreadBindingHarness {
     ///   [`Error::SupersededGeneration`]: `run` never starts;
     /// - the lease is acquired with that authority, so a deletion or context reset that
     ///   committed while this call waited for the lease refuses it too;
-    /// - under the lease, a binding left by the recorded predecessor is adopted (a compaction
-    ///   is a transfer), then `run` gets the lease and the authority. Write with
+    /// - under the lease, a binding left by the recorded predecessor is adopted when the
+    ///   generation began with a transfer (a compaction) and cleared when it began with a cut
+    ///   or a reset ([`tether_core::GenerationChange`]), then `run` gets the lease and the
+    ///   authority. Write with
     ///   `WriteOptions::checked(authority.assert_current_fn())` and call
     ///   [`BindingAuthority::verify`] after long waits: a host change that bypasses the
     ///   harness hooks (a rotation) then refuses the write instead of binding a stale
@@ -174,7 +176,8 @@ impl ThreadBindingHarness {
 
     /// Resolves `identity`'s binding under the host generation: a readable binding never
     /// bypasses the fence, and a binding left under the same key by the verified, recorded
-    /// predecessor is **adopted** (ordinary compaction is a transfer, never a context reset).
+    /// predecessor is **adopted** when the generation began with a transfer (ordinary
+    /// compaction, never a context reset) and cleared when it began with a cut or a reset.
     pub async fn resolve(
         &self,
         identity: &BindingIdentity,

@@ -133,6 +133,7 @@ impl Fx {
             agent_id: agent(),
             session_id: sid(session),
             previous_session_id: previous.map(sid),
+            previous_change: previous.map(|_| tether_core::GenerationChange::Transfer),
             lifecycle_revision: LifecycleRevision::INITIAL,
             agent_harness_id: None,
             created_at: START,

@@ -53,6 +53,7 @@ impl Host {
             agent_id: AgentId::new("main").unwrap(),
             session_id: sid(session),
             previous_session_id: previous.map(sid),
+            previous_change: previous.map(|_| tether_core::GenerationChange::Transfer),
             lifecycle_revision: LifecycleRevision::INITIAL,
             agent_harness_id: None,
             created_at: Timestamp::from_millis(0),
@@ -71,8 +72,17 @@ impl Host {
             panic!("no row to rotate");
         };
         entry.previous_session_id = Some(entry.session_id.clone());
+        entry.previous_change = Some(tether_core::GenerationChange::Transfer);
         entry.session_id = sid(next);
         entry.lifecycle_revision = entry.lifecycle_revision.next();
+    }
+
+    /// Records how the current generation replaced its predecessor.
+    fn set_change(&self, key: &str, change: tether_core::GenerationChange) {
+        let mut rows = self.rows.lock().unwrap();
+        if let Some(HostRow::Entry(entry)) = rows.get_mut(key) {
+            entry.previous_change = Some(change);
+        }
     }
 
     /// Metadata-only change: same generation and predecessor.
@@ -509,6 +519,91 @@ async fn reclaim_adopts_verified_predecessor_before_stale_reclamation() {
     );
 }
 
+/// The recorded predecessor's binding is adopted only across a transfer: after a reset or a
+/// cut it is reclaimed (cleared for the new generation), even when the caller did not allow
+/// reclaiming stale rows, and `resolve_binding` neither checks its ownership nor returns it.
+#[tokio::test]
+async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
+    use tether_core::GenerationChange;
+
+    for change in [GenerationChange::Reset, GenerationChange::Cut] {
+        let host = Arc::new(Host::default());
+        host.put(KEY, "s2", Some("s1"));
+        host.set_change(KEY, change);
+        let authority = GenerationAuthority::new(host.clone());
+        let bindings = Bindings::bound("s1", "thread-1");
+        let ops = Ops {
+            bindings: bindings.clone(),
+            target: sid("s2"),
+        };
+        assert!(
+            authority
+                .reclaim_generation(&target("s2"), &caller(), &ops, false)
+                .await
+                .unwrap(),
+            "{change:?}"
+        );
+        assert_eq!(bindings.adopt_calls.load(Ordering::SeqCst), 0, "{change:?}");
+        assert_eq!(
+            bindings.reclaim_calls.load(Ordering::SeqCst),
+            1,
+            "{change:?}"
+        );
+        let row = bindings.row().unwrap();
+        assert_eq!(
+            (row.session_id, row.active),
+            (sid("s2"), false),
+            "{change:?}"
+        );
+        assert_eq!(row.thread, None, "{change:?}");
+
+        // Resolving: the predecessor's binding is not this generation's, so an ownership
+        // check that would refuse it is never asked about it, and nothing comes back.
+        let bindings = Bindings::bound("s1", "thread-1");
+        let ops = Ops {
+            bindings: bindings.clone(),
+            target: sid("s2"),
+        };
+        let refuse_any: &(dyn Fn(Option<&String>) -> Result<(), Error> + Send + Sync) =
+            &|binding| match binding {
+                Some(thread) => Err(Error::other(format!("owned elsewhere: {thread}"))),
+                None => Ok(()),
+            };
+        let (t, c) = (target("s2"), caller());
+        let resolved = authority
+            .resolve_binding(ResolveRequest {
+                generation: Some(&ops),
+                assert_binding: Some(refuse_any),
+                ..request(&t, &c, &ops)
+            })
+            .await
+            .unwrap();
+        assert_eq!(resolved.binding, None, "{change:?}");
+        assert_eq!(resolved.previous_change, Some(change));
+        assert_eq!(bindings.adopt_calls.load(Ordering::SeqCst), 0, "{change:?}");
+    }
+
+    // The same rows across a transfer: adopted, the thread continues.
+    let host = Arc::new(Host::default());
+    host.put(KEY, "s2", Some("s1"));
+    let authority = GenerationAuthority::new(host.clone());
+    let bindings = Bindings::bound("s1", "thread-1");
+    let ops = Ops {
+        bindings: bindings.clone(),
+        target: sid("s2"),
+    };
+    let (t, c) = (target("s2"), caller());
+    let resolved = authority
+        .resolve_binding(ResolveRequest {
+            generation: Some(&ops),
+            ..request(&t, &c, &ops)
+        })
+        .await
+        .unwrap();
+    assert_eq!(resolved.binding.as_deref(), Some("thread-1"));
+    assert_eq!(resolved.previous_change, Some(GenerationChange::Transfer));
+}
+
 /// `resolve_binding` checks ownership against the predecessor's binding without adopting it,
 /// then (with generation operations) adopts only through the verified plan.
 #[tokio::test]
@@ -825,6 +920,7 @@ async fn generation_fence_over_the_memory_host_store() {
         agent_id: AgentId::new("main").unwrap(),
         session_id: sid("s1"),
         previous_session_id: None,
+        previous_change: None,
         lifecycle_revision: LifecycleRevision::INITIAL,
         agent_harness_id: None,
         created_at: Timestamp::from_millis(0),

@@ -176,6 +176,7 @@ async fn regression_128366_deletion_leaves_no_rows_behind() {
             agent_id: agent(),
             session_id: session.clone(),
             previous_session_id: None,
+            previous_change: None,
             lifecycle_revision: LifecycleRevision::INITIAL,
             agent_harness_id: None,
             created_at: START,

@@ -149,6 +149,15 @@ async fn host_wires_bindings_leases_and_deletion_over_one_store() {
 }
 
 /// Binds `thread` for `identity` through the turn lease, writing under its authority.
+/// The binding identity of `key`'s generation `generation` (agent `main`).
+fn identity(key: &SessionKey, generation: &str) -> BindingIdentity {
+    BindingIdentity::session(
+        AgentId::new("main").unwrap(),
+        SessionId::new(generation).unwrap(),
+        Some(key.clone()),
+    )
+}
+
 async fn bind_in_turn(
     harness: &ThreadBindingHarness,
     identity: &BindingIdentity,
@@ -166,20 +175,128 @@ async fn bind_in_turn(
         .await
 }
 
+/// How a generation began decides whether its first turn continues the predecessor's native
+/// thread, durably: a reset whose notification never ran (the process died right after the
+/// host's COMMIT) leaves the predecessor's binding, and the next turn clears it instead of
+/// continuing it; a cut applied without any harness taking part is not continued either; a
+/// rotation (a compaction) is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_a_reset_or_cut_is_never_continued_even_without_its_notification() {
+    use tether_core::GenerationChange;
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+
+    on_both("host_reset_durable", |host, _| async move {
+        let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
+        let thread_of_turn = |id: BindingIdentity| {
+            let harness = harness.clone();
+            async move {
+                let caller = BindingAuthority::caller(always_current());
+                harness
+                    .with_turn_lease(&id, &caller, |_lease, _authority| async { Ok(()) })
+                    .await
+                    .unwrap();
+                let resolved = harness.resolve(&id, &caller).await.unwrap();
+                (
+                    resolved.binding.map(|b| b.thread_id),
+                    resolved.previous_change,
+                )
+            }
+        };
+
+        // A reset committed by the host with no harness told (no harness is registered here:
+        // exactly what a crash between the COMMIT and the notification leaves).
+        let key = session(&host, "agent:main:direct:reset-crash", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "before-reset")
+                .await
+                .unwrap()
+        );
+        let entry = host.store().session(&key).await.unwrap().unwrap();
+        let tx = host.store().begin_host().await.unwrap();
+        tx.rotate_session(
+            &entry,
+            &SessionId::new("gen-2").unwrap(),
+            GenerationChange::Reset,
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+        tx.commit().await.unwrap();
+        assert_eq!(
+            thread_of_turn(identity(&key, "gen-2")).await,
+            (None, Some(GenerationChange::Reset)),
+            "the reset generation starts without the predecessor's thread"
+        );
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-2"), "after-reset")
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            thread_of_turn(identity(&key, "gen-2")).await.0.as_deref(),
+            Some("after-reset")
+        );
+
+        // A cut applied by the store alone (no context-reset hook took part).
+        let key = session(&host, "agent:main:direct:cut-alone", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "before-cut")
+                .await
+                .unwrap()
+        );
+        let user = host
+            .store()
+            .append_transcript(&key, NewTranscriptEntry::new(TranscriptRole::User, "hi"))
+            .await
+            .unwrap();
+        let status = host
+            .store()
+            .cut_transcript(
+                &key,
+                &tether_storage::Cut::Rewind { to: user.anchor },
+                SessionId::new("gen-2").unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, CutStatus::Created);
+        assert_eq!(
+            thread_of_turn(identity(&key, "gen-2")).await,
+            (None, Some(GenerationChange::Cut))
+        );
+
+        // A rotation is a transfer: the thread continues.
+        let key = session(&host, "agent:main:direct:rotated", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "compacted")
+                .await
+                .unwrap()
+        );
+        host.store()
+            .rotate_generation(
+                &key,
+                &SessionId::new("gen-1").unwrap(),
+                SessionId::new("gen-2").unwrap(),
+            )
+            .await
+            .unwrap()
+            .expect("rotated");
+        assert_eq!(
+            thread_of_turn(identity(&key, "gen-2")).await,
+            (
+                Some("compacted".to_owned()),
+                Some(GenerationChange::Transfer)
+            )
+        );
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_turn_lease_never_binds_a_deleted_or_reset_generation() {
     on_both("host_turn_lease", |host, _| async move {
         let harness = Arc::new(host.thread_harness("threads", NAMESPACE).await.unwrap());
         host.registry()
             .register(harness.clone() as Arc<dyn AgentHarness>);
-        let agent = AgentId::new("main").unwrap();
-        let identity = |key: &SessionKey, generation: &str| {
-            BindingIdentity::session(
-                agent.clone(),
-                SessionId::new(generation).unwrap(),
-                Some(key.clone()),
-            )
-        };
         let bound = |id: BindingIdentity| {
             let harness = harness.clone();
             async move {

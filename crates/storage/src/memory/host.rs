@@ -5,8 +5,8 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 use tether_core::{
-    AppendOutcome, Error, HostErrorKind, HostSessionEntry, HostSessionRead, HostSessionStore,
-    LifecycleRevision, RowTransaction, SessionId, SessionKey, TranscriptAnchor,
+    AppendOutcome, Error, GenerationChange, HostErrorKind, HostSessionEntry, HostSessionRead,
+    HostSessionStore, LifecycleRevision, RowTransaction, SessionId, SessionKey, TranscriptAnchor,
 };
 
 use super::state::{State, Transcript};
@@ -54,6 +54,7 @@ impl MemoryStore {
                 agent_id: new.agent_id,
                 session_id: new.session_id,
                 previous_session_id: None,
+                previous_change: None,
                 lifecycle_revision: LifecycleRevision::INITIAL,
                 agent_harness_id: new.agent_harness_id,
                 created_at: now,
@@ -170,9 +171,10 @@ impl MemoryStore {
         let Some(entry) = state.host_sessions.get(key).cloned() else {
             return CutStatus::MissingEntry;
         };
-        state
-            .host_sessions
-            .insert(key.clone(), rotated(&entry, &next, now));
+        state.host_sessions.insert(
+            key.clone(),
+            rotated(&entry, &next, GenerationChange::Cut, now),
+        );
         state
             .transcripts
             .entry(key.clone())
@@ -189,9 +191,11 @@ impl MemoryStore {
         Ok(state.host_sessions.get(key).cloned())
     }
 
-    /// Moves the entry of `key` to a new generation: `previous_session_id` becomes the current
-    /// id, `session_id` becomes `next`, the lifecycle revision is bumped and `updated_at` set.
-    /// Returns the new entry, or `None` when there is no entry.
+    /// Moves the entry of `key` to a new generation by a transfer (a compaction), like
+    /// [`Store::rotate_generation`](crate::Store::rotate_generation): `previous_session_id`
+    /// becomes the current id ([`GenerationChange::Transfer`]), `session_id` becomes `next`,
+    /// the lifecycle revision is bumped and `updated_at` set. Returns the new entry, or `None`
+    /// when there is no entry.
     pub fn rotate_host_session(
         &self,
         key: &SessionKey,
@@ -201,6 +205,7 @@ impl MemoryStore {
         let mut state = self.state();
         let entry = state.host_sessions.get_mut(key)?;
         entry.previous_session_id = Some(std::mem::replace(&mut entry.session_id, next));
+        entry.previous_change = Some(GenerationChange::Transfer);
         entry.lifecycle_revision = entry.lifecycle_revision.next();
         entry.updated_at = now;
         Some(entry.clone())
@@ -249,6 +254,7 @@ enum HostOp {
     Rotate {
         entry: HostSessionEntry,
         next: SessionId,
+        change: GenerationChange,
     },
 }
 
@@ -287,9 +293,17 @@ impl MemoryHostTransaction {
         {
             entry = match op {
                 HostOp::Delete(_) => None,
-                HostOp::Cut { entry, next, .. } | HostOp::Rotate { entry, next } => {
-                    Some(rotated(entry, next, entry.updated_at))
-                }
+                HostOp::Cut { entry, next, .. } => Some(rotated(
+                    entry,
+                    next,
+                    GenerationChange::Cut,
+                    entry.updated_at,
+                )),
+                HostOp::Rotate {
+                    entry,
+                    next,
+                    change,
+                } => Some(rotated(entry, next, *change, entry.updated_at)),
             };
         }
         Ok(entry)
@@ -306,10 +320,12 @@ impl MemoryHostTransaction {
 fn rotated(
     entry: &HostSessionEntry,
     next: &SessionId,
+    change: GenerationChange,
     now: tether_core::Timestamp,
 ) -> HostSessionEntry {
     HostSessionEntry {
         previous_session_id: Some(entry.session_id.clone()),
+        previous_change: Some(change),
         session_id: next.clone(),
         lifecycle_revision: entry.lifecycle_revision.next(),
         updated_at: now,
@@ -366,6 +382,7 @@ impl HostTransaction for MemoryHostTransaction {
         &self,
         entry: &HostSessionEntry,
         next: &SessionId,
+        change: GenerationChange,
     ) -> Result<Option<HostSessionEntry>, Error> {
         if !self.is_current(entry)? {
             return Ok(None);
@@ -373,8 +390,9 @@ impl HostTransaction for MemoryHostTransaction {
         self.staged().push(HostOp::Rotate {
             entry: entry.clone(),
             next: next.clone(),
+            change,
         });
-        Ok(Some(rotated(entry, next, self.store.now())))
+        Ok(Some(rotated(entry, next, change, self.store.now())))
     }
 
     async fn delete_unowned_bindings(&self, entry: &HostSessionEntry) -> Result<usize, Error> {
@@ -452,19 +470,25 @@ impl HostTransaction for MemoryHostTransaction {
                         state.upstream_links.remove(&entry.session_key);
                     }
                     HostOp::Cut { entry, leaf, next } => {
-                        state
-                            .host_sessions
-                            .insert(entry.session_key.clone(), rotated(&entry, &next, now));
+                        state.host_sessions.insert(
+                            entry.session_key.clone(),
+                            rotated(&entry, &next, GenerationChange::Cut, now),
+                        );
                         state
                             .transcripts
                             .entry(entry.session_key.clone())
                             .or_default()
                             .active_leaf = leaf;
                     }
-                    HostOp::Rotate { entry, next } => {
-                        state
-                            .host_sessions
-                            .insert(entry.session_key.clone(), rotated(&entry, &next, now));
+                    HostOp::Rotate {
+                        entry,
+                        next,
+                        change,
+                    } => {
+                        state.host_sessions.insert(
+                            entry.session_key.clone(),
+                            rotated(&entry, &next, change, now),
+                        );
                     }
                 }
             }

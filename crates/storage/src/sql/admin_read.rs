@@ -173,7 +173,7 @@ pub fn session_binding_keys(entry: &HostSessionEntry) -> [BindingKey; 2] {
 
 /// The columns of a host session entry, in [`HostEntryColumns`] order.
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
-     lifecycle_revision, agent_harness_id, created_at, updated_at";
+     lifecycle_revision, agent_harness_id, created_at, updated_at, previous_change";
 
 /// The SQL and values of one batch of [`Store::list_sessions`].
 ///
@@ -183,7 +183,7 @@ const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_sessi
 ///   execution when its `LIMIT` is a bound parameter, since the value may change the plan.
 /// - The batch comes back as **one row** holding a JSON array of `[session_key, agent_id,
 ///   session_id, previous_session_id, lifecycle_revision, agent_harness_id, created_at,
-///   updated_at]` arrays in session-key order, decoded by [`decode_session_batch`]. Reading one
+///   updated_at, previous_change]` arrays in session-key order, decoded by [`decode_session_batch`]. Reading one
 ///   row per session cost more than the rest of the request: the SQLite driver copies every
 ///   column value, sends every row to the async side through a channel, and each column is then
 ///   looked up by name and decoded on its own.
@@ -574,14 +574,13 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use tether_core::{LifecycleRevision, SessionId};
+    use tether_core::{GenerationChange, LifecycleRevision, SessionId};
 
     use super::*;
 
     #[test]
     fn session_batches_decode_in_key_order_with_escapes_and_nulls() {
-        let page =
-            r#"[["b\"q","main","g2","g1",3,null,10,20],["a","main","g1",null,1,"codex",5,6]]"#;
+        let page = r#"[["b\"q","main","g2","g1",3,null,10,20,"reset"],["a","main","g1",null,1,"codex",5,6,null]]"#;
         let entries = decode_session_batch(Some(page)).unwrap();
         let keys: Vec<_> = entries.iter().map(|e| e.session_key.as_str()).collect();
         assert_eq!(keys, ["a", "b\"q"]);
@@ -589,6 +588,8 @@ mod tests {
             entries[1].previous_session_id,
             Some(SessionId::new("g1").unwrap())
         );
+        assert_eq!(entries[1].previous_change, Some(GenerationChange::Reset));
+        assert_eq!(entries[0].previous_change, None);
         assert_eq!(entries[1].lifecycle_revision, LifecycleRevision::new(3));
         assert_eq!(
             entries[0].agent_harness_id,

@@ -5,8 +5,9 @@ use std::collections::HashMap;
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
-    AgentId, AppendOutcome, Error, HarnessId, HostErrorKind, HostSessionEntry, HostSessionRead,
-    HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
+    AgentId, AppendOutcome, Error, GenerationChange, HarnessId, HostErrorKind, HostSessionEntry,
+    HostSessionRead, HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp,
+    TranscriptAnchor,
 };
 
 use super::migration::PG_SEARCH_VECTOR;
@@ -17,7 +18,7 @@ use crate::transcript::{
 };
 
 const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
-     lifecycle_revision, agent_harness_id, active_leaf, created_at, updated_at";
+     lifecycle_revision, agent_harness_id, created_at, updated_at, previous_change, active_leaf";
 
 /// A host session row with its active transcript leaf.
 #[derive(Debug, Clone)]
@@ -47,11 +48,13 @@ pub(crate) fn decode_host_entry(r: &QueryResult) -> Result<HostSessionEntry, Err
         get_os("agent_harness_id")?,
         get_i("created_at")?,
         get_i("updated_at")?,
+        get_os("previous_change")?,
     ))
 }
 
 /// The stored columns of a host session entry: `session_key`, `agent_id`, `session_id`,
-/// `previous_session_id`, `lifecycle_revision`, `agent_harness_id`, `created_at`, `updated_at`.
+/// `previous_session_id`, `lifecycle_revision`, `agent_harness_id`, `created_at`, `updated_at`,
+/// `previous_change`.
 pub(crate) type HostEntryColumns = (
     String,
     String,
@@ -61,18 +64,29 @@ pub(crate) type HostEntryColumns = (
     Option<String>,
     i64,
     i64,
+    Option<String>,
 );
 
 /// Validates stored host session columns into an entry: one rule for every reader (a row, or
 /// the admin list's JSON page), moving the strings into the ids: a page decodes hundreds.
 pub(crate) fn host_entry_from_columns(
-    (key, agent, session, previous, revision, harness, created, updated): HostEntryColumns,
+    (key, agent, session, previous, revision, harness, created, updated, change): HostEntryColumns,
 ) -> Result<HostSessionEntry, Error> {
+    // A predecessor recorded before its change was (migration m0008) was a rotation or a cut,
+    // both adopted then: it reads as a transfer, the behaviour it was written under.
+    let previous_change = match (&previous, change) {
+        (None, _) => None,
+        (Some(_), None) => Some(GenerationChange::Transfer),
+        (Some(_), Some(name)) => {
+            Some(GenerationChange::parse(&name).ok_or_else(|| corrupt("generation change", name))?)
+        }
+    };
     Ok(HostSessionEntry {
         session_key: SessionKey::from_string(key)?,
         agent_id: AgentId::from_string(agent)?,
         session_id: SessionId::from_string(session)?,
         previous_session_id: previous.map(SessionId::from_string).transpose()?,
+        previous_change,
         lifecycle_revision: LifecycleRevision::new(
             u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
         ),
@@ -158,8 +172,9 @@ impl Store {
         let affected = tx
             .execute_raw(self.stmt(
                 "INSERT INTO host_sessions (session_key, agent_id, session_id, previous_session_id, \
-                 lifecycle_revision, agent_harness_id, active_leaf, created_at, updated_at) \
-                 VALUES ($1, $2, $3, NULL, $4, $5, NULL, $6, $6) ON CONFLICT (session_key) DO NOTHING",
+                 previous_change, lifecycle_revision, agent_harness_id, active_leaf, created_at, \
+                 updated_at) VALUES ($1, $2, $3, NULL, NULL, $4, $5, NULL, $6, $6) \
+                 ON CONFLICT (session_key) DO NOTHING",
                 vec![
                     new.session_key.as_str().into(),
                     new.agent_id.as_str().into(),
@@ -184,8 +199,10 @@ impl Store {
     }
 
     /// Moves `key` to generation `next` if its current generation is still `expected`: the
-    /// predecessor is recorded and the lifecycle revision bumped. `None` when the entry is gone
-    /// or moved on.
+    /// predecessor is recorded as a [`GenerationChange::Transfer`] (a compaction: harnesses
+    /// adopt its native binding) and the lifecycle revision bumped. `None` when the entry is
+    /// gone or moved on. A reset goes through the host coordinator (`tether-host`'s
+    /// `HostSessions::reset`), a cut through [`Store::cut_transcript`].
     pub async fn rotate_generation(
         &self,
         key: &SessionKey,
@@ -201,7 +218,13 @@ impl Store {
                 return Ok((None, End::Rollback));
             }
             let rotated = self
-                .rotate_in(&tx, &row.entry, &next, row.active_leaf)
+                .rotate_in(
+                    &tx,
+                    &row.entry,
+                    &next,
+                    GenerationChange::Transfer,
+                    row.active_leaf,
+                )
                 .await?;
             Ok((rotated, End::Commit))
         }
@@ -209,13 +232,14 @@ impl Store {
         self.finish(tx, result).await
     }
 
-    /// Rotates `current` to `next` and sets the active leaf, guarded on the generation and
-    /// revision of `current`.
+    /// Rotates `current` to `next` by `change` and sets the active leaf, guarded on the
+    /// generation and revision of `current`.
     pub(crate) async fn rotate_in(
         &self,
         tx: &DatabaseTransaction,
         current: &HostSessionEntry,
         next: &SessionId,
+        change: GenerationChange,
         active_leaf: Option<i64>,
     ) -> Result<Option<HostSessionEntry>, Error> {
         let now = self.inner.clock.now();
@@ -223,7 +247,7 @@ impl Store {
         let affected = tx
             .execute_raw(self.stmt(
                 "UPDATE host_sessions SET previous_session_id = session_id, session_id = $1, \
-                 lifecycle_revision = $2, active_leaf = $3, updated_at = $4 \
+                 lifecycle_revision = $2, active_leaf = $3, updated_at = $4, previous_change = $8 \
                  WHERE session_key = $5 AND session_id = $6 AND lifecycle_revision = $7",
                 vec![
                     next.as_str().into(),
@@ -233,6 +257,7 @@ impl Store {
                     current.session_key.as_str().into(),
                     current.session_id.as_str().into(),
                     to_i64(current.lifecycle_revision.get()).into(),
+                    change.as_str().into(),
                 ],
             ))
             .await
@@ -240,6 +265,7 @@ impl Store {
             .rows_affected();
         Ok((affected == 1).then(|| HostSessionEntry {
             previous_session_id: Some(current.session_id.clone()),
+            previous_change: Some(change),
             session_id: next.clone(),
             lifecycle_revision: revision,
             updated_at: now,
@@ -515,7 +541,7 @@ impl Store {
                 Err(status) => return Ok((status, End::Rollback)),
             };
             if self
-                .rotate_in(&tx, &session.entry, &next, leaf)
+                .rotate_in(&tx, &session.entry, &next, GenerationChange::Cut, leaf)
                 .await?
                 .is_none()
             {

@@ -6,8 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait as _, DatabaseTransaction, DbBackend, Value};
 use tether_core::{
-    BindingKey, Error, HostSessionEntry, Namespace, RowPredicate, RowTransaction, RowWrite,
-    SessionId, SessionKey, StoredRow, TranscriptAnchor,
+    BindingKey, Error, GenerationChange, HostSessionEntry, Namespace, RowPredicate, RowTransaction,
+    RowWrite, SessionId, SessionKey, StoredRow, TranscriptAnchor,
 };
 
 use super::group::WriteTx;
@@ -149,7 +149,7 @@ impl HostTransaction for SqlHostTransaction {
         };
         Ok(self
             .store
-            .rotate_in(&self.tx, &row.entry, next, leaf)
+            .rotate_in(&self.tx, &row.entry, next, GenerationChange::Cut, leaf)
             .await?
             .is_some())
     }
@@ -158,12 +158,13 @@ impl HostTransaction for SqlHostTransaction {
         &self,
         entry: &HostSessionEntry,
         next: &SessionId,
+        change: GenerationChange,
     ) -> Result<Option<HostSessionEntry>, Error> {
         let Some(row) = self.current_row(entry).await? else {
             return Ok(None);
         };
         self.store
-            .rotate_in(&self.tx, &row.entry, next, row.active_leaf)
+            .rotate_in(&self.tx, &row.entry, next, change, row.active_leaf)
             .await
     }
 

@@ -25,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(FinalizationCounters),
             Box::new(OperatorAudit),
             Box::new(TranscriptMetadata),
+            Box::new(GenerationChanges),
         ]
     }
 }
@@ -449,6 +450,39 @@ impl MigrationTrait for TranscriptMetadata {
     }
 }
 
+/// How each generation replaced its predecessor (`transfer`, `cut`, `reset`): a nullable
+/// column, so a row rotated before it reads as a transfer, as it was then treated.
+struct GenerationChanges;
+
+impl MigrationName for GenerationChanges {
+    fn name(&self) -> &str {
+        "m0008_generation_changes"
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for GenerationChanges {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["ALTER TABLE host_sessions ADD COLUMN previous_change TEXT".into()],
+        )
+        .await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        run_all(
+            manager,
+            &["ALTER TABLE host_sessions DROP COLUMN previous_change".into()],
+        )
+        .await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use sea_orm_migration::MigratorTrait;
@@ -483,19 +517,22 @@ mod tests {
         down_and_up(&store).await;
     }
 
-    /// An entry written before the metadata column existed reads back with no metadata, and
-    /// new entries beside it keep theirs.
-    async fn entries_before_metadata_stay_readable(store: &Store) {
+    /// Rows written before the two newest migrations stay readable: a transcript entry
+    /// written before the metadata column reads back with no metadata (new entries beside it
+    /// keep theirs), and a predecessor recorded before the generation-change column reads as
+    /// a transfer, the behaviour it was written under.
+    async fn rows_before_the_newest_columns_stay_readable(store: &Store) {
         use sea_orm::ConnectionTrait as _;
         use tether_core::SessionKey;
 
         use crate::{NewTranscriptEntry, TranscriptRole};
 
         let conn = store.connection();
-        Migrator::down(conn, Some(1)).await.unwrap();
+        Migrator::down(conn, Some(2)).await.unwrap();
         for sql in [
-            "INSERT INTO host_sessions (session_key, agent_id, session_id, lifecycle_revision, \
-             created_at, updated_at) VALUES ('agent:main:old', 'main', 's-1', 1, 0, 0)",
+            "INSERT INTO host_sessions (session_key, agent_id, session_id, previous_session_id, \
+             lifecycle_revision, created_at, updated_at) \
+             VALUES ('agent:main:old', 'main', 's-1', 's-0', 2, 0, 0)",
             "INSERT INTO transcript_entries (session_key, parent_id, role, content, \
              idempotency_key, created_at) VALUES ('agent:main:old', NULL, 'user', 'written before', 'old-1', 0)",
         ] {
@@ -519,6 +556,12 @@ mod tests {
         Migrator::up(conn, None).await.unwrap();
 
         let key = SessionKey::new("agent:main:old").unwrap();
+        let entry = store.session(&key).await.unwrap().unwrap();
+        assert_eq!(entry.previous_session_id.unwrap().as_str(), "s-0");
+        assert_eq!(
+            entry.previous_change,
+            Some(tether_core::GenerationChange::Transfer)
+        );
         let mut metadata = serde_json::Map::new();
         metadata.insert("display".into(), serde_json::Value::Bool(false));
         store
@@ -538,20 +581,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn sqlite_entries_written_before_metadata_stay_readable() {
+    async fn sqlite_rows_written_before_the_newest_columns_stay_readable() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("old.db").display());
         let store = Store::open_with(StoreOptions::new(url)).await.unwrap();
-        entries_before_metadata_stay_readable(&store).await;
+        rows_before_the_newest_columns_stay_readable(&store).await;
     }
 
     #[tokio::test]
-    async fn postgres_entries_written_before_metadata_stay_readable() {
+    async fn postgres_rows_written_before_the_newest_columns_stay_readable() {
         let Some(db) = crate::testing::PgTestDatabase::create("metadata_migration").await else {
             return;
         };
         let store = Store::open_with(StoreOptions::new(db.url())).await.unwrap();
-        entries_before_metadata_stay_readable(&store).await;
+        rows_before_the_newest_columns_stay_readable(&store).await;
         let _ = store.close().await;
         db.cleanup().await;
     }

@@ -128,6 +128,7 @@ async fn host_sessions_read_tri_state_and_rotate() {
         agent_id: AgentId::new("main").unwrap(),
         session_id: SessionId::new("s-1").unwrap(),
         previous_session_id: None,
+        previous_change: None,
         lifecycle_revision: LifecycleRevision::INITIAL,
         agent_harness_id: None,
         created_at: START,
@@ -270,6 +271,11 @@ async fn a_reset_on_the_memory_store_rotates_the_session_or_changes_nothing() {
         now.previous_session_id.as_ref().map(SessionId::as_str),
         Some("s-1")
     );
+    assert_eq!(
+        now.previous_change,
+        Some(tether_core::GenerationChange::Reset)
+    );
+    assert_eq!(store.session(&key).unwrap(), now);
     assert_eq!(store.active_leaf(&key), Some(leaf));
 
     // The fault hooks reach a reset too: a fault at the commit edge commits nothing; a fault

@@ -70,6 +70,7 @@ pub(crate) async fn host_session_create_read_rotate(store: &Store) {
     assert_eq!(entry.session_id.as_str(), "s-1");
     assert_eq!(entry.lifecycle_revision, LifecycleRevision::INITIAL);
     assert_eq!(entry.previous_session_id, None);
+    assert_eq!(entry.previous_change, None);
     assert_eq!(entry.created_at, START);
     let rotated = store
         .rotate_generation(
@@ -84,6 +85,11 @@ pub(crate) async fn host_session_create_read_rotate(store: &Store) {
     assert_eq!(
         rotated.previous_session_id.as_ref().unwrap().as_str(),
         "s-1"
+    );
+    assert_eq!(
+        rotated.previous_change,
+        Some(tether_core::GenerationChange::Transfer),
+        "a rotation is a transfer: the native context continues"
     );
     assert_eq!(
         rotated.lifecycle_revision,

@@ -357,6 +357,11 @@ async fn context_reset_and_reset_body(store: Store) {
         .unwrap();
     assert_eq!(status, tether_storage::CutStatus::Created);
     assert_eq!(generation(store.clone(), key.clone()).await.as_str(), "s-2");
+    // The predecessor is recorded as cut: no harness adopts its native context.
+    assert_eq!(
+        store.session(&key).await.unwrap().unwrap().previous_change,
+        Some(tether_core::GenerationChange::Cut)
+    );
     assert_eq!(host_title(&store, &key).await.as_deref(), Some("rewound"));
     assert_eq!(store.active_leaf(&key).await.unwrap(), Some(anchors[1]));
 
@@ -415,6 +420,12 @@ async fn context_reset_and_reset_body(store: Store) {
         now.previous_session_id.as_ref().map(SessionId::as_str),
         Some("s-3")
     );
+    // Recorded as a reset, in the row and in the entry the reset returned.
+    assert_eq!(
+        now.previous_change,
+        Some(tether_core::GenerationChange::Reset)
+    );
+    assert_eq!(store.session(&key).await.unwrap().unwrap(), now);
     assert_eq!(host_title(&store, &key).await.as_deref(), Some("new chat"));
     assert_eq!(store.active_leaf(&key).await.unwrap(), Some(anchors[3]));
     let resets: Vec<String> = entries(&log)
