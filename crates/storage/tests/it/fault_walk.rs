@@ -1,7 +1,8 @@
-//! The fault-point walk of the store and of the host deletion / context-reset transaction
-//! (RELIABILITY.md, "Fault injection at every step"): every point × every kind, checking the
-//! documented outcome — a typed store error, nothing replayed (the inner writes are counted),
-//! nothing lost or half-applied, and the key quarantined when the outcome is unknown.
+//! The fault-point walk of the store and of the host deletion / context-reset / reset
+//! transactions (RELIABILITY.md, "Fault injection at every step"): every point × every kind,
+//! checking the documented outcome — a typed store error, nothing replayed (the inner writes
+//! are counted), nothing lost or half-applied, and the key quarantined when the outcome is
+//! unknown.
 
 use std::sync::{Arc, Mutex};
 
@@ -355,7 +356,21 @@ impl AgentHarness for FaultHarness {
         &self.id
     }
 
-    async fn reset(&self, _params: ResetParams) -> Result<(), Error> {
+    /// Clears the session's binding through the faulty store, as a harness's reset clears the
+    /// binding the predecessor still owns (`Deleted` is only a notification).
+    async fn reset(&self, params: ResetParams) -> Result<(), Error> {
+        let Some(session) = &params.session_key else {
+            return Ok(());
+        };
+        if params.reason == tether_core::ResetReason::Deleted {
+            return Ok(());
+        }
+        let key = binding_key(&params.agent_id, session);
+        self.log
+            .lock()
+            .unwrap()
+            .push(format!("reset:{key}:{}", params.session_id));
+        self.store.delete_if(&self.ns, &key, &|_| true).await?;
         Ok(())
     }
 
@@ -589,6 +604,149 @@ async fn fault_walk_host_context_reset_every_point_on_sqlite() {
     for point in HOST_POINTS {
         for kind in FaultKind::ALL {
             walk_host_point(HostOp::Rewind, point, kind).await;
+        }
+    }
+}
+
+/// One reset (`/new`) × point × kind on a fresh SQLite file, the session bound and its
+/// harness registered:
+///
+/// - a fault at the commit edge: a typed store error, nothing changed (generation, binding),
+///   no harness told;
+/// - a fault after the COMMIT: reported to the caller, the reset stays committed and recorded
+///   as a reset (so no later turn continues the old context), the harnesses are still told;
+/// - a fault in the harness's own `reset` (its binding delete): isolated, the reset succeeds
+///   and stays recorded as a reset, whatever the delete did.
+///
+/// Never a second generation change and never a second notification (nothing replayed).
+async fn walk_reset_point(point: FaultPoint, kind: FaultKind) {
+    use tether_core::{GenerationChange, ResetReason};
+
+    let context = format!("Reset {point} {kind:?}");
+    let (store, _dir) = sqlite_store().await;
+    let ns = Namespace::new("host-fault-walk").unwrap();
+    let agent = AgentId::new("main").unwrap();
+    let faulty = Arc::new(
+        FaultInjectingStore::new(Arc::new(store.clone()))
+            .with_stall(std::time::Duration::from_millis(1)),
+    );
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let registry = HarnessRegistry::shared();
+    registry.register(Arc::new(FaultHarness {
+        id: HarnessId::new("fault-harness").unwrap(),
+        ns: ns.clone(),
+        store: faulty.clone(),
+        log: log.clone(),
+    }));
+    let session = session_key("fw-reset");
+    assert!(
+        store
+            .create_session(new_session(&session, "s-1"))
+            .await
+            .unwrap()
+    );
+    bind(&store, &ns, &session).await;
+    let binding = binding_key(&agent, &session);
+    let fault = Fault::new(point, kind);
+    faulty.arm(match point {
+        FaultPoint::DeleteIf => fault.for_key(binding.clone()),
+        _ => fault,
+    });
+    faulty.reset_stats();
+    let hosts = HostSessions::new(store.clone(), registry, Arc::new(ActiveRuns::new())).with_hooks(
+        TransactionHooks::injecting(faulty.host_transaction_faults()),
+    );
+
+    let result = hosts
+        .reset(&session, SessionId::new("s-2").unwrap(), ResetReason::New)
+        .await;
+    let resets = || {
+        log.lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.starts_with("reset:"))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let entry = store
+        .session(&session)
+        .await
+        .unwrap()
+        .expect("session kept");
+    let bound = store.lookup(&ns, &binding).await.unwrap();
+    match point {
+        FaultPoint::CommitEdge => {
+            let error = result.expect_err(&context);
+            assert_store_error(&error, &context);
+            assert_eq!(
+                entry.session_id.as_str(),
+                "s-1",
+                "{context}: nothing committed"
+            );
+            assert_eq!(entry.previous_change, None, "{context}");
+            assert!(bound.is_some(), "{context}: binding kept (nothing lost)");
+            assert!(resets().is_empty(), "{context}: no harness told");
+        }
+        FaultPoint::AfterCommit => {
+            let error = result.expect_err(&context);
+            assert_store_error(&error, &context);
+            assert_eq!(entry.session_id.as_str(), "s-2", "{context}: committed");
+            assert_eq!(
+                entry.previous_change,
+                Some(GenerationChange::Reset),
+                "{context}"
+            );
+            // The notification runs on its own task, even though the caller got an error.
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            while resets().is_empty() || store.lookup(&ns, &binding).await.unwrap().is_some() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{context}: the harnesses were not told: {:?}",
+                    log.lock().unwrap()
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        }
+        FaultPoint::DeleteIf => {
+            let now = result.unwrap_or_else(|e| panic!("{context}: {e:?}"));
+            assert_eq!(now, entry, "{context}");
+            assert_eq!(entry.session_id.as_str(), "s-2", "{context}: committed");
+            assert_eq!(
+                entry.previous_change,
+                Some(GenerationChange::Reset),
+                "{context}"
+            );
+            assert_eq!(faulty.stats().fired.len(), 1, "{context}");
+            // The harness's delete was refused (`Fail`, `Timeout`) or applied with its answer
+            // lost (`Unknown`); the row records the reset either way.
+            assert_eq!(
+                bound.is_none(),
+                kind == FaultKind::Unknown,
+                "{context}: {bound:?}"
+            );
+        }
+        other => unreachable!("{other}"),
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let told = resets();
+    assert!(
+        told.len() <= 1 && told.iter().all(|e| e.ends_with(":s-2")),
+        "{context}: one notification at most, for the new generation: {told:?}"
+    );
+    let stats = faulty.stats();
+    assert!(stats.deletes <= 1, "{context}: nothing replayed: {stats:?}");
+    assert_eq!(stats.registers, 0, "{context}: {stats:?}");
+}
+
+#[tokio::test]
+async fn fault_walk_host_reset_every_point_on_sqlite() {
+    for point in [
+        FaultPoint::CommitEdge,
+        FaultPoint::AfterCommit,
+        FaultPoint::DeleteIf,
+    ] {
+        for kind in FaultKind::ALL {
+            walk_reset_point(point, kind).await;
         }
     }
 }
