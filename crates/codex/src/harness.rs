@@ -285,10 +285,23 @@ pub struct CodexHarnessBuilder {
     lease: LeaseConfig,
     clock: Option<Arc<dyn Clock>>,
     quarantine: Option<Arc<dyn QuarantineStore>>,
+    bindings: Option<ThreadBindingStore>,
     process_per_turn: bool,
 }
 
 impl CodexHarnessBuilder {
+    /// The thread-binding store to keep the bindings in (over [`NAMESPACE`], on the builder's
+    /// binding store), instead of building one: pass the store the rest of the host writes
+    /// this namespace through, so that a write through it inside this harness's turn lease is
+    /// the holder's own (two stores over one namespace are two lease owners, and the second
+    /// would wait behind the first's lease). Its holder, clock, lease timing and quarantine
+    /// then apply, not the builder's. `build` refuses a store of another namespace.
+    #[must_use]
+    pub fn bindings(mut self, bindings: ThreadBindingStore) -> Self {
+        self.bindings = Some(bindings);
+        self
+    }
+
     /// The clock of every lease decision (default: the system clock). Hosts sharing a
     /// database pass the same clock they all use (the database server's, on PostgreSQL).
     #[must_use]
@@ -360,18 +373,30 @@ impl CodexHarnessBuilder {
         self.store
             .register_namespace(ThreadBindingStore::namespace_config(ns.clone()))
             .await?;
-        let mut bindings =
-            ThreadBindingStore::builder(self.store.clone(), ns).lease_config(self.lease);
-        if let Some(holder) = self.holder {
-            bindings = bindings.holder(holder);
-        }
-        if let Some(clock) = self.clock {
-            bindings = bindings.clock(clock);
-        }
-        if let Some(quarantine) = self.quarantine {
-            bindings = bindings.quarantine(quarantine);
-        }
-        let bindings = bindings.build()?;
+        let bindings = match self.bindings {
+            Some(bindings) if *bindings.namespace() == ns => bindings,
+            Some(bindings) => {
+                return Err(Error::invalid_argument(format!(
+                    "the codex harness keeps its bindings in namespace {ns}, not {}",
+                    bindings.namespace()
+                ))
+                .into());
+            }
+            None => {
+                let mut bindings =
+                    ThreadBindingStore::builder(self.store.clone(), ns).lease_config(self.lease);
+                if let Some(holder) = self.holder {
+                    bindings = bindings.holder(holder);
+                }
+                if let Some(clock) = self.clock {
+                    bindings = bindings.clock(clock);
+                }
+                if let Some(quarantine) = self.quarantine {
+                    bindings = bindings.quarantine(quarantine);
+                }
+                bindings.build()?
+            }
+        };
         let id = HarnessId::new(HARNESS_ID).map_err(Error::from)?;
         let threads = Arc::new(
             CodexThreads::new(
@@ -458,6 +483,7 @@ impl CodexHarness {
             lease: LeaseConfig::default(),
             clock: None,
             quarantine: None,
+            bindings: None,
             process_per_turn: false,
         }
     }

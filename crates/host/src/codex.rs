@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use tether_codex::{CodexAppServer, CodexHarnessBuilder, HostTranscript, MirrorEntry};
-use tether_core::{AppendOutcome, Error, MessageRole, SessionKey};
+use tether_core::{AppendOutcome, Error, MessageRole, Namespace, SessionKey};
 use tether_storage::{NewTranscriptEntry, Store, TranscriptRole};
 
 use crate::Host;
@@ -68,8 +68,10 @@ impl HostTranscript for SqlCodexTranscript {
 
 impl Host {
     /// A Codex harness builder driving `server`, wired to this host: bindings in its store
-    /// (on its clock and lease timing, labelled with its holder, blocked keys quarantined
-    /// durably), generations read from its sessions, Codex's items mirrored into its
+    /// through the host's one binding store of the Codex namespace (the one
+    /// `host.thread_bindings(tether_codex::NAMESPACE)` returns: on its clock and lease timing,
+    /// labelled with its holder, blocked keys quarantined durably), generations read from its
+    /// sessions, Codex's items mirrored into its
     /// transcripts ([`SqlCodexTranscript`]). Add the host's tools, approvals and thread
     /// settings, `build()` it, and register it (`host.registry().register(Arc::new(harness.clone()))`)
     /// so deletions and resets reach it.
@@ -94,7 +96,7 @@ impl Host {
     /// ```
     pub fn codex_harness(&self, server: Arc<CodexAppServer>) -> CodexHarnessBuilder {
         let store = Arc::new(self.store().clone());
-        tether_codex::CodexHarness::builder(
+        let builder = tether_codex::CodexHarness::builder(
             server,
             store.clone(),
             store,
@@ -103,6 +105,21 @@ impl Host {
         .clock(Arc::clone(self.clock()))
         .holder(self.holder())
         .lease_config(*self.lease_config())
-        .quarantine(self.quarantine())
+        .quarantine(self.quarantine());
+        // The host's one store of the Codex namespace, so a write through
+        // `host.thread_bindings(tether_codex::NAMESPACE)` inside a Codex turn is the turn
+        // holder's own (two stores over one namespace are two owners).
+        match Namespace::new(tether_codex::NAMESPACE)
+            .map_err(Error::from)
+            .and_then(|ns| self.shared_thread_bindings(ns))
+        {
+            Ok(bindings) => builder.bindings(bindings),
+            // The builder builds its own from the same settings and reports the same error
+            // from `build`.
+            Err(error) => {
+                tracing::debug!(%error, "the host's codex binding store could not be built");
+                builder
+            }
+        }
     }
 }

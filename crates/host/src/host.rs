@@ -327,15 +327,33 @@ impl Host {
     /// it inside a turn lease that harness holds is the holder's own write. (Two lifecycle
     /// instances over one namespace are two owners: the second would wait behind the first's
     /// lease, even in one process.) A Codex harness ([`Host::codex_harness`], feature `codex`)
-    /// builds a store of its own over its namespace: write through its `bindings()`.
+    /// shares the store of its namespace (`tether_codex::NAMESPACE`) the same way.
     pub async fn thread_bindings(&self, namespace: &str) -> Result<ThreadBindingStore, Error> {
-        if let Some(bindings) = self.cached_thread_bindings(namespace) {
-            return Ok(bindings);
-        }
         let ns = self
             .ensure_namespace(namespace, ThreadBindingStore::namespace_config)
             .await?;
-        let built = ThreadBindingStore::builder(Arc::new(self.inner.store.clone()), ns)
+        self.shared_thread_bindings(ns)
+    }
+
+    /// The one binding store of `ns` this host (and every clone of it) shares, built on first
+    /// use. It does not register the namespace: [`Host::thread_bindings`] does, and so does a
+    /// Codex harness's `build`.
+    pub(crate) fn shared_thread_bindings(
+        &self,
+        ns: Namespace,
+    ) -> Result<ThreadBindingStore, Error> {
+        let cached = |host: &Self| {
+            host.inner
+                .thread_bindings
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(ns.as_str())
+                .cloned()
+        };
+        if let Some(bindings) = cached(self) {
+            return Ok(bindings);
+        }
+        let built = ThreadBindingStore::builder(Arc::new(self.inner.store.clone()), ns.clone())
             .clock(Arc::clone(&self.inner.clock))
             .holder(self.inner.holder.clone())
             .lease_config(self.inner.lease)
@@ -347,18 +365,9 @@ impl Host {
             .thread_bindings
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(namespace.to_owned())
+            .entry(ns.as_str().to_owned())
             .or_insert(built)
             .clone())
-    }
-
-    fn cached_thread_bindings(&self, namespace: &str) -> Option<ThreadBindingStore> {
-        self.inner
-            .thread_bindings
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(namespace)
-            .cloned()
     }
 
     /// The ready harness hooks (deletion, context reset, reset) of harness `id` over thread

@@ -133,3 +133,80 @@ async fn host_codex_harness_is_wired_to_the_host() {
     })
     .await;
 }
+
+/// The Codex harness keeps its bindings in the host's one store of the Codex namespace: a
+/// write through `host.thread_bindings(tether_codex::NAMESPACE)` inside a lease the harness's
+/// store holds is the holder's own write (before, the harness built a second store, a second
+/// lease owner, and the write waited behind the lease until `LeaseTimeout`). A store of
+/// another namespace is refused. No Codex process is started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_codex_harness_shares_the_hosts_binding_store() {
+    use tether_core::{Error, LeaseConfig};
+    use tether_harness_sdk::backend::{BindingIdentity, ThreadBinding, WriteOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("host.db").display());
+    let quick = LeaseConfig {
+        wait_budget: Duration::from_secs(2),
+        ..LeaseConfig::with_lease_duration(Duration::from_secs(30))
+    };
+    let host = Host::builder(url).lease_config(quick).open().await.unwrap();
+    let server = Arc::new(CodexAppServer::new(CodexConfig::new(
+        dir.path().join("no-codex"),
+        dir.path().join("codex-home"),
+    )));
+    let harness = host.codex_harness(server.clone()).build().await.unwrap();
+    let bindings = host.thread_bindings(tether_codex::NAMESPACE).await.unwrap();
+    let identity = BindingIdentity::session(
+        AgentId::new("main").unwrap(),
+        SessionId::new("gen-1").unwrap(),
+        Some(SessionKey::new("agent:main:direct:codex-one-owner").unwrap()),
+    );
+    let started = std::time::Instant::now();
+    let written = harness
+        .bindings()
+        .with_lease(&identity, false, None, |_lease| {
+            let (bindings, identity) = (bindings.clone(), identity.clone());
+            async move {
+                bindings
+                    .set(
+                        &identity,
+                        ThreadBinding::new("codex-thread", "/srv"),
+                        WriteOptions::default(),
+                    )
+                    .await
+            }
+        })
+        .await;
+    assert!(written.is_ok(), "{written:?}");
+    assert!(
+        started.elapsed() < quick.wait_budget,
+        "waited {:?} behind its own lease",
+        started.elapsed()
+    );
+    assert_eq!(
+        harness
+            .bindings()
+            .read(&identity)
+            .await
+            .unwrap()
+            .map(|b| b.thread_id)
+            .as_deref(),
+        Some("codex-thread")
+    );
+
+    let other = host.thread_bindings("not-codex").await.unwrap();
+    let refused = host
+        .codex_harness(server)
+        .bindings(other)
+        .build()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            tether_codex::CodexError::Lifecycle(Error::InvalidArgument { .. })
+        ),
+        "{refused:?}"
+    );
+}
