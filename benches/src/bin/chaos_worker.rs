@@ -114,6 +114,10 @@ async fn main_async(args: Vec<String>) -> Result<bool, String> {
                     say(&format!("lost COMMIT: {entry}"));
                 }
             }
+            let outcomes = chaos::check::session_outcomes(&store)
+                .await
+                .map_err(|e| e.to_string())?;
+            say(&format!("sessions: {outcomes}"));
             let refused = chaos::check::count(&store, "chaos_rejects")
                 .await
                 .map_err(|e| e.to_string())?;

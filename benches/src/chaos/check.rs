@@ -5,7 +5,10 @@ use sea_orm::{ConnectionTrait, QueryResult};
 use tether_core::{BindingStore, Error, QuarantineStore, SessionKey};
 use tether_storage::Store;
 
-use super::{KEYS, db_error, lease_key, lease_ns, session_binding, session_ns, stmt};
+use super::{
+    KEYS, NEW_THREAD, agent, db_error, lease_key, lease_ns, old_thread, session_binding,
+    session_ns, stmt, thread_harness,
+};
 
 fn get<T: sea_orm::TryGetable>(row: &QueryResult, column: &str) -> Result<T, Error> {
     row.try_get("", column).map_err(db_error)
@@ -24,6 +27,22 @@ pub(crate) async fn count(store: &Store, table: &str) -> Result<u64, Error> {
     let rows = rows(store, &format!("SELECT COUNT(*) AS n FROM {table}")).await?;
     let n: i64 = rows.first().map_or(Ok(0), |r| get(r, "n"))?;
     Ok(u64::try_from(n).unwrap_or(0))
+}
+
+/// How the workers' session operations ended: `kind/status count`, comma-separated.
+pub(crate) async fn session_outcomes(store: &Store) -> Result<String, Error> {
+    let mut out = Vec::new();
+    for row in rows(
+        store,
+        "SELECT kind, status, COUNT(*) AS n FROM chaos_sessions GROUP BY kind, status ORDER BY kind, status",
+    )
+    .await?
+    {
+        let (kind, status, n): (String, String, i64) =
+            (get(&row, "kind")?, get(&row, "status")?, get(&row, "n")?);
+        out.push(format!("{kind}/{status} {n}"));
+    }
+    Ok(out.join(", "))
 }
 
 /// The number of operations the log records, and every violation found.
@@ -95,7 +114,12 @@ pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<Strin
     }
 
     // 4. No half-applied deletion or reset, no resurrected deletion, unknown outcomes
-    //    quarantined.
+    //    quarantined; a reset generation never continues its predecessor's thread.
+    let threads = thread_harness(
+        store,
+        std::sync::Arc::new(tether_core::SystemClock),
+        "chaos-checker",
+    )?;
     for row in rows(
         store,
         "SELECT session_key, kind, status FROM chaos_sessions WHERE status <> 'creating'",
@@ -108,6 +132,10 @@ pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<Strin
             get(&row, "status")?,
         );
         let session = SessionKey::new(&raw)?;
+        if kind == "reset" {
+            check_reset(store, &threads, &session, &status, &mut violations).await?;
+            continue;
+        }
         let entry = store.session(&session).await?;
         let binding = store
             .lookup(&session_ns(), &session_binding(&session))
@@ -169,6 +197,75 @@ pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<Strin
         + count(store, "chaos_rejects").await?
         + count(store, "chaos_sessions").await?;
     Ok((ops, violations))
+}
+
+/// A session a worker reset (`kind = 'reset'`): at generation `s-1` (the reset did not commit,
+/// or the worker died before it) its first binding is intact; at `s-2` the row records a
+/// reset and a turn of `s-2` — run here, as the next turn after a restart would — never gets
+/// the old thread back, whether or not the harnesses were told (a worker killed after the
+/// COMMIT, or a reset committed on purpose without the notification).
+async fn check_reset(
+    store: &Store,
+    threads: &tether_harness_sdk::hooks::ThreadBindingHarness,
+    session: &SessionKey,
+    status: &str,
+    violations: &mut Vec<String>,
+) -> Result<(), Error> {
+    use tether_harness_sdk::backend::BindingIdentity;
+    use tether_harness_sdk::generation::BindingAuthority;
+
+    let Some(entry) = store.session(session).await? else {
+        violations.push(format!("reset session {session} ({status}) lost"));
+        return Ok(());
+    };
+    let generation = entry.session_id.clone();
+    let identity = BindingIdentity::session(agent(), generation.clone(), Some(session.clone()));
+    match generation.as_str() {
+        "s-1" => {
+            if matches!(status, "reset" | "unnotified" | "unknown") {
+                violations.push(format!(
+                    "reset of {session} recorded {status} but the session is at s-1"
+                ));
+            }
+            let bound = threads.store().read(&identity).await?.map(|b| b.thread_id);
+            if bound.as_deref() != Some(old_thread(session).as_str()) {
+                violations.push(format!(
+                    "the first generation of {session} ({status}) lost its binding: {bound:?}"
+                ));
+            }
+        }
+        "s-2" => {
+            if status == "kept" {
+                violations.push(format!(
+                    "reset of {session} recorded kept but the session is at s-2"
+                ));
+            }
+            if entry.previous_change != Some(tether_core::GenerationChange::Reset) {
+                violations.push(format!(
+                    "{session} was reset but its row records {:?}",
+                    entry.previous_change
+                ));
+            }
+            // The next turn: it waits out a lease a killed worker still held.
+            let caller = BindingAuthority::caller(tether_core::always_current());
+            threads
+                .with_turn_lease(&identity, &caller, |_lease, _authority| async { Ok(()) })
+                .await?;
+            let bound = threads.store().read(&identity).await?.map(|b| b.thread_id);
+            if bound
+                .as_deref()
+                .is_some_and(|thread| !thread.starts_with(NEW_THREAD))
+            {
+                violations.push(format!(
+                    "the reset generation of {session} ({status}) continues thread {bound:?}"
+                ));
+            }
+        }
+        other => violations.push(format!(
+            "reset session {session} ({status}) is at an unknown generation {other}"
+        )),
+    }
+    Ok(())
 }
 
 /// What the ack logs of `cargo xtask faults` show beside the store.

@@ -9,7 +9,7 @@
 //! - `chaos_log(id, key, epoch, writer, seq)`: every accepted write;
 //! - `chaos_rejects(key, epoch, writer)`: writes the fence refused;
 //! - `chaos_sessions(session_key, writer, kind, status)`: sessions the workers created, and how
-//!   their deletion or context reset ended;
+//!   their deletion, context reset or reset ended;
 //! - `chaos_explained(session_key, reason)`: why a binding key was quarantined.
 
 #[path = "check.rs"]
@@ -38,6 +38,49 @@ pub(crate) fn lease_ns() -> Namespace {
 /// The namespace of the session bindings.
 pub(crate) fn session_ns() -> Namespace {
     Namespace::new("chaos-sessions").unwrap_or_else(|_| unreachable!("a valid namespace"))
+}
+
+/// The namespace of the thread bindings of the sessions the workers reset (written and read
+/// through the SDK's thread-binding backend, so that its generation rules apply).
+pub(crate) fn thread_ns() -> Namespace {
+    Namespace::new("chaos-threads").unwrap_or_else(|_| unreachable!("a valid namespace"))
+}
+
+/// The native thread a reset session is bound to before its reset: the reset generation must
+/// never continue it.
+pub(crate) fn old_thread(session: &SessionKey) -> String {
+    format!("old-{session}")
+}
+
+/// The prefix of the thread a turn of the reset generation binds.
+pub(crate) const NEW_THREAD: &str = "new-";
+
+/// The thread-binding hooks of the reset sessions, over `store` (leases on `clock`, labelled
+/// `holder`).
+pub(crate) fn thread_harness(
+    store: &Store,
+    clock: Arc<dyn Clock>,
+    holder: &str,
+) -> Result<tether_harness_sdk::hooks::ThreadBindingHarness, Error> {
+    let bindings = tether_harness_sdk::backend::ThreadBindingStore::builder(
+        Arc::new(store.clone()),
+        thread_ns(),
+    )
+    .lease_config(tether_core::LeaseConfig {
+        lease_duration: Duration::from_secs(3),
+        wait_budget: Duration::from_secs(5),
+        retry_interval: Duration::from_millis(25),
+        renew_interval: Duration::from_secs(1),
+    })
+    .clock(clock)
+    .holder(holder)
+    .quarantine(Arc::new(store.clone()))
+    .build()?;
+    Ok(tether_harness_sdk::hooks::ThreadBindingHarness::new(
+        tether_core::HarnessId::new("chaos-threads")?,
+        bindings,
+        tether_harness_sdk::generation::GenerationAuthority::new(Arc::new(store.clone())),
+    ))
 }
 
 /// The `i`th lease key.
@@ -74,6 +117,11 @@ async fn open_with_clock(url: &str, clock: Arc<dyn Clock>) -> Result<Store, Erro
     for ns in [lease_ns(), session_ns()] {
         store.register_namespace(NamespaceConfig::new(ns)).await?;
     }
+    store
+        .register_namespace(
+            tether_harness_sdk::backend::ThreadBindingStore::namespace_config(thread_ns()),
+        )
+        .await?;
     Ok(store)
 }
 

@@ -1,5 +1,5 @@
-//! One chaos worker process: leases and fenced writes, deletions and context resets with
-//! injected transaction failures, until its deadline (or its SIGKILL).
+//! One chaos worker process: leases and fenced writes, deletions, context resets and resets
+//! with injected transaction failures, until its deadline (or its SIGKILL).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,11 +14,18 @@ use tether_core::{
     RowWrite, SessionContextResetHook, SessionContextResetParams, SessionDeletionHook,
     SessionDeletionParams, SessionId, SessionKey, SessionMutation,
 };
+use tether_harness_sdk::backend::{BindingIdentity, ThreadBinding, WriteOptions};
+use tether_harness_sdk::generation::BindingAuthority;
+use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
 use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
+use tether_storage::{HostBackend as _, HostTransaction as _};
 use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
 
-use super::{KEYS, agent, db_error, lease_key, lease_ns, session_binding, session_ns, stmt};
+use super::{
+    KEYS, NEW_THREAD, agent, db_error, lease_key, lease_ns, old_thread, session_binding,
+    session_ns, stmt, thread_harness,
+};
 
 type Record = serde_json::Map<String, serde_json::Value>;
 
@@ -128,6 +135,9 @@ enum Inject {
     None,
     BeforeCommit,
     AfterCommit,
+    /// (Resets only.) The reset commits and no harness is told: what a process that dies
+    /// right after the COMMIT leaves.
+    Unnotified,
 }
 
 /// The worker's outcome log (`--acks FILE`, used by `cargo xtask faults`): one line per
@@ -204,6 +214,10 @@ pub(crate) struct Worker {
     acks: Option<Acks>,
     lc: Lifecycle<JsonObjectCodec>,
     registry: Arc<HarnessRegistry>,
+    /// The thread-binding hooks of the sessions this worker resets, registered in
+    /// `reset_registry` (the deletions and context resets keep the drill's own harness).
+    threads: Arc<ThreadBindingHarness>,
+    reset_registry: Arc<HarnessRegistry>,
     rng: Rng,
     seq: u64,
     sessions: u64,
@@ -245,11 +259,16 @@ impl Worker {
         registry.register(Arc::new(ChaosHarness {
             id: HarnessId::new("chaos")?,
         }));
+        let threads = Arc::new(thread_harness(&store, clock.clone(), name)?);
+        let reset_registry = HarnessRegistry::shared();
+        reset_registry.register(threads.clone() as Arc<dyn AgentHarness>);
         Ok(Self {
             store,
             name: name.to_owned(),
             lc,
             registry,
+            threads,
+            reset_registry,
             rng: Rng::seeded(name.len() as u64),
             seq: 0,
             sessions: 0,
@@ -278,17 +297,26 @@ impl Worker {
         let mut ops = 0;
         while Instant::now() < deadline {
             self.record_pending().await;
-            let result = match self.rng.below(10) {
-                0..=5 => self.fenced_write().await,
-                6 => self.session_op(false, Inject::None).await,
-                7 => self.session_op(false, Inject::BeforeCommit).await,
-                8 => {
+            let result = match self.rng.below(12) {
+                0..=6 => self.fenced_write().await,
+                7 => self.session_op(false, Inject::None).await,
+                8 => self.session_op(false, Inject::BeforeCommit).await,
+                9 => {
                     let inject = self.pick_inject();
                     self.session_op(true, inject).await
                 }
-                _ => {
+                10 => {
                     let rewind = self.rng.below(2) == 0;
                     self.session_op(rewind, Inject::AfterCommit).await
+                }
+                _ => {
+                    let inject = [
+                        Inject::None,
+                        Inject::BeforeCommit,
+                        Inject::AfterCommit,
+                        Inject::Unnotified,
+                    ][self.rng.below(4) as usize];
+                    self.reset_op(inject).await
                 }
             };
             match (&result, &self.acks) {
@@ -489,20 +517,12 @@ impl Worker {
             anchors.push(self.store.append_transcript(&session, entry).await?.anchor);
         }
         self.status(&session, "created").await?;
-        let hooks = match inject {
-            Inject::None => TransactionHooks::new(),
-            Inject::BeforeCommit => TransactionHooks::new().after_mutations(|_| {
-                Box::pin(async { Err(Error::other("chaos: injected failure before COMMIT")) })
-            }),
-            Inject::AfterCommit => TransactionHooks::new()
-                .after_commit(|| Err(Error::other("chaos: injected failure after COMMIT"))),
-        };
         let hosts = HostSessions::new(
             self.store.clone(),
             self.registry.clone(),
             Arc::new(ActiveRuns::new()),
         )
-        .with_hooks(hooks);
+        .with_hooks(hooks(inject));
         let result = if rewind {
             hosts
                 .rewind(&session, anchors[2], SessionId::new("s-2")?)
@@ -540,11 +560,138 @@ impl Worker {
                     .await?;
                 self.status(&session, "unknown").await
             }
-            (Err(error), Inject::None) => {
+            (Err(error), Inject::None | Inject::Unnotified) => {
                 self.status(&session, "failed").await?;
                 Err(error)
             }
         }
+    }
+
+    /// Creates a session bound to a thread through the SDK's thread-binding backend (generation
+    /// `s-1`, thread [`old_thread`]), resets it (`/new`, to generation `s-2`) with the given
+    /// injected failure — or commits the reset without telling any harness, as a process that
+    /// died right after the COMMIT leaves it — and then, half the time, runs a turn of the
+    /// new generation that binds a thread of its own ([`NEW_THREAD`]). The checker asserts
+    /// that the reset generation never continues the old thread.
+    async fn reset_op(&mut self, inject: Inject) -> Result<(), Error> {
+        self.sessions += 1;
+        let session = SessionKey::new(format!("agent:main:chaos-{}-{}", self.name, self.sessions))?;
+        self.store
+            .connection()
+            .execute_raw(stmt(
+                &self.store,
+                "INSERT INTO chaos_sessions (session_key, writer, kind, status) VALUES (?, ?, 'reset', 'creating')",
+                vec![session.as_str().into(), self.name.clone().into()],
+            ))
+            .await
+            .map_err(db_error)?;
+        self.store
+            .create_session(NewHostSession {
+                session_key: session.clone(),
+                agent_id: agent(),
+                session_id: SessionId::new("s-1")?,
+                agent_harness_id: None,
+            })
+            .await?;
+        self.bind_in_turn(&session, "s-1", old_thread(&session))
+            .await?;
+        self.status(&session, "created").await?;
+        let next = SessionId::new("s-2")?;
+        let result = if inject == Inject::Unnotified {
+            let entry = self
+                .store
+                .session(&session)
+                .await?
+                .ok_or_else(|| Error::session_not_found(&session))?;
+            let tx = self.store.begin_host().await?;
+            match tx
+                .rotate_session(&entry, &next, tether_core::GenerationChange::Reset)
+                .await
+            {
+                Ok(Some(_)) => tx.commit().await,
+                Ok(None) => {
+                    tx.rollback().await?;
+                    Err(Error::other("chaos: the session moved on before its reset"))
+                }
+                Err(error) => {
+                    let _ = tx.rollback().await;
+                    Err(error)
+                }
+            }
+        } else {
+            HostSessions::new(
+                self.store.clone(),
+                self.reset_registry.clone(),
+                Arc::new(ActiveRuns::new()),
+            )
+            .with_hooks(hooks(inject))
+            .reset(&session, next, tether_core::ResetReason::New)
+            .await
+            .map(|_| ())
+        };
+        let committed = match (result, inject) {
+            (Ok(()), Inject::Unnotified) => {
+                self.status(&session, "unnotified").await?;
+                true
+            }
+            (Ok(()), _) => {
+                self.status(&session, "reset").await?;
+                true
+            }
+            (Err(_), Inject::BeforeCommit) => {
+                self.status(&session, "kept").await?;
+                false
+            }
+            (Err(_), Inject::AfterCommit) => {
+                self.status(&session, "unknown").await?;
+                true
+            }
+            (Err(error), Inject::None | Inject::Unnotified) => {
+                self.status(&session, "failed").await?;
+                return Err(error);
+            }
+        };
+        if committed && self.rng.below(2) == 0 {
+            self.bind_in_turn(&session, "s-2", format!("{NEW_THREAD}{session}"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// A turn of `session`'s generation `generation` binding `thread` (the SDK's turn lease:
+    /// a binding the recorded predecessor left is adopted or cleared as the row says).
+    async fn bind_in_turn(
+        &self,
+        session: &SessionKey,
+        generation: &str,
+        thread: String,
+    ) -> Result<(), Error> {
+        let identity =
+            BindingIdentity::session(agent(), SessionId::new(generation)?, Some(session.clone()));
+        let caller = BindingAuthority::caller(tether_core::always_current());
+        let bindings = self.threads.store().clone();
+        self.threads
+            .with_turn_lease(&identity, &caller, |_lease, authority| {
+                let identity = identity.clone();
+                async move {
+                    let written = bindings
+                        .set(
+                            &identity,
+                            ThreadBinding::new(thread, "/chaos"),
+                            WriteOptions::checked(authority.assert_current_fn()),
+                        )
+                        .await?;
+                    if written {
+                        Ok(())
+                    } else {
+                        Err(Error::other(format!(
+                            "chaos: the turn of {} could not bind its thread",
+                            identity.key()
+                        )))
+                    }
+                }
+            })
+            .await
     }
 
     async fn status(&self, session: &SessionKey, status: &str) -> Result<(), Error> {
@@ -558,6 +705,18 @@ impl Worker {
             .await
             .map_err(db_error)?;
         Ok(())
+    }
+}
+
+/// The transaction hooks that inject `inject`'s failure.
+fn hooks(inject: Inject) -> TransactionHooks {
+    match inject {
+        Inject::None | Inject::Unnotified => TransactionHooks::new(),
+        Inject::BeforeCommit => TransactionHooks::new().after_mutations(|_| {
+            Box::pin(async { Err(Error::other("chaos: injected failure before COMMIT")) })
+        }),
+        Inject::AfterCommit => TransactionHooks::new()
+            .after_commit(|| Err(Error::other("chaos: injected failure after COMMIT"))),
     }
 }
 
