@@ -766,6 +766,7 @@ impl ThreadBindingStore {
         // Only a host row naming this generation may lease (and then repair) its own fence.
         let allow_retired = capture.state() == GenerationState::Current;
         let ops = super::generation::ThreadGenerationOps::new(self.clone(), identity.clone());
+        let session_key = target.session_key.clone();
         self.with_lease(
             identity,
             allow_retired,
@@ -784,6 +785,17 @@ impl ThreadBindingStore {
             },
         )
         .await
+        .map_err(|error| match (error, session_key) {
+            // The binding key names the session only by a hash: say which host session's
+            // turn waited for it (an operator looks sessions up by that key).
+            (Error::LeaseTimeout { key, message }, Some(session)) if key == *identity.key() => {
+                Error::LeaseTimeout {
+                    message: format!("{message} (host session {session})"),
+                    key,
+                }
+            }
+            (error, _) => error,
+        })
     }
 
     /// The backend's deletion (the first step of `with_session_deletion`, see

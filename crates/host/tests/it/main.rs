@@ -506,7 +506,7 @@ async fn host_lease_config_reaches_its_bindings_and_bounds_a_deletion_wait() {
         }
     };
     let (a, harness_a) = open("host-a").await;
-    let (b, _) = open("host-b").await;
+    let (b, harness_b) = open("host-b").await;
     assert_eq!(a.lease_config(), &quick);
     assert_eq!(harness_a.store().lifecycle().lease_config(), &quick);
 
@@ -552,6 +552,20 @@ async fn host_lease_config_reaches_its_bindings_and_bounds_a_deletion_wait() {
         started.elapsed() < Duration::from_secs(10),
         "waited {:?}, not the default 70 s",
         started.elapsed()
+    );
+    // Host B's turn of the same session times out the same way, naming the session too.
+    let caller = BindingAuthority::caller(always_current());
+    let err = harness_b
+        .with_turn_lease(&identity, &caller, |_, _| async { Ok(()) })
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::LeaseTimeout { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains("held by host-a")
+            && err
+                .to_string()
+                .contains("(host session agent:main:direct:busy)"),
+        "{err}"
     );
     done_tx.send(()).unwrap();
     turn.await.unwrap().unwrap();
