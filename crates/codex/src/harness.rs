@@ -844,7 +844,27 @@ impl Inner {
                 .clone()
                 .unwrap_or_else(tether_core::always_current),
         );
+        // A binding another generation left under the key, read before the resolution may
+        // clear it: after a reset or a cut whose notification never ran (the host's process
+        // died after its COMMIT), its thread is archived below, as the notification would have.
+        let left = self
+            .bindings
+            .record(identity)
+            .await?
+            .filter(|record| !identity.owns(record.session_id.as_ref()))
+            .and_then(|record| record.binding().cloned());
         let resolved = self.hooks.resolve(identity, &caller).await?;
+        if let Some(left) = left
+            && resolved
+                .previous_change
+                .is_some_and(|change| !change.continues_native_context())
+            && resolved
+                .binding
+                .as_ref()
+                .is_none_or(|bound| bound.thread_id != left.thread_id)
+        {
+            self.retire_left_thread(identity, &left.thread_id).await;
+        }
         if let Some(bound) = resolved.binding {
             let resumed: Result<ThreadResponse, CodexError> = client
                 .request(
@@ -920,6 +940,32 @@ impl Inner {
             self.finish_continuation(identity).await;
         }
         Ok(bound)
+    }
+
+    /// Archives `thread_id`, the thread of a binding the session's recorded predecessor left
+    /// and the resolution cleared (a reset or a cut no harness was told of), unless another
+    /// binding still runs on it. A failure is logged: the archive is then listed as a pending
+    /// cleanup and retried like the reset's own.
+    async fn retire_left_thread(&self, identity: &BindingIdentity, thread_id: &str) {
+        match self
+            .bindings
+            .has_other_thread_owner(identity.key(), thread_id)
+            .await
+        {
+            Ok(true) => return,
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(thread_id, %error, "could not check the left codex thread's other owners; it is not archived");
+                return;
+            }
+        }
+        tracing::info!(
+            thread_id,
+            "archiving the codex thread a reset generation no longer runs on (its reset's notification never ran)"
+        );
+        if let Err(error) = self.threads.archive_for(identity.key(), thread_id).await {
+            tracing::warn!(thread_id, %error, "could not archive the codex thread a reset left; kept for a retry");
+        }
     }
 
     /// Removes the session's continuation record once its next thread is bound; a failure is

@@ -1085,7 +1085,8 @@ async fn archives(host: &Host) -> u64 {
 /// before telling the harnesses: the next turn reads from the session row that the generation
 /// began with a reset, so it neither resumes the predecessor's bound thread nor (after a
 /// rewind that left a continuation) continues the kept turns on a fork. It starts a fresh
-/// thread, and the model sees nothing of the earlier conversation.
+/// thread, the model sees nothing of the earlier conversation, and the thread the reset left
+/// is archived as the notification would have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
     use tether_storage::{HostBackend as _, HostTransaction as _};
@@ -1204,5 +1205,20 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
     assert!(
         !mentions(requests.last().unwrap(), "code is 4711"),
         "the reset context came back"
+    );
+    // The turn archived the thread the reset left, as the notification would have, and
+    // listed it for the session (its deletion deletes it).
+    assert!(
+        archived_threads(&host)
+            .await
+            .contains(&bound.thread_id.to_string()),
+        "the old thread was archived"
+    );
+    assert!(
+        host.harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
