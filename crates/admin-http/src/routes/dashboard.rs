@@ -250,6 +250,17 @@ fn code(text: &str) -> String {
     format!("<code>{}</code>", escape(text))
 }
 
+/// The predecessor generation and how the session left it (`transfer`, `cut`, `reset`).
+fn previous_cell(
+    previous: Option<&str>,
+    change: Option<crate::dto::GenerationChangeBody>,
+) -> String {
+    previous.map_or_else(String::new, |previous| match change {
+        Some(change) => format!("{} {}", code(previous), change.as_str()),
+        None => code(previous),
+    })
+}
+
 /// The native thread id of a binding row (the Codex thread id), or a dash.
 fn native_cell(native_id: Option<&str>) -> String {
     native_id.map_or_else(|| "—".to_owned(), code)
@@ -415,9 +426,7 @@ pub fn session_rows(
                 session_cell(Some(&s.session_key)),
                 escape(&s.agent_id),
                 code(&s.session_id),
-                s.previous_session_id
-                    .as_deref()
-                    .map_or_else(String::new, code),
+                previous_cell(s.previous_session_id.as_deref(), s.previous_change),
                 s.lifecycle_revision.to_string(),
                 escape(s.agent_harness_id.as_deref().unwrap_or("—")),
                 when(now, s.updated_at_ms),
@@ -750,13 +759,10 @@ pub async fn render_session(
         &[vec![
             escape(&d.session.agent_id),
             code(&d.lineage.session_id),
-            d.lineage
-                .previous_session_id
-                .as_deref()
-                .map_or_else(String::new, |previous| {
-                    let change = d.lineage.previous_change.map_or("", |c| c.as_str());
-                    format!("{} {change}", code(previous))
-                }),
+            previous_cell(
+                d.lineage.previous_session_id.as_deref(),
+                d.lineage.previous_change,
+            ),
             d.lineage.lifecycle_revision.to_string(),
             escape(d.session.agent_harness_id.as_deref().unwrap_or("—")),
             when(now, d.session.created_at_ms),

@@ -793,6 +793,22 @@ async fn a_session_page_shows_lineage_bindings_history_and_transcript_sanitized(
     assert!(!page.contains("<script>worker"));
     let (status, _, missing) = send(&state, "GET", "/ui/sessions/agent:main:nope", &[], "").await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{missing}");
+    // A rotated session shows its predecessor and how it left it, on its page and in the list.
+    let beta = f.entry("agent:main:beta").await;
+    f.store
+        .rotate_generation(
+            &beta.session_key,
+            &beta.session_id,
+            tether_core::SessionId::new("beta-g2").unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+    let shown = format!("<code>{}</code> transfer", beta.session_id);
+    let (_, _, page) = send(&state, "GET", "/ui/sessions/agent:main:beta", &[], "").await;
+    assert!(page.contains(&shown), "{shown} in {page}");
+    let (_, _, dashboard) = send(&state, "GET", "/", &[], "").await;
+    assert!(dashboard.contains(&shown), "{shown} in {dashboard}");
 
     let locked = f.state(tokens());
     let (status, headers, _) = send(&locked, "GET", "/ui/sessions/agent:main:alpha", &[], "").await;
