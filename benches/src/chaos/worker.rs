@@ -494,14 +494,7 @@ impl Worker {
             None,
         )
         .await?;
-        self.store
-            .create_session(NewHostSession {
-                session_key: session.clone(),
-                agent_id: agent(),
-                session_id: SessionId::new("s-1")?,
-                agent_harness_id: None,
-            })
-            .await?;
+        self.create_session(&session).await?;
         let mut anchors = Vec::new();
         for (role, text) in [
             (TranscriptRole::User, "u1"),
@@ -585,14 +578,7 @@ impl Worker {
             ))
             .await
             .map_err(db_error)?;
-        self.store
-            .create_session(NewHostSession {
-                session_key: session.clone(),
-                agent_id: agent(),
-                session_id: SessionId::new("s-1")?,
-                agent_harness_id: None,
-            })
-            .await?;
+        self.create_session(&session).await?;
         self.bind_in_turn(&session, "s-1", old_thread(&session))
             .await?;
         self.status(&session, "created").await?;
@@ -692,6 +678,19 @@ impl Worker {
                 }
             })
             .await
+    }
+
+    /// Creates the host session `session` at generation `s-1`.
+    async fn create_session(&self, session: &SessionKey) -> Result<(), Error> {
+        self.store
+            .create_session(NewHostSession {
+                session_key: session.clone(),
+                agent_id: agent(),
+                session_id: SessionId::new("s-1")?,
+                agent_harness_id: None,
+            })
+            .await?;
+        Ok(())
     }
 
     async fn status(&self, session: &SessionKey, status: &str) -> Result<(), Error> {

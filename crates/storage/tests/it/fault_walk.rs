@@ -398,12 +398,21 @@ enum HostOp {
     Rewind,
 }
 
-/// One host operation × point × kind on a fresh SQLite file.
-async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
-    let context = format!("{op:?} {point} {kind:?}");
-    let (store, _dir) = sqlite_store().await;
+/// A host walk's fixture: a fresh SQLite file, the fault-injecting wrapper over it, and a
+/// registry holding one [`FaultHarness`] that logs to `log`.
+struct HostWalk {
+    store: Store,
+    _dir: tempfile::TempDir,
+    ns: Namespace,
+    agent: AgentId,
+    faulty: Arc<FaultInjectingStore<Store>>,
+    log: Arc<Mutex<Vec<String>>>,
+    registry: Arc<HarnessRegistry>,
+}
+
+async fn host_walk() -> HostWalk {
+    let (store, dir) = sqlite_store().await;
     let ns = Namespace::new("host-fault-walk").unwrap();
-    let agent = AgentId::new("main").unwrap();
     let faulty = Arc::new(
         FaultInjectingStore::new(Arc::new(store.clone()))
             .with_stall(std::time::Duration::from_millis(1)),
@@ -416,6 +425,29 @@ async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
         store: faulty.clone(),
         log: log.clone(),
     }));
+    HostWalk {
+        store,
+        _dir: dir,
+        ns,
+        agent: AgentId::new("main").unwrap(),
+        faulty,
+        log,
+        registry,
+    }
+}
+
+/// One host operation × point × kind on a fresh SQLite file.
+async fn walk_host_point(op: HostOp, point: FaultPoint, kind: FaultKind) {
+    let context = format!("{op:?} {point} {kind:?}");
+    let HostWalk {
+        store,
+        _dir,
+        ns,
+        agent,
+        faulty,
+        log,
+        registry,
+    } = host_walk().await;
     // Two sessions with a binding each and a transcript `u1 → a1 → u2 → a2`.
     let mut sessions = Vec::new();
     let mut rewind_to = None;
@@ -623,21 +655,15 @@ async fn walk_reset_point(point: FaultPoint, kind: FaultKind) {
     use tether_core::{GenerationChange, ResetReason};
 
     let context = format!("Reset {point} {kind:?}");
-    let (store, _dir) = sqlite_store().await;
-    let ns = Namespace::new("host-fault-walk").unwrap();
-    let agent = AgentId::new("main").unwrap();
-    let faulty = Arc::new(
-        FaultInjectingStore::new(Arc::new(store.clone()))
-            .with_stall(std::time::Duration::from_millis(1)),
-    );
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let registry = HarnessRegistry::shared();
-    registry.register(Arc::new(FaultHarness {
-        id: HarnessId::new("fault-harness").unwrap(),
-        ns: ns.clone(),
-        store: faulty.clone(),
-        log: log.clone(),
-    }));
+    let HostWalk {
+        store,
+        _dir,
+        ns,
+        agent,
+        faulty,
+        log,
+        registry,
+    } = host_walk().await;
     let session = session_key("fw-reset");
     assert!(
         store
