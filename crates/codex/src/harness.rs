@@ -127,6 +127,19 @@ impl TurnCancel {
     }
 }
 
+/// Cancels a turn whose caller dropped [`CodexHarness::run_turn`]'s future; disarmed (`None`)
+/// once the turn's task answered.
+struct CancelOnDrop(Option<TurnCancel>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.0.take() {
+            tracing::info!("the caller stopped waiting for the codex turn; cancelling it");
+            cancel.cancel();
+        }
+    }
+}
+
 /// One turn to run.
 #[derive(Clone)]
 pub struct TurnRequest {
@@ -558,13 +571,32 @@ impl CodexHarness {
     /// finished were mirrored, the error's [`CodexError::tools_ran`] lists the tools the turn
     /// had run, the binding is unchanged, and the next turn resumes the same thread on a new
     /// process.
-    pub async fn run_turn(&self, request: TurnRequest) -> Result<TurnOutcome, CodexError> {
+    ///
+    /// The turn runs on a task of its own. A caller that stops waiting (drops this future: a
+    /// timeout around it, a client that disconnected) cancels it as [`TurnCancel`] does, and
+    /// the task still ends it properly: Codex's turn interrupted, whatever completed mirrored
+    /// into the host transcript, the session's lease released. A panic of a host tool is that
+    /// tool's failure (reported, its effect unknown); the turn goes on.
+    pub async fn run_turn(&self, mut request: TurnRequest) -> Result<TurnOutcome, CodexError> {
         let span = tracing::info_span!(
             "codex.turn",
             run_id = %request.params.run_id,
             session_id = %request.params.session.session_id,
         );
-        self.run_turn_inner(request).instrument(span).await
+        let cancel = request.cancel.get_or_insert_with(TurnCancel::new).clone();
+        let harness = self.clone();
+        let task =
+            tokio::spawn(async move { harness.run_turn_inner(request).await }.instrument(span));
+        let mut on_drop = CancelOnDrop(Some(cancel));
+        let joined = task.await;
+        on_drop.0 = None;
+        match joined {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(join) => Err(CodexError::protocol(format!(
+                "the turn's task stopped before it finished: {join}"
+            ))),
+        }
     }
 
     async fn run_turn_inner(&self, request: TurnRequest) -> Result<TurnOutcome, CodexError> {
@@ -1788,7 +1820,29 @@ impl Inner {
             arguments: params.arguments.clone(),
             facts: state.facts.clone(),
         };
-        let run = self.tools.execute(call).await;
+        // On a task of its own, so a panicking host tool is this tool's failure (its effect
+        // unknown: it started) instead of the end of the turn, its lease and its mirroring.
+        let tools = self.tools.clone();
+        let run = match tokio::spawn(async move { tools.execute(call).await }).await {
+            Ok(run) => run,
+            Err(join) => {
+                let error = match join.try_into_panic() {
+                    Ok(panic) => format!(
+                        "the host tool `{}` panicked: {}",
+                        params.tool,
+                        panic_message(panic.as_ref())
+                    ),
+                    Err(join) => format!("the host tool `{}` stopped: {join}", params.tool),
+                };
+                tracing::error!(tool = params.tool, call_id = params.call_id, %error, "host tool failed without an answer");
+                let mut run = crate::ToolRun::failure(error);
+                if let Some(failure) = run.failure.as_mut() {
+                    // It ran: whatever it did before it panicked may have happened.
+                    failure.execution_started = Some(true);
+                }
+                run
+            }
+        };
         let mut observation =
             ToolTerminalObservation::success(params.tool.clone(), params.arguments.clone());
         observation.tool_call_id = Some(params.call_id.clone());
@@ -1942,6 +1996,15 @@ pub fn approval_response(method_name: &str, decision: ApprovalDecision) -> Value
         method::MCP_ELICITATION => json!({ "action": "decline" }),
         _ => Value::Null,
     }
+}
+
+/// The text of a panic's payload (a `&str` or a `String`; anything else is named as such).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
 }
 
 fn parse<T: serde::de::DeserializeOwned>(method: &str, params: Value) -> Result<T, CodexError> {

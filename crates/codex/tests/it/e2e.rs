@@ -1053,3 +1053,85 @@ async fn codex_e2e_a_timeout_of_duration_max_is_no_limit() {
     assert_eq!(compacted, outcome.thread_id);
     assert_eq!(model.requests().len(), 2, "the compaction asked the model");
 }
+
+/// A caller that stops waiting for a turn (drops `run_turn`'s future, here through a timeout)
+/// cancels it: the session is free again at once (not after the 65 s lease), and Codex's turn
+/// was interrupted before the stalled reply arrived, so the model's next request and the host
+/// transcript agree that it never answered. A host tool that panics is that tool's failure:
+/// the turn goes on and the session stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_dropped_turn_is_cancelled_and_frees_its_session() {
+    let Some((world, model)) = world(vec![
+        Step::Stall(Duration::from_secs(6), "reply to the dropped turn"),
+        Step::Reply("The next answer."),
+        Step::Calls(vec![("call-1", "lookup", json!({ "q": "x" }))]),
+        Step::Reply("After the broken tool."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("dropped-turn");
+    host.create_session(&key).await;
+    let dropped = tokio::time::timeout(
+        Duration::from_secs(2),
+        host.harness
+            .run_turn(TurnRequest::new(attempt(&key, "run-1", "slow question"))),
+    )
+    .await;
+    assert!(dropped.is_err(), "the caller stopped waiting: {dropped:?}");
+
+    let started = std::time::Instant::now();
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-2", "next question")))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the next turn waited {:?} for the dropped turn's lease",
+        started.elapsed()
+    );
+    assert_eq!(next.attempt.terminal, AttemptTerminal::Ok);
+    assert_eq!(next.attempt.assistant_texts, vec!["The next answer."]);
+    let requests = model.requests();
+    assert!(
+        !mentions(requests.last().unwrap(), "reply to the dropped turn"),
+        "the dropped turn's reply reached the model's context"
+    );
+    let transcript = host.transcript(&key).await;
+    assert!(
+        transcript
+            .iter()
+            .all(|e| !e.content.contains("reply to the dropped turn")),
+        "{transcript:?}"
+    );
+
+    // A host tool that panics.
+    host.tools
+        .during_next(|| panic!("the lookup service broke"));
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-3", "look x up")))
+        .await
+        .unwrap();
+    assert_eq!(outcome.tools.len(), 1, "{outcome:?}");
+    assert_eq!(outcome.tools[0].outcome, ToolOutcome::Failure);
+    assert!(
+        outcome.tools[0].execution_started,
+        "it ran: its effect is unknown"
+    );
+    assert!(
+        outcome.tools[0]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("panicked: the lookup service broke")),
+        "{:?}",
+        outcome.tools[0].error
+    );
+    assert_eq!(
+        outcome.attempt.assistant_texts,
+        vec!["After the broken tool."]
+    );
+}

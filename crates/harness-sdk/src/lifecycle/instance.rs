@@ -332,6 +332,33 @@ pub struct Lifecycle<C: RecordCodec> {
     release_ttl: Option<ReleaseTtl<C::Record>>,
 }
 
+/// Ends a lease scope whose future was dropped before it ended (see
+/// [`Lifecycle::with_lease`]): the release runs on a task of its own on the current runtime.
+/// Disarmed (`lifecycle: None`) once the scope ends normally.
+struct ScopeEndOnDrop<C: RecordCodec + 'static> {
+    lifecycle: Option<Lifecycle<C>>,
+    key: BindingKey,
+    owner: Arc<OwnerState>,
+}
+
+impl<C: RecordCodec + 'static> Drop for ScopeEndOnDrop<C> {
+    fn drop(&mut self) {
+        let Some(lifecycle) = self.lifecycle.take() else {
+            return;
+        };
+        let (key, owner) = (self.key.clone(), self.owner.clone());
+        tracing::info!(key = %key, token = owner.token.prefix(), "lease scope dropped before it ended; releasing its lease");
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move { lifecycle.end_scope(&key, &owner).await });
+            }
+            Err(_) => {
+                tracing::warn!(key = %key, "lease scope dropped outside a runtime; the lease will expire");
+            }
+        }
+    }
+}
+
 impl<C: RecordCodec> Clone for Lifecycle<C> {
     fn clone(&self) -> Self {
         Self {
@@ -808,18 +835,34 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
             token,
             options.assert_current.clone(),
         ));
+        // A caller that stops waiting (a timeout, a disconnected client) drops this future
+        // mid-scope: the scope's end then runs on a task of its own instead of leaving the key
+        // held until the lease expires.
+        let mut on_drop = ScopeEndOnDrop {
+            lifecycle: Some(self.clone()),
+            key: key.clone(),
+            owner: owner.clone(),
+        };
         // Boxed: the callback's future can be large, and scopes nest.
         let result = Box::pin(self.hold(key, &options, &owner, run)).await;
+        on_drop.lifecycle = None;
+        self.end_scope(key, &owner).await;
+        result
+    }
+
+    /// The end of a scope (see `docs/lifecycle.md`, "`with_lease`", step 7): closed unless its
+    /// outcome is unknown, its renewal joined, then the exact token released (an unknown
+    /// outcome leaves the lease to expire).
+    async fn end_scope(&self, key: &BindingKey, owner: &Arc<OwnerState>) {
         let unknown = owner.phase() == OwnerPhase::Unknown;
         if !unknown {
             owner.set_phase(OwnerPhase::Closed);
         }
         owner.join_renewal().await;
-        self.shared.forget_live_owner(&owner);
+        self.shared.forget_live_owner(owner);
         if !unknown {
-            self.release(key, &owner).await;
+            self.release(key, owner).await;
         }
-        result
     }
 
     /// [`with_lease`](Self::with_lease) without waiting: when a live foreign lease holds `key`

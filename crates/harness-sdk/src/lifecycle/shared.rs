@@ -431,11 +431,21 @@ impl Shared {
             .remove(key)
     }
 
-    /// One heartbeat renewal. Never fails: a failure is recorded on the owner.
+    /// One heartbeat renewal. Never fails: a failure is recorded on the owner. The renewal
+    /// stops counting as pending when it ends, also when its future is dropped mid-flight (a
+    /// scope dropped by its caller), so the scope's end never waits for it forever.
     pub(crate) async fn renew(&self, owner: &Arc<OwnerState>) {
+        /// Ends the pending renewal when dropped (after any failure was recorded).
+        struct Pending<'a>(&'a OwnerState);
+        impl Drop for Pending<'_> {
+            fn drop(&mut self) {
+                self.0.set_renewal_pending(false);
+            }
+        }
         if !owner.begin_renewal() {
             return;
         }
+        let _pending = Pending(owner);
         let span =
             tracing::debug_span!("lifecycle.renew", key = %owner.key, token = owner.token.prefix());
         let outcome = self.renew_once(owner).instrument(span).await;
@@ -457,7 +467,6 @@ impl Shared {
                 owner.fail_if_held(self.texts.lost_lease(&owner.key, Some(error)));
             }
         }
-        owner.set_renewal_pending(false);
     }
 
     async fn renew_once(&self, owner: &Arc<OwnerState>) -> Result<CasResult<Timestamp>, Error> {

@@ -912,3 +912,57 @@ async fn lifecycle_scenario_22_revocation_at_commit_admission_publishes_nothing(
     assert_eq!(runs.get(), 1);
     assert_eq!(f.row(k).await.unwrap().0, json!({"value": "before"}));
 }
+
+/// A scope whose future is dropped before it ends (a caller's timeout, a disconnected client)
+/// releases its lease on a task of its own: a peer acquires at once instead of waiting for the
+/// lease to expire — also when the drop lands while a heartbeat renewal is in flight (the
+/// scope's end then no longer waits for a renewal that will never finish).
+#[tokio::test]
+async fn lifecycle_a_dropped_scope_releases_its_lease() {
+    for renewal_in_flight in [false, true] {
+        let f = Fixture::new().await;
+        let k = &key("dropped");
+        let (started_tx, started_rx) = oneshot::channel();
+        let scope = {
+            let (lc, k) = (f.lc.clone(), k.clone());
+            tokio::spawn(async move {
+                lc.with_lease(&k, LeaseOptions::default(), |_| async move {
+                    started_tx.send(()).unwrap();
+                    std::future::pending::<Result<(), Error>>().await
+                })
+                .await
+            })
+        };
+        started_rx.await.unwrap();
+        assert!(f.row(k).await.unwrap().1.is_some(), "held");
+        let gate = Gate::new();
+        if renewal_in_flight {
+            f.store.hold_next_cas(&gate);
+            f.timer.advance(RENEW).await;
+            while gate.entered() == 0 {
+                tokio::task::yield_now().await;
+            }
+        }
+        scope.abort();
+        assert!(scope.await.unwrap_err().is_cancelled());
+        f.timer.settle().await;
+        for _ in 0..100 {
+            if f.row(k).await.unwrap().1.is_none() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            f.row(k).await.unwrap().1.is_none(),
+            "released (renewal in flight: {renewal_in_flight})"
+        );
+        let peer = {
+            let (peer, k) = (f.peer(), k.clone());
+            tokio::spawn(async move { set_value(&peer, &k, "peer").await })
+        };
+        f.timer.settle().await;
+        assert!(peer.is_finished(), "no wait behind a dropped scope's lease");
+        assert!(peer.await.unwrap().unwrap());
+        gate.open();
+    }
+}
