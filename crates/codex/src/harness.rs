@@ -308,7 +308,10 @@ impl CodexHarnessBuilder {
     /// this namespace through, so that a write through it inside this harness's turn lease is
     /// the holder's own (two stores over one namespace are two lease owners, and the second
     /// would wait behind the first's lease). Its holder, clock, lease timing and quarantine
-    /// then apply, not the builder's. `build` refuses a store of another namespace.
+    /// then apply: a later [`Self::holder`], [`Self::clock`], [`Self::lease_config`] or
+    /// [`Self::quarantine`] drops the store given here (the harness then builds its own, with
+    /// those settings: a second lease owner of the namespace). `build` refuses a store of
+    /// another namespace.
     #[must_use]
     pub fn bindings(mut self, bindings: ThreadBindingStore) -> Self {
         self.bindings = Some(bindings);
@@ -320,6 +323,7 @@ impl CodexHarnessBuilder {
     #[must_use]
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = Some(clock);
+        self.bindings = None;
         self
     }
 
@@ -328,6 +332,7 @@ impl CodexHarnessBuilder {
     #[must_use]
     pub fn quarantine(mut self, quarantine: Arc<dyn QuarantineStore>) -> Self {
         self.quarantine = Some(quarantine);
+        self.bindings = None;
         self
     }
 
@@ -370,6 +375,7 @@ impl CodexHarnessBuilder {
     #[must_use]
     pub fn holder(mut self, holder: impl Into<String>) -> Self {
         self.holder = Some(holder.into());
+        self.bindings = None;
         self
     }
 
@@ -377,6 +383,7 @@ impl CodexHarnessBuilder {
     #[must_use]
     pub fn lease_config(mut self, lease: LeaseConfig) -> Self {
         self.lease = lease;
+        self.bindings = None;
         self
     }
 
@@ -755,8 +762,7 @@ impl Inner {
         lease.check()?;
         let caller = BindingAuthority::caller(tether_core::always_current());
         if self
-            .hooks
-            .resolve(identity, &caller)
+            .resolve_retiring(identity, &caller)
             .await?
             .binding
             .is_none()
@@ -876,27 +882,7 @@ impl Inner {
                 .clone()
                 .unwrap_or_else(tether_core::always_current),
         );
-        // A binding another generation left under the key, read before the resolution may
-        // clear it: after a reset or a cut whose notification never ran (the host's process
-        // died after its COMMIT), its thread is archived below, as the notification would have.
-        let left = self
-            .bindings
-            .record(identity)
-            .await?
-            .filter(|record| !identity.owns(record.session_id.as_ref()))
-            .and_then(|record| record.binding().cloned());
-        let resolved = self.hooks.resolve(identity, &caller).await?;
-        if let Some(left) = left
-            && resolved
-                .previous_change
-                .is_some_and(|change| !change.continues_native_context())
-            && resolved
-                .binding
-                .as_ref()
-                .is_none_or(|bound| bound.thread_id != left.thread_id)
-        {
-            self.retire_left_thread(identity, &left.thread_id).await;
-        }
+        let resolved = self.resolve_retiring(identity, &caller).await?;
         if let Some(bound) = resolved.binding {
             let resumed: Result<ThreadResponse, CodexError> = client
                 .request(
@@ -972,6 +958,39 @@ impl Inner {
             self.finish_continuation(identity).await;
         }
         Ok(bound)
+    }
+
+    /// Resolves `identity`'s binding (the SDK's generation rules), and archives the thread of a
+    /// binding another generation left under the key when the resolution cleared it — after a
+    /// reset or a cut whose notification never ran (the host's process died after its COMMIT)
+    /// — as the notification would have. A binding the resolution kept (a supervision binding,
+    /// a row of a generation other than the recorded predecessor) is never archived.
+    async fn resolve_retiring(
+        &self,
+        identity: &BindingIdentity,
+        caller: &BindingAuthority,
+    ) -> Result<tether_harness_sdk::generation::ResolvedBinding<ThreadBinding>, Error> {
+        let bound_thread = |record: Option<ThreadBindingRecord>| {
+            record
+                .and_then(|record| record.binding().cloned())
+                .map(|binding| binding.thread_id)
+        };
+        let left = self
+            .bindings
+            .record(identity)
+            .await?
+            .filter(|record| !identity.owns(record.session_id.as_ref()));
+        let left = bound_thread(left);
+        let resolved = self.hooks.resolve(identity, caller).await?;
+        if let Some(left) = left
+            && resolved
+                .previous_change
+                .is_some_and(|change| !change.continues_native_context())
+            && bound_thread(self.bindings.record(identity).await?).as_deref() != Some(&left)
+        {
+            self.retire_left_thread(identity, &left).await;
+        }
+        Ok(resolved)
     }
 
     /// Archives `thread_id`, the thread of a binding the session's recorded predecessor left
@@ -2071,6 +2090,7 @@ impl SessionDeletionHook for CodexHarness {
             action: NativeCleanup::Delete,
             assert_current: params.assert_current.clone(),
             session: session.clone(),
+            continue_kept_turns: false,
         };
         let session_key = params.session_key.clone();
         async {
@@ -2113,16 +2133,16 @@ impl SessionContextResetHook for CodexHarness {
     ) -> Result<(), Error> {
         let span =
             tracing::info_span!("codex.session_context_reset", session_id = %params.session_id);
+        let identity = BindingIdentity::session(
+            params.agent_id.clone(),
+            params.session_id.clone(),
+            Some(params.session_key.clone()),
+        );
         let scope = CleanupScope {
             action: NativeCleanup::Archive,
             assert_current: params.assert_current.clone(),
-            session: BindingIdentity::session(
-                params.agent_id.clone(),
-                params.session_id.clone(),
-                Some(params.session_key.clone()),
-            )
-            .key()
-            .clone(),
+            session: identity.key().clone(),
+            continue_kept_turns: self.continues_kept_turns(&identity, &params).await?,
         };
         CLEANUP
             .scope(
@@ -2135,6 +2155,42 @@ impl SessionContextResetHook for CodexHarness {
 }
 
 impl CodexHarness {
+    /// Whether a context reset of `params` continues the kept turns of the thread it releases:
+    /// not when that thread is bound to the recorded predecessor and the session left it by a
+    /// reset or a cut (its notification never ran) — that context ended before this one began.
+    async fn continues_kept_turns(
+        &self,
+        identity: &BindingIdentity,
+        params: &SessionContextResetParams,
+    ) -> Result<bool, Error> {
+        let owner = self
+            .inner
+            .bindings
+            .record(identity)
+            .await?
+            .filter(|record| record.is_active())
+            .and_then(|record| record.session_id);
+        let Some(owner) = owner.filter(|owner| *owner != params.session_id) else {
+            return Ok(true);
+        };
+        Ok(
+            match self
+                .inner
+                .host_sessions
+                .read_session(&params.session_key)
+                .await
+            {
+                tether_core::HostSessionRead::Current(entry) => {
+                    !(entry.previous_session_id.as_ref() == Some(&owner)
+                        && entry
+                            .previous_change
+                            .is_some_and(|change| !change.continues_native_context()))
+                }
+                _ => true,
+            },
+        )
+    }
+
     async fn reset_session(&self, params: ResetParams) -> Result<(), Error> {
         if params.reason == ResetReason::Deleted {
             return self.inner.hooks.reset(params).await;

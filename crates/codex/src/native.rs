@@ -88,6 +88,10 @@ pub(crate) struct CleanupScope {
     pub(crate) assert_current: AssertCurrent,
     /// The session's binding key, whose continuation record a context reset's release sets.
     pub(crate) session: BindingKey,
+    /// Whether a context reset's release records a continuation (the next turn forks the kept
+    /// turns): not when the released binding is one whose context already ended (the recorded
+    /// predecessor's, after a reset or a cut no harness was told of).
+    pub(crate) continue_kept_turns: bool,
 }
 
 tokio::task_local! {
@@ -528,6 +532,7 @@ impl NativeThreads for CodexThreads {
             // A committed context reset continues on the kept turns (a deletion removes the
             // session's continuation once its hook returns).
             if scope.action == NativeCleanup::Archive
+                && scope.continue_kept_turns
                 && let Err(error) = self
                     .set_continuation(&scope.session, &binding.thread_id)
                     .await

@@ -71,10 +71,12 @@ impl Host {
     /// through the host's one binding store of the Codex namespace (the one
     /// `host.thread_bindings(tether_codex::NAMESPACE)` returns: on its clock and lease timing,
     /// labelled with its holder, blocked keys quarantined durably), generations read from its
-    /// sessions, Codex's items mirrored into its
-    /// transcripts ([`SqlCodexTranscript`]). Add the host's tools, approvals and thread
-    /// settings, `build()` it, and register it (`host.registry().register(Arc::new(harness.clone()))`)
-    /// so deletions and resets reach it.
+    /// sessions, Codex's items mirrored into its transcripts ([`SqlCodexTranscript`]). Add the
+    /// host's tools, approvals and thread settings, `build()` it, and register it
+    /// (`host.registry().register(Arc::new(harness.clone()))`) so deletions and resets reach
+    /// it. Setting the builder's `holder`, `clock`, `lease_config` or `quarantine` again
+    /// replaces the shared store by one of the harness's own (a second lease owner of the
+    /// namespace).
     ///
     /// ```no_run
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

@@ -625,10 +625,11 @@ impl<B: HostBackend> HostSessions<B> {
     /// caller stops waiting) and also when the COMMIT's outcome is unknown. A process that
     /// dies between the COMMIT and the notification leaves the predecessor's binding in place,
     /// but the row says the generation began with a reset, so the next turn clears that
-    /// binding instead of continuing it (the Codex harness also archives the old thread
-    /// then). For a harness that cleans up native state only in its `reset`, call the
-    /// harnesses again (`reset_registered_harness_sessions` with the new generation) when a
-    /// host restarts after such a crash.
+    /// binding instead of continuing it (the Codex harness also archives the old thread when
+    /// its turn or compaction clears it). Still call the harnesses again
+    /// (`reset_registered_harness_sessions` with the new generation) when a host restarts
+    /// after such a crash: a harness may clean up native state only in its `reset`, and a
+    /// second change before any turn leaves the old binding to it.
     ///
     /// Refused, nothing changed: while a run of the session is in flight
     /// ([`Error::CompetingWork`]), for a session driven by an external agent harness, for

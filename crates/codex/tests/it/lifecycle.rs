@@ -1097,6 +1097,9 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
         Step::Reply("A fresh start."),
         Step::Reply("Noted: the code is 4711."),
         Step::Reply("Another fresh start."),
+        Step::Reply("Noted: the secret is 2718."),
+        Step::Reply("A later answer."),
+        Step::Reply("After the rewind."),
     ])
     .await
     else {
@@ -1220,5 +1223,47 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
             .await
             .unwrap()
             .is_empty()
+    );
+
+    // A rewind after the unnotified reset, before any turn: the binding it releases is the
+    // predecessor's, whose context the reset ended, so no continuation forks its kept turns.
+    let third = session_key("reset-not-notified-rewound");
+    host.create_session(&third).await;
+    for (run, prompt) in [
+        ("run-6", "remember: the secret is 2718"),
+        ("run-7", "a later question"),
+    ] {
+        host.harness
+            .run_turn(TurnRequest::new(attempt(&third, run, prompt)))
+            .await
+            .unwrap();
+    }
+    reset_unnotified(third.clone(), "gen-2").await;
+    let transcript = host.transcript(&third).await;
+    host.sessions(TransactionHooks::new())
+        .rewind(
+            &third,
+            transcript[2].anchor,
+            SessionId::new("gen-3").unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        continuations(&host).await,
+        0,
+        "no continuation of the pre-reset thread"
+    );
+    let after = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &third, "gen-3", "run-8", "what now",
+        )))
+        .await
+        .unwrap();
+    assert!(after.started_thread, "{after:?}");
+    assert_eq!(after.continued_from, None);
+    assert!(
+        !mentions(model.requests().last().unwrap(), "secret is 2718"),
+        "the reset context came back through a fork"
     );
 }

@@ -17,8 +17,10 @@
 //!   authority that must be re-checked after every await ("a committed binding is not host
 //!   authority");
 //! - [`GenerationAuthority::reclaim_generation`] adopts a verified predecessor before any stale
-//!   reclamation, through a backend's [`GenerationOperations`], re-checking the lineage after each
-//!   step so two generations are never bridged across a wait.
+//!   reclamation when the generation began with a transfer, and clears it when it began with a
+//!   cut or a reset (`HostSessionEntry::previous_change`), through a backend's
+//!   [`GenerationOperations`], re-checking the lineage after each step so two generations are
+//!   never bridged across a wait.
 //!
 //! ```
 //! use std::sync::Arc;

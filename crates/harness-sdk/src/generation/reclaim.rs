@@ -147,7 +147,9 @@ impl GenerationAuthority {
     ///      ([`GenerationChange`](tether_core::GenerationChange)), never adopt:
     ///      reclaim the row (cleared for this generation), whatever `reclaim_stale` says — the
     ///      host's record proves the row stale. This is what the reset's notification does, so
-    ///      a notification lost to a crash after the host's COMMIT changes nothing;
+    ///      a notification lost to a crash after the host's COMMIT changes nothing. Only a row
+    ///      the backend refuses to clear (a supervision binding, which a reset keeps too) is
+    ///      then adopted;
     /// 5. otherwise, unless `reclaim_stale`, `false`; else reclaim the stale row.
     ///
     /// Every await is followed by a lineage check, so a host rotation during the wait fails
@@ -175,7 +177,16 @@ impl GenerationAuthority {
             tracing::info!(previous = %expected_previous, change = ?capture.previous_change(), "the recorded predecessor's native context ends here: its binding is reclaimed, not adopted");
             let reclaimed = ops.reclaim(&expected_previous, authority).await?;
             authority.verify().await?;
-            return Ok(reclaimed);
+            if reclaimed {
+                return Ok(true);
+            }
+            // A binding the backend may not clear (a supervision binding: its owner, not the
+            // session, decides over the native thread; a reset's notification keeps it too)
+            // follows the session, as it did before the change was recorded; anything else
+            // the backend refused stays refused.
+            let adopted = ops.adopt(&expected_previous, authority).await?;
+            authority.verify().await?;
+            return Ok(adopted != AdoptionResult::Conflict);
         }
         if capture.continued_predecessor() == Some(&expected_previous) {
             let adopted = ops.adopt(&expected_previous, authority).await?;
@@ -218,9 +229,8 @@ impl GenerationAuthority {
     /// 1. caller check, capture (when the target has a key), lineage check — a superseded or
     ///    unreadable host row fails here even when a binding is readable;
     /// 2. read the binding; the ownership check sees it, or — only when there is none and the
-    ///    host row records a predecessor this generation continues (a transfer) — the
-    ///    predecessor's binding, which is read but never adopted, so a refused owner is never
-    ///    adopted;
+    ///    host row records a predecessor — the predecessor's binding, which is read but never
+    ///    adopted here, so a refused owner is never adopted nor cleared;
     /// 3. when the binding is absent and the backend has generation operations, run
     ///    [`Self::reclaim_prepared`] (an unreclaimable row with `reclaim_stale` set is the
     ///    superseded error) and read again;
@@ -248,12 +258,13 @@ impl GenerationAuthority {
         let mut binding = reader.read_binding(None).await?;
         authority.verify().await?;
         if let Some(assert_binding) = assert_binding {
-            // Ownership before any adoption: the binding, or the binding of a predecessor this
-            // generation continues (read, never adopted here).
+            // Ownership before any adoption or clearing: the binding, or the recorded
+            // predecessor's binding (read, never adopted here), which the reclamation below
+            // adopts across a transfer and clears across a cut or a reset.
             if binding.is_some() {
                 assert_binding(binding.as_ref())?;
             } else if let (GenerationState::Current, Some(previous)) =
-                (capture.state(), capture.continued_predecessor())
+                (capture.state(), capture.previous_session_id())
             {
                 let predecessor = reader.read_binding(Some(previous)).await?;
                 authority.verify().await?;

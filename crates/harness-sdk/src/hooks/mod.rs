@@ -11,8 +11,8 @@
 //!   checked again at commit, and the post-commit cleanup (initialization rollback, native
 //!   subscription release unless another row owns the thread, client release) **after** the
 //!   host transaction. Nothing is ever restored after commit. A binding still owned by the
-//!   host's exact recorded predecessor (compaction not yet transferred) is deleted as that
-//!   predecessor's, never adopted first.
+//!   host's exact recorded predecessor (a compaction not yet transferred, or a reset whose
+//!   notification never ran) is deleted as that predecessor's, never adopted first.
 //! - **`with_session_context_reset`**: deletes the exact recorded predecessor's binding (one
 //!   not yet transferred) without adopting it, else the current generation's binding.
 //! - **`reset`**: a non-retiring in-place reset; the generation's own retirement fence is

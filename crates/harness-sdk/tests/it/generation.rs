@@ -521,7 +521,8 @@ async fn reclaim_adopts_verified_predecessor_before_stale_reclamation() {
 
 /// The recorded predecessor's binding is adopted only across a transfer: after a reset or a
 /// cut it is reclaimed (cleared for the new generation), even when the caller did not allow
-/// reclaiming stale rows, and `resolve_binding` neither checks its ownership nor returns it.
+/// reclaiming stale rows; `resolve_binding` checks its ownership first (a refused owner is
+/// neither adopted nor cleared) and never returns it.
 #[tokio::test]
 async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
     use tether_core::GenerationChange;
@@ -557,8 +558,9 @@ async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
         );
         assert_eq!(row.thread, None, "{change:?}");
 
-        // Resolving: the predecessor's binding is not this generation's, so an ownership
-        // check that would refuse it is never asked about it, and nothing comes back.
+        // Resolving: an ownership check that refuses the predecessor's binding refuses the
+        // resolution before anything is adopted or cleared; one that accepts it gets the
+        // row cleared and no binding back.
         let bindings = Bindings::bound("s1", "thread-1");
         let ops = Ops {
             bindings: bindings.clone(),
@@ -570,10 +572,27 @@ async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
                 None => Ok(()),
             };
         let (t, c) = (target("s2"), caller());
-        let resolved = authority
+        let refused = authority
             .resolve_binding(ResolveRequest {
                 generation: Some(&ops),
                 assert_binding: Some(refuse_any),
+                ..request(&t, &c, &ops)
+            })
+            .await
+            .unwrap_err();
+        assert!(
+            refused.to_string().contains("owned elsewhere: thread-1"),
+            "{refused}"
+        );
+        assert_eq!(bindings.adopt_calls.load(Ordering::SeqCst), 0, "{change:?}");
+        assert_eq!(
+            bindings.reclaim_calls.load(Ordering::SeqCst),
+            0,
+            "{change:?}"
+        );
+        let resolved = authority
+            .resolve_binding(ResolveRequest {
+                generation: Some(&ops),
                 ..request(&t, &c, &ops)
             })
             .await
@@ -581,6 +600,11 @@ async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
         assert_eq!(resolved.binding, None, "{change:?}");
         assert_eq!(resolved.previous_change, Some(change));
         assert_eq!(bindings.adopt_calls.load(Ordering::SeqCst), 0, "{change:?}");
+        assert_eq!(
+            bindings.reclaim_calls.load(Ordering::SeqCst),
+            1,
+            "{change:?}"
+        );
     }
 
     // The same rows across a transfer: adopted, the thread continues.

@@ -148,7 +148,6 @@ async fn host_wires_bindings_leases_and_deletion_over_one_store() {
     .await;
 }
 
-/// Binds `thread` for `identity` through the turn lease, writing under its authority.
 /// The binding identity of `key`'s generation `generation` (agent `main`).
 fn identity(key: &SessionKey, generation: &str) -> BindingIdentity {
     BindingIdentity::session(
@@ -158,6 +157,7 @@ fn identity(key: &SessionKey, generation: &str) -> BindingIdentity {
     )
 }
 
+/// Binds `thread` for `identity` through the turn lease, writing under its authority.
 async fn bind_in_turn(
     harness: &ThreadBindingHarness,
     identity: &BindingIdentity,
@@ -235,6 +235,52 @@ async fn host_a_reset_or_cut_is_never_continued_even_without_its_notification() 
         assert_eq!(
             thread_of_turn(identity(&key, "gen-2")).await.0.as_deref(),
             Some("after-reset")
+        );
+
+        // A supervision binding: its owner decides over the native thread, so a reset keeps it
+        // (the reset's notification does too) and the new generation adopts it.
+        let key = session(&host, "agent:main:direct:reset-supervised", "gen-1").await;
+        let supervised = {
+            let harness = harness.clone();
+            let id = identity(&key, "gen-1");
+            async move {
+                let caller = BindingAuthority::caller(always_current());
+                let bindings = harness.store().clone();
+                harness
+                    .with_turn_lease(&id, &caller, |_lease, authority| {
+                        let id = id.clone();
+                        async move {
+                            bindings
+                                .set(
+                                    &id,
+                                    ThreadBinding::new("supervisor-thread", "/srv").supervised(),
+                                    WriteOptions::checked(authority.assert_current_fn()),
+                                )
+                                .await
+                        }
+                    })
+                    .await
+            }
+        };
+        assert!(supervised.await.unwrap());
+        let entry = host.store().session(&key).await.unwrap().unwrap();
+        let tx = host.store().begin_host().await.unwrap();
+        tx.rotate_session(
+            &entry,
+            &SessionId::new("gen-2").unwrap(),
+            GenerationChange::Reset,
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+        tx.commit().await.unwrap();
+        assert_eq!(
+            thread_of_turn(identity(&key, "gen-2")).await,
+            (
+                Some("supervisor-thread".to_owned()),
+                Some(GenerationChange::Reset)
+            ),
+            "a reset never locks a supervised session out"
         );
 
         // A cut applied by the store alone (no context-reset hook took part).

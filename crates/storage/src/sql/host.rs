@@ -72,8 +72,9 @@ pub(crate) type HostEntryColumns = (
 pub(crate) fn host_entry_from_columns(
     (key, agent, session, previous, revision, harness, created, updated, change): HostEntryColumns,
 ) -> Result<HostSessionEntry, Error> {
-    // A predecessor recorded before its change was (migration m0008) was a rotation or a cut,
-    // both adopted then: it reads as a transfer, the behaviour it was written under.
+    // A predecessor recorded before its change was (migration m0008) may have been a rotation,
+    // a cut or a reset; every one was adopted then (a reset relied on its notification), so it
+    // reads as a transfer, the behaviour it was written under.
     let previous_change = match (&previous, change) {
         (None, _) => None,
         (Some(_), None) => Some(GenerationChange::Transfer),
