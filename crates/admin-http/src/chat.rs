@@ -125,18 +125,12 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     .await
     .map_err(|e| failure(e.to_string()))?;
 
-    let params = AttemptParams {
-        run_id: RunId::new(format!("chat-{}", std::process::id()))
-            .map_err(|e| failure(e.to_string()))?,
-        session: SessionTarget {
-            agent_id: entry.agent_id.clone(),
-            session_key: Some(key.clone()),
-            session_id: entry.session_id.clone(),
-        },
-        prompt: args.message,
-        timeout: Some(Duration::from_secs(600)),
-        source_reply_delivery_mode: None,
-    };
+    let mut params = AttemptParams::new(
+        RunId::new(format!("chat-{}", std::process::id())).map_err(|e| failure(e.to_string()))?,
+        SessionTarget::of(&entry),
+        args.message,
+    );
+    params.timeout = Some(Duration::from_secs(600));
     let result = harness.run_turn(TurnRequest::new(params)).await;
     server.shutdown().await;
     let outcome = result.map_err(|e| failure(format!("the Codex turn failed: {e}")))?;

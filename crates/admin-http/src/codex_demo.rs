@@ -212,17 +212,17 @@ fn attempt(
     run: &str,
     prompt: &str,
 ) -> Result<AttemptParams, String> {
-    Ok(AttemptParams {
-        run_id: RunId::new(run).map_err(|e| e.to_string())?,
-        session: SessionTarget {
-            agent_id: AgentId::new(AGENT).map_err(|e| e.to_string())?,
-            session_key: Some(key.clone()),
-            session_id: SessionId::new(generation).map_err(|e| e.to_string())?,
-        },
-        prompt: prompt.to_owned(),
-        timeout: Some(Duration::from_secs(120)),
-        source_reply_delivery_mode: None,
-    })
+    let mut params = AttemptParams::new(
+        RunId::new(run).map_err(|e| e.to_string())?,
+        SessionTarget::new(
+            AgentId::new(AGENT).map_err(|e| e.to_string())?,
+            Some(key.clone()),
+            SessionId::new(generation).map_err(|e| e.to_string())?,
+        ),
+        prompt,
+    );
+    params.timeout = Some(Duration::from_secs(120));
+    Ok(params)
 }
 
 fn key(name: &str) -> Result<SessionKey, CodexDemoError> {

@@ -146,6 +146,27 @@ pub struct SessionTarget {
     pub session_id: SessionId,
 }
 
+impl SessionTarget {
+    /// The generation `session_id` of the session `session_key` of `agent_id`.
+    pub fn new(agent_id: AgentId, session_key: Option<SessionKey>, session_id: SessionId) -> Self {
+        Self {
+            agent_id,
+            session_key,
+            session_id,
+        }
+    }
+
+    /// The current generation of a host session, read from its entry (an attempt must name
+    /// the generation the host row names now: a stale one is refused as superseded).
+    pub fn of(entry: &crate::HostSessionEntry) -> Self {
+        Self {
+            agent_id: entry.agent_id.clone(),
+            session_key: Some(entry.session_key.clone()),
+            session_id: entry.session_id.clone(),
+        }
+    }
+}
+
 /// Parameters of one attempt.
 #[derive(Debug, Clone)]
 pub struct AttemptParams {
@@ -159,6 +180,20 @@ pub struct AttemptParams {
     pub timeout: Option<Duration>,
     /// The route's source-reply delivery mode (for example `message_tool_only`).
     pub source_reply_delivery_mode: Option<String>,
+}
+
+impl AttemptParams {
+    /// An attempt of run `run_id` at `session` with `prompt`: no timeout, no source-reply
+    /// delivery mode (set the fields to change them).
+    pub fn new(run_id: RunId, session: SessionTarget, prompt: impl Into<String>) -> Self {
+        Self {
+            run_id,
+            session,
+            prompt: prompt.into(),
+            timeout: None,
+            source_reply_delivery_mode: None,
+        }
+    }
 }
 
 /// How an attempt ended.
@@ -331,4 +366,38 @@ pub struct AttemptResult {
     pub usage: Option<Usage>,
     /// Whether the model yielded to a spawned child.
     pub yield_detected: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_names_the_generation_its_host_row_names() {
+        let entry = crate::HostSessionEntry {
+            session_key: SessionKey::new("agent:main:direct:alice").unwrap(),
+            agent_id: AgentId::new("main").unwrap(),
+            session_id: SessionId::new("gen-2").unwrap(),
+            previous_session_id: Some(SessionId::new("gen-1").unwrap()),
+            previous_change: Some(crate::GenerationChange::Reset),
+            lifecycle_revision: crate::LifecycleRevision::INITIAL.next(),
+            agent_harness_id: None,
+            created_at: crate::Timestamp::from_millis(0),
+            updated_at: crate::Timestamp::from_millis(0),
+        };
+        let target = SessionTarget::of(&entry);
+        assert_eq!(
+            target,
+            SessionTarget::new(
+                entry.agent_id.clone(),
+                Some(entry.session_key.clone()),
+                entry.session_id.clone()
+            )
+        );
+        let params = AttemptParams::new(RunId::new("run-1").unwrap(), target.clone(), "hello");
+        assert_eq!(params.session, target);
+        assert_eq!(params.prompt, "hello");
+        assert_eq!(params.timeout, None);
+        assert_eq!(params.source_reply_delivery_mode, None);
+    }
 }

@@ -20,7 +20,8 @@ pub use crate::{
     BindingKey, BindingStore, Clock, Error, HarnessId, HarnessRegistry, HostErrorKind,
     HostSessionEntry, HostSessionStore, Intent, JsonObjectCodec, Lease, LeaseConfig, LeaseEpoch,
     LeaseToken, LeaseWrite, MessageRole, Namespace, NamespaceConfig, QuarantineStore, RecordCodec,
-    RowTransaction, RowWrite, RunId, RuntimeErrorKind, SessionContextResetHook,
-    SessionDeletionHook, SessionId, SessionKey, SessionMutation, SettledTurnFinalizer,
-    StoreErrorKind, SystemClock, Timestamp, TokenSource, TranscriptAnchor, always_current,
+    ResetReason, RowTransaction, RowWrite, RunId, RuntimeErrorKind, SessionContextResetHook,
+    SessionDeletionHook, SessionId, SessionKey, SessionMutation, SessionTarget,
+    SettledTurnFinalizer, StoreErrorKind, SystemClock, Timestamp, TokenSource, TranscriptAnchor,
+    always_current,
 };

@@ -31,7 +31,7 @@ pub use tether_core::SettledTurnFinalizer;
 pub use crate::{
     BoundedTurnFinalizer, BoundedTurnRuntime, FallbackAppend, FallbackAppendError,
     FallbackAppendResult, FallbackTranscript, FinalizationInput, FinalizationOutcome,
-    FinalizerError, OperatorModelPolicy, RunSignal, SettledTurnFinalizationResult, TurnFacts,
-    WriterFence, prepare_terminal_with_settled_turn_finalization,
-    validate_settled_turn_finalization_result,
+    FinalizerError, OperatorModelPolicy, PreparedFinalization, RunSignal,
+    SettledTurnFinalizationResult, TurnFacts, WriterFence,
+    prepare_terminal_with_settled_turn_finalization, validate_settled_turn_finalization_result,
 };

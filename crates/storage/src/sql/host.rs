@@ -154,7 +154,9 @@ impl Store {
             .transpose()
     }
 
-    /// Creates a host session at lifecycle revision 1. Returns `false` when the key exists.
+    /// Creates a host session at lifecycle revision 1. Returns `false` when the key exists
+    /// (nothing changed: the existing session, whatever its generation, stays as it is; a
+    /// caller that discards the answer may go on with a session it did not create).
     pub async fn create_session(&self, new: NewHostSession) -> Result<bool, Error> {
         let tx = self.begin_write().await?;
         let result = self
