@@ -116,6 +116,7 @@ pub async fn delete_session_action(
     reason: &str,
 ) -> Result<ActionResult, ApiError> {
     let key = key.to_owned();
+    let why = reason.to_owned();
     audited(
         store,
         actor,
@@ -124,11 +125,20 @@ pub async fn delete_session_action(
         reason,
         |store| async move {
             let entry = load_session(&store, &key).await?;
-            if delete_session(&store, &entry).await? {
+            if let Some(threads) = delete_session(&store, &entry, &why).await? {
+                let native = if threads.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; its {} Codex thread(s) are recorded for deletion by the Codex harness \
+                         (its next reset or `retry_native_cleanup`)",
+                        threads.len()
+                    )
+                };
                 Ok(ActionResult {
                     outcome: "deleted".into(),
                     message: format!(
-                        "session `{}` and its binding rows were deleted",
+                        "session `{}` and its binding rows were deleted{native}",
                         entry.session_key
                     ),
                     previous_epoch: None,

@@ -83,5 +83,5 @@ pub use ids::{ThreadId, TurnId};
 pub use locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, cached_codex_binary, locate_codex_binary};
 pub use native::{
     ARCHIVE_NAMESPACE, CLEANUP_NAMESPACE, CONTINUATION_NAMESPACE, CodexThreads, NativeCleanup,
-    PendingCleanup,
+    PendingCleanup, record_deleted_session_threads,
 };

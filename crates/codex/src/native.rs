@@ -38,7 +38,8 @@ use tether_core::{
     ApplyOutcome, AssertCurrent, BindingId, BindingKey, BindingStore, Error, Intent, Namespace,
     NamespaceConfig, RowWrite, StoreErrorKind,
 };
-use tether_harness_sdk::backend::ThreadBinding;
+use tether_core::{RecordCodec as _, RowTransaction};
+use tether_harness_sdk::backend::{ThreadBinding, ThreadBindingCodec};
 use tether_harness_sdk::hooks::NativeThreads;
 use tracing::Instrument as _;
 
@@ -510,6 +511,70 @@ fn encode<T: Serialize>(record: &T) -> Result<Vec<u8>, Error> {
 /// The cleanup record key of `thread_id`.
 fn cleanup_key(thread_id: &str) -> Result<BindingKey, Error> {
     Ok(BindingKey::conversation(&BindingId::new(thread_id)?))
+}
+
+/// Records, inside the transaction of a session deletion the Codex harness takes no part in
+/// (an operator's deletion from a process where no harness runs: `tether sessions delete`, the
+/// admin API), a due `thread/delete` for every Codex thread of the session: the thread bound
+/// under each of `keys` (the session's binding keys) in [`NAMESPACE`](crate::NAMESPACE), and
+/// the threads listed as archived for them. `tx` is the deletion's row transaction; call this
+/// before the session's binding rows are removed (the host's writes of a deletion run first).
+/// The [`CLEANUP_NAMESPACE`] must be registered on the store.
+///
+/// The Codex harness of any host process over the same database then deletes those threads at
+/// its next [`CodexHarness::retry_native_cleanup`](crate::CodexHarness::retry_native_cleanup)
+/// or reset, and lists them meanwhile in
+/// [`CodexHarness::pending_native_cleanup`](crate::CodexHarness::pending_native_cleanup):
+/// without this the deletion leaves the conversation in `CODEX_HOME` with no record of it.
+/// A row that does not decode is skipped and logged. Returns the thread ids recorded.
+pub async fn record_deleted_session_threads(
+    tx: &dyn RowTransaction,
+    keys: &[BindingKey],
+    reason: &str,
+) -> Result<Vec<String>, Error> {
+    let bindings = Namespace::new(crate::NAMESPACE)?;
+    let archives = Namespace::new(ARCHIVE_NAMESPACE)?;
+    let cleanups = Namespace::new(CLEANUP_NAMESPACE)?;
+    let mut threads: Vec<String> = Vec::new();
+    for key in keys {
+        if let Some(row) = tx.lookup(&bindings, key).await? {
+            match ThreadBindingCodec.decode(&row.value) {
+                Some(record) => threads.extend(record.binding().map(|b| b.thread_id.clone())),
+                None => {
+                    tracing::warn!(key = %key, "undecodable codex binding row; its thread is not recorded for deletion")
+                }
+            }
+        }
+        if let Some(row) = tx.lookup(&archives, key).await? {
+            match serde_json::from_slice::<ArchivedThreads>(&row.value) {
+                // Newest first: a fork is deleted before the thread it was forked from.
+                Ok(listed) => threads.extend(listed.thread_ids.into_iter().rev()),
+                Err(error) => {
+                    tracing::warn!(key = %key, %error, "undecodable codex archive list; its threads are not recorded for deletion")
+                }
+            }
+        }
+    }
+    let mut recorded = Vec::new();
+    for thread_id in threads {
+        if recorded.contains(&thread_id) {
+            continue;
+        }
+        let key = cleanup_key(&thread_id)?;
+        let value = encode(&PendingCleanup {
+            thread_id: thread_id.clone(),
+            action: NativeCleanup::Delete,
+            error: Some(format!(
+                "the session was deleted without the codex harness ({reason}); not yet run"
+            )),
+        })?;
+        // A cleanup already due for the thread (an archive) becomes its deletion.
+        tx.delete_if(&cleanups, &key, &|_| true).await?;
+        tx.register_if_absent(&cleanups, &key, RowWrite { value, lease: None }, None)
+            .await?;
+        recorded.push(thread_id);
+    }
+    Ok(recorded)
 }
 
 #[async_trait]

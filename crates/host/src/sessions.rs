@@ -454,6 +454,27 @@ impl<B: HostBackend> HostSessions<B> {
         self.delete(&requests, Some(Arc::new(host_writes))).await
     }
 
+    /// Like [`delete_requests`](Self::delete_requests), with the host's own writes in the same
+    /// transaction, as [`delete_sessions_with`](Self::delete_sessions_with) runs them (before
+    /// the removal of unowned binding rows, which they can still read).
+    #[tracing::instrument(level = "info", skip(self, requests, host_writes), fields(count = requests.len()))]
+    pub async fn delete_requests_with<F>(
+        &self,
+        requests: &[DeletionRequest],
+        host_writes: F,
+    ) -> Result<Vec<SessionKey>, Error>
+    where
+        F: for<'a> Fn(
+                &'a B::Transaction,
+                &'a [HostSessionEntry],
+            ) -> BoxFuture<'a, Result<(), Error>>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.delete(requests, Some(Arc::new(host_writes))).await
+    }
+
     /// Like [`delete_sessions`](Self::delete_sessions), with per-session options (the
     /// initialization a deletion rolls back, the removal of unowned binding rows). For a key
     /// requested twice the first request wins.
@@ -1110,13 +1131,14 @@ impl<B: HostBackend> HostSessions<B> {
             pushed.push(Arc::clone(&mutation));
             mutation.commit(tx.row_tx()).await?;
         }
+        // The host's writes first: they may read the rows the removal below deletes.
+        if let Some(writes) = &ctx.host_writes {
+            writes(tx, &ctx.targets).await?;
+        }
         for (target, unowned) in ctx.targets.iter().zip(&ctx.unowned_bindings) {
             if *unowned {
                 tx.delete_unowned_bindings(target).await?;
             }
-        }
-        if let Some(writes) = &ctx.host_writes {
-            writes(tx, &ctx.targets).await?;
         }
         if let Some(after) = &self.hooks.after_mutations {
             after(tx).await?;

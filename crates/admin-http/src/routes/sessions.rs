@@ -265,8 +265,15 @@ impl WorkTracker for NoRuns {
 /// Deletes `entry` through the host layer's one deletion coordinator ([`HostSessions`]): the session row,
 /// its transcript and its binding rows go in one transaction. No harness is registered in the
 /// admin process, so the binding rows are removed inside that transaction by the store, which
-/// refuses (rolling everything back) while one of them holds a live lease.
-pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<bool, ApiError> {
+/// refuses (rolling everything back) while one of them holds a live lease. The session's Codex
+/// threads (bound and archived) are recorded in the same transaction as due deletions for the
+/// Codex harness ([`tether_codex::record_deleted_session_threads`]). `None` when the session
+/// was deleted meanwhile; else the Codex threads recorded.
+pub async fn delete_session(
+    store: &Store,
+    entry: &HostSessionEntry,
+    reason: &str,
+) -> Result<Option<Vec<String>>, ApiError> {
     let now = store.clock().now();
     if let Some(held) = store
         .session_bindings(entry)
@@ -282,11 +289,43 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
     // No harness runs in the admin process: the session's binding rows go in the same
     // transaction as the session row, refused (nothing changed) if one holds a live lease.
     let request = DeletionRequest::new(entry.session_key.clone()).removing_unowned_bindings();
+    let cleanups = tether_core::Namespace::new(tether_codex::CLEANUP_NAMESPACE)
+        .map_err(tether_core::Error::from)?;
+    tether_core::BindingStore::register_namespace(
+        store,
+        tether_core::NamespaceConfig::new(cleanups),
+    )
+    .await?;
+    let recorded = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (into, why) = (
+        Arc::clone(&recorded),
+        format!("an operator deleted it: {reason}"),
+    );
     match HostSessions::new(store.clone(), HarnessRegistry::shared(), Arc::new(NoRuns))
-        .delete_requests(&[request])
+        .delete_requests_with(&[request], move |tx, entries| {
+            let (into, why) = (Arc::clone(&into), why.clone());
+            let keys: Vec<_> = entries.iter().flat_map(session_binding_keys).collect();
+            Box::pin(async move {
+                let threads = tether_codex::record_deleted_session_threads(
+                    tether_storage::HostTransaction::row_tx(tx),
+                    &keys,
+                    &why,
+                )
+                .await?;
+                into.lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .extend(threads);
+                Ok(())
+            })
+        })
         .await
     {
-        Ok(deleted) => Ok(!deleted.is_empty()),
+        Ok(deleted) if deleted.is_empty() => Ok(None),
+        Ok(_) => Ok(Some(std::mem::take(
+            &mut *recorded
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ))),
         // The session changed under the deletion: when it changed by being deleted (another
         // operator's deletion won the race), say so, not "reload and retry".
         Err(
@@ -295,7 +334,7 @@ pub async fn delete_session(store: &Store, entry: &HostSessionEntry) -> Result<b
                 kind: tether_core::HostErrorKind::SessionChanged { .. },
             }),
         ) => match store.session(&entry.session_key).await? {
-            None => Ok(false),
+            None => Ok(None),
             Some(_) => Err(error.into()),
         },
         Err(error) => Err(error.into()),

@@ -1293,3 +1293,80 @@ async fn readyz_answers_within_its_limit_while_the_database_is_stuck() {
     f.store.close().await.unwrap();
     db.cleanup().await;
 }
+
+/// An operator's deletion of a session the Codex harness drove (no harness runs in the admin
+/// process) records a due `thread/delete` for each of its Codex threads — the bound one and
+/// the ones a reset or rewind archived — in the deletion's transaction, so the Codex harness
+/// deletes them later instead of leaving the conversation on disk with no record of it.
+#[tokio::test]
+async fn an_operator_deletion_leaves_the_codex_harness_the_sessions_threads_to_delete() {
+    let f = Fixture::new().await;
+    let state = f.state(tokens());
+    let gamma = f.entry("agent:ops:gamma").await;
+    let keys = session_binding_keys(&gamma);
+    let codex = tether_core::Namespace::new(tether_codex::NAMESPACE).unwrap();
+    let archives = tether_core::Namespace::new(tether_codex::ARCHIVE_NAMESPACE).unwrap();
+    let cleanups = tether_core::Namespace::new(tether_codex::CLEANUP_NAMESPACE).unwrap();
+    for ns in [&codex, &archives, &cleanups] {
+        f.store
+            .register_namespace(tether_core::NamespaceConfig::new(ns.clone()))
+            .await
+            .unwrap();
+    }
+    let record = ThreadBindingRecord::active(
+        ThreadBinding::new("thread-bound", "/srv/work"),
+        Some(gamma.session_id.clone()),
+    );
+    for (ns, value) in [
+        (&codex, ThreadBindingCodec.encode(&record)),
+        (
+            &archives,
+            br#"{"threadIds":["thread-old","thread-older"]}"#.to_vec(),
+        ),
+    ] {
+        f.store
+            .register_if_absent(ns, &keys[1], RowWrite { value, lease: None }, None)
+            .await
+            .unwrap();
+    }
+    let deleted = call(
+        &state,
+        "DELETE",
+        &format!("/v1/sessions/{}", seg("agent:ops:gamma")),
+        Some(ADMIN),
+        Some(r#"{"reason":"erasure request"}"#.into()),
+    )
+    .await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.text);
+    assert!(
+        deleted
+            .text
+            .contains("3 Codex thread(s) are recorded for deletion"),
+        "{}",
+        deleted.text
+    );
+    assert!(f.store.session(&gamma.session_key).await.unwrap().is_none());
+    for key in &keys {
+        assert!(f.store.lookup(&codex, key).await.unwrap().is_none());
+        assert!(f.store.lookup(&archives, key).await.unwrap().is_none());
+    }
+    for thread in ["thread-bound", "thread-old", "thread-older"] {
+        let key =
+            tether_core::BindingKey::conversation(&tether_core::BindingId::new(thread).unwrap());
+        let row = f
+            .store
+            .lookup(&cleanups, &key)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("no cleanup recorded for {thread}"));
+        let due: tether_codex::PendingCleanup = serde_json::from_slice(&row.value).unwrap();
+        assert_eq!(due.thread_id, thread);
+        assert_eq!(due.action, tether_codex::NativeCleanup::Delete);
+        assert!(
+            due.error
+                .as_deref()
+                .is_some_and(|e| e.contains("erasure request")),
+            "{due:?}"
+        );
+    }
+}
