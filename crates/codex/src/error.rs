@@ -158,6 +158,12 @@ impl CodexError {
         self
     }
 
+    /// Whether Codex refused to delete a thread because the history of a fork of it still
+    /// references it (the fork must be deleted first).
+    pub(crate) fn is_referenced_by_fork(&self) -> bool {
+        matches!(self, Self::Rpc { message, .. } if message.contains("forked history still references it"))
+    }
+
     /// Whether the error means the app-server process is gone or unusable (the next
     /// operation runs on a fresh process).
     pub fn is_server_lost(&self) -> bool {

@@ -543,7 +543,9 @@ impl CodexHarness {
     }
 
     /// Runs the due native cleanups again, including those an earlier host process left
-    /// (never restoring any binding); returns how many are still due.
+    /// (never restoring any binding); returns how many are still due. A deletion Codex refuses
+    /// because a fork's history still references the thread runs again in the same call once
+    /// the others ran, so one retry deletes a whole chain of forks.
     pub async fn retry_native_cleanup(&self) -> Result<usize, CodexError> {
         let span = tracing::info_span!("codex.retry_native_cleanup");
         Ok(self.inner.threads.retry_pending().instrument(span).await?)

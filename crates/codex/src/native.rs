@@ -236,13 +236,46 @@ impl CodexThreads {
         }
     }
 
-    /// Runs every due cleanup again; those that fail stay due. Returns how many are left.
+    /// Runs every due cleanup again, in thread-id order; those that fail stay due. A deletion
+    /// Codex refused because a fork's history still references the thread runs again once
+    /// the others ran (see [`Self::delete_referenced`]). Returns how many are left.
     pub async fn retry_pending(&self) -> Result<usize, Error> {
+        let mut referenced = Vec::new();
         for entry in self.pending().await? {
             // The failure is recorded (and logged) by `attempt`.
-            let _ = self.attempt(&entry.thread_id, entry.action).await;
+            if let Err(error) = self.attempt(&entry.thread_id, entry.action).await
+                && entry.action == NativeCleanup::Delete
+                && error.is_referenced_by_fork()
+            {
+                referenced.push(entry.thread_id);
+            }
         }
+        self.delete_referenced(referenced).await;
         Ok(usize::try_from(self.store.count(&self.cleanups).await?).unwrap_or(usize::MAX))
+    }
+
+    /// Deletes again the threads whose `thread/delete` Codex refused because a fork's history
+    /// still referenced them (a fork is deleted after its source when the source came first),
+    /// round after round while a round deletes at least one: a fork deleted meanwhile frees
+    /// its source. What is still refused when a round deletes nothing stays due, with its
+    /// error (a fork this deletion does not own, or one that could not be deleted).
+    async fn delete_referenced(&self, mut referenced: Vec<String>) {
+        while !referenced.is_empty() {
+            let before = referenced.len();
+            let mut still = Vec::new();
+            for thread_id in referenced {
+                // The failure is recorded (and logged) by `attempt`.
+                if let Err(error) = self.attempt(&thread_id, NativeCleanup::Delete).await
+                    && error.is_referenced_by_fork()
+                {
+                    still.push(thread_id);
+                }
+            }
+            if still.len() == before {
+                return;
+            }
+            referenced = still;
+        }
     }
 
     /// Runs the cleanup with its durable record: written before the native call, removed
@@ -379,16 +412,26 @@ impl CodexThreads {
         }
     }
 
-    /// After a committed deletion of `session`: deletes every thread archived for it, each
-    /// through its cleanup record (a failure stays due for [`CodexThreads::retry_pending`]),
-    /// then removes the list.
+    /// After a committed deletion of `session` (whose bound thread, the newest, the SDK's hook
+    /// deleted already): deletes every thread archived for it, each through its cleanup
+    /// record, then removes the list. Newest first: Codex refuses to delete a thread whose
+    /// history a fork still references, and each archived thread may be the source of a later
+    /// one (a context reset's fork). A deletion refused for that reason all the same runs
+    /// again once the others went ([`Self::delete_referenced`]); any other failure stays due
+    /// for [`CodexThreads::retry_pending`].
     pub(crate) async fn delete_archived(&self, session: &BindingKey) -> Result<(), Error> {
-        for thread_id in self.archived(session).await? {
+        let mut referenced = Vec::new();
+        for thread_id in self.archived(session).await?.into_iter().rev() {
             // The failure is recorded (and logged) by `attempt`.
-            let _ = self
+            if let Err(error) = self
                 .cleanup_or_keep(&thread_id, NativeCleanup::Delete)
-                .await;
+                .await
+                && error.is_referenced_by_fork()
+            {
+                referenced.push(thread_id);
+            }
         }
+        self.delete_referenced(referenced).await;
         self.store
             .delete_if(&self.archives, session, &|_| true)
             .await?;

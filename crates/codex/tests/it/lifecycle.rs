@@ -1267,3 +1267,171 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
         "the reset context came back through a fork"
     );
 }
+
+/// The ids of the threads Codex lists that are not archived.
+async fn live_threads(host: &Host) -> Vec<String> {
+    let listed = host
+        .server
+        .client()
+        .await
+        .unwrap()
+        .request_value("thread/list", &json!({ "archived": false }))
+        .await
+        .unwrap();
+    listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The script of [`fork_chain`].
+fn fork_chain_script() -> Vec<Step> {
+    vec![
+        Step::Reply("First answer."),
+        Step::Reply("Second answer."),
+        Step::Reply("On the first fork."),
+        Step::Reply("Still on the first fork."),
+        Step::Reply("On the second fork."),
+    ]
+}
+
+/// Two rewinds in a row on `host`'s session `key` (created here): the first thread, its fork
+/// (archived by the second rewind, the first thread by the first one) and the fork of that
+/// fork, bound in `gen-3`. Returns the three threads, oldest first.
+async fn fork_chain(host: &Host, key: &tether_core::SessionKey) -> [tether_codex::ThreadId; 3] {
+    host.create_session(key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(key, "run-1", "one")))
+        .await
+        .unwrap();
+    host.harness
+        .run_turn(TurnRequest::new(attempt(key, "run-2", "two")))
+        .await
+        .unwrap();
+    // Rewind to before the second question: the next turn forks the first thread.
+    let transcript = host.transcript(key).await;
+    assert_eq!(transcript.len(), 4, "{transcript:?}");
+    host.sessions(TransactionHooks::new())
+        .rewind(key, transcript[2].anchor, SessionId::new("gen-2").unwrap())
+        .await
+        .unwrap();
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(key, "gen-2", "run-3", "three")))
+        .await
+        .unwrap();
+    assert_eq!(second.continued_from.as_ref(), Some(&first.thread_id));
+    host.harness
+        .run_turn(TurnRequest::new(attempt_in(key, "gen-2", "run-4", "four")))
+        .await
+        .unwrap();
+    // Rewind again, to before the fourth question: the path keeps the third turn, mirrored
+    // from the fork, so the next turn forks the fork.
+    let transcript = host.transcript(key).await;
+    assert_eq!(transcript.len(), 6, "{transcript:?}");
+    host.sessions(TransactionHooks::new())
+        .rewind(key, transcript[4].anchor, SessionId::new("gen-3").unwrap())
+        .await
+        .unwrap();
+    let third = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(key, "gen-3", "run-5", "five")))
+        .await
+        .unwrap();
+    assert_eq!(third.continued_from.as_ref(), Some(&second.thread_id));
+    let archived = archived_threads(host).await;
+    for thread in [&first.thread_id, &second.thread_id] {
+        assert!(archived.contains(&thread.to_string()), "{thread} archived");
+    }
+
+    [first.thread_id, second.thread_id, third.thread_id]
+}
+
+/// Two rewinds in a row make a chain of forks: the first thread, its fork (archived by the
+/// second rewind) and the fork of that fork (bound). Codex refuses to delete a thread whose
+/// history a fork still references, so one deletion of the session must delete the newest
+/// first (the bound thread, then the archived ones newest first, a refused one again once
+/// the rest are gone) and leave neither a thread, archived or not, nor a pending cleanup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_deletion_after_two_rewinds_deletes_the_whole_fork_chain() {
+    let Some((world, _model)) = world(fork_chain_script()).await else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("delete-fork-chain");
+    let chain = fork_chain(&host, &key).await;
+
+    host.sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+
+    // Nothing is left behind by this one deletion: no thread, no cleanup waiting for a retry.
+    assert_eq!(
+        host.harness.pending_native_cleanup().await.unwrap(),
+        vec![],
+        "every thread of the chain was deleted by the deletion itself"
+    );
+    assert_eq!(archived_threads(&host).await, Vec::<String>::new());
+    assert_eq!(live_threads(&host).await, Vec::<String>::new());
+    for thread in &chain {
+        assert!(
+            read_thread(&host, thread.as_str()).await.is_err(),
+            "{thread} deleted"
+        );
+    }
+    assert_eq!(archives(&host).await, 0, "the list went with the session");
+}
+
+/// The same chain deleted by another host process while the first one's app-server still
+/// writes the bound fork: every deletion is refused (the fork's writer is elsewhere, and the
+/// older threads are still referenced by it) and kept. Once the writer is gone, one retry
+/// deletes the whole chain, though it meets the oldest thread first: a deletion refused
+/// because a fork still references the thread runs again after the fork went.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_one_retry_deletes_a_fork_chain_refused_elsewhere() {
+    let Some((world, _model)) = world(fork_chain_script()).await else {
+        return;
+    };
+    let host_a = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("retry-fork-chain");
+    let chain = fork_chain(&host_a, &key).await;
+
+    let host_b = world.host("host-b", LeaseConfig::default()).await;
+    host_b
+        .sessions(TransactionHooks::new())
+        .delete_sessions(std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    let mut pending: Vec<String> = host_b
+        .harness
+        .pending_native_cleanup()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.thread_id)
+        .collect();
+    pending.sort();
+    let mut expected: Vec<String> = chain.iter().map(ToString::to_string).collect();
+    expected.sort();
+    assert_eq!(pending, expected, "the whole chain is due");
+    // Thread ids are time-ordered: the retry, in thread-id order, meets the oldest first.
+    assert_eq!(pending[0], chain[0].to_string());
+
+    host_a.server.shutdown().await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(host_b.harness.retry_native_cleanup().await.unwrap(), 0);
+    assert!(
+        host_b
+            .harness
+            .pending_native_cleanup()
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(archived_threads(&host_b).await, Vec::<String>::new());
+    assert_eq!(live_threads(&host_b).await, Vec::<String>::new());
+}
