@@ -164,6 +164,12 @@ impl CodexError {
         matches!(self, Self::Rpc { message, .. } if message.contains("forked history still references it"))
     }
 
+    /// Whether Codex answered that it has no rollout of the thread: it keeps no active history
+    /// of it (deleted, archived, or never in this app-server's `CODEX_HOME`).
+    pub(crate) fn is_no_rollout(&self) -> bool {
+        matches!(self, Self::Rpc { message, .. } if message.contains("no rollout found"))
+    }
+
     /// Whether the error means the app-server process is gone or unusable (the next
     /// operation runs on a fresh process).
     pub fn is_server_lost(&self) -> bool {

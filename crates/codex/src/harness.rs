@@ -16,7 +16,8 @@ use tether_core::{
     SessionDeletionHook, SessionDeletionParams, SessionKey, SettledTurnFinalizer, ToolMeta, Usage,
 };
 use tether_harness_sdk::backend::{
-    BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore, WriteOptions,
+    BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore, ThreadPin,
+    WriteOptions,
 };
 use tether_harness_sdk::generation::{BindingAuthority, GenerationAuthority};
 use tether_harness_sdk::hooks::ThreadBindingHarness;
@@ -227,6 +228,12 @@ pub struct TurnOutcome {
     pub turn_id: TurnId,
     /// A thread was started (and bound) for this turn.
     pub started_thread: bool,
+    /// The thread the session was bound to when Codex no longer had it (`thread/resume`
+    /// answered "no rollout found": the thread was deleted, or the app-server runs over
+    /// another `CODEX_HOME` than the one that ran it). Its binding was cleared and this turn
+    /// runs on a new thread (`started_thread`), without that thread's native history (the
+    /// host transcript still has it). `None` otherwise.
+    pub lost_thread: Option<ThreadId>,
     /// When the new thread is a fork carrying the session's kept turns (after a context
     /// reset): the thread they came from.
     pub continued_from: Option<ThreadId>,
@@ -690,6 +697,8 @@ struct Bound {
     resumed: bool,
     /// The thread this one was forked from (its kept turns), when it was.
     continued_from: Option<String>,
+    /// The bound thread Codex no longer had, replaced by this one.
+    lost: Option<String>,
     model: String,
     model_provider: String,
 }
@@ -885,6 +894,7 @@ impl Inner {
                 .unwrap_or_else(tether_core::always_current),
         );
         let resolved = self.resolve_retiring(identity, &caller).await?;
+        let mut lost = None;
         if let Some(bound) = resolved.binding {
             let resumed: Result<ThreadResponse, CodexError> = client
                 .request(
@@ -898,24 +908,31 @@ impl Inner {
                     },
                 )
                 .await;
-            let response = match resumed {
-                Ok(response) => response,
+            match resumed {
+                Ok(response) => {
+                    tracing::info!(thread_id = %bound.thread_id, "resumed the bound codex thread");
+                    return Ok(Bound {
+                        thread_id: bound.thread_id,
+                        started: false,
+                        resumed: true,
+                        continued_from: None,
+                        lost: None,
+                        model: response.model,
+                        model_provider: response.model_provider,
+                    });
+                }
                 Err(CodexError::Rpc { message, .. }) if message.contains("active writer") => {
                     return Err(CodexError::WriterHeldElsewhere {
                         thread_id: bound.thread_id,
                     });
                 }
+                Err(error) if error.is_no_rollout() => {
+                    self.clear_lost_binding(identity, &bound.thread_id, &options)
+                        .await?;
+                    lost = Some(bound.thread_id);
+                }
                 Err(other) => return Err(other),
-            };
-            tracing::info!(thread_id = %bound.thread_id, "resumed the bound codex thread");
-            return Ok(Bound {
-                thread_id: bound.thread_id,
-                started: false,
-                resumed: true,
-                continued_from: None,
-                model: response.model,
-                model_provider: response.model_provider,
-            });
+            }
         }
         let mut continuation = self.threads.continuation(identity.key()).await?;
         if continuation.is_some()
@@ -937,7 +954,7 @@ impl Inner {
                 .await?
         {
             self.finish_continuation(identity).await;
-            return Ok(bound);
+            return Ok(Bound { lost, ..bound });
         }
         let started: ThreadResponse = client
             .request(
@@ -959,7 +976,36 @@ impl Inner {
         if continuation.is_some() {
             self.finish_continuation(identity).await;
         }
-        Ok(bound)
+        Ok(Bound { lost, ..bound })
+    }
+
+    /// Clears the binding of `thread_id`, a thread Codex no longer has (its `thread/resume`
+    /// answered "no rollout found"), with the turn's generation check, pinned to that thread,
+    /// so the turn can start a new one. Refused when the session's generation no longer owns
+    /// the row.
+    async fn clear_lost_binding(
+        &self,
+        identity: &BindingIdentity,
+        thread_id: &str,
+        options: &WriteOptions,
+    ) -> Result<(), CodexError> {
+        tracing::warn!(
+            thread_id,
+            "codex has no rollout of the session's bound thread (deleted, or another CODEX_HOME): its native history is lost; the binding is cleared and the turn starts a new thread"
+        );
+        let pin = ThreadPin::thread(thread_id);
+        if self
+            .bindings
+            .clear(identity, Some(&pin), options.clone())
+            .await?
+        {
+            return Ok(());
+        }
+        Err(CodexError::BindingRefused {
+            detail: format!(
+                "codex no longer has the bound thread {thread_id}, but the session's generation refused to clear its binding"
+            ),
+        })
     }
 
     /// Resolves `identity`'s binding (the SDK's generation rules), and archives the thread of a
@@ -1055,6 +1101,7 @@ impl Inner {
             started: true,
             resumed: false,
             continued_from,
+            lost: None,
             model: started.model,
             model_provider: started.model_provider,
         })
@@ -1203,6 +1250,7 @@ impl Inner {
             started: started_thread,
             resumed: resumed_thread,
             continued_from,
+            lost: lost_thread,
             model,
             model_provider,
         } = self.bind_thread(client, identity, options).await?;
@@ -1273,6 +1321,7 @@ impl Inner {
             thread_id: ThreadId::new(thread_id),
             turn_id: TurnId::new(turn_id),
             started_thread,
+            lost_thread: lost_thread.map(ThreadId::new),
             continued_from: continued_from.map(ThreadId::new),
             resumed_thread,
             lease_epoch,

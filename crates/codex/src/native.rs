@@ -537,7 +537,7 @@ impl CodexThreads {
             }
             // Codex keeps no active history of the thread: it was deleted or archived already
             // (by an earlier try whose answer was lost, or by another host process).
-            Err(CodexError::Rpc { message, .. }) if message.contains("no rollout found") => {
+            Err(error) if error.is_no_rollout() => {
                 tracing::info!(thread_id, ?action, "codex thread already cleaned up");
                 Ok(())
             }

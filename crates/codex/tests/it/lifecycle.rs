@@ -1435,3 +1435,79 @@ async fn codex_e2e_one_retry_deletes_a_fork_chain_refused_elsewhere() {
     assert_eq!(archived_threads(&host_b).await, Vec::<String>::new());
     assert_eq!(live_threads(&host_b).await, Vec::<String>::new());
 }
+
+/// A session bound to a thread Codex no longer has (deleted behind the host's back, or the
+/// app-server now runs over another `CODEX_HOME`): `thread/resume` answers "no rollout found".
+/// The next turn clears the stale binding and runs on a new thread, saying so
+/// (`lost_thread`), instead of failing every turn; the turn after it resumes the new thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_bound_thread_codex_lost_is_replaced_by_a_new_one() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("The code is 4711."),
+        Step::Reply("I have no memory of a code."),
+        Step::Reply("Still here."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("lost-thread");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-1",
+            "remember the code",
+        )))
+        .await
+        .unwrap();
+    assert_eq!(first.lost_thread, None);
+    // Codex loses the thread; the binding still names it.
+    let client = host.server.client().await.unwrap();
+    let thread = json!({ "threadId": first.thread_id.as_str() });
+    let _ = client
+        .request_value(method::THREAD_UNSUBSCRIBE, &thread)
+        .await;
+    client
+        .request_value(method::THREAD_DELETE, &thread)
+        .await
+        .unwrap();
+    assert!(read_thread(&host, first.thread_id.as_str()).await.is_err());
+
+    let second = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-2",
+            "what was the code?",
+        )))
+        .await
+        .expect("a lost thread is replaced, not a failure of every turn");
+    assert!(second.started_thread);
+    assert!(!second.resumed_thread);
+    assert_ne!(second.thread_id, first.thread_id);
+    assert_eq!(second.lost_thread.as_ref(), Some(&first.thread_id));
+    assert_eq!(second.reply(), Some("I have no memory of a code."));
+    // The new thread carries nothing of the lost one.
+    assert!(!mentions(&model.requests()[1], "remember the code"));
+    assert_eq!(
+        host.harness
+            .bound_thread(&attempt(&key, "run-3", ""))
+            .await
+            .unwrap(),
+        Some(second.thread_id.clone())
+    );
+
+    let third = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-3", "still there?")))
+        .await
+        .unwrap();
+    assert!(third.resumed_thread);
+    assert_eq!(third.thread_id, second.thread_id);
+    assert_eq!(third.lost_thread, None);
+    // The host transcript kept every turn, the lost thread's included.
+    assert_eq!(host.transcript(&key).await.len(), 6);
+}
