@@ -256,7 +256,9 @@ impl Drop for CodexClient {
 }
 
 impl CodexClient {
-    /// Starts `codex app-server` and runs the `initialize` handshake.
+    /// Starts `codex app-server` and runs the `initialize` handshake. A binary that cannot be
+    /// started fails with [`CodexError::Spawn`]; one that exits or stays silent (for the
+    /// request timeout) before it answered `initialize`, with [`CodexError::Handshake`].
     #[tracing::instrument(name = "codex.client.start", skip_all, fields(binary = %config.binary.display()))]
     pub async fn start(config: &CodexConfig) -> Result<Self, CodexError> {
         let mut command = Command::new(&config.binary);
@@ -323,7 +325,19 @@ impl CodexClient {
                     },
                 },
             )
-            .await?;
+            .await
+            .map_err(|error| match error {
+                // Gone or silent before its first answer: not an app-server at all (or not
+                // one of this protocol), which no retry fixes.
+                CodexError::ServerExited { .. } | CodexError::Timeout { .. } => {
+                    tracing::warn!(binary = %config.binary.display(), %error, "the codex binary did not answer the app-server handshake");
+                    CodexError::Handshake {
+                        binary: config.binary.display().to_string(),
+                        source: Box::new(error),
+                    }
+                }
+                other => other,
+            })?;
         client.notify(method::INITIALIZED, None).await?;
         tracing::info!(pid, user_agent = %init.user_agent, "codex app-server ready");
         client.server_version = init.user_agent;

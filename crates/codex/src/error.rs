@@ -5,6 +5,7 @@ use std::time::Duration;
 use tether_core::{Cause, RuntimeErrorKind};
 
 use crate::harness::ToolReport;
+use crate::locate::PINNED_CODEX_VERSION;
 
 /// The end of a lost turn's message: how many tools had run, and which may have changed
 /// something.
@@ -31,6 +32,22 @@ pub enum CodexError {
         /// The operating-system error.
         #[source]
         source: std::io::Error,
+    },
+    /// The binary started but never answered the app-server handshake (`initialize`): it exited,
+    /// or stayed silent for the whole request timeout, before its first answer. That is a
+    /// configuration problem (the program is not `codex`, or not a version that speaks this
+    /// app-server protocol), like [`CodexError::Spawn`]: a retry cannot succeed. `source` is
+    /// what happened ([`CodexError::ServerExited`] or [`CodexError::Timeout`]). A server that
+    /// exits after a successful handshake is [`CodexError::ServerExited`].
+    #[error(
+        "the binary at {binary} did not answer the codex app-server handshake ({source}); is it `codex`, of the pinned version {PINNED_CODEX_VERSION}?"
+    )]
+    Handshake {
+        /// The binary that was started.
+        binary: String,
+        /// How the handshake ended: the process exited, or `initialize` timed out.
+        #[source]
+        source: Box<CodexError>,
     },
     /// The app-server process ended (crashed, was killed, or closed its output) while it was
     /// still needed. Requests in flight fail with this error; the supervisor starts a new
@@ -182,7 +199,7 @@ impl CodexError {
         Some(match self {
             Self::WriterHeldElsewhere { .. } => RuntimeErrorKind::Busy,
             Self::ServerExited { .. } | Self::Timeout { .. } => RuntimeErrorKind::Unavailable,
-            Self::Spawn { .. } => RuntimeErrorKind::Unusable,
+            Self::Spawn { .. } | Self::Handshake { .. } => RuntimeErrorKind::Unusable,
             Self::Rpc { .. } | Self::Protocol { .. } | Self::BindingRefused { .. } => {
                 RuntimeErrorKind::Refused
             }
@@ -248,6 +265,20 @@ mod tests {
                 CodexError::Spawn {
                     binary: "codex".into(),
                     source: std::io::Error::new(std::io::ErrorKind::NotFound, "not found"),
+                },
+                RuntimeErrorKind::Unusable,
+            ),
+            (
+                CodexError::Handshake {
+                    binary: "/bin/true".into(),
+                    source: Box::new(CodexError::server_exited("exit status: 0".into())),
+                },
+                RuntimeErrorKind::Unusable,
+            ),
+            (
+                CodexError::Handshake {
+                    binary: "/usr/bin/sleepy".into(),
+                    source: Box::new(CodexError::timeout("initialize", Duration::from_secs(1))),
                 },
                 RuntimeErrorKind::Unusable,
             ),
