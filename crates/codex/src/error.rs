@@ -110,7 +110,12 @@ pub enum CodexError {
     },
     /// Codex refused to load the bound thread because another app-server process still holds
     /// its writer (another host process that ran it with a shared, still running app-server).
-    #[error("codex thread {thread_id} is still open for writing in another app-server process")]
+    /// Codex lets one live app-server write a thread and releases it only when that process
+    /// exits; hosts whose processes share sessions build the harness with
+    /// [`process_per_turn(true)`](crate::CodexHarnessBuilder::process_per_turn).
+    #[error(
+        "codex thread {thread_id} is still open for writing in another app-server process: Codex lets one live app-server write a thread, until that process exits; when several host processes share sessions, build the harness with `process_per_turn(true)` (docs/codex-harness.md, \"Handing a thread between host processes\")"
+    )]
     WriterHeldElsewhere {
         /// The bound thread.
         thread_id: String,
@@ -343,6 +348,17 @@ mod tests {
             chain = e.source();
         }
         assert_eq!(io, Some(std::io::ErrorKind::NotFound));
+    }
+
+    #[test]
+    fn a_writer_held_elsewhere_says_what_to_do() {
+        let held = CodexError::WriterHeldElsewhere {
+            thread_id: "t-1".into(),
+        }
+        .to_string();
+        assert!(held.contains("t-1"), "{held}");
+        assert!(held.contains("another app-server process"), "{held}");
+        assert!(held.contains("process_per_turn(true)"), "{held}");
     }
 
     #[test]
