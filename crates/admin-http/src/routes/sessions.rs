@@ -289,13 +289,18 @@ pub async fn delete_session(
     // No harness runs in the admin process: the session's binding rows go in the same
     // transaction as the session row, refused (nothing changed) if one holds a live lease.
     let request = DeletionRequest::new(entry.session_key.clone()).removing_unowned_bindings();
-    let cleanups = tether_core::Namespace::new(tether_codex::CLEANUP_NAMESPACE)
-        .map_err(tether_core::Error::from)?;
-    tether_core::BindingStore::register_namespace(
-        store,
-        tether_core::NamespaceConfig::new(cleanups),
-    )
-    .await?;
+    // The Codex harness's namespaces, as it registers them (the admin process runs none).
+    let namespace =
+        |name: &str| tether_core::Namespace::new(name).map_err(tether_core::Error::from);
+    for config in [
+        tether_harness_sdk::backend::ThreadBindingStore::namespace_config(namespace(
+            tether_codex::NAMESPACE,
+        )?),
+        tether_core::NamespaceConfig::new(namespace(tether_codex::ARCHIVE_NAMESPACE)?),
+        tether_core::NamespaceConfig::new(namespace(tether_codex::CLEANUP_NAMESPACE)?),
+    ] {
+        tether_core::BindingStore::register_namespace(store, config).await?;
+    }
     let recorded = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (into, why) = (
         Arc::clone(&recorded),
