@@ -238,7 +238,8 @@ impl CodexThreads {
 
     /// Runs every due cleanup again, in thread-id order; those that fail stay due. A deletion
     /// Codex refused because a fork's history still references the thread runs again once
-    /// the others ran (see [`Self::delete_referenced`]). Returns how many are left.
+    /// the others ran (in rounds, while a round deletes something). Returns how many are
+    /// left.
     pub async fn retry_pending(&self) -> Result<usize, Error> {
         let mut referenced = Vec::new();
         for entry in self.pending().await? {
@@ -417,7 +418,7 @@ impl CodexThreads {
     /// record, then removes the list. Newest first: Codex refuses to delete a thread whose
     /// history a fork still references, and each archived thread may be the source of a later
     /// one (a context reset's fork). A deletion refused for that reason all the same runs
-    /// again once the others went ([`Self::delete_referenced`]); any other failure stays due
+    /// again once the others went; any other failure stays due
     /// for [`CodexThreads::retry_pending`].
     pub(crate) async fn delete_archived(&self, session: &BindingKey) -> Result<(), Error> {
         let mut referenced = Vec::new();
