@@ -253,7 +253,15 @@ pub struct TurnOutcome {
     /// The "original input committed" notification: set only when the user item was freshly
     /// appended (never for a repeat) and the message is an external user's visible input.
     pub original_input_committed: Option<OriginalInputCommit>,
+    /// Codex's own `error` notifications during the turn, in order (a repeat of the one
+    /// before it is kept once, at most [`CODEX_ERRORS_KEPT`], the newest): why a turn failed
+    /// or, when Codex kept retrying (a model provider it cannot reach: "Reconnecting…"), why
+    /// it timed out. Empty when Codex reported none.
+    pub codex_errors: Vec<String>,
 }
+
+/// How many of Codex's error notifications a [`TurnOutcome`] keeps (the newest).
+pub const CODEX_ERRORS_KEPT: usize = 20;
 
 impl TurnOutcome {
     /// The last assistant text of the turn.
@@ -731,6 +739,8 @@ struct TurnState {
     /// Decides the one-time "original input committed" notification of the user item.
     recorder: UserTurnTranscriptRecorder,
     original_input_committed: Option<OriginalInputCommit>,
+    /// Codex's `error` notifications (see [`TurnOutcome::codex_errors`]).
+    codex_errors: Vec<String>,
 }
 
 impl Inner {
@@ -1282,6 +1292,7 @@ impl Inner {
             lease_lost: None,
             recorder: UserTurnTranscriptRecorder::new(),
             original_input_committed: None,
+            codex_errors: Vec::new(),
         };
         // The binding may have taken a while; the lease must still be ours to start the turn.
         state.lease.check()?;
@@ -1293,6 +1304,11 @@ impl Inner {
         self.release_thread(client, &thread_id).await;
         // A turn lost to the app-server says which tools it had run: their effects happened.
         let turn_id = result.map_err(|e| e.with_tools_ran(&state.tools))?;
+        if state.attempt.terminal == AttemptTerminal::TimedOut
+            && let Some(last) = state.codex_errors.last()
+        {
+            tracing::warn!(codex_error = %last, "the codex turn timed out; codex's last error");
+        }
         if let Some(lost) = state.lease_lost.take() {
             return Err(CodexError::Lifecycle(lost));
         }
@@ -1330,6 +1346,7 @@ impl Inner {
             mirrored: state.mirrored,
             approvals: state.approvals,
             original_input_committed: state.original_input_committed,
+            codex_errors: state.codex_errors,
         })
     }
 
@@ -1474,6 +1491,25 @@ impl Inner {
                     let n: ItemNotification = parse(&method, params)?;
                     state.item_turn = n.turn_id;
                     self.on_item(state, n.item).await?;
+                }
+                method::ERROR => {
+                    // `{error: {message, codexErrorInfo?, …}, willRetry?, …}`: read leniently,
+                    // it only explains what the turn's end will say.
+                    let message = params["error"]["message"]
+                        .as_str()
+                        .map_or_else(|| params.to_string(), str::to_owned);
+                    let message = if params["willRetry"].as_bool() == Some(true) {
+                        format!("{message} (codex retries)")
+                    } else {
+                        message
+                    };
+                    tracing::info!(codex_error = %message, "codex reported an error");
+                    if state.codex_errors.last() != Some(&message) {
+                        if state.codex_errors.len() == CODEX_ERRORS_KEPT {
+                            state.codex_errors.remove(0);
+                        }
+                        state.codex_errors.push(message);
+                    }
                 }
                 method::TOKEN_USAGE_UPDATED => {
                     let n: TokenUsageNotification = parse(&method, params)?;

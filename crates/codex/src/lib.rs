@@ -72,8 +72,8 @@ pub use client::{
 pub use error::CodexError;
 pub use finalize::{CodexEvidence, CodexFinalizerRuntime, RESTRICTED_CONFIG, answer_text};
 pub use harness::{
-    ApprovalReport, CodexHarness, CodexHarnessBuilder, HARNESS_ID, MirrorReport, NAMESPACE,
-    ThreadSettings, ToolReport, TurnCancel, TurnOutcome, TurnRequest, approval_response,
+    ApprovalReport, CODEX_ERRORS_KEPT, CodexHarness, CodexHarnessBuilder, HARNESS_ID, MirrorReport,
+    NAMESPACE, ThreadSettings, ToolReport, TurnCancel, TurnOutcome, TurnRequest, approval_response,
 };
 pub use host::{
     ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,

@@ -956,6 +956,8 @@ async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
         failed.attempt.terminal
     );
     assert!(failed.attempt.assistant_texts.is_empty());
+    // Codex's own error notification says why.
+    assert!(!failed.codex_errors.is_empty(), "{failed:?}");
     assert_eq!(
         roles(&host.transcript(&key).await),
         vec![TranscriptRole::User],
@@ -970,6 +972,38 @@ async fn codex_e2e_model_failure_fails_the_turn_and_the_thread_goes_on() {
     assert_eq!(next.thread_id, failed.thread_id);
     assert_eq!(next.attempt.terminal, AttemptTerminal::Ok);
     assert_eq!(next.reply(), Some("Better now."));
+    assert!(next.codex_errors.is_empty(), "{:?}", next.codex_errors);
+}
+
+/// A model provider nobody answers at: the turn ends (here within its timeout) and says why —
+/// Codex's own error notifications — instead of a bare `TimedOut` or `Failed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_an_unreachable_model_provider_is_named_in_the_outcome() {
+    let Some(binary) = crate::host::codex_binary() else {
+        return;
+    };
+    // A loopback port nothing listens on: bound, then closed.
+    let dead = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let world = World::new(binary, format!("http://127.0.0.1:{dead}/v1"));
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("unreachable");
+    host.create_session(&key).await;
+    let mut params = attempt(&key, "run-1", "anyone there?");
+    params.timeout = Some(Duration::from_secs(8));
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(params))
+        .await
+        .unwrap();
+    assert_ne!(outcome.attempt.terminal, AttemptTerminal::Ok);
+    assert!(
+        !outcome.codex_errors.is_empty(),
+        "no reason given for {:?}",
+        outcome.attempt.terminal
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
