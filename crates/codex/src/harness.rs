@@ -1956,6 +1956,7 @@ impl Inner {
         observation.failure = run.failure.clone();
         observation.execution_started = run.failure.as_ref().and_then(|f| f.execution_started);
         observation.result = Some(run.result.clone());
+        observation.replay_safe = run.replay_safe;
         let resolution = state.observer.observe(&observation);
         tracing::info!(
             tool = params.tool,

@@ -79,6 +79,10 @@ pub struct ToolRun {
     /// Media the tool produced (URLs or paths). Reported in `tool_media_urls`; never counted as
     /// host-owned (the tool, not the runtime, made them).
     pub media_urls: Vec<String>,
+    /// The host's declaration that this call changed nothing outside (a read: running it
+    /// again is safe), which outranks the classification by tool name; `None`: classified by
+    /// name and arguments. See [`ToolRun::read_only`].
+    pub replay_safe: Option<bool>,
 }
 
 impl ToolRun {
@@ -91,6 +95,7 @@ impl ToolRun {
             content: vec![ToolContentItem::InputText { text }],
             failure: None,
             media_urls: Vec::new(),
+            replay_safe: None,
         }
     }
 
@@ -108,7 +113,17 @@ impl ToolRun {
                 ..ToolFailure::default()
             }),
             media_urls: Vec::new(),
+            replay_safe: None,
         }
+    }
+
+    /// Declares the call read-only (it changed nothing outside, whatever its outcome): a failed
+    /// read is then no possible side effect (`side_effect_evidence: false`, the turn stays
+    /// replay-safe), where a tool's name alone would leave it uncertain.
+    #[must_use]
+    pub fn read_only(mut self) -> Self {
+        self.replay_safe = Some(true);
+        self
     }
 
     /// A call a host guard refused before dispatch: records the block in `call.facts` and
@@ -133,6 +148,7 @@ impl ToolRun {
                 ..ToolFailure::default()
             }),
             media_urls: Vec::new(),
+            replay_safe: None,
         }
     }
 }

@@ -1169,3 +1169,36 @@ async fn codex_e2e_a_dropped_turn_is_cancelled_and_frees_its_session() {
         vec!["After the broken tool."]
     );
 }
+
+/// A host tool that declares its call read-only (`ToolRun::read_only`) and fails is no
+/// possible side effect: the turn stays replay-safe (a failure classified by name alone would
+/// leave it uncertain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_failed_read_only_tool_is_no_side_effect() {
+    let Some((world, _model)) = world(vec![
+        Step::Calls(vec![("call-1", "lookup", json!({ "q": "missing" }))]),
+        Step::Reply("The word is missing."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("read-only-failure");
+    host.create_session(&key).await;
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "read it")))
+        .await
+        .unwrap();
+    assert_eq!(outcome.tools.len(), 1, "{outcome:?}");
+    assert_eq!(outcome.tools[0].outcome, ToolOutcome::Failure);
+    assert!(outcome.tools[0].execution_started);
+    assert!(
+        !outcome.tools[0].side_effect_evidence,
+        "{:?}",
+        outcome.tools[0]
+    );
+    assert!(outcome.attempt.replay.replay_safe);
+    assert!(!outcome.attempt.replay.had_potential_side_effects);
+}

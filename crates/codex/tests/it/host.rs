@@ -319,7 +319,8 @@ impl HostTranscript for StoreTranscript {
     }
 }
 
-/// Host tools: `lookup` and `read` succeed, `write` starts and fails, `deploy` is refused by a
+/// Host tools: `lookup` and `read` succeed (a `lookup` of `missing` fails, declared read-only),
+/// `write` starts and fails, `deploy` is refused by a
 /// guard before dispatch. Records the calls whose implementation ran.
 #[derive(Default)]
 pub(crate) struct TestTools {
@@ -390,6 +391,11 @@ impl ToolExecutor for TestTools {
             hook();
         }
         match call.tool.as_str() {
+            // A lookup of a missing word fails, declared read-only (its name alone says
+            // nothing): no possible side effect.
+            "lookup" if call.arguments["q"] == "missing" => {
+                ToolRun::failure("no such word").read_only()
+            }
             "lookup" => ToolRun::success(format!(
                 "definition of {}",
                 call.arguments["q"].as_str().unwrap_or("?")
