@@ -144,6 +144,14 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
             "resumed"
         }
     ));
+    if let Some(lost) = &outcome.lost_thread {
+        say(&format!(
+            "the session was bound to thread {lost}, which this Codex home no longer has: its native history is lost (the host transcript keeps it)"
+        ));
+    }
+    for error in &outcome.codex_errors {
+        say(&format!("codex error: {error}"));
+    }
     for tool in &outcome.tools {
         say(&format!(
             "tool {} {:?}{}{}",

@@ -628,6 +628,38 @@ async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
     assert_eq!(resolved.previous_change, Some(GenerationChange::Transfer));
 }
 
+/// A predecessor recorded before the change column existed (`previous_change: None`) reads
+/// as a transfer: its binding is adopted, as it was then.
+#[tokio::test]
+async fn a_predecessor_without_a_recorded_change_is_adopted_as_before() {
+    let host = Arc::new(Host::default());
+    host.put(KEY, "s2", Some("s1"));
+    {
+        let mut rows = host.rows.lock().unwrap();
+        let Some(HostRow::Entry(entry)) = rows.get_mut(KEY) else {
+            panic!("no row");
+        };
+        entry.previous_change = None;
+    }
+    let authority = GenerationAuthority::new(host.clone());
+    let bindings = Bindings::bound("s1", "thread-1");
+    let ops = Ops {
+        bindings: bindings.clone(),
+        target: sid("s2"),
+    };
+    assert!(
+        authority
+            .reclaim_generation(&target("s2"), &caller(), &ops, false)
+            .await
+            .unwrap()
+    );
+    assert_eq!(bindings.adopt_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(bindings.reclaim_calls.load(Ordering::SeqCst), 0);
+    let row = bindings.row().unwrap();
+    assert_eq!(row.session_id, sid("s2"));
+    assert_eq!(row.thread.as_deref(), Some("thread-1"));
+}
+
 /// `resolve_binding` checks ownership against the predecessor's binding without adopting it,
 /// then (with generation operations) adopts only through the verified plan.
 #[tokio::test]
