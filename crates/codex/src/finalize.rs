@@ -14,6 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::native::CodexThreads;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tether_core::{
@@ -164,6 +165,9 @@ pub struct CodexFinalizerRuntime {
     transcript: Arc<dyn HostTranscript>,
     /// The one session this runtime mirrors into; `None`: the session of each try.
     session_key: Option<SessionKey>,
+    /// Where a harness keeps the items due into each session's bound thread: a mirrored
+    /// answer is also recorded there, so the session's thread learns what it answered.
+    answers: Option<Arc<CodexThreads>>,
 }
 
 impl CodexFinalizerRuntime {
@@ -181,6 +185,7 @@ impl CodexFinalizerRuntime {
             cwd: cwd.into(),
             transcript,
             session_key: Some(session_key),
+            answers: None,
         }
     }
 
@@ -199,7 +204,15 @@ impl CodexFinalizerRuntime {
             cwd: cwd.into(),
             transcript,
             session_key: None,
+            answers: None,
         }
+    }
+
+    /// Also records each mirrored answer as due into the session's bound Codex thread (the
+    /// harness injects it before the session's next turn).
+    pub(crate) fn recording_answers(mut self, threads: Arc<CodexThreads>) -> Self {
+        self.answers = Some(threads);
+        self
     }
 
     /// The session the answer of `request` is mirrored into.
@@ -461,6 +474,21 @@ impl BoundedTurnRuntime for CodexFinalizerRuntime {
             idempotency_key: format!("{}:assistant", request.idempotency_scope),
         };
         self.transcript.append(&key, entry).await?;
+        if let Some(threads) = &self.answers {
+            let session = tether_harness_sdk::backend::BindingIdentity::session(
+                request.session.agent_id.clone(),
+                request.session.session_id.clone(),
+                Some(key.clone()),
+            );
+            let item = json!({
+                "type": "message",
+                "role": "assistant",
+                "content": [{ "type": "output_text", "text": request.message.visible_text() }],
+            });
+            if let Err(error) = threads.record_injection(session.key(), item).await {
+                tracing::warn!(%error, "the finalized answer is in the host transcript but could not be recorded for the session's codex thread");
+            }
+        }
         Ok(MirroredRow {
             identity: request.identity,
             message: request.message,

@@ -454,6 +454,7 @@ impl CodexHarnessBuilder {
             self.settings.cwd.clone(),
             self.transcript.clone(),
         )
+        .recording_answers(threads.clone())
         .into_finalizer();
         Ok(CodexHarness {
             inner: Arc::new(Inner {
@@ -546,6 +547,7 @@ impl CodexHarness {
             self.inner.transcript.clone(),
             session_key,
         )
+        .recording_answers(self.inner.threads.clone())
         .into_finalizer()
     }
 
@@ -921,6 +923,7 @@ impl Inner {
             match resumed {
                 Ok(response) => {
                     tracing::info!(thread_id = %bound.thread_id, "resumed the bound codex thread");
+                    self.inject_due(client, identity, &bound.thread_id).await;
                     return Ok(Bound {
                         thread_id: bound.thread_id,
                         started: false,
@@ -964,6 +967,7 @@ impl Inner {
                 .await?
         {
             self.finish_continuation(identity).await;
+            self.drop_due(identity).await;
             return Ok(Bound { lost, ..bound });
         }
         let started: ThreadResponse = client
@@ -983,6 +987,7 @@ impl Inner {
             .record_binding(identity, started, None, options)
             .await?;
         tracing::info!(thread_id = %bound.thread_id, "bound a new codex thread");
+        self.drop_due(identity).await;
         if continuation.is_some() {
             self.finish_continuation(identity).await;
         }
@@ -1074,6 +1079,51 @@ impl Inner {
         );
         if let Err(error) = self.threads.archive_for(identity.key(), thread_id).await {
             tracing::warn!(thread_id, %error, "could not archive the codex thread a reset left; kept for a retry");
+        }
+    }
+
+    /// Injects the items due into `thread_id`, the session's resumed thread, before the turn
+    /// starts (an answer the settled-turn finalizer gave on its own thread, which this thread
+    /// never saw); they are then no longer due. A failure is logged and they stay due for the
+    /// next turn.
+    async fn inject_due(&self, client: &CodexClient, identity: &BindingIdentity, thread_id: &str) {
+        let items = match self.threads.injections(identity.key()).await {
+            Ok(items) if !items.is_empty() => items,
+            Ok(_) => return,
+            Err(error) => {
+                tracing::warn!(%error, "could not read the items due into the codex thread");
+                return;
+            }
+        };
+        let count = items.len();
+        match client
+            .request_value(
+                method::THREAD_INJECT_ITEMS,
+                &serde_json::json!({ "threadId": thread_id, "items": items }),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(
+                    thread_id,
+                    count,
+                    "injected the finalized answers the codex thread had not seen"
+                );
+                if let Err(error) = self.threads.clear_injections(identity.key()).await {
+                    tracing::warn!(%error, "could not remove the injected items' record; they may be injected again");
+                }
+            }
+            Err(error) => {
+                tracing::warn!(thread_id, %error, "could not inject the finalized answers into the codex thread; kept for the next turn");
+            }
+        }
+    }
+
+    /// Drops the items due into the session's previous thread: the session now runs on a
+    /// thread of its own making (a new one, or a fork of the kept turns).
+    async fn drop_due(&self, identity: &BindingIdentity) {
+        if let Err(error) = self.threads.clear_injections(identity.key()).await {
+            tracing::warn!(%error, "could not remove the items due into the previous codex thread");
         }
     }
 
@@ -2199,6 +2249,9 @@ impl SessionDeletionHook for CodexHarness {
                 if let Err(error) = self.inner.threads.clear_continuation(&session).await {
                     tracing::warn!(%error, "could not remove the deleted session's codex continuation");
                 }
+                if let Err(error) = self.inner.threads.clear_injections(&session).await {
+                    tracing::warn!(%error, "could not remove the deleted session's due codex items");
+                }
                 // The threads earlier resets archived keep the session's conversation: they
                 // go with it.
                 if let Err(error) = self.inner.threads.delete_archived(&session).await {
@@ -2293,11 +2346,13 @@ impl CodexHarness {
             params.session_id.clone(),
             params.session_key.clone(),
         );
-        // A reset starts the session afresh: a pending context-reset continuation is dropped.
+        // A reset starts the session afresh: a pending context-reset continuation is dropped,
+        // and so are the items due into the old thread.
         self.inner
             .threads
             .clear_continuation(identity.key())
             .await?;
+        self.inner.threads.clear_injections(identity.key()).await?;
         // The row's binding whatever generation owns it: a reset in the new generation also
         // clears a binding its recorded predecessor still owns (a `/new` after the host moved
         // the session to a new id), and that thread is retired like the generation's own.

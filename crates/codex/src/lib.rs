@@ -82,6 +82,6 @@ pub use host::{
 pub use ids::{ThreadId, TurnId};
 pub use locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, cached_codex_binary, locate_codex_binary};
 pub use native::{
-    ARCHIVE_NAMESPACE, CLEANUP_NAMESPACE, CONTINUATION_NAMESPACE, CodexThreads, NativeCleanup,
-    PendingCleanup, record_deleted_session_threads,
+    ARCHIVE_NAMESPACE, CLEANUP_NAMESPACE, CONTINUATION_NAMESPACE, CodexThreads,
+    INJECTION_NAMESPACE, NativeCleanup, PendingCleanup, record_deleted_session_threads,
 };

@@ -25,6 +25,9 @@
 //!   session's earlier conversation; a deletion of the session deletes them
 //!   ([`NativeCleanup::Delete`], each through its cleanup record) and removes the row. A thread
 //!   is listed before it is archived, so a process that stops in between leaves it listed.
+//! - [`INJECTION_NAMESPACE`]: one row per session (under the session's binding key) with the
+//!   items due into its bound thread (the settled-turn finalizer's answers): the next turn that
+//!   resumes the thread injects them; a new thread, a fork, a reset or a deletion drops them.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -55,6 +58,11 @@ pub const CONTINUATION_NAMESPACE: &str = "codex-continuations";
 
 /// The namespace of the threads archived for each session (see the module documentation).
 pub const ARCHIVE_NAMESPACE: &str = "codex-archives";
+
+/// The namespace of the items due into each session's bound thread before its next turn: the
+/// answers the settled-turn finalizer gave on its own (capability-free) thread, which the
+/// session's thread would otherwise never see.
+pub const INJECTION_NAMESPACE: &str = "codex-injections";
 
 /// How many live rows one scan of the cleanup namespace reads.
 const SCAN_PAGE: usize = 100;
@@ -120,6 +128,12 @@ struct Continuation {
     thread_id: String,
 }
 
+/// The items due into one session's bound thread.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct PendingInjections {
+    items: Vec<Value>,
+}
+
 /// The threads archived for one session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,6 +151,7 @@ pub struct CodexThreads {
     cleanups: Namespace,
     continuations: Namespace,
     archives: Namespace,
+    injections: Namespace,
 }
 
 impl fmt::Debug for CodexThreads {
@@ -180,7 +195,8 @@ impl CodexThreads {
         let cleanups = Namespace::new(CLEANUP_NAMESPACE)?;
         let continuations = Namespace::new(CONTINUATION_NAMESPACE)?;
         let archives = Namespace::new(ARCHIVE_NAMESPACE)?;
-        for ns in [&cleanups, &continuations, &archives] {
+        let injections = Namespace::new(INJECTION_NAMESPACE)?;
+        for ns in [&cleanups, &continuations, &archives, &injections] {
             store
                 .register_namespace(NamespaceConfig::new(ns.clone()))
                 .await?;
@@ -193,7 +209,47 @@ impl CodexThreads {
             cleanups,
             continuations,
             archives,
+            injections,
         })
+    }
+
+    /// Records `item` (a Responses API item) as due into `session`'s bound thread before its
+    /// next turn, after the ones already due.
+    pub(crate) async fn record_injection(
+        &self,
+        session: &BindingKey,
+        item: Value,
+    ) -> Result<(), Error> {
+        self.update(&self.injections, session, |current| {
+            let mut due = current
+                .and_then(|value| serde_json::from_slice::<PendingInjections>(value).ok())
+                .unwrap_or_default();
+            due.items.push(item.clone());
+            encode(&due).map(Some)
+        })
+        .await
+    }
+
+    /// The items due into `session`'s bound thread (an unreadable record has none, logged).
+    pub(crate) async fn injections(&self, session: &BindingKey) -> Result<Vec<Value>, Error> {
+        let Some(row) = self.store.lookup(&self.injections, session).await? else {
+            return Ok(Vec::new());
+        };
+        match serde_json::from_slice::<PendingInjections>(&row.value) {
+            Ok(due) => Ok(due.items),
+            Err(error) => {
+                tracing::warn!(key = %session, %error, "unreadable codex injection record; ignored");
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    /// Removes `session`'s due items (injected, or the thread they were for is gone).
+    pub(crate) async fn clear_injections(&self, session: &BindingKey) -> Result<(), Error> {
+        self.store
+            .delete_if(&self.injections, session, &|_| true)
+            .await?;
+        Ok(())
     }
 
     /// Claims `thread_id` for a running turn (a deletion is refused while it is claimed).

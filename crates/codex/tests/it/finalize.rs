@@ -138,6 +138,7 @@ async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
         Step::Calls(vec![("call-1", "lookup", json!({ "q": "heron" }))]),
         Step::Silent,
         Step::Reply("A heron is a wading bird."),
+        Step::Reply("Yes, I said it wades."),
     ])
     .await
     else {
@@ -181,6 +182,35 @@ async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
     assert_eq!(
         transcript.last().map(|e| e.content.as_str()),
         Some("A heron is a wading bird.")
+    );
+
+    // The session's own thread learns the answer before its next turn: the model's next
+    // request carries it, as the host transcript does.
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(
+            &key,
+            "run-2",
+            "did you say it wades?",
+        )))
+        .await
+        .unwrap();
+    assert!(next.resumed_thread);
+    assert_eq!(next.thread_id, outcome.thread_id);
+    let requests = model.requests();
+    assert!(
+        mentions(requests.last().unwrap(), "A heron is a wading bird."),
+        "the finalized answer never reached the session's thread"
+    );
+    assert_eq!(
+        tether_core::BindingStore::count(
+            &host.store,
+            &tether_core::Namespace::new(tether_codex::INJECTION_NAMESPACE).unwrap(),
+        )
+        .await
+        .unwrap(),
+        0,
+        "injected once, then no longer due"
     );
 }
 
