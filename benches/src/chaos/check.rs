@@ -133,7 +133,7 @@ pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<Strin
         );
         let session = SessionKey::new(&raw)?;
         if kind == "reset" {
-            check_reset(store, &threads, &session, &status, &mut violations).await?;
+            check_reset(store, &threads, &session, &status, faults, &mut violations).await?;
             continue;
         }
         let entry = store.session(&session).await?;
@@ -201,7 +201,8 @@ pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<Strin
 
 /// A session a worker reset (`kind = 'reset'`): at generation `s-1` (the reset did not commit,
 /// or the worker died before it) its first binding is intact; at `s-2` the row records a
-/// reset and a turn of `s-2` — run here, as the next turn after a restart would — never gets
+/// reset and a turn of `s-2` — run here, as the next turn after a restart would (with
+/// `faults`, judged from the row instead: the store may still refuse writes) — never gets
 /// the old thread back, whether or not the harnesses were told (a worker killed after the
 /// COMMIT, or a reset committed on purpose without the notification).
 async fn check_reset(
@@ -209,6 +210,7 @@ async fn check_reset(
     threads: &tether_harness_sdk::hooks::ThreadBindingHarness,
     session: &SessionKey,
     status: &str,
+    faults: bool,
     violations: &mut Vec<String>,
 ) -> Result<(), Error> {
     use tether_harness_sdk::backend::BindingIdentity;
@@ -246,12 +248,26 @@ async fn check_reset(
                     entry.previous_change
                 ));
             }
-            // The next turn: it waits out a lease a killed worker still held.
-            let caller = BindingAuthority::caller(tether_core::always_current());
-            threads
-                .with_turn_lease(&identity, &caller, |_lease, _authority| async { Ok(()) })
-                .await?;
-            let bound = threads.store().read(&identity).await?.map(|b| b.thread_id);
+            let bound = if faults {
+                // Under resource faults the store may still refuse writes after the drill:
+                // judge from the row what the next turn finds. A binding the recorded
+                // predecessor still owns is cleared by it (the row records a reset, checked
+                // above); anything else is what the turn gets.
+                threads.store().record(&identity).await?.and_then(|record| {
+                    let predecessors = record.session_id.as_ref() != Some(&generation);
+                    record
+                        .binding()
+                        .filter(|_| !predecessors)
+                        .map(|b| b.thread_id.clone())
+                })
+            } else {
+                // The next turn: it waits out a lease a killed worker still held.
+                let caller = BindingAuthority::caller(tether_core::always_current());
+                threads
+                    .with_turn_lease(&identity, &caller, |_lease, _authority| async { Ok(()) })
+                    .await?;
+                threads.store().read(&identity).await?.map(|b| b.thread_id)
+            };
             if bound
                 .as_deref()
                 .is_some_and(|thread| !thread.starts_with(NEW_THREAD))

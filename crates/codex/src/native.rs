@@ -232,16 +232,11 @@ impl CodexThreads {
 
     /// The items due into `session`'s bound thread (an unreadable record has none, logged).
     pub(crate) async fn injections(&self, session: &BindingKey) -> Result<Vec<Value>, Error> {
-        let Some(row) = self.store.lookup(&self.injections, session).await? else {
-            return Ok(Vec::new());
-        };
-        match serde_json::from_slice::<PendingInjections>(&row.value) {
-            Ok(due) => Ok(due.items),
-            Err(error) => {
-                tracing::warn!(key = %session, %error, "unreadable codex injection record; ignored");
-                Ok(Vec::new())
-            }
-        }
+        Ok(self
+            .read::<PendingInjections>(&self.injections, session, "codex injection record")
+            .await?
+            .map(|due| due.items)
+            .unwrap_or_default())
     }
 
     /// Removes `session`'s due items (injected, or the thread they were for is gone).
@@ -405,16 +400,10 @@ impl CodexThreads {
     /// The thread `session` was bound to when its context was last reset, if a continuation is
     /// due.
     pub(crate) async fn continuation(&self, session: &BindingKey) -> Result<Option<String>, Error> {
-        let Some(row) = self.store.lookup(&self.continuations, session).await? else {
-            return Ok(None);
-        };
-        match serde_json::from_slice::<Continuation>(&row.value) {
-            Ok(record) => Ok(Some(record.thread_id)),
-            Err(error) => {
-                tracing::warn!(key = %session, %error, "unreadable codex continuation record; ignored");
-                Ok(None)
-            }
-        }
+        Ok(self
+            .read::<Continuation>(&self.continuations, session, "codex continuation record")
+            .await?
+            .map(|record| record.thread_id))
     }
 
     /// Removes `session`'s continuation record (done, or the session was reset or deleted).
@@ -457,16 +446,11 @@ impl CodexThreads {
 
     /// The threads archived for `session` (an unreadable record lists none, logged).
     pub(crate) async fn archived(&self, session: &BindingKey) -> Result<Vec<String>, Error> {
-        let Some(row) = self.store.lookup(&self.archives, session).await? else {
-            return Ok(Vec::new());
-        };
-        match serde_json::from_slice::<ArchivedThreads>(&row.value) {
-            Ok(record) => Ok(record.thread_ids),
-            Err(error) => {
-                tracing::warn!(key = %session, %error, "unreadable record of archived codex threads; ignored");
-                Ok(Vec::new())
-            }
-        }
+        Ok(self
+            .read::<ArchivedThreads>(&self.archives, session, "record of archived codex threads")
+            .await?
+            .map(|record| record.thread_ids)
+            .unwrap_or_default())
     }
 
     /// After a committed deletion of `session` (whose bound thread, the newest, the SDK's hook
@@ -493,6 +477,26 @@ impl CodexThreads {
             .delete_if(&self.archives, session, &|_| true)
             .await?;
         Ok(())
+    }
+
+    /// The record of type `T` at `key` in `ns`; an unreadable one (`what`) counts as none,
+    /// logged.
+    async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        ns: &Namespace,
+        key: &BindingKey,
+        what: &str,
+    ) -> Result<Option<T>, Error> {
+        let Some(row) = self.store.lookup(ns, key).await? else {
+            return Ok(None);
+        };
+        match serde_json::from_slice::<T>(&row.value) {
+            Ok(record) => Ok(Some(record)),
+            Err(error) => {
+                tracing::warn!(%key, %error, "unreadable {what}; ignored");
+                Ok(None)
+            }
+        }
     }
 
     /// Writes `record` at `key`, whatever the row held.

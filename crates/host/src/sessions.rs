@@ -451,7 +451,7 @@ impl<B: HostBackend> HostSessions<B> {
     {
         let requests: Vec<DeletionRequest> =
             keys.iter().cloned().map(DeletionRequest::new).collect();
-        self.delete(&requests, Some(Arc::new(host_writes))).await
+        self.delete_requests_with(&requests, host_writes).await
     }
 
     /// Like [`delete_requests`](Self::delete_requests), with the host's own writes in the same

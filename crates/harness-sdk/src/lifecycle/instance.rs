@@ -334,19 +334,20 @@ pub struct Lifecycle<C: RecordCodec> {
 
 /// Ends a lease scope whose future was dropped before it ended (see
 /// [`Lifecycle::with_lease`]): the release runs on a task of its own on the current runtime.
-/// Disarmed (`lifecycle: None`) once the scope ends normally.
-struct ScopeEndOnDrop<C: RecordCodec + 'static> {
-    lifecycle: Option<Lifecycle<C>>,
-    key: BindingKey,
-    owner: Arc<OwnerState>,
+/// Disarmed (`lifecycle: None`) once the scope ends normally; it borrows, and clones what the
+/// task needs only when it fires.
+struct ScopeEndOnDrop<'a, C: RecordCodec + 'static> {
+    lifecycle: Option<&'a Lifecycle<C>>,
+    key: &'a BindingKey,
+    owner: &'a Arc<OwnerState>,
 }
 
-impl<C: RecordCodec + 'static> Drop for ScopeEndOnDrop<C> {
+impl<C: RecordCodec + 'static> Drop for ScopeEndOnDrop<'_, C> {
     fn drop(&mut self) {
         let Some(lifecycle) = self.lifecycle.take() else {
             return;
         };
-        let (key, owner) = (self.key.clone(), self.owner.clone());
+        let (lifecycle, key, owner) = (lifecycle.clone(), self.key.clone(), self.owner.clone());
         tracing::info!(key = %key, token = owner.token.prefix(), "lease scope dropped before it ended; releasing its lease");
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
@@ -839,9 +840,9 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
         // mid-scope: the scope's end then runs on a task of its own instead of leaving the key
         // held until the lease expires.
         let mut on_drop = ScopeEndOnDrop {
-            lifecycle: Some(self.clone()),
-            key: key.clone(),
-            owner: owner.clone(),
+            lifecycle: Some(self),
+            key,
+            owner: &owner,
         };
         // Boxed: the callback's future can be large, and scopes nest.
         let result = Box::pin(self.hold(key, &options, &owner, run)).await;

@@ -157,6 +157,24 @@ fn identity(key: &SessionKey, generation: &str) -> BindingIdentity {
     )
 }
 
+/// Resets `key` to generation `next` in the host's transaction and tells no harness: what a
+/// crash between the reset's COMMIT and its notification leaves.
+async fn reset_unnotified(host: &Host, key: &SessionKey, next: &str) {
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+
+    let entry = host.store().session(key).await.unwrap().unwrap();
+    let tx = host.store().begin_host().await.unwrap();
+    tx.rotate_session(
+        &entry,
+        &SessionId::new(next).unwrap(),
+        tether_core::GenerationChange::Reset,
+    )
+    .await
+    .unwrap()
+    .expect("rotated");
+    tx.commit().await.unwrap();
+}
+
 /// Binds `thread` for `identity` through the turn lease, writing under its authority.
 async fn bind_in_turn(
     harness: &ThreadBindingHarness,
@@ -183,7 +201,6 @@ async fn bind_in_turn(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_a_reset_or_cut_is_never_continued_even_without_its_notification() {
     use tether_core::GenerationChange;
-    use tether_storage::{HostBackend as _, HostTransaction as _};
 
     on_both("host_reset_durable", |host, _| async move {
         let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
@@ -211,17 +228,7 @@ async fn host_a_reset_or_cut_is_never_continued_even_without_its_notification() 
                 .await
                 .unwrap()
         );
-        let entry = host.store().session(&key).await.unwrap().unwrap();
-        let tx = host.store().begin_host().await.unwrap();
-        tx.rotate_session(
-            &entry,
-            &SessionId::new("gen-2").unwrap(),
-            GenerationChange::Reset,
-        )
-        .await
-        .unwrap()
-        .expect("rotated");
-        tx.commit().await.unwrap();
+        reset_unnotified(&host, &key, "gen-2").await;
         assert_eq!(
             thread_of_turn(identity(&key, "gen-2")).await,
             (None, Some(GenerationChange::Reset)),
@@ -263,17 +270,7 @@ async fn host_a_reset_or_cut_is_never_continued_even_without_its_notification() 
             }
         };
         assert!(supervised.await.unwrap());
-        let entry = host.store().session(&key).await.unwrap().unwrap();
-        let tx = host.store().begin_host().await.unwrap();
-        tx.rotate_session(
-            &entry,
-            &SessionId::new("gen-2").unwrap(),
-            GenerationChange::Reset,
-        )
-        .await
-        .unwrap()
-        .expect("rotated");
-        tx.commit().await.unwrap();
+        reset_unnotified(&host, &key, "gen-2").await;
         assert_eq!(
             thread_of_turn(identity(&key, "gen-2")).await,
             (

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tether_core::{Error, JsonObjectCodec, LeaseConfig, LeaseWrite};
+use tether_core::{BindingKey, Error, JsonObjectCodec, LeaseConfig, LeaseWrite};
 use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
 use tether_storage::MemoryStore;
 
-use super::support::{Fixture, RETRY, Record, STALE, config, key, record, set_value};
+use super::support::{Fixture, Lc, RETRY, Record, STALE, config, key, record, set_value};
 
 #[tokio::test]
 async fn lifecycle_spawned_work_writes_under_the_guard() {
@@ -168,21 +168,7 @@ async fn lifecycle_per_call_wait_budget_and_try_with_lease() {
 async fn lifecycle_a_timeout_behind_its_own_label_names_the_second_instance() {
     let f = &Fixture::new().await;
     let k = &key("k");
-    let twin = f.twin();
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let holder = {
-        let k = k.clone();
-        tokio::spawn(async move {
-            twin.with_lease(&k, LeaseOptions::default(), |_| async move {
-                held_tx.send(()).unwrap();
-                done_rx.await.unwrap();
-                Ok(())
-            })
-            .await
-        })
-    };
-    held_rx.await.unwrap();
+    let (done_tx, holder) = hold_in_scope(f.twin(), k).await;
     let err =
         f.lc.try_with_lease(k, LeaseOptions::default(), |_| async move { Ok(()) })
             .await
@@ -199,21 +185,7 @@ async fn lifecycle_a_timeout_behind_its_own_label_names_the_second_instance() {
 
     // The same instance holding the key in a scope this call is not part of: a different
     // hint (the instance is shared already; the call is outside the scope).
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let lc = f.lc.clone();
-    let held = {
-        let k = k.clone();
-        tokio::spawn(async move {
-            lc.with_lease(&k, LeaseOptions::default(), |_| async move {
-                held_tx.send(()).unwrap();
-                done_rx.await.unwrap();
-                Ok(())
-            })
-            .await
-        })
-    };
-    held_rx.await.unwrap();
+    let (done_tx, held) = hold_in_scope(f.lc.clone(), k).await;
     let err =
         f.lc.try_with_lease(k, LeaseOptions::default(), |_| async move { Ok(()) })
             .await
@@ -225,6 +197,30 @@ async fn lifecycle_a_timeout_behind_its_own_label_names_the_second_instance() {
     );
     done_tx.send(()).unwrap();
     held.await.unwrap().unwrap();
+}
+
+/// Holds `k` in a `with_lease` scope of `lc` on a task of its own until the returned sender
+/// fires; returns once the lease is held.
+async fn hold_in_scope(
+    lc: Lc,
+    k: &BindingKey,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), Error>>,
+) {
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let k = k.clone();
+    let scope = tokio::spawn(async move {
+        lc.with_lease(&k, LeaseOptions::default(), |_| async move {
+            held_tx.send(()).unwrap();
+            done_rx.await.unwrap();
+            Ok(())
+        })
+        .await
+    });
+    held_rx.await.unwrap();
+    (done_tx, scope)
 }
 
 #[tokio::test]
