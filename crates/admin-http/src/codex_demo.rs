@@ -341,13 +341,12 @@ async fn run(
     let fail = step("reset a session");
     let report = reset_registered_harness_sessions(
         &[&*host.registry],
-        &ResetParams {
-            agent_id: AgentId::new(AGENT).map_err(|e| fail(e.to_string()))?,
-            session_id: SessionId::new("reset-g1").map_err(|e| fail(e.to_string()))?,
-            session_key: Some(reset_key.clone()),
-            reason: ResetReason::Reset,
-            lifecycle_revision: None,
-        },
+        &ResetParams::new(
+            AgentId::new(AGENT).map_err(|e| fail(e.to_string()))?,
+            SessionId::new("reset-g1").map_err(|e| fail(e.to_string()))?,
+            Some(reset_key.clone()),
+            ResetReason::Reset,
+        ),
     )
     .await;
     if let Some(failure) = report.failures().next() {

@@ -2179,7 +2179,10 @@ impl AgentHarness for CodexHarness {
     /// starts a fresh Codex thread for the same session key), then the retired thread is
     /// archived. A failure (of the backend or of the archive) fails the hook; the caller's
     /// fan-out logs it once per harness per process, and the next reset runs the hook again,
-    /// retrying the cleanups left pending first. `Deleted` is only a notification.
+    /// retrying the cleanups left pending first. After a reset to a new generation
+    /// ([`ResetParams::replaced_generation`]) whose notification comes late, a thread the new
+    /// generation's first turn already bound is kept, with its due items. `Deleted` is only a
+    /// notification.
     async fn reset(&self, params: ResetParams) -> Result<(), Error> {
         let span = tracing::info_span!("codex.reset", session_id = %params.session_id, reason = ?params.reason);
         self.reset_session(params).instrument(span).await
@@ -2346,6 +2349,18 @@ impl CodexHarness {
             params.session_id.clone(),
             params.session_key.clone(),
         );
+        let record = self.inner.bindings.record(&identity).await?;
+        if params.replaced_generation().is_some()
+            && record
+                .as_ref()
+                .is_some_and(|r| r.is_active() && r.session_id.as_ref() == Some(&params.session_id))
+        {
+            // A late notification of a reset to a new generation: a turn of the new
+            // generation already bound its fresh thread (and cleared what the reset ended).
+            // That thread, its continuation and its due items are the new generation's.
+            tracing::info!(session_id = %params.session_id, "the new generation bound a thread before this reset's notification; nothing left to reset");
+            return Ok(());
+        }
         // A reset starts the session afresh: a pending context-reset continuation is dropped,
         // and so are the items due into the old thread.
         self.inner
@@ -2358,7 +2373,7 @@ impl CodexHarness {
         // the session to a new id), and that thread is retired like the generation's own.
         let row_binding =
             |record: Option<ThreadBindingRecord>| record.and_then(|r| r.binding().cloned());
-        let previous = row_binding(self.inner.bindings.record(&identity).await?);
+        let previous = row_binding(record);
         self.inner.hooks.reset(params).await?;
         let Some(previous) = previous else {
             return Ok(());

@@ -46,11 +46,37 @@ pub enum ResetReason {
 }
 
 /// Parameters of [`AgentHarness::reset`].
+///
+/// Two kinds of reset reach a harness:
+///
+/// - **in place** ([`ResetParams::new`]): `session_id` keeps its id and whatever it has bound
+///   is cleared;
+/// - **to a new generation** ([`ResetParams::replacing`], what `/new` and `/reset` of a Tether
+///   host send): the host moved the session from `previous_session_id` to `session_id` in a
+///   transaction that has committed. What the reset ends is what the previous generation
+///   bound; a binding `session_id` owns was made by a turn that ran after the COMMIT (the
+///   notification runs after it and may be late) and is kept.
+///
+/// ```
+/// use tether_core::{AgentId, ResetParams, ResetReason, SessionId, SessionKey};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let params = ResetParams::new(
+///     AgentId::new("main")?,
+///     SessionId::new("gen-2")?,
+///     Some(SessionKey::new("agent:main:direct:alice")?),
+///     ResetReason::New,
+/// )
+/// .replacing(SessionId::new("gen-1")?);
+/// assert_eq!(params.previous_session_id.as_ref().map(SessionId::as_str), Some("gen-1"));
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ResetParams {
     /// The agent.
     pub agent_id: AgentId,
-    /// The physical session being reset.
+    /// The physical session being reset: after a reset to a new generation, the new one.
     pub session_id: SessionId,
     /// The logical key, when the session has one.
     pub session_key: Option<SessionKey>,
@@ -58,6 +84,72 @@ pub struct ResetParams {
     pub reason: ResetReason,
     /// The host lifecycle revision at the time of the reset, when known.
     pub lifecycle_revision: Option<LifecycleRevision>,
+    /// The generation the reset replaced, when it moved the session to `session_id`; `None`
+    /// for an in-place reset of `session_id`.
+    pub previous_session_id: Option<SessionId>,
+}
+
+impl ResetParams {
+    /// An in-place reset of `session_id` (no lifecycle revision, no predecessor).
+    pub fn new(
+        agent_id: AgentId,
+        session_id: SessionId,
+        session_key: Option<SessionKey>,
+        reason: ResetReason,
+    ) -> Self {
+        Self {
+            agent_id,
+            session_id,
+            session_key,
+            reason,
+            lifecycle_revision: None,
+            previous_session_id: None,
+        }
+    }
+
+    /// The notification of the change that left `entry` (the session row as it is now): the
+    /// reset of `entry`'s generation, replacing its recorded predecessor when the row says the
+    /// generation began with a [`GenerationChange::Reset`](crate::GenerationChange::Reset)
+    /// (so a late or repeated notification keeps what a turn bound since), in place otherwise;
+    /// with the row's lifecycle revision. This is what a host sends again after a crash
+    /// between a reset's COMMIT and its notification.
+    pub fn of_entry(entry: &crate::HostSessionEntry, reason: ResetReason) -> Self {
+        let params = Self::new(
+            entry.agent_id.clone(),
+            entry.session_id.clone(),
+            Some(entry.session_key.clone()),
+            reason,
+        )
+        .with_lifecycle_revision(entry.lifecycle_revision);
+        match (&entry.previous_session_id, entry.previous_change) {
+            (Some(previous), Some(crate::GenerationChange::Reset)) => {
+                params.replacing(previous.clone())
+            }
+            _ => params,
+        }
+    }
+
+    /// With the host's lifecycle revision at the time of the reset.
+    #[must_use]
+    pub fn with_lifecycle_revision(mut self, revision: LifecycleRevision) -> Self {
+        self.lifecycle_revision = Some(revision);
+        self
+    }
+
+    /// A reset that moved the session from `previous` to `session_id` (see the type's docs).
+    /// `previous` equal to `session_id` is an in-place reset.
+    #[must_use]
+    pub fn replacing(mut self, previous: SessionId) -> Self {
+        self.previous_session_id = (previous != self.session_id).then_some(previous);
+        self
+    }
+
+    /// The generation this reset replaced, when it moved the session to a new one.
+    pub fn replaced_generation(&self) -> Option<&SessionId> {
+        self.previous_session_id
+            .as_ref()
+            .filter(|previous| **previous != self.session_id)
+    }
 }
 
 /// Binding-row operations bound to the host's open SQL transaction.
@@ -254,7 +346,13 @@ pub trait AgentHarness: Send + Sync + fmt::Debug {
     /// The harness id (registry key).
     fn id(&self) -> &HarnessId;
 
-    /// In-place session reset (and post-deletion notification).
+    /// A session reset (and the post-deletion notification, [`ResetReason::Deleted`]).
+    ///
+    /// In place, the generation's binding is cleared. After a reset to a new generation
+    /// ([`ResetParams::replaced_generation`]) the binding the replaced generation left is
+    /// cleared and one the new generation owns is kept: it was bound by a turn after the
+    /// host's COMMIT, and this notification may be late. Called again with the same
+    /// parameters, a reset changes nothing more.
     async fn reset(&self, params: ResetParams) -> Result<(), Error>;
 
     /// The deletion capability, when the harness binds native sessions.
@@ -270,5 +368,56 @@ pub trait AgentHarness: Send + Sync + fmt::Debug {
     /// The settled-turn finalization capability.
     fn settled_turn_finalizer(&self) -> Option<&dyn SettledTurnFinalizer> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GenerationChange, HostSessionEntry, Timestamp};
+
+    fn entry(previous: Option<(&str, GenerationChange)>) -> HostSessionEntry {
+        HostSessionEntry {
+            session_key: SessionKey::new("agent:main:direct:a").unwrap(),
+            agent_id: AgentId::new("main").unwrap(),
+            session_id: SessionId::new("gen-2").unwrap(),
+            previous_session_id: previous.map(|(id, _)| SessionId::new(id).unwrap()),
+            previous_change: previous.map(|(_, change)| change),
+            lifecycle_revision: LifecycleRevision::new(7),
+            agent_harness_id: None,
+            created_at: Timestamp::from_millis(0),
+            updated_at: Timestamp::from_millis(0),
+        }
+    }
+
+    #[test]
+    fn a_reset_of_an_entry_replaces_only_a_predecessor_the_row_says_it_reset() {
+        let reset = ResetParams::of_entry(
+            &entry(Some(("gen-1", GenerationChange::Reset))),
+            ResetReason::New,
+        );
+        assert_eq!(reset.session_id.as_str(), "gen-2");
+        assert_eq!(
+            reset.replaced_generation().map(SessionId::as_str),
+            Some("gen-1")
+        );
+        assert_eq!(reset.lifecycle_revision, Some(LifecycleRevision::new(7)));
+        for change in [GenerationChange::Transfer, GenerationChange::Cut] {
+            let in_place =
+                ResetParams::of_entry(&entry(Some(("gen-1", change))), ResetReason::Reset);
+            assert_eq!(in_place.replaced_generation(), None, "{change:?}");
+        }
+        assert_eq!(
+            ResetParams::of_entry(&entry(None), ResetReason::Reset).replaced_generation(),
+            None
+        );
+        let same = ResetParams::new(
+            AgentId::new("main").unwrap(),
+            SessionId::new("gen-2").unwrap(),
+            None,
+            ResetReason::Reset,
+        )
+        .replacing(SessionId::new("gen-2").unwrap());
+        assert_eq!(same.replaced_generation(), None, "the same id is in place");
     }
 }

@@ -32,13 +32,12 @@
 //! registry.register(Arc::new(Quiet(HarnessId::new("doc-quiet")?)));
 //! assert_ne!(registry.generation(), before, "every change moves the generation");
 //!
-//! let params = ResetParams {
-//!     agent_id: AgentId::new("main")?,
-//!     session_id: SessionId::new("s-1")?,
-//!     session_key: None,
-//!     reason: ResetReason::Reset,
-//!     lifecycle_revision: None,
-//! };
+//! let params = ResetParams::new(
+//!     AgentId::new("main")?,
+//!     SessionId::new("s-1")?,
+//!     None,
+//!     ResetReason::Reset,
+//! );
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! let report = reset_registered_harness_sessions(&[&registry], &params).await;
 //! assert_eq!(report.outcomes().len(), 1);

@@ -259,17 +259,6 @@ fn naming_the_session(err: Error, targets: &[HostSessionEntry]) -> Error {
     }
 }
 
-/// The reset notification of `entry` (as it is now) for `reason`.
-fn reset_params(entry: &HostSessionEntry, reason: ResetReason) -> ResetParams {
-    ResetParams {
-        agent_id: entry.agent_id.clone(),
-        session_id: entry.session_id.clone(),
-        session_key: Some(entry.session_key.clone()),
-        reason,
-        lifecycle_revision: Some(entry.lifecycle_revision),
-    }
-}
-
 fn session_changed(key: &SessionKey, session_id: &SessionId) -> Error {
     Error::SupersededGeneration {
         session_id: session_id.to_string(),
@@ -648,9 +637,12 @@ impl<B: HostBackend> HostSessions<B> {
     /// but the row says the generation began with a reset, so the next turn clears that
     /// binding instead of continuing it (the Codex harness also archives the old thread when
     /// its turn or compaction clears it). Still call the harnesses again
-    /// (`reset_registered_harness_sessions` with the new generation) when a host restarts
+    /// (`reset_registered_harness_sessions` with
+    /// [`ResetParams::of_entry`](tether_core::ResetParams::of_entry)) when a host restarts
     /// after such a crash: a harness may clean up native state only in its `reset`, and a
-    /// second change before any turn leaves the old binding to it.
+    /// compaction before any turn leaves the old binding to it. The notification names the
+    /// generation it replaced, so a harness keeps a thread the new generation's first turn
+    /// bound before a late notification ran.
     ///
     /// Refused, nothing changed: while a run of the session is in flight
     /// ([`Error::CompetingWork`]), for a session driven by an external agent harness, for
@@ -766,7 +758,9 @@ impl<B: HostBackend> HostSessions<B> {
         // lost (its outcome unknown): a reset that did not commit finds its new generation
         // not current, and its hooks change nothing.
         let registry = Arc::clone(&self.registry);
-        let params = reset_params(&now, reason);
+        // For the new generation, replacing the old one: a turn that binds the new generation
+        // before this (late) notification runs keeps its thread.
+        let params = ResetParams::of_entry(&now, reason);
         let told = tokio::spawn(async move {
             reset_registered_harness_sessions(&[&registry], &params).await;
         });
@@ -1159,7 +1153,13 @@ impl<B: HostBackend> HostSessions<B> {
     /// After a deletion every registered harness is told (`reset` with reason `Deleted`): the
     /// SDK's fan-out, concurrent, failures logged once per harness per process.
     async fn notify_deleted(&self, target: &HostSessionEntry) {
-        let params = reset_params(target, ResetReason::Deleted);
+        let params = ResetParams::new(
+            target.agent_id.clone(),
+            target.session_id.clone(),
+            Some(target.session_key.clone()),
+            ResetReason::Deleted,
+        )
+        .with_lifecycle_revision(target.lifecycle_revision);
         reset_registered_harness_sessions(&[&self.registry], &params).await;
     }
 }

@@ -54,13 +54,12 @@ async fn archived_threads(host: &Host) -> Vec<String> {
 }
 
 fn reset_params(key: &tether_core::SessionKey, reason: ResetReason) -> ResetParams {
-    ResetParams {
-        agent_id: AgentId::new(AGENT).unwrap(),
-        session_id: SessionId::new(SESSION_ID).unwrap(),
-        session_key: Some(key.clone()),
+    ResetParams::new(
+        AgentId::new(AGENT).unwrap(),
+        SessionId::new(SESSION_ID).unwrap(),
+        Some(key.clone()),
         reason,
-        lifecycle_revision: None,
-    }
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -606,13 +605,12 @@ async fn codex_e2e_reset_or_deletion_after_a_rewind_drops_the_continuation() {
     let registry = host.registry();
     let report = reset_registered_harness_sessions(
         &[&registry],
-        &ResetParams {
-            agent_id: AgentId::new(AGENT).unwrap(),
-            session_id: SessionId::new("gen-2").unwrap(),
-            session_key: Some(key.clone()),
-            reason: ResetReason::Reset,
-            lifecycle_revision: None,
-        },
+        &ResetParams::new(
+            AgentId::new(AGENT).unwrap(),
+            SessionId::new("gen-2").unwrap(),
+            Some(key.clone()),
+            ResetReason::Reset,
+        ),
     )
     .await;
     assert_eq!(report.failures().count(), 0);
@@ -1097,6 +1095,7 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
         Step::Reply("A fresh start."),
         Step::Reply("Noted: the code is 4711."),
         Step::Reply("Another fresh start."),
+        Step::Reply("Still on the fresh thread."),
         Step::Reply("Noted: the secret is 2718."),
         Step::Reply("A later answer."),
         Step::Reply("After the rewind."),
@@ -1223,6 +1222,35 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
             .await
             .unwrap()
             .is_empty()
+    );
+    // The reset's notification comes late (another process's slow fan-out, or the host sending
+    // it again after a restart): the thread the new generation's first turn bound is kept,
+    // and the next turn resumes it.
+    let entry = host.store.session(&other).await.unwrap().unwrap();
+    let registry = host.registry();
+    let report = reset_registered_harness_sessions(
+        &[&registry],
+        &ResetParams::of_entry(&entry, ResetReason::New),
+    )
+    .await;
+    assert_eq!(report.failures().count(), 0);
+    let resumed = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &other,
+            "gen-2",
+            "run-5b",
+            "still there?",
+        )))
+        .await
+        .unwrap();
+    assert!(!resumed.started_thread, "{resumed:?}");
+    assert_eq!(resumed.thread_id, fresh.thread_id);
+    assert!(
+        !archived_threads(&host)
+            .await
+            .contains(&fresh.thread_id.to_string()),
+        "the new generation's thread was archived"
     );
 
     // A rewind after the unnotified reset, before any turn: the binding it releases is the

@@ -274,13 +274,12 @@ async fn codex_e2e_lifecycle_protocol_matches_the_pinned_schema() {
     let registry = host.registry();
     let report = tether_harness_sdk::reset::reset_registered_harness_sessions(
         &[&registry],
-        &tether_core::ResetParams {
-            agent_id: attempt(&key, "x", "").session.agent_id,
-            session_id: attempt(&key, "x", "").session.session_id,
-            session_key: Some(key.clone()),
-            reason: tether_core::ResetReason::Reset,
-            lifecycle_revision: None,
-        },
+        &tether_core::ResetParams::new(
+            attempt(&key, "x", "").session.agent_id,
+            attempt(&key, "x", "").session.session_id,
+            Some(key.clone()),
+            tether_core::ResetReason::Reset,
+        ),
     )
     .await;
     assert_eq!(report.failures().count(), 0);

@@ -85,6 +85,13 @@ impl GenerationCapture {
         })
     }
 
+    /// Whether this generation began with a reset or a cut of a recorded predecessor: the
+    /// native context of every earlier generation of the session ended there, not only the
+    /// predecessor's (so a binding any earlier generation left is stale, never continued).
+    pub fn began_afresh(&self) -> bool {
+        self.previous_session_id.is_some() && self.continued_predecessor().is_none()
+    }
+
     /// The caller's authority combined with the captured lineage. Its
     /// [`BindingAuthority::assert_current`] fails when the state is superseded; its
     /// [`BindingAuthority::with_current`] re-reads the host row when the state is current.

@@ -150,7 +150,14 @@ impl GenerationAuthority {
     ///      a notification lost to a crash after the host's COMMIT changes nothing. Only a row
     ///      the backend refuses to clear (a supervision binding, which a reset keeps too) is
     ///      then adopted;
-    /// 5. otherwise, unless `reclaim_stale`, `false`; else reclaim the stale row.
+    /// 5. if the row belongs to an earlier generation than the recorded predecessor (two
+    ///    changes without a turn between them: a compaction, then `/new`) and this generation
+    ///    began with a reset or a cut ([`GenerationCapture::began_afresh`]), reclaim it the
+    ///    same way, whatever `reclaim_stale` says: the reset or cut ended that context too.
+    ///    Such a row is never adopted, so one the backend refuses to clear stays (`false`);
+    ///    nor is it cleared under an ownership check (`resolve_binding` with
+    ///    `assert_binding`), which sees only the current and the predecessor's binding;
+    /// 6. otherwise, unless `reclaim_stale`, `false`; else reclaim the stale row.
     ///
     /// Every await is followed by a lineage check, so a host rotation during the wait fails
     /// with the superseded error instead of bridging two generations.
@@ -160,6 +167,18 @@ impl GenerationAuthority {
         capture: &GenerationCapture,
         ops: &dyn GenerationOperations,
         reclaim_stale: bool,
+    ) -> Result<bool, Error> {
+        self.reclaim_with(capture, ops, reclaim_stale, true).await
+    }
+
+    /// [`Self::reclaim_prepared`]; step 5 only with `clear_earlier` (a resolution with an
+    /// ownership check leaves an earlier generation's row alone: the check never saw it).
+    async fn reclaim_with(
+        &self,
+        capture: &GenerationCapture,
+        ops: &dyn GenerationOperations,
+        reclaim_stale: bool,
+        clear_earlier: bool,
     ) -> Result<bool, Error> {
         let authority = capture.authority();
         let plan = ops.prepare_reclaim().await?;
@@ -187,6 +206,15 @@ impl GenerationAuthority {
             let adopted = ops.adopt(&expected_previous, authority).await?;
             authority.verify().await?;
             return Ok(adopted != AdoptionResult::Conflict);
+        }
+        if clear_earlier
+            && capture.began_afresh()
+            && expected_previous != capture.target().session_id
+        {
+            tracing::info!(owner = %expected_previous, change = ?capture.previous_change(), "a generation before the recorded predecessor left this binding; the reset or cut that began this generation ended its context: reclaimed, not adopted");
+            let reclaimed = ops.reclaim(&expected_previous, authority).await?;
+            authority.verify().await?;
+            return Ok(reclaimed);
         }
         if capture.continued_predecessor() == Some(&expected_previous) {
             let adopted = ops.adopt(&expected_previous, authority).await?;
@@ -278,7 +306,9 @@ impl GenerationAuthority {
             && let Some(ops) = generation
             && target.session_key.is_some()
         {
-            let reclaimed = self.reclaim_prepared(&capture, ops, reclaim_stale).await?;
+            let reclaimed = self
+                .reclaim_with(&capture, ops, reclaim_stale, assert_binding.is_none())
+                .await?;
             if !reclaimed && reclaim_stale {
                 return Err(capture.superseded_error());
             }

@@ -353,6 +353,21 @@ impl ThreadBindingHarness {
                 .await?;
             return Ok(());
         }
+        if params.replaced_generation().is_some()
+            && self
+                .store
+                .record(&identity)
+                .await?
+                .is_some_and(|record| record.session_id.is_some())
+        {
+            // A reset to a new generation: what it ends is the replaced generation's binding,
+            // cleared by `reset_conflict` when the host records it as the predecessor. A
+            // binding the new generation owns was made by a turn after the host's COMMIT (this
+            // notification may be late) and is kept: the new generation's row is never
+            // cleared here (a retired fence of it is repaired as before). A legacy row with no
+            // owner is cleared in place, as before.
+            return self.reset_conflict(&identity).await;
+        }
         match self.store.reset(&identity, WriteOptions::default()).await? {
             TransitionOutcome::Absent | TransitionOutcome::Applied => Ok(()),
             TransitionOutcome::Conflict => self.reset_conflict(&identity).await,
@@ -360,7 +375,11 @@ impl ThreadBindingHarness {
     }
 
     /// A reset met its own retirement fence (repaired only through the host-store reclaim), or
-    /// a row of another generation (cleared only when it is the exact recorded predecessor's).
+    /// a row of another generation (cleared only when it is the exact recorded predecessor's,
+    /// or when the current generation began with a reset or a cut, which ended every earlier
+    /// context).
+    /// A live row of the reset generation itself is kept (supervision, or a binding a turn
+    /// made after a reset to a new generation).
     async fn reset_conflict(&self, identity: &BindingIdentity) -> Result<(), Error> {
         let Some(record) = self.store.record(identity).await? else {
             return Ok(());
@@ -371,7 +390,7 @@ impl ThreadBindingHarness {
         let caller = BindingAuthority::caller(always_current());
         if identity.owns(record.session_id.as_ref()) {
             if !record.is_retired() {
-                // Supervision keeps its binding.
+                // Supervision keeps its binding, and so does a turn of a new generation.
                 return Ok(());
             }
             let ops = ThreadGenerationOps::new(self.store.clone(), identity.clone());
@@ -400,14 +419,16 @@ impl ThreadBindingHarness {
         }
         let capture = self.generation.capture(&target, &caller).await?;
         if capture.state() == GenerationState::Current
-            && let (Some(previous), Some(owner)) =
-                (capture.previous_session_id(), record.session_id.as_ref())
-            && previous == owner
+            && let Some(owner) = record.session_id.as_ref()
+            && (capture.previous_session_id() == Some(owner) || capture.began_afresh())
         {
-            let predecessor = identity.with_session_id(previous.clone());
+            // The recorded predecessor's binding; or, when the current generation began with
+            // a reset or a cut, one an earlier generation left (a compaction, then `/new`,
+            // with no turn between them): that context ended too.
+            let owner_identity = identity.with_session_id(owner.clone());
             let options = WriteOptions::checked(capture.authority().assert_current_fn());
-            let outcome = self.store.reset(&predecessor, options).await?;
-            tracing::info!(key = %identity.key(), ?outcome, "reset cleared the recorded predecessor's binding");
+            let outcome = self.store.reset(&owner_identity, options).await?;
+            tracing::info!(key = %identity.key(), %owner, ?outcome, "reset cleared a binding an earlier generation left");
         }
         Ok(())
     }
@@ -423,7 +444,10 @@ impl AgentHarness for ThreadBindingHarness {
     /// the generation's binding is cleared so
     /// the same physical id can bind a new thread; its own retirement fence is repaired only
     /// through the authoritative host-store reclaim; a binding still owned by the exact
-    /// recorded predecessor is cleared too (never adopted). `Deleted` retires what is left.
+    /// recorded predecessor is cleared too (never adopted). A reset to a new generation
+    /// ([`ResetParams::replaced_generation`]) clears only that predecessor's binding and keeps
+    /// one the new generation owns (a turn made it after the host's COMMIT). `Deleted` retires
+    /// what is left.
     async fn reset(&self, params: ResetParams) -> Result<(), Error> {
         let span = tracing::info_span!("thread_harness.reset", harness = %self.id, session_id = %params.session_id, reason = ?params.reason);
         self.reset_session(params).instrument(span).await

@@ -50,7 +50,7 @@
 //! let identity = BindingIdentity::session(agent.clone(), s1.clone(), Some(key.clone()));
 //! store.set(&identity, ThreadBinding::new("thread-1", "/work"), WriteOptions::default()).await?;
 //! harness
-//!     .reset(ResetParams { agent_id: agent, session_id: s1, session_key: Some(key), reason: ResetReason::Reset, lifecycle_revision: None })
+//!     .reset(ResetParams::new(agent, s1, Some(key), ResetReason::Reset))
 //!     .await?;
 //! // The stale thread is gone, and the same generation can bind a new one.
 //! assert_eq!(store.read(&identity).await?, None);

@@ -558,6 +558,52 @@ async fn reclaim_never_adopts_across_a_reset_or_a_cut() {
         );
         assert_eq!(row.thread, None, "{change:?}");
 
+        // A row an earlier generation left (two changes without a turn between them): the
+        // reset or cut ended that context too, so it is cleared, never adopted, whatever
+        // `reclaim_stale` says; under an ownership check (which sees only the current and the
+        // predecessor's binding) it is left alone.
+        let earlier = Bindings::bound("s0", "thread-0");
+        let earlier_ops = Ops {
+            bindings: earlier.clone(),
+            target: sid("s2"),
+        };
+        assert!(
+            authority
+                .reclaim_generation(&target("s2"), &caller(), &earlier_ops, false)
+                .await
+                .unwrap(),
+            "{change:?}"
+        );
+        assert_eq!(earlier.adopt_calls.load(Ordering::SeqCst), 0, "{change:?}");
+        let row = earlier.row().unwrap();
+        assert_eq!(
+            (row.session_id, row.active),
+            (sid("s2"), false),
+            "{change:?}"
+        );
+        let earlier = Bindings::bound("s0", "thread-0");
+        let earlier_ops = Ops {
+            bindings: earlier.clone(),
+            target: sid("s2"),
+        };
+        let accept_any: &(dyn Fn(Option<&String>) -> Result<(), Error> + Send + Sync) = &|_| Ok(());
+        let (t, c) = (target("s2"), caller());
+        let resolved = authority
+            .resolve_binding(ResolveRequest {
+                generation: Some(&earlier_ops),
+                assert_binding: Some(accept_any),
+                ..request(&t, &c, &earlier_ops)
+            })
+            .await
+            .unwrap();
+        assert_eq!(resolved.binding, None, "{change:?}");
+        assert_eq!(
+            earlier.reclaim_calls.load(Ordering::SeqCst),
+            0,
+            "{change:?}"
+        );
+        assert_eq!(earlier.row().unwrap().session_id, sid("s0"), "{change:?}");
+
         // Resolving: an ownership check that refuses the predecessor's binding refuses the
         // resolution before anything is adopted or cleared; one that accepts it gets the
         // row cleared and no binding back.

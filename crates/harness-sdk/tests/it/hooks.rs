@@ -77,13 +77,7 @@ fn context_reset(session: &str, previous: Option<&str>) -> SessionContextResetPa
 }
 
 pub(crate) fn reset(session: &str, reason: ResetReason) -> ResetParams {
-    ResetParams {
-        agent_id: agent(),
-        session_id: sid(session),
-        session_key: Some(skey()),
-        reason,
-        lifecycle_revision: None,
-    }
+    ResetParams::new(agent(), sid(session), Some(skey()), reason)
 }
 
 /// A host continuation that commits the mutation through `tx` (a direct store transaction:

@@ -202,13 +202,12 @@ async fn regression_128366_deletion_leaves_no_rows_behind() {
             .await
             .unwrap();
         f.mem.remove_host_session(&key);
-        h.reset(tether_core::ResetParams {
-            agent_id: agent(),
-            session_id: session,
-            session_key: Some(key),
-            reason: ResetReason::Deleted,
-            lifecycle_revision: None,
-        })
+        h.reset(tether_core::ResetParams::new(
+            agent(),
+            session,
+            Some(key),
+            ResetReason::Deleted,
+        ))
         .await
         .unwrap();
     }

@@ -70,13 +70,12 @@ impl AgentHarness for Probe {
 }
 
 fn params(reason: ResetReason) -> ResetParams {
-    ResetParams {
-        agent_id: AgentId::new("main").unwrap(),
-        session_id: SessionId::new("s-1").unwrap(),
-        session_key: None,
+    ResetParams::new(
+        AgentId::new("main").unwrap(),
+        SessionId::new("s-1").unwrap(),
+        None,
         reason,
-        lifecycle_revision: None,
-    }
+    )
 }
 
 /// Scenario 67: A's reset throws and B's succeeds. The fan-out completes, B is reset, and A's

@@ -334,6 +334,94 @@ async fn host_a_reset_or_cut_is_never_continued_even_without_its_notification() 
     .await;
 }
 
+/// A reset's notification that runs after the new generation's first turn (another process's
+/// slow fan-out, or a host sending it again after a crash) ends only what the reset ended: the
+/// predecessor's binding. The thread the turn bound after the COMMIT is kept. Before any turn
+/// the same notification clears the predecessor's binding; an in-place reset of the generation
+/// still clears its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_a_late_reset_notification_keeps_the_thread_bound_after_the_reset() {
+    use tether_core::{ResetParams, ResetReason};
+
+    on_both("host_reset_late", |host, _| async move {
+        let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
+        let bound = |id: BindingIdentity| {
+            let store = harness.store().clone();
+            async move { store.read(&id).await.unwrap().map(|b| b.thread_id) }
+        };
+        let late_notification = |key: SessionKey| {
+            let (host, harness) = (host.clone(), harness.clone());
+            async move {
+                let entry = host.store().session(&key).await.unwrap().unwrap();
+                let params = ResetParams::of_entry(&entry, ResetReason::New);
+                assert_eq!(
+                    params.replaced_generation().map(SessionId::as_str),
+                    Some("gen-1")
+                );
+                AgentHarness::reset(&harness, params).await.unwrap();
+            }
+        };
+
+        // The new generation's first turn ran before the notification.
+        let key = session(&host, "agent:main:direct:late-reset", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "before-reset")
+                .await
+                .unwrap()
+        );
+        reset_unnotified(&host, &key, "gen-2").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-2"), "after-reset")
+                .await
+                .unwrap()
+        );
+        late_notification(key.clone()).await;
+        assert_eq!(
+            bound(identity(&key, "gen-2")).await.as_deref(),
+            Some("after-reset"),
+            "the late notification kept the new generation's thread"
+        );
+        // Sent again, it changes nothing more.
+        late_notification(key.clone()).await;
+        assert_eq!(
+            bound(identity(&key, "gen-2")).await.as_deref(),
+            Some("after-reset")
+        );
+
+        // In place, the generation's own binding is cleared.
+        AgentHarness::reset(
+            &harness,
+            ResetParams::new(
+                AgentId::new("main").unwrap(),
+                SessionId::new("gen-2").unwrap(),
+                Some(key.clone()),
+                ResetReason::Reset,
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(bound(identity(&key, "gen-2")).await, None);
+
+        // No turn before the notification: it clears the predecessor's binding.
+        let key = session(&host, "agent:main:direct:late-reset-idle", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "before-reset")
+                .await
+                .unwrap()
+        );
+        reset_unnotified(&host, &key, "gen-2").await;
+        late_notification(key.clone()).await;
+        assert_eq!(bound(identity(&key, "gen-1")).await, None);
+        let caller = BindingAuthority::caller(always_current());
+        let resolved = harness
+            .resolve(&identity(&key, "gen-2"), &caller)
+            .await
+            .unwrap();
+        assert_eq!(resolved.binding, None, "the reset thread is not continued");
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_turn_lease_never_binds_a_deleted_or_reset_generation() {
     on_both("host_turn_lease", |host, _| async move {
@@ -786,6 +874,129 @@ async fn sql_fallback_transcript_appends_once_under_the_writer_fence() {
         assert_eq!(missing, FallbackAppendResult::MissingActiveSession);
         assert_eq!(host.store().active_path(&key).await.unwrap().len(), 1);
         tokio::time::sleep(Duration::from_millis(1)).await;
+    })
+    .await;
+}
+
+/// Two changes with no turn between them, the second a reset or a cut: the binding the first
+/// generation left is owned by neither the current generation nor its recorded predecessor.
+/// The reset or cut ended every earlier context, so the next turn (and the reset's own
+/// notification) clears it and starts afresh, instead of failing every turn as superseded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_a_reset_after_a_compaction_without_a_turn_starts_afresh() {
+    use tether_core::{GenerationChange, ResetReason};
+
+    on_both("host_reset_two_changes", |host, _| async move {
+        let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
+        host.registry()
+            .register(Arc::new(harness.clone()) as Arc<dyn AgentHarness>);
+        let rotate = |key: SessionKey, from: &'static str, to: &'static str| {
+            let host = host.clone();
+            async move {
+                host.store()
+                    .rotate_generation(
+                        &key,
+                        &SessionId::new(from).unwrap(),
+                        SessionId::new(to).unwrap(),
+                    )
+                    .await
+                    .unwrap()
+                    .expect("rotated");
+            }
+        };
+        let first_turn_after = |key: SessionKey, change: GenerationChange| {
+            let harness = harness.clone();
+            async move {
+                let id = identity(&key, "gen-3");
+                let caller = BindingAuthority::caller(always_current());
+                let resolved = harness.resolve(&id, &caller).await.unwrap();
+                assert_eq!(resolved.previous_change, Some(change));
+                assert_eq!(resolved.binding, None, "the old thread is not continued");
+                assert!(bind_in_turn(&harness, &id, "fresh").await.unwrap());
+                assert_eq!(
+                    harness
+                        .store()
+                        .read(&id)
+                        .await
+                        .unwrap()
+                        .map(|b| b.thread_id)
+                        .as_deref(),
+                    Some("fresh")
+                );
+            }
+        };
+
+        // A compaction at the end of a turn, then `/new` (notified): the notification clears
+        // the binding the compacted generation never took over.
+        let key = session(&host, "agent:main:direct:compacted-then-new", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
+                .await
+                .unwrap()
+        );
+        rotate(key.clone(), "gen-1", "gen-2").await;
+        host.sessions()
+            .reset(&key, SessionId::new("gen-3").unwrap(), ResetReason::New)
+            .await
+            .unwrap();
+        assert_eq!(
+            harness
+                .store()
+                .record(&identity(&key, "gen-3"))
+                .await
+                .unwrap()
+                .and_then(|r| r.binding().cloned()),
+            None,
+            "the notification cleared it"
+        );
+        first_turn_after(key, GenerationChange::Reset).await;
+
+        // The same with the notification lost: the turn clears it.
+        let key = session(&host, "agent:main:direct:compacted-then-lost-new", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
+                .await
+                .unwrap()
+        );
+        rotate(key.clone(), "gen-1", "gen-2").await;
+        reset_unnotified(&host, &key, "gen-3").await;
+        first_turn_after(key, GenerationChange::Reset).await;
+
+        // Two resets, both notifications lost.
+        let key = session(&host, "agent:main:direct:two-lost-resets", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
+                .await
+                .unwrap()
+        );
+        reset_unnotified(&host, &key, "gen-2").await;
+        reset_unnotified(&host, &key, "gen-3").await;
+        first_turn_after(key, GenerationChange::Reset).await;
+
+        // A compaction, then a cut applied by the store alone.
+        let key = session(&host, "agent:main:direct:compacted-then-cut", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
+                .await
+                .unwrap()
+        );
+        let user = host
+            .store()
+            .append_transcript(&key, NewTranscriptEntry::new(TranscriptRole::User, "hi"))
+            .await
+            .unwrap();
+        rotate(key.clone(), "gen-1", "gen-2").await;
+        let status = host
+            .store()
+            .cut_transcript(
+                &key,
+                &tether_storage::Cut::Rewind { to: user.anchor },
+                SessionId::new("gen-3").unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(status, CutStatus::Created);
+        first_turn_after(key, GenerationChange::Cut).await;
     })
     .await;
 }
