@@ -374,17 +374,17 @@ mod tests {
 
     #[test]
     fn an_attempt_names_the_generation_its_host_row_names() {
-        let entry = crate::HostSessionEntry {
-            session_key: SessionKey::new("agent:main:direct:alice").unwrap(),
-            agent_id: AgentId::new("main").unwrap(),
-            session_id: SessionId::new("gen-2").unwrap(),
-            previous_session_id: Some(SessionId::new("gen-1").unwrap()),
-            previous_change: Some(crate::GenerationChange::Reset),
-            lifecycle_revision: crate::LifecycleRevision::INITIAL.next(),
-            agent_harness_id: None,
-            created_at: crate::Timestamp::from_millis(0),
-            updated_at: crate::Timestamp::from_millis(0),
-        };
+        let entry = crate::HostSessionEntry::new(
+            SessionKey::new("agent:main:direct:alice").unwrap(),
+            AgentId::new("main").unwrap(),
+            SessionId::new("gen-1").unwrap(),
+            crate::Timestamp::from_millis(0),
+        )
+        .rotated(
+            SessionId::new("gen-2").unwrap(),
+            crate::GenerationChange::Reset,
+            crate::Timestamp::from_millis(0),
+        );
         let target = SessionTarget::of(&entry);
         assert_eq!(
             target,

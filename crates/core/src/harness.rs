@@ -377,16 +377,16 @@ mod tests {
     use crate::{GenerationChange, HostSessionEntry, Timestamp};
 
     fn entry(previous: Option<(&str, GenerationChange)>) -> HostSessionEntry {
-        HostSessionEntry {
-            session_key: SessionKey::new("agent:main:direct:a").unwrap(),
-            agent_id: AgentId::new("main").unwrap(),
-            session_id: SessionId::new("gen-2").unwrap(),
-            previous_session_id: previous.map(|(id, _)| SessionId::new(id).unwrap()),
-            previous_change: previous.map(|(_, change)| change),
-            lifecycle_revision: LifecycleRevision::new(7),
-            agent_harness_id: None,
-            created_at: Timestamp::from_millis(0),
-            updated_at: Timestamp::from_millis(0),
+        let entry = HostSessionEntry::new(
+            SessionKey::new("agent:main:direct:a").unwrap(),
+            AgentId::new("main").unwrap(),
+            SessionId::new("gen-2").unwrap(),
+            Timestamp::from_millis(0),
+        )
+        .with_lifecycle_revision(LifecycleRevision::new(7));
+        match previous {
+            Some((id, change)) => entry.with_predecessor(SessionId::new(id).unwrap(), change),
+            None => entry,
         }
     }
 

@@ -12,7 +12,33 @@ use crate::lease::LifecycleRevision;
 use crate::time::Timestamp;
 
 /// One host session entry (a row of the host's session store, keyed by session key).
+///
+/// Built by a store with [`HostSessionEntry::new`] (a first generation), the `with_*` methods
+/// (a row read back) and [`HostSessionEntry::rotated`] (a generation change).
+///
+/// ```
+/// use tether_core::{AgentId, GenerationChange, HostSessionEntry, SessionId, SessionKey, Timestamp};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let created = HostSessionEntry::new(
+///     SessionKey::new("agent:main:direct:alice")?,
+///     AgentId::new("main")?,
+///     SessionId::new("gen-1")?,
+///     Timestamp::from_millis(1_000),
+/// );
+/// let reset = created.rotated(
+///     SessionId::new("gen-2")?,
+///     GenerationChange::Reset,
+///     Timestamp::from_millis(2_000),
+/// );
+/// assert_eq!(reset.previous_session_id, Some(created.session_id.clone()));
+/// assert_eq!(reset.previous_change, Some(GenerationChange::Reset));
+/// assert_eq!(reset.lifecycle_revision, created.lifecycle_revision.next());
+/// assert_eq!(reset.created_at, created.created_at);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HostSessionEntry {
     /// The logical key.
     pub session_key: SessionKey,
@@ -34,6 +60,74 @@ pub struct HostSessionEntry {
     pub created_at: Timestamp,
     /// Last update time.
     pub updated_at: Timestamp,
+}
+
+impl HostSessionEntry {
+    /// A session's first generation: no predecessor, [`LifecycleRevision::INITIAL`], no
+    /// harness, created and updated at `now`.
+    pub fn new(
+        session_key: SessionKey,
+        agent_id: AgentId,
+        session_id: SessionId,
+        now: Timestamp,
+    ) -> Self {
+        Self {
+            session_key,
+            agent_id,
+            session_id,
+            previous_session_id: None,
+            previous_change: None,
+            lifecycle_revision: LifecycleRevision::INITIAL,
+            agent_harness_id: None,
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    /// With the harness that drives the session (`None`: none selected).
+    #[must_use]
+    pub fn with_harness(mut self, harness: Option<HarnessId>) -> Self {
+        self.agent_harness_id = harness;
+        self
+    }
+
+    /// With a recorded predecessor and how this generation replaced it (the two are always
+    /// set together).
+    #[must_use]
+    pub fn with_predecessor(mut self, previous: SessionId, change: GenerationChange) -> Self {
+        self.previous_session_id = Some(previous);
+        self.previous_change = Some(change);
+        self
+    }
+
+    /// With a lifecycle revision.
+    #[must_use]
+    pub fn with_lifecycle_revision(mut self, revision: LifecycleRevision) -> Self {
+        self.lifecycle_revision = revision;
+        self
+    }
+
+    /// With its creation and last update times.
+    #[must_use]
+    pub fn with_times(mut self, created_at: Timestamp, updated_at: Timestamp) -> Self {
+        self.created_at = created_at;
+        self.updated_at = updated_at;
+        self
+    }
+
+    /// The row after this generation moved to `next` by `change` at `now`: this generation
+    /// recorded as the predecessor, the lifecycle revision bumped, the rest kept.
+    #[must_use]
+    pub fn rotated(&self, next: SessionId, change: GenerationChange, now: Timestamp) -> Self {
+        Self {
+            session_id: next,
+            previous_session_id: Some(self.session_id.clone()),
+            previous_change: Some(change),
+            lifecycle_revision: self.lifecycle_revision.next(),
+            updated_at: now,
+            ..self.clone()
+        }
+    }
 }
 
 /// How a generation replaced its predecessor, recorded with the predecessor so that the

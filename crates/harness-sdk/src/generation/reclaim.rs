@@ -108,6 +108,7 @@ impl<R: BindingReader> fmt::Debug for ResolveRequest<'_, R> {
 }
 
 /// A resolved binding and the lineage-carrying authority to re-check after every wait.
+#[non_exhaustive]
 pub struct ResolvedBinding<B> {
     /// The binding, when there is one.
     pub binding: Option<B>,

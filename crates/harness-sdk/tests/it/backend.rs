@@ -8,8 +8,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tether_core::{
     AgentId, BindingId, BindingStore, Clock, Error, FakeClock, HarnessId, HostSessionEntry,
-    LeaseConfig, LifecycleRevision, Namespace, NamespaceConfig, SequentialTokens, SessionId,
-    SessionKey, Timestamp, always_current,
+    LeaseConfig, Namespace, NamespaceConfig, SequentialTokens, SessionId, SessionKey, Timestamp,
+    always_current,
 };
 use tether_harness_sdk::backend::{
     BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore, ThreadPin,
@@ -128,16 +128,12 @@ impl Fx {
 
     /// Sets the host session row of [`SESSION_KEY`].
     pub(crate) fn host(&self, session: &str, previous: Option<&str>) {
-        self.mem.put_host_session(HostSessionEntry {
-            session_key: skey(),
-            agent_id: agent(),
-            session_id: sid(session),
-            previous_session_id: previous.map(sid),
-            previous_change: previous.map(|_| tether_core::GenerationChange::Transfer),
-            lifecycle_revision: LifecycleRevision::INITIAL,
-            agent_harness_id: None,
-            created_at: START,
-            updated_at: START,
+        let entry = HostSessionEntry::new(skey(), agent(), sid(session), START);
+        self.mem.put_host_session(match previous {
+            Some(previous) => {
+                entry.with_predecessor(sid(previous), tether_core::GenerationChange::Transfer)
+            }
+            None => entry,
         });
     }
 

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tether_core::{
-    AgentId, Error, HostSessionEntry, HostSessionRead, HostSessionStore, LifecycleRevision,
-    SessionId, SessionKey, Timestamp, always_current,
+    AgentId, Error, HostSessionEntry, HostSessionRead, HostSessionStore, SessionId, SessionKey,
+    Timestamp, always_current,
 };
 use tether_harness_sdk::generation::{
     AdoptionResult, BindingAuthority, BindingReader, GenerationAuthority, GenerationOperations,
@@ -48,16 +48,17 @@ struct Host {
 
 impl Host {
     fn put(&self, key: &str, session: &str, previous: Option<&str>) {
-        let entry = HostSessionEntry {
-            session_key: skey(key),
-            agent_id: AgentId::new("main").unwrap(),
-            session_id: sid(session),
-            previous_session_id: previous.map(sid),
-            previous_change: previous.map(|_| tether_core::GenerationChange::Transfer),
-            lifecycle_revision: LifecycleRevision::INITIAL,
-            agent_harness_id: None,
-            created_at: Timestamp::from_millis(0),
-            updated_at: Timestamp::from_millis(0),
+        let entry = HostSessionEntry::new(
+            skey(key),
+            AgentId::new("main").unwrap(),
+            sid(session),
+            Timestamp::from_millis(0),
+        );
+        let entry = match previous {
+            Some(previous) => {
+                entry.with_predecessor(sid(previous), tether_core::GenerationChange::Transfer)
+            }
+            None => entry,
         };
         self.rows
             .lock()
@@ -1017,17 +1018,12 @@ async fn generation_fence_over_the_memory_host_store() {
     let store = Arc::new(MemoryStore::new(Arc::new(FakeClock::new(
         Timestamp::from_millis(0),
     ))));
-    store.put_host_session(HostSessionEntry {
-        session_key: skey(KEY),
-        agent_id: AgentId::new("main").unwrap(),
-        session_id: sid("s1"),
-        previous_session_id: None,
-        previous_change: None,
-        lifecycle_revision: LifecycleRevision::INITIAL,
-        agent_harness_id: None,
-        created_at: Timestamp::from_millis(0),
-        updated_at: Timestamp::from_millis(0),
-    });
+    store.put_host_session(HostSessionEntry::new(
+        skey(KEY),
+        AgentId::new("main").unwrap(),
+        sid("s1"),
+        Timestamp::from_millis(0),
+    ));
     let authority = GenerationAuthority::new(store.clone());
     let s1 = target("s1");
     let caller = caller();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use tether_core::RecordCodec as _;
 use tether_core::{
-    AgentHarness, BindingStore, Error, HostSessionEntry, LifecycleRevision, ResetReason, RowWrite,
+    AgentHarness, BindingStore, Error, HostSessionEntry, ResetReason, RowWrite,
     SessionDeletionHook, SessionDeletionParams, SessionKey, StoreErrorKind, always_current,
 };
 use tether_harness_sdk::backend::{BindingIdentity, ThreadBindingCodec, ThreadBindingRecord};
@@ -171,17 +171,12 @@ async fn regression_128366_deletion_leaves_no_rows_behind() {
     for i in 0..10 {
         let key = SessionKey::new(format!("agent:main:one-shot-{i}")).unwrap();
         let session = sid(&format!("run-{i}"));
-        f.mem.put_host_session(HostSessionEntry {
-            session_key: key.clone(),
-            agent_id: agent(),
-            session_id: session.clone(),
-            previous_session_id: None,
-            previous_change: None,
-            lifecycle_revision: LifecycleRevision::INITIAL,
-            agent_harness_id: None,
-            created_at: START,
-            updated_at: START,
-        });
+        f.mem.put_host_session(HostSessionEntry::new(
+            key.clone(),
+            agent(),
+            session.clone(),
+            START,
+        ));
         let identity = BindingIdentity::session(agent(), session.clone(), Some(key.clone()));
         assert!(
             f.store

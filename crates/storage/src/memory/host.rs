@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use async_trait::async_trait;
 use tether_core::{
     AppendOutcome, Error, GenerationChange, HostErrorKind, HostSessionEntry, HostSessionRead,
-    HostSessionStore, LifecycleRevision, RowTransaction, SessionId, SessionKey, TranscriptAnchor,
+    HostSessionStore, RowTransaction, SessionId, SessionKey, TranscriptAnchor,
 };
 
 use super::state::{State, Transcript};
@@ -49,17 +49,8 @@ impl MemoryStore {
         }
         state.host_sessions.insert(
             new.session_key.clone(),
-            HostSessionEntry {
-                session_key: new.session_key,
-                agent_id: new.agent_id,
-                session_id: new.session_id,
-                previous_session_id: None,
-                previous_change: None,
-                lifecycle_revision: LifecycleRevision::INITIAL,
-                agent_harness_id: new.agent_harness_id,
-                created_at: now,
-                updated_at: now,
-            },
+            HostSessionEntry::new(new.session_key, new.agent_id, new.session_id, now)
+                .with_harness(new.agent_harness_id),
         );
         true
     }
@@ -173,7 +164,7 @@ impl MemoryStore {
         };
         state.host_sessions.insert(
             key.clone(),
-            rotated(&entry, &next, GenerationChange::Cut, now),
+            entry.rotated(next.clone(), GenerationChange::Cut, now),
         );
         state
             .transcripts
@@ -293,17 +284,14 @@ impl MemoryHostTransaction {
         {
             entry = match op {
                 HostOp::Delete(_) => None,
-                HostOp::Cut { entry, next, .. } => Some(rotated(
-                    entry,
-                    next,
-                    GenerationChange::Cut,
-                    entry.updated_at,
-                )),
+                HostOp::Cut { entry, next, .. } => {
+                    Some(entry.rotated(next.clone(), GenerationChange::Cut, entry.updated_at))
+                }
                 HostOp::Rotate {
                     entry,
                     next,
                     change,
-                } => Some(rotated(entry, next, *change, entry.updated_at)),
+                } => Some(entry.rotated(next.clone(), *change, entry.updated_at)),
             };
         }
         Ok(entry)
@@ -314,22 +302,6 @@ impl MemoryHostTransaction {
             current.session_id == entry.session_id
                 && current.lifecycle_revision == entry.lifecycle_revision
         }))
-    }
-}
-
-fn rotated(
-    entry: &HostSessionEntry,
-    next: &SessionId,
-    change: GenerationChange,
-    now: tether_core::Timestamp,
-) -> HostSessionEntry {
-    HostSessionEntry {
-        previous_session_id: Some(entry.session_id.clone()),
-        previous_change: Some(change),
-        session_id: next.clone(),
-        lifecycle_revision: entry.lifecycle_revision.next(),
-        updated_at: now,
-        ..entry.clone()
     }
 }
 
@@ -392,7 +364,7 @@ impl HostTransaction for MemoryHostTransaction {
             next: next.clone(),
             change,
         });
-        Ok(Some(rotated(entry, next, change, self.store.now())))
+        Ok(Some(entry.rotated(next.clone(), change, self.store.now())))
     }
 
     async fn delete_unowned_bindings(&self, entry: &HostSessionEntry) -> Result<usize, Error> {
@@ -472,7 +444,7 @@ impl HostTransaction for MemoryHostTransaction {
                     HostOp::Cut { entry, leaf, next } => {
                         state.host_sessions.insert(
                             entry.session_key.clone(),
-                            rotated(&entry, &next, GenerationChange::Cut, now),
+                            entry.rotated(next.clone(), GenerationChange::Cut, now),
                         );
                         state
                             .transcripts
@@ -487,7 +459,7 @@ impl HostTransaction for MemoryHostTransaction {
                     } => {
                         state.host_sessions.insert(
                             entry.session_key.clone(),
-                            rotated(&entry, &next, change, now),
+                            entry.rotated(next.clone(), change, now),
                         );
                     }
                 }

@@ -72,29 +72,33 @@ pub(crate) type HostEntryColumns = (
 pub(crate) fn host_entry_from_columns(
     (key, agent, session, previous, revision, harness, created, updated, change): HostEntryColumns,
 ) -> Result<HostSessionEntry, Error> {
+    let entry = HostSessionEntry::new(
+        SessionKey::from_string(key)?,
+        AgentId::from_string(agent)?,
+        SessionId::from_string(session)?,
+        Timestamp::from_millis(created),
+    )
+    .with_harness(harness.map(HarnessId::from_string).transpose()?)
+    .with_lifecycle_revision(LifecycleRevision::new(
+        u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
+    ))
+    .with_times(
+        Timestamp::from_millis(created),
+        Timestamp::from_millis(updated),
+    );
+    let Some(previous) = previous else {
+        return Ok(entry);
+    };
     // A predecessor recorded before its change was (migration m0008) may have been a rotation,
     // a cut or a reset; every one was adopted then (a reset relied on its notification), so it
     // reads as a transfer, the behaviour it was written under.
-    let previous_change = match (&previous, change) {
-        (None, _) => None,
-        (Some(_), None) => Some(GenerationChange::Transfer),
-        (Some(_), Some(name)) => {
-            Some(GenerationChange::parse(&name).ok_or_else(|| corrupt("generation change", name))?)
+    let change = match change {
+        None => GenerationChange::Transfer,
+        Some(name) => {
+            GenerationChange::parse(&name).ok_or_else(|| corrupt("generation change", name))?
         }
     };
-    Ok(HostSessionEntry {
-        session_key: SessionKey::from_string(key)?,
-        agent_id: AgentId::from_string(agent)?,
-        session_id: SessionId::from_string(session)?,
-        previous_session_id: previous.map(SessionId::from_string).transpose()?,
-        previous_change,
-        lifecycle_revision: LifecycleRevision::new(
-            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
-        ),
-        agent_harness_id: harness.map(HarnessId::from_string).transpose()?,
-        created_at: Timestamp::from_millis(created),
-        updated_at: Timestamp::from_millis(updated),
-    })
+    Ok(entry.with_predecessor(SessionId::from_string(previous)?, change))
 }
 
 fn decode_entry(r: &QueryResult) -> Result<TranscriptEntry, Error> {
@@ -266,14 +270,7 @@ impl Store {
             .await
             .map_err(db_error)?
             .rows_affected();
-        Ok((affected == 1).then(|| HostSessionEntry {
-            previous_session_id: Some(current.session_id.clone()),
-            previous_change: Some(change),
-            session_id: next.clone(),
-            lifecycle_revision: revision,
-            updated_at: now,
-            ..current.clone()
-        }))
+        Ok((affected == 1).then(|| current.rotated(next.clone(), change, now)))
     }
 
     /// Deletes the session row (and its transcript) inside `tx`, guarded on its generation.

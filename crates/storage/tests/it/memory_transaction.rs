@@ -123,17 +123,12 @@ async fn host_sessions_read_tri_state_and_rotate() {
         store.read_session(&key).await,
         HostSessionRead::Missing
     ));
-    store.put_host_session(HostSessionEntry {
-        session_key: key.clone(),
-        agent_id: AgentId::new("main").unwrap(),
-        session_id: SessionId::new("s-1").unwrap(),
-        previous_session_id: None,
-        previous_change: None,
-        lifecycle_revision: LifecycleRevision::INITIAL,
-        agent_harness_id: None,
-        created_at: START,
-        updated_at: START,
-    });
+    store.put_host_session(HostSessionEntry::new(
+        key.clone(),
+        AgentId::new("main").unwrap(),
+        SessionId::new("s-1").unwrap(),
+        START,
+    ));
     let entry = store.read_session(&key).await.entry().cloned().unwrap();
     assert_eq!(entry.session_id.as_str(), "s-1");
     let rotated = store
