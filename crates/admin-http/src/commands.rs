@@ -94,6 +94,8 @@ pub(crate) fn exit_code_of(api_code: &str) -> u8 {
         "bad_request"
         | "page_size_too_large"
         | "payload_too_large"
+        | "uri_too_long"
+        | "headers_too_large"
         | "unauthorized"
         | "forbidden" => EXIT_USAGE,
         "not_found" => EXIT_NOT_FOUND,

@@ -81,6 +81,12 @@ pub enum ApiError {
     /// The request body is above the limit (413, `payload_too_large`).
     #[error("{0}")]
     PayloadTooLarge(String),
+    /// The request target (path and query) is above the limit (414, `uri_too_long`).
+    #[error("{0}")]
+    UriTooLong(String),
+    /// The request's header fields are too many or too large (431, `headers_too_large`).
+    #[error("{0}")]
+    HeadersTooLarge(String),
     /// The database is unreachable or not migrated, or a native agent runtime an operation
     /// needs is gone or cannot start (503, `unavailable`).
     #[error("{0}")]
@@ -109,6 +115,8 @@ impl ApiError {
             Self::EpochMismatch { .. } => "epoch_mismatch",
             Self::NoLease(_) => "no_lease",
             Self::PayloadTooLarge(_) => "payload_too_large",
+            Self::UriTooLong(_) => "uri_too_long",
+            Self::HeadersTooLarge(_) => "headers_too_large",
             Self::Unavailable(_) => "unavailable",
             Self::OutcomeUnknown(_) => "outcome_unknown",
             Self::Internal(_) => "internal",
@@ -128,6 +136,8 @@ impl ApiError {
             | Self::EpochMismatch { .. }
             | Self::NoLease(_) => StatusCode::CONFLICT,
             Self::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UriTooLong(_) => StatusCode::URI_TOO_LONG,
+            Self::HeadersTooLarge(_) => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Self::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::OutcomeUnknown(_) | Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -242,6 +252,14 @@ const TOO_LARGE: Documented = Documented {
     status: 413,
     text: "`payload_too_large`: the request body is above the limit",
 };
+const URI_TOO_LONG: Documented = Documented {
+    status: 414,
+    text: "`uri_too_long`: the path and query are above the limit (8 KiB)",
+};
+const HEADERS_TOO_LARGE: Documented = Documented {
+    status: 431,
+    text: "`headers_too_large`: more than 100 header fields, or above 32 KiB of them",
+};
 const UNAVAILABLE: Documented = Documented {
     status: 503,
     text: "`unavailable`: the database does not answer",
@@ -287,19 +305,34 @@ macro_rules! error_set {
 }
 
 error_set!(
-    /// Errors of a plain read: 401, 500, 503.
-    ReadErrors = [UNAUTHORIZED, INTERNAL, UNAVAILABLE]
+    /// Errors of a plain read: 401, 414, 431, 500, 503.
+    ReadErrors = [UNAUTHORIZED, URI_TOO_LONG, HEADERS_TOO_LARGE, INTERNAL, UNAVAILABLE]
 );
 error_set!(
-    /// Errors of a list or search: 400, 401, 500, 503.
-    ListErrors = [BAD_REQUEST, UNAUTHORIZED, INTERNAL, UNAVAILABLE]
+    /// Errors of a list or search: 400, 401, 414, 431, 500, 503.
+    ListErrors = [
+        BAD_REQUEST,
+        UNAUTHORIZED,
+        URI_TOO_LONG,
+        HEADERS_TOO_LARGE,
+        INTERNAL,
+        UNAVAILABLE
+    ]
 );
 error_set!(
-    /// Errors of a detail read: 400, 401, 404, 500, 503.
-    DetailErrors = [BAD_REQUEST, UNAUTHORIZED, NOT_FOUND, INTERNAL, UNAVAILABLE]
+    /// Errors of a detail read: 400, 401, 404, 414, 431, 500, 503.
+    DetailErrors = [
+        BAD_REQUEST,
+        UNAUTHORIZED,
+        NOT_FOUND,
+        URI_TOO_LONG,
+        HEADERS_TOO_LARGE,
+        INTERNAL,
+        UNAVAILABLE
+    ]
 );
 error_set!(
-    /// Errors of an action: 400, 401, 403, 404, 409, 413, 500, 503.
+    /// Errors of an action: 400, 401, 403, 404, 409, 413, 414, 431, 500, 503.
     ActionErrors = [
         BAD_REQUEST,
         UNAUTHORIZED,
@@ -307,18 +340,20 @@ error_set!(
         NOT_FOUND,
         CONFLICT,
         TOO_LARGE,
+        URI_TOO_LONG,
+        HEADERS_TOO_LARGE,
         INTERNAL_ACTION,
         UNAVAILABLE
     ]
 );
 error_set!(
-    /// Errors of the metrics endpoint: 401 (a database failure leaves its series out and says so
-    /// in `tether_database_up`, never fails the scrape).
-    MetricsErrors = [UNAUTHORIZED]
+    /// Errors of the metrics endpoint: 401, 414, 431 (a database failure leaves its series out
+    /// and says so in `tether_database_up`, never fails the scrape).
+    MetricsErrors = [UNAUTHORIZED, URI_TOO_LONG, HEADERS_TOO_LARGE]
 );
 error_set!(
-    /// Errors of the readiness probe: 503.
-    ReadyErrors = [UNAVAILABLE]
+    /// Errors of the readiness probe: 414, 431, 503.
+    ReadyErrors = [URI_TOO_LONG, HEADERS_TOO_LARGE, UNAVAILABLE]
 );
 
 #[cfg(test)]

@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::params::MAX_BODY_BYTES;
+use crate::params::{MAX_BODY_BYTES, MAX_HEADER_BYTES, MAX_HEADER_COUNT, MAX_URI_BYTES};
 use crate::routes::{audit, bindings, dashboard, health, ops, quarantine, sessions, ui};
 use crate::state::AppState;
 
@@ -84,6 +84,42 @@ fn api_router() -> OpenApiRouter<AppState> {
 /// The OpenAPI document of the admin API.
 pub fn openapi() -> utoipa::openapi::OpenApi {
     api_router().split_for_parts().1
+}
+
+/// Refuses a request whose head is above the service's limits with a typed error, before any
+/// route, authentication or body read: a request target above [`MAX_URI_BYTES`] is 414
+/// `uri_too_long`; more than [`MAX_HEADER_COUNT`] header fields, or more than
+/// [`MAX_HEADER_BYTES`] of them, is 431 `headers_too_large`. (The HTTP parser's own limits,
+/// set above these by [`serve`](crate::serve), answer only a request far beyond them, with an
+/// empty body.)
+async fn request_head_limits(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let uri = request.uri();
+    let target = uri.path_and_query().map_or(0, |pq| pq.as_str().len())
+        + uri.authority().map_or(0, |a| a.as_str().len());
+    if target > MAX_URI_BYTES {
+        return ApiError::UriTooLong(format!(
+            "the request target is {target} bytes, above the limit of {MAX_URI_BYTES}; \
+             narrow the query (filters and `cursor` are short)"
+        ))
+        .into_response();
+    }
+    let headers = request.headers();
+    let count = headers.len();
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if count > MAX_HEADER_COUNT || bytes > MAX_HEADER_BYTES {
+        return ApiError::HeadersTooLarge(format!(
+            "the request has {count} header fields of {bytes} bytes; at most \
+             {MAX_HEADER_COUNT} fields and {MAX_HEADER_BYTES} bytes are accepted"
+        ))
+        .into_response();
+    }
+    next.run(request).await
 }
 
 /// Turns the body-limit layer's plain 413 into the typed `payload_too_large` error.
@@ -181,7 +217,9 @@ async fn http_metrics(
 }
 
 /// The admin router: API routes, the dashboard at `/`, `/api-docs/openapi.json` and Swagger UI
-/// at `/docs`. Request bodies are limited to [`MAX_BODY_BYTES`].
+/// at `/docs`. Request bodies are limited to [`MAX_BODY_BYTES`], request targets to
+/// [`MAX_URI_BYTES`] and header fields to [`MAX_HEADER_COUNT`] and [`MAX_HEADER_BYTES`], each
+/// refused with a typed error.
 pub fn app(state: AppState) -> Router {
     let (router, api) = api_router().split_for_parts();
     router
@@ -208,6 +246,7 @@ pub fn app(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(typed_too_large))
+        .layer(axum::middleware::from_fn(request_head_limits))
         .layer(axum::middleware::from_fn(security_headers))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),

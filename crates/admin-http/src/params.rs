@@ -20,6 +20,17 @@ pub const MAX_PAGE_SIZE: usize = 200;
 /// Largest accepted request body, in bytes.
 pub const MAX_BODY_BYTES: usize = 16 * 1024;
 
+/// Longest accepted request target (path and query), in bytes: a longer one is a typed 414
+/// (`uri_too_long`).
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+
+/// Most request header fields accepted: more is a typed 431 (`headers_too_large`).
+pub const MAX_HEADER_COUNT: usize = 100;
+
+/// Largest accepted total of request header fields, in bytes (each field counted as
+/// `name: value` and its line end): more is a typed 431 (`headers_too_large`).
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
 /// The page size of a request: the default when absent, a typed 400 beyond the maximum.
 pub fn page_size(limit: Option<usize>) -> Result<usize, ApiError> {
     match limit {

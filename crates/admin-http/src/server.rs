@@ -50,6 +50,16 @@ const DESCRIPTOR_RESERVE: u64 = 128;
 /// connection is closed without an answer.
 const MAX_SHEDDING: usize = 64;
 
+/// The HTTP parser's own limit on header fields, above the service's
+/// [`MAX_HEADER_COUNT`](crate::params::MAX_HEADER_COUNT), so the service answers a request with
+/// too many fields itself, with a typed body (the parser's 431 has none).
+const PARSER_MAX_HEADERS: usize = 2 * crate::params::MAX_HEADER_COUNT;
+
+/// The HTTP parser's own limit on a request's head (request line and header fields), in bytes:
+/// above the service's limits on both (its typed 414 and 431) together.
+const PARSER_MAX_HEAD_BYTES: usize =
+    4 * (crate::params::MAX_URI_BYTES + crate::params::MAX_HEADER_BYTES);
+
 /// How long writing the `503` of a shed connection may take.
 const SHED_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -348,6 +358,8 @@ pub async fn serve(
                     builder
                         .timer(TokioTimer::new())
                         .header_read_timeout(header_timeout)
+                        .max_headers(PARSER_MAX_HEADERS)
+                        .max_header_size(PARSER_MAX_HEAD_BYTES)
                         .keep_alive(true);
                     let conn = builder.serve_connection(TokioIo::new(stream), service);
                     tokio::pin!(conn);
