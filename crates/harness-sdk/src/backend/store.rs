@@ -729,6 +729,47 @@ impl ThreadBindingStore {
             .await
     }
 
+    /// Why a generation may not take its binding key: superseded, or — when the host names
+    /// this generation — a row of an earlier generation than the recorded predecessor that no
+    /// rule may adopt or clear (two changes without a turn, the last a transfer). Still
+    /// [`Error::SupersededGeneration`], with a message that says what blocks and what frees it.
+    async fn unreclaimed_error(
+        &self,
+        identity: &BindingIdentity,
+        capture: &crate::generation::GenerationCapture,
+    ) -> Error {
+        let superseded = capture.superseded_error();
+        if capture.state() != GenerationState::Current {
+            return superseded;
+        }
+        let owner = match self.record(identity).await {
+            Ok(record) => record.and_then(|r| r.session_id),
+            Err(_) => None,
+        };
+        let (
+            Some(owner),
+            Error::SupersededGeneration {
+                session_id,
+                message,
+            },
+        ) = (owner, superseded)
+        else {
+            return capture.superseded_error();
+        };
+        let previous = capture
+            .previous_session_id()
+            .map_or_else(|| "none".to_owned(), ToString::to_string);
+        Error::SupersededGeneration {
+            message: format!(
+                "{message} (the host names {session_id} current, but its binding belongs to \
+                 generation {owner}, which is not its recorded predecessor {previous}: the \
+                 session changed twice without a turn between, and whether {owner}'s native \
+                 context continues is unknown; reset the session to start it afresh)"
+            ),
+            session_id,
+        }
+    }
+
     /// [`Self::with_reclaimed_lease`]; with `require_host_session`, a session key the host has
     /// no entry for (deleted, or never created) is refused as
     /// [`HostErrorKind::SessionNotFound`](tether_core::HostErrorKind::SessionNotFound)
@@ -767,6 +808,7 @@ impl ThreadBindingStore {
         let allow_retired = capture.state() == GenerationState::Current;
         let ops = super::generation::ThreadGenerationOps::new(self.clone(), identity.clone());
         let session_key = target.session_key.clone();
+        let store = self.clone();
         self.with_lease(
             identity,
             allow_retired,
@@ -777,7 +819,7 @@ impl ThreadBindingStore {
                         .reclaim_prepared(&capture, &ops, reclaim_stale)
                         .await?;
                     if !reclaimed {
-                        return Err(capture.superseded_error());
+                        return Err(store.unreclaimed_error(identity, &capture).await);
                     }
                 }
                 authority.verify().await?;

@@ -878,6 +878,56 @@ async fn sql_fallback_transcript_appends_once_under_the_writer_fence() {
     .await;
 }
 
+/// Two compactions with no turn between them: the binding belongs to a generation before the
+/// recorded predecessor, and whether its context continued up to the predecessor is unknown,
+/// so no turn adopts or clears it. The turn's error says so and what frees the session; a reset
+/// does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_two_compactions_without_a_turn_say_what_blocks_and_a_reset_frees_it() {
+    use tether_core::ResetReason;
+
+    on_both("host_two_compactions", |host, _| async move {
+        let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
+        host.registry()
+            .register(Arc::new(harness.clone()) as Arc<dyn AgentHarness>);
+        let key = session(&host, "agent:main:direct:compacted-twice", "gen-1").await;
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
+                .await
+                .unwrap()
+        );
+        for (from, to) in [("gen-1", "gen-2"), ("gen-2", "gen-3")] {
+            host.store()
+                .rotate_generation(
+                    &key,
+                    &SessionId::new(from).unwrap(),
+                    SessionId::new(to).unwrap(),
+                )
+                .await
+                .unwrap()
+                .expect("rotated");
+        }
+        let err = bind_in_turn(&harness, &identity(&key, "gen-3"), "new")
+            .await
+            .unwrap_err();
+        assert!(matches!(err, Error::SupersededGeneration { .. }), "{err:?}");
+        let text = err.to_string();
+        for part in ["gen-1", "gen-2", "changed twice", "reset the session"] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        host.sessions()
+            .reset(&key, SessionId::new("gen-4").unwrap(), ResetReason::New)
+            .await
+            .unwrap();
+        assert!(
+            bind_in_turn(&harness, &identity(&key, "gen-4"), "fresh")
+                .await
+                .unwrap()
+        );
+    })
+    .await;
+}
+
 /// Two changes with no turn between them, the second a reset or a cut: the binding the first
 /// generation left is owned by neither the current generation nor its recorded predecessor.
 /// The reset or cut ended every earlier context, so the next turn (and the reset's own
