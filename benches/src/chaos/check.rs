@@ -204,7 +204,8 @@ pub(crate) async fn check(store: &Store, faults: bool) -> Result<(u64, Vec<Strin
 /// reset and a turn of `s-2` — run here, as the next turn after a restart would (with
 /// `faults`, judged from the row instead: the store may still refuse writes) — never gets
 /// the old thread back, whether or not the harnesses were told (a worker killed after the
-/// COMMIT, or a reset committed on purpose without the notification).
+/// COMMIT, or a reset committed on purpose without the notification); after a notification
+/// sent again once the new generation's turn bound its thread (`late`), that thread is bound.
 async fn check_reset(
     store: &Store,
     threads: &tether_harness_sdk::hooks::ThreadBindingHarness,
@@ -224,7 +225,7 @@ async fn check_reset(
     let identity = BindingIdentity::session(agent(), generation.clone(), Some(session.clone()));
     match generation.as_str() {
         "s-1" => {
-            if matches!(status, "reset" | "unnotified" | "unknown") {
+            if matches!(status, "reset" | "unnotified" | "unknown" | "late") {
                 violations.push(format!(
                     "reset of {session} recorded {status} but the session is at s-1"
                 ));
@@ -247,6 +248,15 @@ async fn check_reset(
                     "{session} was reset but its row records {:?}",
                     entry.previous_change
                 ));
+            }
+            if status == "late" {
+                // The turn of `s-2` bound its thread before the notification ran again.
+                let bound = threads.store().read(&identity).await?.map(|b| b.thread_id);
+                if bound != Some(format!("{NEW_THREAD}{session}")) {
+                    violations.push(format!(
+                        "a late reset notification took away the thread the new generation of {session} bound: {bound:?}"
+                    ));
+                }
             }
             let bound = if faults {
                 // Under resource faults the store may still refuse writes after the drill:

@@ -564,8 +564,10 @@ impl Worker {
     /// `s-1`, thread [`old_thread`]), resets it (`/new`, to generation `s-2`) with the given
     /// injected failure — or commits the reset without telling any harness, as a process that
     /// died right after the COMMIT leaves it — and then, half the time, runs a turn of the
-    /// new generation that binds a thread of its own ([`NEW_THREAD`]). The checker asserts
-    /// that the reset generation never continues the old thread.
+    /// new generation that binds a thread of its own ([`NEW_THREAD`]), half of those followed by
+    /// the reset's notification once more ([`Self::late_notification`]). The checker asserts
+    /// that the reset generation never continues the old thread, and that a late notification
+    /// never takes away the thread the new generation bound.
     async fn reset_op(&mut self, inject: Inject) -> Result<(), Error> {
         self.sessions += 1;
         let session = SessionKey::new(format!("agent:main:chaos-{}-{}", self.name, self.sessions))?;
@@ -640,6 +642,29 @@ impl Worker {
         if committed && self.rng.below(2) == 0 {
             self.bind_in_turn(&session, "s-2", format!("{NEW_THREAD}{session}"))
                 .await?;
+            if self.rng.below(2) == 0 {
+                self.late_notification(&session).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The reset's notification again, after the new generation's turn bound its thread (a
+    /// slow fan-out of another process, or a host repeating it after a restart); `late` once
+    /// every harness took it. The checker asserts the new generation's thread is still bound.
+    async fn late_notification(&self, session: &SessionKey) -> Result<(), Error> {
+        let entry = self
+            .store
+            .session(session)
+            .await?
+            .ok_or_else(|| Error::session_not_found(session))?;
+        let report = tether_harness_sdk::reset::reset_registered_harness_sessions(
+            &[&self.reset_registry],
+            &tether_core::ResetParams::of_entry(&entry, tether_core::ResetReason::New),
+        )
+        .await;
+        if report.failures().next().is_none() {
+            self.status(session, "late").await?;
         }
         Ok(())
     }
