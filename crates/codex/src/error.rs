@@ -120,6 +120,19 @@ pub enum CodexError {
         /// The bound thread.
         thread_id: String,
     },
+    /// The run was cancelled before its Codex turn started: its
+    /// [`TurnCancel`](crate::TurnCancel) was cancelled (or its caller dropped
+    /// [`CodexHarness::run_turn`](crate::CodexHarness::run_turn)'s future) before `run_turn`
+    /// took the session's lease, while it waited for it, or while it resolved the session's
+    /// thread. No `turn/start` was sent: nothing reached the model, nothing was mirrored into
+    /// the host transcript, the lease (when it was taken) was released and the binding is as it
+    /// was (except that a first turn cancelled while its new thread was being started leaves
+    /// that thread bound, with no turn on it). Running the turn again is safe. A turn cancelled
+    /// after it started is no error: it is interrupted and ends
+    /// [`AttemptTerminal::Aborted`](tether_core::AttemptTerminal::Aborted). As a core error
+    /// it is [`tether_core::Error::Revoked`] (the caller's own authority refused the turn).
+    #[error("the codex turn was cancelled before it started; nothing was sent to the model")]
+    CancelledBeforeStart,
     /// The session's binding could not be written: another generation or owner holds it.
     #[error("the binding of this session was not written: {detail}")]
     BindingRefused {
@@ -199,7 +212,9 @@ impl CodexError {
     }
 
     /// What kind of native-runtime failure this is, for [`tether_core::Error::Runtime`];
-    /// `None` for [`CodexError::Lifecycle`], which is a core error already.
+    /// `None` for [`CodexError::Lifecycle`], which is a core error already, and for
+    /// [`CodexError::CancelledBeforeStart`], the caller's own cancellation (a core
+    /// [`Revoked`](tether_core::Error::Revoked)).
     pub fn runtime_kind(&self) -> Option<RuntimeErrorKind> {
         Some(match self {
             Self::WriterHeldElsewhere { .. } => RuntimeErrorKind::Busy,
@@ -209,7 +224,7 @@ impl CodexError {
                 RuntimeErrorKind::Refused
             }
             Self::TurnFailed { .. } => RuntimeErrorKind::TurnFailed,
-            Self::Lifecycle(_) => return None,
+            Self::Lifecycle(_) | Self::CancelledBeforeStart => return None,
         })
     }
 
@@ -224,14 +239,16 @@ impl CodexError {
     fn into_core_with(self, text: String) -> tether_core::Error {
         match (self.runtime_kind(), self) {
             (_, Self::Lifecycle(inner)) => inner,
+            (_, Self::CancelledBeforeStart) => tether_core::Error::revoked(text),
             (Some(kind), other) => tether_core::Error::runtime(kind, text, Some(Cause::new(other))),
-            // Only `Lifecycle` has no runtime kind (handled above).
+            // Only `Lifecycle` and `CancelledBeforeStart` have no runtime kind (handled above).
             (None, _) => tether_core::Error::other(text),
         }
     }
 }
 
-/// A lifecycle error comes out as it went in; every other one becomes
+/// A lifecycle error comes out as it went in, a turn cancelled before it started is
+/// [`tether_core::Error::Revoked`]; every other one becomes
 /// [`tether_core::Error::Runtime`] of its [`runtime_kind`](CodexError::runtime_kind), with the
 /// same text and the `CodexError` itself as its source (reachable by downcasting).
 impl From<CodexError> for tether_core::Error {
@@ -366,6 +383,8 @@ mod tests {
         let inner = Error::revoked("closed");
         let out = Error::from(CodexError::Lifecycle(inner));
         assert!(matches!(out, Error::Revoked { .. }));
+        let cancelled = Error::from(CodexError::CancelledBeforeStart);
+        assert!(matches!(cancelled, Error::Revoked { .. }), "{cancelled:?}");
         let timed = CodexError::timeout("turn/start", Duration::from_secs(2))
             .into_core_in("codex finalization");
         assert!(timed.is_retryable());

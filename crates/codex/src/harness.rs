@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -98,7 +99,13 @@ impl ThreadSettings {
     }
 }
 
-/// Cancels a running turn (`turn/interrupt`).
+/// Cancels a turn.
+///
+/// Cancelled before the turn started in Codex (before [`CodexHarness::run_turn`] took the
+/// session's lease, while it waited for it, or while it resolved the session's thread), the
+/// turn never starts: `run_turn` fails with [`CodexError::CancelledBeforeStart`]. Cancelled
+/// once it started, the turn is interrupted (`turn/interrupt`) and ends
+/// [`AttemptTerminal::Aborted`].
 #[derive(Debug, Clone)]
 pub struct TurnCancel {
     tx: Arc<watch::Sender<bool>>,
@@ -123,9 +130,41 @@ impl TurnCancel {
         self.tx.send_replace(true);
     }
 
+    /// Whether cancellation was requested.
+    pub fn is_cancelled(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Resolves once cancellation is requested (at once when it was already).
+    async fn cancelled(&self) {
+        // The sender lives as long as `self`, so the wait cannot fail; if it did, the turn
+        // would simply not be cancelled here.
+        if self.subscribe().wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// [`CodexError::CancelledBeforeStart`] when cancellation was requested; `stage` says
+    /// where the turn was, for the log.
+    fn refuse_start(&self, stage: &str) -> Result<(), CodexError> {
+        if self.is_cancelled() {
+            return Err(not_started(stage));
+        }
+        Ok(())
+    }
+
     fn subscribe(&self) -> watch::Receiver<bool> {
         self.tx.subscribe()
     }
+}
+
+/// The error of a turn cancelled before it started, logged with `stage` (where it was).
+fn not_started(stage: &str) -> CodexError {
+    tracing::info!(
+        stage,
+        "the codex turn was cancelled before it started; turn/start is not sent"
+    );
+    CodexError::CancelledBeforeStart
 }
 
 /// Cancels a turn whose caller dropped [`CodexHarness::run_turn`]'s future; disarmed (`None`)
@@ -149,7 +188,8 @@ pub struct TurnRequest {
     /// The host's prepared user message (with its operational metadata), restored onto the
     /// mirrored user item.
     pub prepared_user_message: Option<Value>,
-    /// Cancellation.
+    /// Cancellation: before the turn started in Codex it never starts
+    /// ([`CodexError::CancelledBeforeStart`]); after, it is interrupted (see [`TurnCancel`]).
     pub cancel: Option<TurnCancel>,
     /// The host authority (checked by the lifecycle around its writes).
     pub assert_current: Option<AssertCurrent>,
@@ -598,6 +638,17 @@ impl CodexHarness {
     /// had run, the binding is unchanged, and the next turn resumes the same thread on a new
     /// process.
     ///
+    /// A run whose [`TurnRequest::cancel`] is cancelled before its Codex turn started — already
+    /// when `run_turn` is called, while it waits behind another holder's lease on the session,
+    /// or while it resolves the session's thread — never starts one: it fails with
+    /// [`CodexError::CancelledBeforeStart`] without sending `turn/start`, so nothing reaches the
+    /// model and nothing is mirrored into the host transcript; the lease, when it was taken, is
+    /// released, and the binding is as it was (only a first turn cancelled while its new
+    /// thread was being started leaves that thread bound, with no turn on it). The
+    /// cancellation is checked before the lease is taken, while waiting for it, once it is
+    /// held, and right before `turn/start`; a cancellation after that interrupts the started
+    /// turn, which ends `Ok` with [`AttemptTerminal::Aborted`].
+    ///
     /// The turn runs on a task of its own. A caller that stops waiting (drops this future: a
     /// timeout around it, a client that disconnected) cancels it as [`TurnCancel`] does, and
     /// the task still ends it properly: Codex's turn interrupted, whatever completed mirrored
@@ -631,22 +682,42 @@ impl CodexHarness {
                 detail: "a Codex turn needs a host session key to mirror into".to_owned(),
             });
         };
+        // `run_turn` always sets one.
+        let cancel = request.cancel.clone().unwrap_or_default();
+        cancel.refuse_start("before the session's lease")?;
         let identity = identity(&request.params);
         let assert_current = request.assert_current.clone();
         let inner = self.inner.clone();
-        let result = self
-            .inner
-            .bindings
-            .with_lease(&identity, false, assert_current.clone(), |lease| {
-                let identity = identity.clone();
-                async move {
-                    let assertion = lease.capture_lease_assertion()?;
-                    Ok(inner
-                        .turn_under_lease(&identity, &session_key, request, assertion)
-                        .await)
+        // Set once the lease is held and the turn runs under it: from then on the turn itself
+        // answers a cancellation (before `turn/start`, or with `turn/interrupt`).
+        let leased = Arc::new(AtomicBool::new(false));
+        let under_lease = leased.clone();
+        let scope =
+            self.inner
+                .bindings
+                .with_lease(&identity, false, assert_current.clone(), |lease| {
+                    under_lease.store(true, Ordering::SeqCst);
+                    let identity = identity.clone();
+                    async move {
+                        let assertion = lease.capture_lease_assertion()?;
+                        Ok(inner
+                            .turn_under_lease(&identity, &session_key, request, assertion)
+                            .await)
+                    }
+                });
+        tokio::pin!(scope);
+        let result = tokio::select! {
+            biased;
+            result = &mut scope => result,
+            () = cancel.cancelled() => {
+                if !leased.load(Ordering::SeqCst) {
+                    // Still waiting for the lease: the scope is dropped, which ends it (an
+                    // acquisition that went through meanwhile is released by its token).
+                    return Err(not_started("waiting for the session's lease"));
                 }
-            })
-            .await;
+                scope.await
+            }
+        };
         match result {
             Ok(inner) => inner,
             Err(error) => Err(CodexError::Lifecycle(error)),
@@ -754,6 +825,9 @@ impl Inner {
         lease: LeaseAssertion,
     ) -> Result<TurnOutcome, CodexError> {
         // Before any app-server process is started or asked for anything.
+        if let Some(cancel) = &request.cancel {
+            cancel.refuse_start("holding the session's lease")?;
+        }
         self.host_session_exists(session_key).await?;
         if self.process_per_turn {
             let client = Arc::new(self.server.dedicated().await?);
@@ -1346,6 +1420,15 @@ impl Inner {
         };
         // The binding may have taken a while; the lease must still be ours to start the turn.
         state.lease.check()?;
+        // Nor may the run have been cancelled meanwhile: a cancelled run starts no turn.
+        if let Some(Err(cancelled)) = request
+            .cancel
+            .as_ref()
+            .map(|cancel| cancel.refuse_start("binding the session's thread"))
+        {
+            self.release_thread(client, &thread_id).await;
+            return Err(cancelled);
+        }
         let mut events = client.subscribe(&thread_id);
         let result = self
             .drive_turn(client, &mut events, &mut state, &request)

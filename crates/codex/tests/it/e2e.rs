@@ -501,6 +501,140 @@ async fn codex_e2e_cancel_interrupts_turn() {
     assert!(outcome.attempt.assistant_texts.is_empty());
 }
 
+/// A run cancelled before its Codex turn started never starts one: cancelled before
+/// `run_turn` is called (on a bound session and on a session with no thread yet) and cancelled
+/// while it waits behind another holder's lease, it fails with `CancelledBeforeStart`, the
+/// model is asked nothing, the transcript and the binding are as they were, the lease is
+/// released, and the next turn of the session resumes its thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_run_cancelled_before_its_turn_starts_never_reaches_codex() {
+    let Some((world, model)) = world(vec![
+        Step::Reply("first answer"),
+        Step::Reply("answer after the cancelled runs"),
+    ])
+    .await
+    else {
+        return;
+    };
+    // A lease wait long enough that the run below waits behind the holder until cancelled.
+    let patient = LeaseConfig {
+        wait_budget: Duration::from_secs(60),
+        retry_interval: Duration::from_millis(100),
+        ..LeaseConfig::default()
+    };
+    let host = world.host("host-b", patient).await;
+    let key = session_key("cancelled-before");
+    host.create_session(&key).await;
+    let first = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "first question")))
+        .await
+        .unwrap();
+    let transcript = host.transcript(&key).await;
+    assert_eq!(transcript.len(), 2);
+    assert_eq!(model.requests().len(), 1);
+
+    let cancelled_request = |run: &str, prompt: &str| {
+        let cancel = TurnCancel::new();
+        let mut request = TurnRequest::new(attempt(&key, run, prompt));
+        request.cancel = Some(cancel.clone());
+        (request, cancel)
+    };
+
+    // Cancelled before the call.
+    let (request, cancel) = cancelled_request("run-2", "xylo before the call");
+    cancel.cancel();
+    let refused = host.harness.run_turn(request).await;
+    assert!(
+        matches!(refused, Err(CodexError::CancelledBeforeStart)),
+        "{refused:?}"
+    );
+    assert_eq!(model.requests().len(), 1, "the model was asked nothing");
+    assert_eq!(host.transcript(&key).await, transcript);
+    let bound = host
+        .harness
+        .bound_thread(&attempt(&key, "run-2", ""))
+        .await
+        .unwrap();
+    assert_eq!(bound.as_ref(), Some(&first.thread_id));
+
+    // A session without a thread: none is started or bound.
+    let fresh = session_key("cancelled-fresh");
+    host.create_session(&fresh).await;
+    let cancel = TurnCancel::new();
+    cancel.cancel();
+    let mut request = TurnRequest::new(attempt(&fresh, "run-f", "xylo on a fresh session"));
+    request.cancel = Some(cancel);
+    let refused = host.harness.run_turn(request).await;
+    assert!(
+        matches!(refused, Err(CodexError::CancelledBeforeStart)),
+        "{refused:?}"
+    );
+    let unbound = host
+        .harness
+        .bound_thread(&attempt(&fresh, "run-f", ""))
+        .await;
+    assert_eq!(unbound.unwrap(), None);
+    assert!(host.transcript(&fresh).await.is_empty());
+
+    // Cancelled while it waits behind another holder's lease on the session.
+    let holder = world.host("host-a", LeaseConfig::default()).await;
+    let identity = tether_harness_sdk::backend::BindingIdentity::session(
+        tether_core::AgentId::new(crate::host::AGENT).unwrap(),
+        tether_core::SessionId::new(crate::host::SESSION_ID).unwrap(),
+        Some(key.clone()),
+    );
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+    let holding = tokio::spawn(async move {
+        holder
+            .harness
+            .bindings()
+            .with_lease(&identity, false, None, |_lease| async move {
+                let _ = held_tx.send(());
+                let _ = release_rx.await;
+                Ok(())
+            })
+            .await
+    });
+    held_rx.await.expect("the other holder took the lease");
+    let (request, cancel) = cancelled_request("run-3", "xylo while waiting");
+    let harness = host.harness.clone();
+    let waiting = tokio::spawn(async move { harness.run_turn(request).await });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(!waiting.is_finished(), "the run waits behind the lease");
+    cancel.cancel();
+    let refused = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("a run cancelled while it waits for the lease ends without it")
+        .unwrap();
+    assert!(
+        matches!(refused, Err(CodexError::CancelledBeforeStart)),
+        "{refused:?}"
+    );
+    release_tx.send(()).unwrap();
+    holding.await.unwrap().unwrap();
+    assert_eq!(model.requests().len(), 1, "the model was asked nothing");
+    assert_eq!(host.transcript(&key).await, transcript);
+
+    // The session goes on: the next turn resumes its thread, with none of the cancelled runs.
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-4", "next question")))
+        .await
+        .unwrap();
+    assert_eq!(next.reply(), Some("answer after the cancelled runs"));
+    assert_eq!(next.thread_id, first.thread_id);
+    assert!(next.resumed_thread);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(mentions(&requests[1], "first question"));
+    assert!(!mentions(&requests[1], "xylo"), "{}", requests[1]);
+    let after = host.transcript(&key).await;
+    assert_eq!(after.len(), 4);
+    assert!(after.iter().all(|e| !e.content.contains("xylo")));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_consecutive_turns_share_one_process() {
     let Some((world, model)) = world(vec![Step::Reply("first"), Step::Reply("second")]).await
