@@ -37,8 +37,8 @@ use crate::client::{CodexAppServer, CodexClient, ServerEvent, ServerRequest};
 use crate::error::CodexError;
 use crate::finalize::CodexFinalizerRuntime;
 use crate::host::{
-    ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,
-    NoTools, RefuseAll, ToolCall, ToolExecutor,
+    AdmissionGuard, ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest,
+    HostTranscript, MirrorEntry, NoTools, RefuseAll, RunAdmission, ToolCall, ToolExecutor,
 };
 use crate::ids::{ThreadId, TurnId};
 use crate::native::{CLEANUP, CleanupScope, CodexThreads, NativeCleanup, PendingCleanup};
@@ -355,6 +355,7 @@ pub struct CodexHarnessBuilder {
     quarantine: Option<Arc<dyn QuarantineStore>>,
     bindings: Option<ThreadBindingStore>,
     process_per_turn: bool,
+    admission: Option<Arc<dyn RunAdmission>>,
 }
 
 impl CodexHarnessBuilder {
@@ -402,6 +403,20 @@ impl CodexHarnessBuilder {
     #[must_use]
     pub fn process_per_turn(mut self, enabled: bool) -> Self {
         self.process_per_turn = enabled;
+        self
+    }
+
+    /// The host's record of runs in flight (default: none): every turn of a session, and every
+    /// compaction, is admitted there while it runs, so the host's deletions and resets of the
+    /// session are refused meanwhile instead of racing it. A turn runs on a task of its own and
+    /// stays admitted until that task ended, also when the caller dropped
+    /// [`CodexHarness::run_turn`]'s future or the turn failed or panicked; a compaction stays
+    /// admitted while [`CodexHarness::compact`] runs. Admissions are counted, so a host that
+    /// also admits the run around its own `run_turn` call changes nothing (the session is idle
+    /// once both ended). `tether_host::Host::codex_harness` sets the host's own.
+    #[must_use]
+    pub fn admission(mut self, admission: Arc<dyn RunAdmission>) -> Self {
+        self.admission = Some(admission);
         self
     }
 
@@ -509,6 +524,7 @@ impl CodexHarnessBuilder {
                 approvals: self.approvals,
                 settings: self.settings,
                 process_per_turn: self.process_per_turn,
+                admission: self.admission,
             }),
         })
     }
@@ -529,6 +545,19 @@ struct Inner {
     approvals: Arc<dyn ApprovalPolicy>,
     settings: ThreadSettings,
     process_per_turn: bool,
+    /// The host's record of runs in flight, when it gave one.
+    admission: Option<Arc<dyn RunAdmission>>,
+}
+
+impl Inner {
+    /// Admits a run of `session` in the host's record of runs in flight (when the host gave
+    /// one and the run names its session).
+    fn admit(&self, session: Option<&SessionKey>) -> Option<AdmissionGuard> {
+        let admission = self.admission.as_ref()?;
+        let session = session?;
+        tracing::debug!(session = %session, "run admitted in the host's record of runs");
+        Some(admission.admit(session))
+    }
 }
 
 /// The Codex app-server harness. Cloning shares it.
@@ -561,6 +590,7 @@ impl CodexHarness {
             quarantine: None,
             bindings: None,
             process_per_turn: false,
+            admission: None,
         }
     }
 
@@ -654,6 +684,11 @@ impl CodexHarness {
     /// the task still ends it properly: Codex's turn interrupted, whatever completed mirrored
     /// into the host transcript, the session's lease released. A panic of a host tool is that
     /// tool's failure (reported, its effect unknown); the turn goes on.
+    ///
+    /// With a [`CodexHarnessBuilder::admission`] (the harness `tether_host::Host::codex_harness`
+    /// builds has the host's), the turn is admitted in the host's record of runs in flight from
+    /// this call until its task ended, however it ended: the host's deletion or reset of the
+    /// session is refused meanwhile.
     pub async fn run_turn(&self, mut request: TurnRequest) -> Result<TurnOutcome, CodexError> {
         let span = tracing::info_span!(
             "codex.turn",
@@ -662,8 +697,18 @@ impl CodexHarness {
         );
         let cancel = request.cancel.get_or_insert_with(TurnCancel::new).clone();
         let harness = self.clone();
-        let task =
-            tokio::spawn(async move { harness.run_turn_inner(request).await }.instrument(span));
+        // Held by the turn's task, so the turn stays admitted until the task ends, also when
+        // this future is dropped or the task panics.
+        let admitted = self
+            .inner
+            .admit(request.params.session.session_key.as_ref());
+        let task = tokio::spawn(
+            async move {
+                let _admitted = admitted;
+                harness.run_turn_inner(request).await
+            }
+            .instrument(span),
+        );
         let mut on_drop = CancelOnDrop(Some(cancel));
         let joined = task.await;
         on_drop.0 = None;
@@ -734,8 +779,13 @@ impl CodexHarness {
     /// id under the same key the next turn adopts the recorded predecessor's binding and
     /// resumes the same thread. Fails with [`CodexError::BindingRefused`] when no thread is
     /// bound, and with [`CodexError::TurnFailed`] when Codex reports the compaction failed.
+    ///
+    /// With a [`CodexHarnessBuilder::admission`], the compaction is admitted in the host's
+    /// record of runs in flight while this call runs (until it returns or its future is
+    /// dropped).
     pub async fn compact(&self, params: &AttemptParams) -> Result<ThreadId, CodexError> {
         let span = tracing::info_span!("codex.compact", session_id = %params.session.session_id);
+        let _admitted = self.inner.admit(params.session.session_key.as_ref());
         async {
             let identity = identity(params);
             let inner = self.inner.clone();

@@ -1,4 +1,5 @@
-//! What the host supplies to the harness: its transcript, its tools and its approval policy.
+//! What the host supplies to the harness: its transcript, its tools, its approval policy and
+//! its record of runs in flight.
 
 use std::fmt;
 
@@ -227,5 +228,41 @@ pub struct RefuseAll;
 impl ApprovalPolicy for RefuseAll {
     fn decide(&self, _request: &ApprovalRequest) -> ApprovalDecision {
         ApprovalDecision::Refuse
+    }
+}
+
+/// The host's record of runs in flight, which its deletions and resets consult (they are
+/// refused while a run of the session is in flight): the harness admits each turn of a
+/// session ([`CodexHarness::run_turn`](crate::CodexHarness::run_turn)), and each compaction
+/// ([`CodexHarness::compact`](crate::CodexHarness::compact)), for as long as it runs, however it
+/// ends. Set with [`CodexHarnessBuilder::admission`](crate::CodexHarnessBuilder::admission);
+/// `tether_host::Host::codex_harness` sets the host's own.
+pub trait RunAdmission: Send + Sync + fmt::Debug {
+    /// Admits a run of `session`; the run stays admitted until the returned guard is dropped.
+    ///
+    /// Admissions are counted: a host that also admits the same run itself (around its
+    /// `run_turn` call) admits it twice, and the session is idle again once both ended.
+    fn admit(&self, session: &SessionKey) -> AdmissionGuard;
+}
+
+/// A run admitted by [`RunAdmission::admit`]: the run is admitted until this is dropped.
+#[must_use = "the run's admission ends as soon as the guard is dropped"]
+pub struct AdmissionGuard {
+    /// Held, never read: dropping it ends the admission.
+    _guard: Box<dyn std::any::Any + Send>,
+}
+
+impl AdmissionGuard {
+    /// Wraps the host's own guard (dropping it ends the admission).
+    pub fn new(guard: impl Send + 'static) -> Self {
+        Self {
+            _guard: Box::new(guard),
+        }
+    }
+}
+
+impl fmt::Debug for AdmissionGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionGuard").finish_non_exhaustive()
     }
 }

@@ -19,7 +19,8 @@
 //! - `finalize`: settled-turn finalization through a capability-free Codex run (the
 //!   harness captures the context; [`CodexFinalizerRuntime`] answers once, or the host falls
 //!   back).
-//! - `host`: what the host supplies (transcript, tool executor, approval policy).
+//! - `host`: what the host supplies (transcript, tool executor, approval policy, and its
+//!   record of runs in flight, [`RunAdmission`]).
 //! - `locate`: the pinned Codex version and where its binary is found.
 //! - `scripted` (feature `scripted-model`): a loopback model server answering from a script,
 //!   for tests and demos.
@@ -76,8 +77,8 @@ pub use harness::{
     NAMESPACE, ThreadSettings, ToolReport, TurnCancel, TurnOutcome, TurnRequest, approval_response,
 };
 pub use host::{
-    ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, HostTranscript, MirrorEntry,
-    NoTools, RefuseAll, ToolCall, ToolExecutor, ToolRun,
+    AdmissionGuard, ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest,
+    HostTranscript, MirrorEntry, NoTools, RefuseAll, RunAdmission, ToolCall, ToolExecutor, ToolRun,
 };
 pub use ids::{ThreadId, TurnId};
 pub use locate::{CODEX_BIN_ENV, PINNED_CODEX_VERSION, cached_codex_binary, locate_codex_binary};

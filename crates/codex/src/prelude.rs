@@ -1,6 +1,6 @@
 //! What a host driving Codex uses, in one import: `use tether_codex::prelude::*;` brings the
 //! harness and its builder inputs, the traits a host implements for it (`HostTranscript`,
-//! `ToolExecutor`, `ApprovalPolicy`) and [`tether_harness_sdk::prelude`] (the store and harness
+//! `ToolExecutor`, `ApprovalPolicy`, `RunAdmission`) and [`tether_harness_sdk::prelude`] (the store and harness
 //! traits whose methods a host calls, the lifecycle, the thread-binding backend).
 //!
 //! ```
@@ -23,7 +23,7 @@
 pub use tether_harness_sdk::prelude::*;
 
 pub use crate::{
-    ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest, CodexAppServer, CodexConfig,
-    CodexError, CodexHarness, HostTranscript, RefuseAll, ThreadId, ThreadSettings, ToolExecutor,
-    TurnCancel, TurnOutcome, TurnRequest,
+    AdmissionGuard, ApprovalDecision, ApprovalKind, ApprovalPolicy, ApprovalRequest,
+    CodexAppServer, CodexConfig, CodexError, CodexHarness, HostTranscript, RefuseAll, RunAdmission,
+    ThreadId, ThreadSettings, ToolExecutor, TurnCancel, TurnOutcome, TurnRequest,
 };

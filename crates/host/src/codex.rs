@@ -1,15 +1,28 @@
 //! The Codex app-server harness on a [`Host`] (feature `codex`): a harness builder wired to the
-//! host's store, sessions, clock, lease timing and holder, and the host transcript the
-//! harness mirrors Codex's items into.
+//! host's store, sessions, clock, lease timing, holder and record of runs in flight, and the
+//! host transcript the harness mirrors Codex's items into.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use tether_codex::{CodexAppServer, CodexHarnessBuilder, HostTranscript, MirrorEntry};
+use tether_codex::{
+    AdmissionGuard, CodexAppServer, CodexHarnessBuilder, HostTranscript, MirrorEntry, RunAdmission,
+};
 use tether_core::{AppendOutcome, Error, MessageRole, Namespace, SessionKey};
 use tether_storage::{NewTranscriptEntry, Store, TranscriptRole};
 
-use crate::Host;
+use crate::{ActiveRuns, Host};
+
+/// The host's record of runs in flight ([`Host::runs`]) as the Codex harness's run admission:
+/// each turn and compaction is admitted there (an [`ActiveRuns::start`] guard) while it runs.
+#[derive(Debug)]
+struct HostRuns(Arc<ActiveRuns>);
+
+impl RunAdmission for HostRuns {
+    fn admit(&self, session: &SessionKey) -> AdmissionGuard {
+        AdmissionGuard::new(self.0.start(session))
+    }
+}
 
 /// The host transcript of a Codex harness over the SQL store: each mirrored item is appended
 /// under its idempotency key (a repeat resolves to the entry already there), and a context
@@ -71,7 +84,12 @@ impl Host {
     /// through the host's one binding store of the Codex namespace (the one
     /// `host.thread_bindings(tether_codex::NAMESPACE)` returns: on its clock and lease timing,
     /// labelled with its holder, blocked keys quarantined durably), generations read from its
-    /// sessions, Codex's items mirrored into its transcripts ([`SqlCodexTranscript`]). Add the
+    /// sessions, Codex's items mirrored into its transcripts ([`SqlCodexTranscript`]), each
+    /// turn and compaction admitted in its record of runs in flight ([`Host::runs`]) for as
+    /// long as it runs, so [`HostSessions`](crate::HostSessions)' deletion, reset and context
+    /// reset of the session are refused meanwhile ([`Error::CompetingWork`]) without the host
+    /// admitting the turn itself (a host that still does admits it twice, which is harmless:
+    /// admissions are counted). Add the
     /// host's tools, approvals and thread settings, `build()` it, and register it
     /// (`host.registry().register(Arc::new(harness.clone()))`) so deletions and resets reach
     /// it. Setting the builder's `holder`, `clock`, `lease_config` or `quarantine` again
@@ -107,7 +125,8 @@ impl Host {
         .clock(Arc::clone(self.clock()))
         .holder(self.holder())
         .lease_config(*self.lease_config())
-        .quarantine(self.quarantine());
+        .quarantine(self.quarantine())
+        .admission(Arc::new(HostRuns(Arc::clone(self.runs()))));
         // The host's one store of the Codex namespace, so a write through
         // `host.thread_bindings(tether_codex::NAMESPACE)` inside a Codex turn is the turn
         // holder's own (two stores over one namespace are two owners).

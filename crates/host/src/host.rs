@@ -297,7 +297,8 @@ impl Host {
     /// it after, so a deletion or reset of that session is refused at once
     /// ([`Error::CompetingWork`], busy: retry after the run) instead of racing it. It sees
     /// this process's runs only; a run of another host process is fenced by the session's
-    /// lease, which the deletion waits for.
+    /// lease, which the deletion waits for. The Codex harness `codex_harness` builds (feature
+    /// `codex`) admits each of its turns here itself.
     pub fn runs(&self) -> &Arc<ActiveRuns> {
         &self.inner.runs
     }
