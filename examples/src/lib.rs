@@ -1,7 +1,18 @@
 //! # tether-example-harness
 //!
-//! An example host gateway and harness over a simulated native runtime ([`SimulatedRuntime`]),
-//! built only on public APIs:
+//! Example host gateways, built only on public APIs: a chat gateway on the real Codex
+//! app-server harness, and a host with a harness of its own over a simulated native runtime
+//! ([`SimulatedRuntime`]).
+//!
+//! - [`codex_gateway`] is where a gateway on Codex starts: a [`tether_host::Host`] builds the
+//!   Codex harness wired to its store (`Host::codex_harness`), and the gateway creates a
+//!   session, runs two turns on one Codex thread (the second resumes it), resets the session
+//!   (`/new`), runs a turn on a fresh thread and deletes the session. The `codex-gateway`
+//!   binary runs it against a real model provider (`--model-provider-url`, the key in
+//!   `OPENAI_API_KEY`) with the Codex binary from `TETHER_CODEX_BIN` or the cache
+//!   `cargo xtask codex-install` writes, printing each step.
+//!
+//! The simulated runtime shows what a harness of your own does:
 //!
 //! - [`ExampleHarness`] binds native threads to host sessions through the SDK's thread-binding
 //!   backend. A turn holds the session's lease (renewed by heartbeats) while it runs, restores
@@ -17,6 +28,7 @@
 //!   contends for it.
 //! - The `example-host` binary runs the tour and either side of the contention on a SQLite or
 //!   PostgreSQL database; [`demo::populate`] is what `tether demo` runs.
+//! - [`cli`]: the `--name value` options both binaries take.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -40,6 +52,8 @@
 //! # }).unwrap();
 //! ```
 
+pub mod cli;
+pub mod codex_gateway;
 pub mod contention;
 pub mod demo;
 pub mod harness;

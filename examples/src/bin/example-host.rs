@@ -14,12 +14,12 @@
 //! stderr (`RUST_LOG`, default `info`). Exit codes: 0 done, 1 failed, 2 bad usage, 3 the lease
 //! was lost.
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use tether_core::{Error, SessionKey};
+use tether_example_harness::cli::Options;
 use tether_example_harness::contention::{self, Contended};
 use tether_example_harness::tour;
 use tether_host::Host;
@@ -27,7 +27,7 @@ use tether_host::Host;
 /// The parsed command line.
 struct Args {
     command: String,
-    options: HashMap<String, String>,
+    options: Options,
 }
 
 impl Args {
@@ -36,33 +36,22 @@ impl Args {
         let command = argv
             .next()
             .ok_or("a command is required: tour, hold or contend")?;
-        let mut options = HashMap::new();
-        while let Some(flag) = argv.next() {
-            let name = flag
-                .strip_prefix("--")
-                .ok_or_else(|| format!("unexpected argument `{flag}`"))?;
-            let value = argv
-                .next()
-                .ok_or_else(|| format!("`--{name}` needs a value"))?;
-            options.insert(name.to_owned(), value);
-        }
-        Ok(Self { command, options })
+        Ok(Self {
+            command,
+            options: Options::parse(argv)?,
+        })
     }
 
     fn get(&self, name: &str) -> Option<&str> {
-        self.options.get(name).map(String::as_str)
+        self.options.get(name)
     }
 
     fn required(&self, name: &str) -> Result<&str, String> {
-        self.get(name)
-            .ok_or_else(|| format!("`--{name}` is required"))
+        self.options.required(name)
     }
 
     fn millis(&self, name: &str, default: u64) -> Result<Duration, String> {
-        self.get(name)
-            .map_or(Ok(default), str::parse)
-            .map(Duration::from_millis)
-            .map_err(|e| format!("`--{name}`: {e}"))
+        self.options.millis(name, default)
     }
 }
 

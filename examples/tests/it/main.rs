@@ -1,4 +1,5 @@
 //! The integration tests of `tether-example-harness` (one test binary per package).
 
+mod codex_gateway;
 mod processes;
 mod scenario;

@@ -18,30 +18,30 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 const LINE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// A database for the processes: a SQLite file or a throwaway PostgreSQL database.
-enum Database {
+pub(crate) enum Database {
     Sqlite(tempfile::TempDir),
     Postgres(PgTestDatabase),
 }
 
 impl Database {
-    fn sqlite() -> Self {
+    pub(crate) fn sqlite() -> Self {
         Self::Sqlite(tempfile::tempdir().unwrap())
     }
 
-    async fn postgres() -> Option<Self> {
+    pub(crate) async fn postgres() -> Option<Self> {
         PgTestDatabase::create("example_host")
             .await
             .map(Self::Postgres)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         match self {
             Self::Sqlite(dir) => format!("sqlite://{}", dir.path().join("host.db").display()),
             Self::Postgres(db) => db.url().to_owned(),
         }
     }
 
-    async fn cleanup(self) {
+    pub(crate) async fn cleanup(self) {
         if let Self::Postgres(db) = self {
             db.cleanup().await;
         }
