@@ -784,7 +784,10 @@ impl<C: RecordCodec + 'static> Lifecycle<C> {
     ///   successor's), without the caller's authority; release failures go to the release
     ///   failure callback. An owner blocked with an unknown outcome is not released.
     ///
-    /// If the returned future is dropped mid-way, nothing is released: the lease expires.
+    /// If the returned future is dropped mid-way (a timeout around it, a caller that went
+    /// away), `run` stops where it was and the scope still ends: its heartbeat stops and the
+    /// exact token is released on a task of its own on the current runtime (outside a runtime
+    /// the lease is left to expire).
     pub async fn with_lease<T, F, Fut>(
         &self,
         key: &BindingKey,
