@@ -780,36 +780,58 @@ impl CodexHarness {
     /// resumes the same thread. Fails with [`CodexError::BindingRefused`] when no thread is
     /// bound, and with [`CodexError::TurnFailed`] when Codex reports the compaction failed.
     ///
-    /// With a [`CodexHarnessBuilder::admission`], the compaction is admitted in the host's
-    /// record of runs in flight while this call runs (until it returns or its future is
-    /// dropped).
+    /// The compaction runs on a task of its own, as a turn does: a caller that stops waiting
+    /// (drops this future) does not stop it. It ends when Codex's compaction turn ends (or its
+    /// timeout passes), holding the session's lease until then, and with a
+    /// [`CodexHarnessBuilder::admission`] it is admitted in the host's record of runs in flight
+    /// for exactly that long.
     pub async fn compact(&self, params: &AttemptParams) -> Result<ThreadId, CodexError> {
         let span = tracing::info_span!("codex.compact", session_id = %params.session.session_id);
-        let _admitted = self.inner.admit(params.session.session_key.as_ref());
-        async {
-            let identity = identity(params);
-            let inner = self.inner.clone();
-            let timeout = params.timeout;
-            let result = self
-                .inner
-                .bindings
-                .with_lease(&identity, false, None, |lease| {
-                    let identity = identity.clone();
-                    async move {
-                        let assertion = lease.capture_lease_assertion()?;
-                        Ok(inner
-                            .compact_under_lease(&identity, assertion, timeout)
-                            .await)
-                    }
-                })
-                .await;
-            match result {
-                Ok(inner) => inner,
-                Err(error) => Err(CodexError::Lifecycle(error)),
+        let admitted = self.inner.admit(params.session.session_key.as_ref());
+        let inner = self.inner.clone();
+        let params = params.clone();
+        let task = tokio::spawn(
+            async move {
+                let _admitted = admitted;
+                inner.compact_leased(&params).await
             }
+            .instrument(span),
+        );
+        match task.await {
+            Ok(result) => result,
+            Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
+            Err(join) => Err(CodexError::protocol(format!(
+                "the compaction's task stopped before it finished: {join}"
+            ))),
         }
-        .instrument(span)
-        .await
+    }
+}
+
+impl Inner {
+    /// [`CodexHarness::compact`]'s work on its task: the compaction under the session's lease.
+    async fn compact_leased(
+        self: &Arc<Self>,
+        params: &AttemptParams,
+    ) -> Result<ThreadId, CodexError> {
+        let identity = identity(params);
+        let inner = Arc::clone(self);
+        let timeout = params.timeout;
+        let result = self
+            .bindings
+            .with_lease(&identity, false, None, |lease| {
+                let identity = identity.clone();
+                async move {
+                    let assertion = lease.capture_lease_assertion()?;
+                    Ok(inner
+                        .compact_under_lease(&identity, assertion, timeout)
+                        .await)
+                }
+            })
+            .await;
+        match result {
+            Ok(inner) => inner,
+            Err(error) => Err(CodexError::Lifecycle(error)),
+        }
     }
 }
 

@@ -156,7 +156,7 @@ async fn host_codex_harness_is_wired_to_the_host() {
 /// The harness `Host::codex_harness` builds admits each turn in the host's record of runs in
 /// flight, with no admission by the caller: while a turn runs, a reset of its session is
 /// refused with `CompetingWork`, and after it the reset goes through; a compaction is admitted
-/// while it runs too. A turn whose caller
+/// while it runs too, also after its caller stopped waiting. A turn whose caller
 /// dropped `run_turn`'s future stays admitted until its task ended (its lease released), and
 /// is then no longer admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,6 +172,7 @@ async fn host_codex_harness_admits_each_turn_while_it_runs() {
             let model = ModelServer::start(vec![
                 Step::Stall(Duration::from_secs(3), "slow answer"),
                 Step::Stall(Duration::from_secs(3), "a slow summary"),
+                Step::Stall(Duration::from_secs(3), "another slow summary"),
                 Step::Stall(Duration::from_secs(60), "never delivered"),
             ])
             .await
@@ -222,6 +223,26 @@ async fn host_codex_harness_admits_each_turn_while_it_runs() {
             assert_eq!(compacting.await.unwrap().unwrap(), outcome.thread_id);
             assert!(!admitted(), "the finished compaction is no longer admitted");
 
+            // A compaction whose caller stops waiting runs on, admitted, until Codex ends it.
+            {
+                let params = attempt(&key, "run-c2", "");
+                let compaction = harness.compact(&params);
+                tokio::pin!(compaction);
+                tokio::select! {
+                    result = &mut compaction => panic!("the stalled compaction ended: {result:?}"),
+                    arrived = model.wait_for_requests(3, Duration::from_secs(30)) => assert!(arrived),
+                }
+            }
+            assert!(admitted(), "the dropped compaction's task still runs");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+            while admitted() {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the dropped compaction is still admitted"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+
             // A caller that stops waiting: the turn's task interrupts the turn and stays
             // admitted until it ended.
             {
@@ -229,7 +250,7 @@ async fn host_codex_harness_admits_each_turn_while_it_runs() {
                 tokio::pin!(turn);
                 tokio::select! {
                     result = &mut turn => panic!("the stalled turn ended: {result:?}"),
-                    arrived = model.wait_for_requests(3, Duration::from_secs(30)) => assert!(arrived),
+                    arrived = model.wait_for_requests(4, Duration::from_secs(30)) => assert!(arrived),
                 }
             }
             assert!(admitted(), "the dropped turn's task still runs");
