@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tether_codex::HARNESS_ID;
 use tether_codex::locate_codex_binary;
-use tether_codex::{CodexAppServer, CodexConfig, CodexHarness, ThreadSettings, TurnRequest};
+use tether_codex::{CodexAppServer, CodexConfig, ThreadSettings, TurnRequest};
 use tether_core::{AgentId, AttemptParams, HarnessId, RunId, SessionId, SessionKey, SessionTarget};
-use tether_host::SqlCodexTranscript;
+use tether_host::Host;
 use tether_storage::NewHostSession;
 
-use crate::commands::{CommandError, open_store};
+use crate::commands::{CommandError, Open, open_error, open_store};
 
 /// The environment variable holding the model provider's API key (read by Codex itself).
 pub(crate) const API_KEY_ENV: &str = "OPENAI_API_KEY";
@@ -73,7 +73,16 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     let cwd = args.cwd.unwrap_or_else(|| here.display().to_string());
     let key = SessionKey::new(&args.session).map_err(|e| failure(format!("--session: {e}")))?;
 
-    let store = open_store(&args.database_url, crate::commands::Open::CreateAndMigrate).await?;
+    // Created and migrated as by every command (a SQLite file's folder too), then opened as a
+    // host: the harness shares the host's binding store, its clock (the database server's on
+    // PostgreSQL, as a gateway's host decides leases) and its record of runs in flight.
+    open_store(&args.database_url, Open::CreateAndMigrate).await?;
+    let host = Host::builder(args.database_url.as_str())
+        .holder(format!("tether-chat-{}", std::process::id()))
+        .open()
+        .await
+        .map_err(open_error)?;
+    let store = host.store().clone();
     let entry = match store
         .session(&key)
         .await
@@ -113,17 +122,12 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     let server = Arc::new(CodexAppServer::new(config));
     let mut settings = ThreadSettings::new(cwd);
     settings.model = args.model;
-    let harness = CodexHarness::builder(
-        server.clone(),
-        Arc::new(store.clone()),
-        Arc::new(store.clone()),
-        Arc::new(SqlCodexTranscript::new(store.clone())),
-    )
-    .settings(settings)
-    .holder(format!("tether-chat-{}", std::process::id()))
-    .build()
-    .await
-    .map_err(|e| failure(e.to_string()))?;
+    let harness = host
+        .codex_harness(server.clone())
+        .settings(settings)
+        .build()
+        .await
+        .map_err(|e| failure(e.to_string()))?;
 
     let mut params = AttemptParams::new(
         RunId::new(format!("chat-{}", std::process::id())).map_err(|e| failure(e.to_string()))?,
@@ -133,6 +137,9 @@ pub(crate) async fn chat(args: ChatArgs) -> Result<(), CommandError> {
     params.timeout = Some(Duration::from_secs(600));
     let result = harness.run_turn(TurnRequest::new(params)).await;
     server.shutdown().await;
+    if let Err(error) = host.close().await {
+        tracing::warn!(%error, "closing the host's database failed");
+    }
     let outcome = result.map_err(|e| failure(format!("the Codex turn failed: {e}")))?;
 
     say(&format!(
