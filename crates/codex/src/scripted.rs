@@ -8,6 +8,7 @@
 //! [`ModelServer::base_url`]. Test and demo tooling, not part of the default API.
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -34,6 +35,34 @@ pub enum Step {
     SlowCalls(Duration, Vec<(&'static str, &'static str, Value)>),
     /// Completes the response with no output item (the turn ends without assistant text).
     Silent,
+}
+
+/// The environment variable that makes a missing Codex binary fail a test instead of skipping
+/// it (`1`; CI sets it).
+pub const REQUIRE_CODEX_ENV: &str = "TETHER_REQUIRE_CODEX";
+
+/// The Codex binary a test drives the real app-server with, as
+/// [`locate_codex_binary`](crate::locate_codex_binary) finds it from `root` (the directory
+/// holding `.tether-cache/`, normally the workspace root): `TETHER_CODEX_BIN`, else the cache
+/// `cargo xtask codex-install` fills. When there is none, `None` and a line on stderr saying
+/// the test is skipped, unless [`REQUIRE_CODEX_ENV`] is `1`: then it panics, so a run that
+/// must drive Codex fails instead of passing without it.
+///
+/// # Panics
+///
+/// With `TETHER_REQUIRE_CODEX=1` and no binary found.
+#[allow(clippy::print_stderr)] // test tooling: the test's reader learns why it was skipped
+pub fn codex_binary_for_tests(root: &Path) -> Option<PathBuf> {
+    match crate::locate_codex_binary(Some(root)) {
+        Some(path) => Some(path),
+        None if std::env::var(REQUIRE_CODEX_ENV).as_deref() == Ok("1") => panic!(
+            "{REQUIRE_CODEX_ENV}=1 but no codex binary: run `cargo xtask codex-install` or set TETHER_CODEX_BIN"
+        ),
+        None => {
+            eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
+            None
+        }
+    }
 }
 
 /// What a request gets once the script is used up.

@@ -15,20 +15,11 @@ use tokio::process::Command;
 
 use crate::processes::Database;
 
-/// The `codex` binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
-#[allow(clippy::print_stderr)]
+/// The Codex binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
 fn codex_binary() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    match tether_codex::locate_codex_binary(Some(&root)) {
-        Some(path) => Some(path),
-        None if std::env::var("TETHER_REQUIRE_CODEX").as_deref() == Ok("1") => panic!(
-            "TETHER_REQUIRE_CODEX=1 but no codex binary: run `cargo xtask codex-install` or set TETHER_CODEX_BIN"
-        ),
-        None => {
-            eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
-            None
-        }
-    }
+    tether_codex::scripted::codex_binary_for_tests(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join(".."),
+    )
 }
 
 /// The model's three answers: the word, the word again on the same thread, and nothing on the

@@ -4,20 +4,12 @@
 use std::path::Path;
 use std::process::Command;
 
-use tether_codex::locate_codex_binary;
 use tether_codex::scripted::{ModelServer, Step};
 
-#[allow(clippy::print_stderr)]
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_e2e_tether_chat_runs_a_turn_then_resumes_the_thread() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let Some(codex) = locate_codex_binary(Some(&root)) else {
-        assert_ne!(
-            std::env::var("TETHER_REQUIRE_CODEX").as_deref(),
-            Ok("1"),
-            "TETHER_REQUIRE_CODEX=1 but no codex binary (cargo xtask codex-install)"
-        );
-        eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
+    let Some(codex) = tether_codex::scripted::codex_binary_for_tests(&root) else {
         return;
     };
     let model = ModelServer::start(vec![

@@ -7,7 +7,7 @@ use std::process::Command;
 use tether_admin_http::AppState;
 use tether_admin_http::auth::Tokens;
 use tether_admin_http::database::Database;
-use tether_codex::{CODEX_BIN_ENV, locate_codex_binary};
+use tether_codex::CODEX_BIN_ENV;
 use tether_core::{RecordCodec as _, SessionKey};
 use tether_harness_sdk::backend::ThreadBindingCodec;
 use tether_storage::{Store, TranscriptRole};
@@ -65,17 +65,10 @@ fn demo_codex_without_a_codex_binary_fails_clearly() {
     assert!(!db.exists());
 }
 
-#[allow(clippy::print_stderr)]
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_e2e_tether_demo_codex_populates_a_database() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let Some(codex) = locate_codex_binary(Some(&root)) else {
-        assert_ne!(
-            std::env::var("TETHER_REQUIRE_CODEX").as_deref(),
-            Ok("1"),
-            "TETHER_REQUIRE_CODEX=1 but no codex binary (cargo xtask codex-install)"
-        );
-        eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
+    let Some(codex) = tether_codex::scripted::codex_binary_for_tests(&root) else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tether_codex::locate_codex_binary;
 use tether_codex::protocol::DynamicToolSpec;
 use tether_codex::{CodexAppServer, CodexConfig, WireLog};
 use tether_codex::{CodexHarness, HARNESS_ID, ThreadSettings};
@@ -20,20 +19,11 @@ use tether_core::{
 use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
 use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptEntry, TranscriptRole};
 
-/// The `codex` binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
-#[allow(clippy::print_stderr)]
+/// The Codex binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
 pub(crate) fn codex_binary() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    match locate_codex_binary(Some(&root)) {
-        Some(path) => Some(path),
-        None if std::env::var("TETHER_REQUIRE_CODEX").as_deref() == Ok("1") => panic!(
-            "TETHER_REQUIRE_CODEX=1 but no codex binary: run `cargo xtask codex-install` or set TETHER_CODEX_BIN"
-        ),
-        None => {
-            eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
-            None
-        }
-    }
+    tether_codex::scripted::codex_binary_for_tests(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    )
 }
 
 /// The files one simulated deployment shares between its host processes.

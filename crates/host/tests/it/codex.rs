@@ -17,20 +17,11 @@ use tether_storage::{NewHostSession, TranscriptRole};
 
 use crate::on_both;
 
-/// The cached Codex binary; `None` (with a note) when absent and not required.
-#[allow(clippy::print_stderr)]
+/// The Codex binary, or `None` (the test is skipped) unless `TETHER_REQUIRE_CODEX=1`.
 fn codex_binary() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    match tether_codex::locate_codex_binary(Some(&root)) {
-        Some(path) => Some(path),
-        None if std::env::var("TETHER_REQUIRE_CODEX").as_deref() == Ok("1") => {
-            panic!("TETHER_REQUIRE_CODEX=1 but no codex binary: run `cargo xtask codex-install`")
-        }
-        None => {
-            eprintln!("skipped: no codex binary (run `cargo xtask codex-install`)");
-            None
-        }
-    }
+    tether_codex::scripted::codex_binary_for_tests(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."),
+    )
 }
 
 /// An app-server supervisor for `binary` over a `CODEX_HOME` in `dir`, asking `model`.
