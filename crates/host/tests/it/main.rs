@@ -175,6 +175,30 @@ async fn reset_unnotified(host: &Host, key: &SessionKey, next: &str) {
     tx.commit().await.unwrap();
 }
 
+/// Rotates `key` from generation `from` to `to` (a compaction: a transfer), telling no harness.
+async fn rotate(host: &Host, key: &SessionKey, from: &str, to: &str) {
+    host.store()
+        .rotate_generation(
+            key,
+            &SessionId::new(from).unwrap(),
+            SessionId::new(to).unwrap(),
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+}
+
+/// A session `key` at `gen-1` whose turn bound the thread `old`.
+async fn bound_session(host: &Host, harness: &ThreadBindingHarness, key: &str) -> SessionKey {
+    let key = session(host, key, "gen-1").await;
+    assert!(
+        bind_in_turn(harness, &identity(&key, "gen-1"), "old")
+            .await
+            .unwrap()
+    );
+    key
+}
+
 /// Binds `thread` for `identity` through the turn lease, writing under its authority.
 async fn bind_in_turn(
     harness: &ThreadBindingHarness,
@@ -890,23 +914,9 @@ async fn host_two_compactions_without_a_turn_say_what_blocks_and_a_reset_frees_i
         let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
         host.registry()
             .register(Arc::new(harness.clone()) as Arc<dyn AgentHarness>);
-        let key = session(&host, "agent:main:direct:compacted-twice", "gen-1").await;
-        assert!(
-            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
-                .await
-                .unwrap()
-        );
-        for (from, to) in [("gen-1", "gen-2"), ("gen-2", "gen-3")] {
-            host.store()
-                .rotate_generation(
-                    &key,
-                    &SessionId::new(from).unwrap(),
-                    SessionId::new(to).unwrap(),
-                )
-                .await
-                .unwrap()
-                .expect("rotated");
-        }
+        let key = bound_session(&host, &harness, "agent:main:direct:compacted-twice").await;
+        rotate(&host, &key, "gen-1", "gen-2").await;
+        rotate(&host, &key, "gen-2", "gen-3").await;
         let err = bind_in_turn(&harness, &identity(&key, "gen-3"), "new")
             .await
             .unwrap_err();
@@ -940,20 +950,6 @@ async fn host_a_reset_after_a_compaction_without_a_turn_starts_afresh() {
         let harness = host.thread_harness("threads", NAMESPACE).await.unwrap();
         host.registry()
             .register(Arc::new(harness.clone()) as Arc<dyn AgentHarness>);
-        let rotate = |key: SessionKey, from: &'static str, to: &'static str| {
-            let host = host.clone();
-            async move {
-                host.store()
-                    .rotate_generation(
-                        &key,
-                        &SessionId::new(from).unwrap(),
-                        SessionId::new(to).unwrap(),
-                    )
-                    .await
-                    .unwrap()
-                    .expect("rotated");
-            }
-        };
         let first_turn_after = |key: SessionKey, change: GenerationChange| {
             let harness = harness.clone();
             async move {
@@ -978,13 +974,8 @@ async fn host_a_reset_after_a_compaction_without_a_turn_starts_afresh() {
 
         // A compaction at the end of a turn, then `/new` (notified): the notification clears
         // the binding the compacted generation never took over.
-        let key = session(&host, "agent:main:direct:compacted-then-new", "gen-1").await;
-        assert!(
-            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
-                .await
-                .unwrap()
-        );
-        rotate(key.clone(), "gen-1", "gen-2").await;
+        let key = bound_session(&host, &harness, "agent:main:direct:compacted-then-new").await;
+        rotate(&host, &key, "gen-1", "gen-2").await;
         host.sessions()
             .reset(&key, SessionId::new("gen-3").unwrap(), ResetReason::New)
             .await
@@ -1002,40 +993,25 @@ async fn host_a_reset_after_a_compaction_without_a_turn_starts_afresh() {
         first_turn_after(key, GenerationChange::Reset).await;
 
         // The same with the notification lost: the turn clears it.
-        let key = session(&host, "agent:main:direct:compacted-then-lost-new", "gen-1").await;
-        assert!(
-            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
-                .await
-                .unwrap()
-        );
-        rotate(key.clone(), "gen-1", "gen-2").await;
+        let key = bound_session(&host, &harness, "agent:main:direct:compacted-then-lost-new").await;
+        rotate(&host, &key, "gen-1", "gen-2").await;
         reset_unnotified(&host, &key, "gen-3").await;
         first_turn_after(key, GenerationChange::Reset).await;
 
         // Two resets, both notifications lost.
-        let key = session(&host, "agent:main:direct:two-lost-resets", "gen-1").await;
-        assert!(
-            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
-                .await
-                .unwrap()
-        );
+        let key = bound_session(&host, &harness, "agent:main:direct:two-lost-resets").await;
         reset_unnotified(&host, &key, "gen-2").await;
         reset_unnotified(&host, &key, "gen-3").await;
         first_turn_after(key, GenerationChange::Reset).await;
 
         // A compaction, then a cut applied by the store alone.
-        let key = session(&host, "agent:main:direct:compacted-then-cut", "gen-1").await;
-        assert!(
-            bind_in_turn(&harness, &identity(&key, "gen-1"), "old")
-                .await
-                .unwrap()
-        );
+        let key = bound_session(&host, &harness, "agent:main:direct:compacted-then-cut").await;
         let user = host
             .store()
             .append_transcript(&key, NewTranscriptEntry::new(TranscriptRole::User, "hi"))
             .await
             .unwrap();
-        rotate(key.clone(), "gen-1", "gen-2").await;
+        rotate(&host, &key, "gen-1", "gen-2").await;
         let status = host
             .store()
             .cut_transcript(
