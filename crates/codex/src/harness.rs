@@ -410,8 +410,9 @@ impl CodexHarnessBuilder {
     /// compaction, is admitted there while it runs, so the host's deletions and resets of the
     /// session are refused meanwhile instead of racing it. A turn runs on a task of its own and
     /// stays admitted until that task ended, also when the caller dropped
-    /// [`CodexHarness::run_turn`]'s future or the turn failed or panicked; a compaction stays
-    /// admitted while [`CodexHarness::compact`] runs. Admissions are counted, so a host that
+    /// [`CodexHarness::run_turn`]'s future or the turn failed or panicked; a compaction
+    /// ([`CodexHarness::compact`]) also runs on a task of its own and stays admitted until it
+    /// ended. Admissions are counted, so a host that
     /// also admits the run around its own `run_turn` call changes nothing (the session is idle
     /// once both ended). `tether_host::Host::codex_harness` sets the host's own.
     #[must_use]

@@ -444,10 +444,11 @@ impl AgentHarness for ThreadBindingHarness {
     /// the generation's binding is cleared so
     /// the same physical id can bind a new thread; its own retirement fence is repaired only
     /// through the authoritative host-store reclaim; a binding still owned by the exact
-    /// recorded predecessor is cleared too (never adopted). A reset to a new generation
-    /// ([`ResetParams::replaced_generation`]) clears only that predecessor's binding and keeps
-    /// one the new generation owns (a turn made it after the host's COMMIT). `Deleted` retires
-    /// what is left.
+    /// recorded predecessor is cleared too (never adopted), and so is one any earlier
+    /// generation left when the current generation began with a reset or a cut. A reset to a
+    /// new generation ([`ResetParams::replaced_generation`]) clears only such earlier
+    /// generations' bindings and keeps one the new generation owns (a turn made it after the
+    /// host's COMMIT). `Deleted` retires what is left.
     async fn reset(&self, params: ResetParams) -> Result<(), Error> {
         let span = tracing::info_span!("thread_harness.reset", harness = %self.id, session_id = %params.session_id, reason = ?params.reason);
         self.reset_session(params).instrument(span).await
