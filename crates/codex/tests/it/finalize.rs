@@ -19,7 +19,7 @@ use tether_finalizer::{
     WriterFence, prepare_terminal_with_settled_turn_finalization,
 };
 
-use crate::host::{AGENT, SESSION_ID, World, attempt, codex_binary, session_key};
+use crate::host::{AGENT, SESSION_ID, World, attempt, attempt_in, codex_binary, session_key};
 use crate::model::{ModelServer, Step, mentions, tool_names};
 
 /// Asserts that a finalization request offers the model no tool at all.
@@ -78,6 +78,17 @@ async fn finalize(
     settled: AttemptResult,
     fallbacks: &Fallbacks,
 ) -> tether_finalizer::PreparedFinalization {
+    finalize_in(key, SESSION_ID, finalizer, settled, fallbacks).await
+}
+
+/// [`finalize`] of the session's generation `generation`.
+async fn finalize_in(
+    key: &tether_core::SessionKey,
+    generation: &str,
+    finalizer: &dyn SettledTurnFinalizer,
+    settled: AttemptResult,
+    fallbacks: &Fallbacks,
+) -> tether_finalizer::PreparedFinalization {
     let batch = settled
         .messages_snapshot
         .iter()
@@ -100,7 +111,7 @@ async fn finalize(
         session: SessionTarget {
             agent_id: AgentId::new(AGENT).unwrap(),
             session_key: Some(key.clone()),
-            session_id: SessionId::new(SESSION_ID).unwrap(),
+            session_id: SessionId::new(generation).unwrap(),
         },
         fence: WriterFence::default(),
         signal: &signal,
@@ -212,6 +223,119 @@ async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
         0,
         "injected once, then no longer due"
     );
+}
+
+/// Rows of the due-items namespace (finalized answers not yet injected into their thread).
+async fn injections(host: &crate::host::Host) -> u64 {
+    tether_core::BindingStore::count(
+        &host.store,
+        &tether_core::Namespace::new(tether_codex::INJECTION_NAMESPACE).unwrap(),
+    )
+    .await
+    .unwrap()
+}
+
+/// `/new`, then the new generation's first turn (tool-only, finalized: its answer is due into
+/// the new thread), then the reset's notification, late (another process's slow fan-out, or the
+/// host sending it again after a restart): the notification keeps what the new generation's
+/// turn left due, and the next turn injects the answer into the same thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn codex_e2e_a_late_reset_notification_keeps_the_new_threads_due_answer() {
+    use tether_core::{GenerationChange, ResetParams, ResetReason};
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+
+    let Some((world, model)) = world(vec![
+        Step::Reply("Before the reset."),
+        Step::Calls(vec![("call-1", "lookup", json!({ "q": "heron" }))]),
+        Step::Silent,
+        Step::Reply("A heron is a wading bird."),
+        Step::Reply("Yes, I said it wades."),
+    ])
+    .await
+    else {
+        return;
+    };
+    let host = world.host("host-a", LeaseConfig::default()).await;
+    let key = session_key("late-reset-due");
+    host.create_session(&key).await;
+    host.harness
+        .run_turn(TurnRequest::new(attempt(&key, "run-1", "hello")))
+        .await
+        .unwrap();
+    // `/new` committed; its notification has not run yet.
+    let entry = host.store.session(&key).await.unwrap().unwrap();
+    let tx = host.store.begin_host().await.unwrap();
+    tx.rotate_session(
+        &entry,
+        &SessionId::new("gen-2").unwrap(),
+        GenerationChange::Reset,
+    )
+    .await
+    .unwrap()
+    .expect("rotated");
+    tx.commit().await.unwrap();
+
+    let outcome = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-2",
+            "run-2",
+            "what is a heron?",
+        )))
+        .await
+        .unwrap();
+    assert!(outcome.started_thread, "{outcome:?}");
+    assert_eq!(outcome.reply(), None);
+    let finalizer = host.harness.settled_turn_finalizer(key.clone());
+    let prepared = finalize_in(
+        &key,
+        "gen-2",
+        &finalizer,
+        outcome.attempt.clone(),
+        &Fallbacks::default(),
+    )
+    .await;
+    assert_eq!(prepared.outcome, FinalizationOutcome::Answered);
+    assert_eq!(
+        injections(&host).await,
+        1,
+        "the answer is due into the new thread"
+    );
+
+    let entry = host.store.session(&key).await.unwrap().unwrap();
+    let registry = host.registry();
+    let report = tether_harness_sdk::reset::reset_registered_harness_sessions(
+        &[&registry],
+        &ResetParams::of_entry(&entry, ResetReason::New),
+    )
+    .await;
+    assert_eq!(report.failures().count(), 0);
+    assert_eq!(
+        injections(&host).await,
+        1,
+        "the late notification dropped what the new thread had due"
+    );
+
+    let next = host
+        .harness
+        .run_turn(TurnRequest::new(attempt_in(
+            &key,
+            "gen-2",
+            "run-3",
+            "did you say it wades?",
+        )))
+        .await
+        .unwrap();
+    assert_eq!(next.thread_id, outcome.thread_id);
+    assert!(
+        mentions(
+            model.requests().last().unwrap(),
+            "A heron is a wading bird."
+        ),
+        "the finalized answer never reached the new thread"
+    );
+    assert_eq!(injections(&host).await, 0);
 }
 
 /// A host that finalizes through the registry (`FinalizationInput::new(&harness, …)`, as the
