@@ -1,5 +1,5 @@
 //! The command lines of the example binaries (`example-host`, `codex-gateway`): options given
-//! as `--name value` pairs.
+//! as `--name value` pairs, their logging and their runtime.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -64,6 +64,28 @@ impl Options {
             .map(Duration::from_millis)
             .map_err(|e| format!("`--{name}`: {e}"))
     }
+}
+
+/// Logs to stderr without colour codes, at `info` unless `RUST_LOG` says otherwise.
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// The binaries' runtime: two worker threads (the machine kind's cores); a failure to start it
+/// is logged.
+pub fn runtime() -> Result<tokio::runtime::Runtime, std::io::Error> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .inspect_err(|error| tracing::error!(%error, "cannot start the runtime"))
 }
 
 #[cfg(test)]

@@ -122,14 +122,7 @@ async fn run(setup: Setup) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    tether_example_harness::cli::init_logging();
     let setup = match Options::parse(std::env::args().skip(1)).and_then(|o| setup(&o)) {
         Ok(setup) => setup,
         Err(usage) => {
@@ -137,16 +130,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            tracing::error!(%error, "cannot start the runtime");
-            return ExitCode::FAILURE;
-        }
+    let Ok(runtime) = tether_example_harness::cli::runtime() else {
+        return ExitCode::FAILURE;
     };
     runtime.block_on(async {
         match run(setup).await {

@@ -110,14 +110,7 @@ async fn run(args: &Args) -> Result<(), Error> {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+    tether_example_harness::cli::init_logging();
     let args = match Args::parse() {
         Ok(args) => args,
         Err(usage) => {
@@ -125,16 +118,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            tracing::error!(%error, "cannot start the runtime");
-            return ExitCode::FAILURE;
-        }
+    let Ok(runtime) = tether_example_harness::cli::runtime() else {
+        return ExitCode::FAILURE;
     };
     let code = runtime.block_on(async {
         match run(&args).await {

@@ -214,12 +214,7 @@ async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
         "the finalized answer never reached the session's thread"
     );
     assert_eq!(
-        tether_core::BindingStore::count(
-            &host.store,
-            &tether_core::Namespace::new(tether_codex::INJECTION_NAMESPACE).unwrap(),
-        )
-        .await
-        .unwrap(),
+        injections(&host).await,
         0,
         "injected once, then no longer due"
     );
@@ -227,12 +222,7 @@ async fn codex_e2e_tool_only_turn_is_finalized_by_a_tool_free_run() {
 
 /// Rows of the due-items namespace (finalized answers not yet injected into their thread).
 async fn injections(host: &crate::host::Host) -> u64 {
-    tether_core::BindingStore::count(
-        &host.store,
-        &tether_core::Namespace::new(tether_codex::INJECTION_NAMESPACE).unwrap(),
-    )
-    .await
-    .unwrap()
+    host.rows(tether_codex::INJECTION_NAMESPACE).await
 }
 
 /// `/new`, then the new generation's first turn (tool-only, finalized: its answer is due into
@@ -241,8 +231,7 @@ async fn injections(host: &crate::host::Host) -> u64 {
 /// turn left due, and the next turn injects the answer into the same thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_a_late_reset_notification_keeps_the_new_threads_due_answer() {
-    use tether_core::{GenerationChange, ResetParams, ResetReason};
-    use tether_storage::{HostBackend as _, HostTransaction as _};
+    use tether_core::{ResetParams, ResetReason};
 
     let Some((world, model)) = world(vec![
         Step::Reply("Before the reset."),
@@ -263,17 +252,7 @@ async fn codex_e2e_a_late_reset_notification_keeps_the_new_threads_due_answer() 
         .await
         .unwrap();
     // `/new` committed; its notification has not run yet.
-    let entry = host.store.session(&key).await.unwrap().unwrap();
-    let tx = host.store.begin_host().await.unwrap();
-    tx.rotate_session(
-        &entry,
-        &SessionId::new("gen-2").unwrap(),
-        GenerationChange::Reset,
-    )
-    .await
-    .unwrap()
-    .expect("rotated");
-    tx.commit().await.unwrap();
+    host.reset_unnotified(&key, "gen-2").await;
 
     let outcome = host
         .harness

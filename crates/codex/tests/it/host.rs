@@ -189,6 +189,52 @@ impl Host {
     pub(crate) async fn transcript(&self, key: &SessionKey) -> Vec<TranscriptEntry> {
         self.store.active_path(key).await.unwrap()
     }
+
+    /// The live rows of `namespace` (one of the harness's record namespaces).
+    pub(crate) async fn rows(&self, namespace: &str) -> u64 {
+        tether_core::BindingStore::count(
+            &self.store,
+            &tether_core::Namespace::new(namespace).unwrap(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// Moves `key` to generation `next` by a reset committed in the host's transaction and
+    /// tells no harness: what a crash between the reset's COMMIT and its notification leaves.
+    pub(crate) async fn reset_unnotified(&self, key: &SessionKey, next: &str) {
+        use tether_storage::{HostBackend as _, HostTransaction as _};
+
+        let entry = self.store.session(key).await.unwrap().unwrap();
+        let tx = self.store.begin_host().await.unwrap();
+        tx.rotate_session(
+            &entry,
+            &SessionId::new(next).unwrap(),
+            tether_core::GenerationChange::Reset,
+        )
+        .await
+        .unwrap()
+        .expect("rotated");
+        tx.commit().await.unwrap();
+    }
+
+    /// The ids of the threads Codex lists, archived or not.
+    pub(crate) async fn listed_threads(&self, archived: bool) -> Vec<String> {
+        let listed = self
+            .server
+            .client()
+            .await
+            .unwrap()
+            .request_value("thread/list", &json!({ "archived": archived }))
+            .await
+            .unwrap();
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|t| t["id"].as_str().map(str::to_owned))
+            .collect()
+    }
 }
 
 pub(crate) fn attempt(key: &SessionKey, run: &str, prompt: &str) -> AttemptParams {

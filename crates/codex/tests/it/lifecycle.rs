@@ -37,20 +37,7 @@ async fn read_thread(host: &Host, thread_id: &str) -> Result<Value, tether_codex
 
 /// The ids of the archived threads Codex lists.
 async fn archived_threads(host: &Host) -> Vec<String> {
-    let listed = host
-        .server
-        .client()
-        .await
-        .unwrap()
-        .request_value("thread/list", &json!({ "archived": true }))
-        .await
-        .unwrap();
-    listed["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["id"].as_str().map(str::to_owned))
-        .collect()
+    host.listed_threads(true).await
 }
 
 fn reset_params(key: &tether_core::SessionKey, reason: ResetReason) -> ResetParams {
@@ -558,12 +545,7 @@ async fn codex_e2e_rewind_invalidates_binding_and_next_turn_lacks_cut_turns() {
 
 /// Rows of the context-reset continuation namespace.
 async fn continuations(host: &Host) -> u64 {
-    tether_core::BindingStore::count(
-        &host.store,
-        &tether_core::Namespace::new(tether_codex::CONTINUATION_NAMESPACE).unwrap(),
-    )
-    .await
-    .unwrap()
+    host.rows(tether_codex::CONTINUATION_NAMESPACE).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1071,12 +1053,7 @@ async fn codex_e2e_deletion_deletes_the_threads_resets_archived() {
 
 /// Rows of the archived-threads namespace.
 async fn archives(host: &Host) -> u64 {
-    tether_core::BindingStore::count(
-        &host.store,
-        &tether_core::Namespace::new(tether_codex::ARCHIVE_NAMESPACE).unwrap(),
-    )
-    .await
-    .unwrap()
+    host.rows(tether_codex::ARCHIVE_NAMESPACE).await
 }
 
 /// A `/new` whose notification never ran — the host committed the reset, then its process died
@@ -1087,8 +1064,6 @@ async fn archives(host: &Host) -> u64 {
 /// is archived as the notification would have.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
-    use tether_storage::{HostBackend as _, HostTransaction as _};
-
     let Some((world, model)) = world(vec![
         Step::Reply("Noted: the token is 9931."),
         Step::Reply("Second answer."),
@@ -1105,22 +1080,6 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
         return;
     };
     let host = world.host("host-a", LeaseConfig::default()).await;
-    let reset_unnotified = |key: tether_core::SessionKey, next: &'static str| {
-        let store = host.store.clone();
-        async move {
-            let entry = store.session(&key).await.unwrap().unwrap();
-            let tx = store.begin_host().await.unwrap();
-            tx.rotate_session(
-                &entry,
-                &SessionId::new(next).unwrap(),
-                tether_core::GenerationChange::Reset,
-            )
-            .await
-            .unwrap()
-            .expect("rotated");
-            tx.commit().await.unwrap();
-        }
-    };
     let key = session_key("reset-not-notified");
     host.create_session(&key).await;
     let first = host
@@ -1148,7 +1107,7 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
     );
 
     // The reset's transaction, committed; no harness is told.
-    reset_unnotified(key.clone(), "gen-3").await;
+    host.reset_unnotified(&key, "gen-3").await;
 
     let next = host
         .harness
@@ -1190,7 +1149,7 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
         )))
         .await
         .unwrap();
-    reset_unnotified(other.clone(), "gen-2").await;
+    host.reset_unnotified(&other, "gen-2").await;
     let fresh = host
         .harness
         .run_turn(TurnRequest::new(attempt_in(
@@ -1266,7 +1225,7 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
             .await
             .unwrap();
     }
-    reset_unnotified(third.clone(), "gen-2").await;
+    host.reset_unnotified(&third, "gen-2").await;
     let transcript = host.transcript(&third).await;
     host.sessions(TransactionHooks::new())
         .rewind(
@@ -1298,20 +1257,7 @@ async fn codex_e2e_a_reset_without_its_notification_starts_a_fresh_thread() {
 
 /// The ids of the threads Codex lists that are not archived.
 async fn live_threads(host: &Host) -> Vec<String> {
-    let listed = host
-        .server
-        .client()
-        .await
-        .unwrap()
-        .request_value("thread/list", &json!({ "archived": false }))
-        .await
-        .unwrap();
-    listed["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|t| t["id"].as_str().map(str::to_owned))
-        .collect()
+    host.listed_threads(false).await
 }
 
 /// The script of [`fork_chain`].

@@ -16,8 +16,8 @@ use tracing::Instrument;
 
 use super::mutation::HookMutation;
 use crate::backend::{
-    BindingIdentity, ThreadBinding, ThreadBindingStore, ThreadGenerationOps, TransitionOutcome,
-    WriteOptions,
+    BindingIdentity, ThreadBinding, ThreadBindingRecord, ThreadBindingStore, ThreadGenerationOps,
+    TransitionOutcome, WriteOptions,
 };
 use crate::generation::{
     BindingAuthority, GenerationAuthority, GenerationState, ReclaimPlan, ResolveRequest,
@@ -353,35 +353,38 @@ impl ThreadBindingHarness {
                 .await?;
             return Ok(());
         }
-        if params.replaced_generation().is_some()
-            && self
-                .store
-                .record(&identity)
-                .await?
-                .is_some_and(|record| record.session_id.is_some())
-        {
-            // A reset to a new generation: what it ends is the replaced generation's binding,
-            // cleared by `reset_conflict` when the host records it as the predecessor. A
-            // binding the new generation owns was made by a turn after the host's COMMIT (this
-            // notification may be late) and is kept: the new generation's row is never
-            // cleared here (a retired fence of it is repaired as before). A legacy row with no
-            // owner is cleared in place, as before.
-            return self.reset_conflict(&identity).await;
+        if params.replaced_generation().is_some() {
+            let record = self.store.record(&identity).await?;
+            if record.as_ref().is_some_and(|r| r.session_id.is_some()) {
+                // A reset to a new generation: what it ends is the replaced generation's
+                // binding, cleared by `reset_conflict` when the host records it as the
+                // predecessor. A binding the new generation owns was made by a turn after the
+                // host's COMMIT (this notification may be late) and is kept: the new
+                // generation's row is never cleared here (a retired fence of it is repaired
+                // as before). A legacy row with no owner is cleared in place, as before.
+                return self.reset_conflict(&identity, record).await;
+            }
         }
         match self.store.reset(&identity, WriteOptions::default()).await? {
             TransitionOutcome::Absent | TransitionOutcome::Applied => Ok(()),
-            TransitionOutcome::Conflict => self.reset_conflict(&identity).await,
+            TransitionOutcome::Conflict => {
+                let record = self.store.record(&identity).await?;
+                self.reset_conflict(&identity, record).await
+            }
         }
     }
 
     /// A reset met its own retirement fence (repaired only through the host-store reclaim), or
     /// a row of another generation (cleared only when it is the exact recorded predecessor's,
     /// or when the current generation began with a reset or a cut, which ended every earlier
-    /// context).
-    /// A live row of the reset generation itself is kept (supervision, or a binding a turn
-    /// made after a reset to a new generation).
-    async fn reset_conflict(&self, identity: &BindingIdentity) -> Result<(), Error> {
-        let Some(record) = self.store.record(identity).await? else {
+    /// context). A live row of the reset generation itself is kept (supervision, or a binding
+    /// a turn made after a reset to a new generation). `record` is the row as just read.
+    async fn reset_conflict(
+        &self,
+        identity: &BindingIdentity,
+        record: Option<ThreadBindingRecord>,
+    ) -> Result<(), Error> {
+        let Some(record) = record else {
             return Ok(());
         };
         let Some(target) = identity.generation_target() else {

@@ -182,6 +182,17 @@ async fn host_codex_harness_admits_each_turn_while_it_runs() {
             let generation = SessionId::new("gen-1").unwrap();
             let admitted = || host.runs().has_competing_work(&key, &generation);
             let next = SessionId::new("gen-2").unwrap();
+            // Waits (30 s at most) until the session has no run in flight.
+            let until_idle = |what: &'static str| async move {
+                let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+                while admitted() {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "{what} is still admitted"
+                    );
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            };
 
             // A turn in flight: admitted, and the session's reset is refused.
             let running = tokio::spawn({
@@ -225,14 +236,7 @@ async fn host_codex_harness_admits_each_turn_while_it_runs() {
                 }
             }
             assert!(admitted(), "the dropped compaction's task still runs");
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while admitted() {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the dropped compaction is still admitted"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_idle("the dropped compaction").await;
 
             // A caller that stops waiting: the turn's task interrupts the turn and stays
             // admitted until it ended.
@@ -245,14 +249,7 @@ async fn host_codex_harness_admits_each_turn_while_it_runs() {
                 }
             }
             assert!(admitted(), "the dropped turn's task still runs");
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-            while admitted() {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "the dropped turn is still admitted"
-                );
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            until_idle("the dropped turn").await;
             let identity = tether_harness_sdk::backend::BindingIdentity::session(
                 AgentId::new("main").unwrap(),
                 generation.clone(),
