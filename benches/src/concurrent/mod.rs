@@ -444,8 +444,12 @@ fn group_commit_summary(stats: &tether_storage::GroupCommitStats) -> String {
         stats.batched_writes as f64 / stats.batches as f64
     };
     format!(
-        "group commit (warm-up included): {} writes alone, {} in {} batches (mean {mean:.1}, largest {})",
-        stats.solo_writes, stats.batched_writes, stats.batches, stats.largest_batch
+        "group commit (warm-up included): {} writes alone, {} in {} batches (mean {mean:.1}, largest {}), {} turns given to join",
+        stats.solo_writes,
+        stats.batched_writes,
+        stats.batches,
+        stats.largest_batch,
+        stats.joining_turns
     )
 }
 

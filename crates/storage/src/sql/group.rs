@@ -41,7 +41,7 @@
 //! Architecture Invariant: a member's result leaves this module only after the COMMIT (or
 //! rollback) of its batch has answered.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -68,6 +68,10 @@ pub struct GroupCommitStats {
     pub batched_writes: u64,
     /// The most writes one batch carried.
     pub largest_batch: u64,
+    /// Times a batch's first member gave writers still on their way a turn of the scheduler
+    /// to join it. It does so only when writes have company (the last batch had several
+    /// members, or the member waited for the slot), never for an owner writing alone.
+    pub joining_turns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +80,7 @@ struct Counters {
     batches: AtomicU64,
     batched_writes: AtomicU64,
     largest_batch: AtomicU64,
+    joining_turns: AtomicU64,
 }
 
 /// The group-commit state of one store.
@@ -89,6 +94,10 @@ pub(crate) struct GroupCommit {
     /// How long a writer waits for the write slot before it is told the database is busy.
     slot_timeout: Duration,
     counters: Counters,
+    /// Whether the last batch to write had company: two or more members, or a first member
+    /// that had to wait for the slot. Only then does a batch's first member yield for others
+    /// to join (see [`Store::join_group`]).
+    company: AtomicBool,
 }
 
 /// A writer transaction of the store: the transaction and, on SQLite, the write slot it holds
@@ -132,11 +141,17 @@ impl GroupCommit {
             batch_slot: Arc::new(tokio::sync::Mutex::new(())),
             slot_timeout,
             counters: Counters::default(),
+            company: AtomicBool::new(false),
         }
     }
 
     /// Takes the write slot (SQLite), waiting at most the busy timeout.
     pub(crate) async fn slot(&self) -> Result<Option<OwnedMutexGuard<()>>, Error> {
+        Ok(self.slot_noting_wait().await?.0)
+    }
+
+    /// [`GroupCommit::slot`], and whether it had to wait for it.
+    async fn slot_noting_wait(&self) -> Result<(Option<OwnedMutexGuard<()>>, bool), Error> {
         match &self.slot {
             Some(slot) => self
                 .lock_within(
@@ -144,19 +159,24 @@ impl GroupCommit {
                     "no write slot (another writer of this process holds it)",
                 )
                 .await
-                .map(Some),
-            None => Ok(None),
+                .map(|(guard, waited)| (Some(guard), waited)),
+            None => Ok((None, false)),
         }
     }
 
     /// Locks `slot`, waiting at most the busy timeout; `waited_for` says what did not come.
+    /// Also says whether the slot was taken when asked for.
     async fn lock_within(
         &self,
         slot: &Arc<tokio::sync::Mutex<()>>,
         waited_for: &str,
-    ) -> Result<OwnedMutexGuard<()>, Error> {
+    ) -> Result<(OwnedMutexGuard<()>, bool), Error> {
+        if let Ok(guard) = Arc::clone(slot).try_lock_owned() {
+            return Ok((guard, false));
+        }
         tokio::time::timeout(self.slot_timeout, Arc::clone(slot).lock_owned())
             .await
+            .map(|guard| (guard, true))
             .map_err(|_| {
                 Error::store(StoreErrorKind::Unavailable {
                     message: format!(
@@ -175,17 +195,19 @@ impl GroupCommit {
         c.batches.fetch_add(1, Ordering::Relaxed);
         c.batched_writes.fetch_add(members, Ordering::Relaxed);
         c.largest_batch.fetch_max(members, Ordering::Relaxed);
+        self.company.store(members > 1, Ordering::Relaxed);
     }
 
     /// Takes the slot a batch writes in: the write slot on SQLite, the batch slot elsewhere
-    /// (one batch at a time; other writer transactions run beside it).
-    async fn batch_slot(&self) -> Result<Option<OwnedMutexGuard<()>>, Error> {
+    /// (one batch at a time; other writer transactions run beside it). Also says whether it
+    /// had to wait for it.
+    async fn batch_slot(&self) -> Result<(Option<OwnedMutexGuard<()>>, bool), Error> {
         if self.slot.is_some() {
-            return self.slot().await;
+            return self.slot_noting_wait().await;
         }
         self.lock_within(&self.batch_slot, "the previous group commit did not end")
             .await
-            .map(Some)
+            .map(|(guard, waited)| (Some(guard), waited))
     }
 
     /// Joins the open batch, or opens a new one.
@@ -332,8 +354,9 @@ impl Store {
             // The batch's first member: take the write slot, then see whether anyone joined
             // while it waited. Alone, it writes as a plain transaction (no savepoint, no
             // shared COMMIT) and the batch takes nobody else.
-            let slot = match self.inner.group.batch_slot().await {
-                Ok(slot) => slot,
+            let group = &self.inner.group;
+            let (slot, waited) = match group.batch_slot().await {
+                Ok(taken) => taken,
                 Err(error) => {
                     *guard = TxState::Broken {
                         tx: None,
@@ -346,8 +369,14 @@ impl Store {
                 }
             };
             // Writers woken together (by the COMMIT of the previous batch) are often still
-            // on their way: give them one turn of the scheduler to join.
-            if member.batch.members().joined == 1 {
+            // on their way: when writes have company (the last batch had several members, or
+            // this one waited for the slot), give them one turn of the scheduler to join. A
+            // writer working alone does not yield: on a multi-threaded runtime a yielded task
+            // wakes another worker thread, which takes it over, a thread wake-up on every write.
+            if member.batch.members().joined == 1
+                && (waited || group.company.load(Ordering::Relaxed))
+            {
+                group.counters.joining_turns.fetch_add(1, Ordering::Relaxed);
                 tokio::task::yield_now().await;
             }
             let alone = {
@@ -358,12 +387,9 @@ impl Store {
                 members.sealed
             };
             if alone {
-                self.inner.group.close(&member.batch);
-                self.inner
-                    .group
-                    .counters
-                    .solo_writes
-                    .fetch_add(1, Ordering::Relaxed);
+                group.close(&member.batch);
+                group.counters.solo_writes.fetch_add(1, Ordering::Relaxed);
+                group.company.store(waited, Ordering::Relaxed);
                 *guard = TxState::Ended;
                 member.solo = Some(slot);
                 return Ok(member);
@@ -396,8 +422,8 @@ impl Store {
 }
 
 impl Store {
-    /// What group commit did on this store since it was opened: writes that wrote alone, and
-    /// batches with the writes they carried.
+    /// What group commit did on this store since it was opened: writes that wrote alone,
+    /// batches with the writes they carried, and the turns first members gave others to join.
     pub fn group_commit_stats(&self) -> GroupCommitStats {
         let c = &self.inner.group.counters;
         GroupCommitStats {
@@ -405,6 +431,7 @@ impl Store {
             batches: c.batches.load(Ordering::Relaxed),
             batched_writes: c.batched_writes.load(Ordering::Relaxed),
             largest_batch: c.largest_batch.load(Ordering::Relaxed),
+            joining_turns: c.joining_turns.load(Ordering::Relaxed),
         }
     }
 
@@ -418,7 +445,8 @@ impl Store {
             .group
             .batch_slot()
             .await
-            .unwrap_or_else(|e| panic!("hold_group_commit: {e}"));
+            .unwrap_or_else(|e| panic!("hold_group_commit: {e}"))
+            .0;
         GroupCommitHold(slot)
     }
 

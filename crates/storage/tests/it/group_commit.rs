@@ -276,6 +276,65 @@ async fn group_commit_a_cancelled_writer_leaves_its_batch_intact() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_a_lone_owner_never_waits_for_company() {
+    on_both("group_lone", |store| async move {
+        let ns = namespace(&store, "group-lone").await;
+        let turns = |store: &Store| store.group_commit_stats().joining_turns;
+        // One owner writing alone: every write goes alone, and none waits for company (a
+        // yield hands the task to another worker thread on a multi-threaded runtime).
+        let before = store.group_commit_stats();
+        for i in 0..20 {
+            let outcome = acquire(&store, &ns, &key(&format!("lone-{i}")), "lone").await;
+            assert!(
+                matches!(outcome, Ok(ApplyOutcome::Applied { .. })),
+                "{outcome:?}"
+            );
+        }
+        let after = store.group_commit_stats();
+        assert_eq!(after.solo_writes - before.solo_writes, 20, "{after:?}");
+        assert_eq!(after.joining_turns, before.joining_turns, "{after:?}");
+
+        // Writers that find the slot taken share a batch (all of them joined while it was
+        // held, so its first member had no one left to wait for).
+        let hold = store.hold_group_commit().await;
+        let mut writers = Vec::new();
+        for i in 0..5 {
+            let (store, ns) = (store.clone(), ns.clone());
+            writers.push(tokio::spawn(async move {
+                acquire(&store, &ns, &key(&format!("crowd-{i}")), "crowd").await
+            }));
+        }
+        settle().await;
+        drop(hold);
+        for task in writers {
+            let outcome = task.await.unwrap();
+            assert!(
+                matches!(outcome, Ok(ApplyOutcome::Applied { .. })),
+                "{outcome:?}"
+            );
+        }
+        let crowd = store.group_commit_stats();
+        assert!(crowd.batches > after.batches, "{crowd:?}");
+
+        // After a shared batch the next write still waits for company once; finding none,
+        // it writes alone, and the write after it no longer waits.
+        let first = turns(&store);
+        acquire(&store, &ns, &key("after-1"), "after")
+            .await
+            .unwrap();
+        assert_eq!(turns(&store), first + 1);
+        acquire(&store, &ns, &key("after-2"), "after")
+            .await
+            .unwrap();
+        acquire(&store, &ns, &key("after-3"), "after")
+            .await
+            .unwrap();
+        assert_eq!(turns(&store), first + 1);
+    })
+    .await;
+}
+
 /// Makes every insert or update of a binding row whose key contains `poison` fail inside the
 /// database (a trigger raising an error), so a write can fail mid-batch for real.
 async fn poison_rows(store: &Store) {
