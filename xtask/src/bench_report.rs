@@ -18,7 +18,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Instant, SystemTime};
 
@@ -91,9 +91,7 @@ pub(crate) fn bench_report(args: &[String]) -> Result<(), String> {
         }
     };
     let root = workspace_root()?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .map_or_else(|| root.join("target"), |t| root.join(t));
+    let target = crate::target_dir()?;
     let started = SystemTime::now();
     let clock = Instant::now();
     let mut notes: Vec<String> = Vec::new();

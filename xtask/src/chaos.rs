@@ -68,9 +68,8 @@ impl Rng {
     }
 }
 
-pub(crate) fn worker_binary() -> PathBuf {
-    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    PathBuf::from(target).join("debug").join("chaos_worker")
+pub(crate) fn worker_binary() -> Result<PathBuf, String> {
+    Ok(crate::target_dir()?.join("debug").join("chaos_worker"))
 }
 
 pub(crate) fn output(cmd: &mut Command) -> Result<String, String> {
@@ -119,7 +118,7 @@ pub(crate) fn chaos(args: &[String]) -> Result<bool, String> {
         "build chaos_worker",
         cargo().args(["build", "-p", "tether-benches", "--bin", "chaos_worker"]),
     )?;
-    let bin = worker_binary();
+    let bin = worker_binary()?;
     let mut scratch = None;
     let url = if options.backend == "sqlite" {
         let dir = env::temp_dir().join(format!(
@@ -294,8 +293,7 @@ pub(crate) fn api_fuzz(args: &[String]) -> Result<(), String> {
         "build tether",
         cargo().args(["build", "-p", "tether-admin-http", "--bin", "tether"]),
     )?;
-    let target = env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
-    let tether = PathBuf::from(target).join("debug").join("tether");
+    let tether = crate::target_dir()?.join("debug").join("tether");
     let dir = env::temp_dir().join(format!("tether-api-fuzz-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let url = format!("sqlite://{}/api.db?mode=rwc", dir.display());

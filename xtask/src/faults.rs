@@ -1353,7 +1353,7 @@ pub(crate) fn faults(args: &[String]) -> Result<(), String> {
             "tether",
         ]),
     )?;
-    let bin = worker_binary();
+    let bin = worker_binary()?;
     let tether = bin.with_file_name("tether");
     let wanted = |kind: &str| options.only.as_deref().is_none_or(|only| only == kind);
     let mut phases = Vec::new();

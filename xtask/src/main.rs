@@ -359,6 +359,16 @@ fn workspace_root() -> Result<std::path::PathBuf, String> {
         .ok_or_else(|| "cannot find the workspace root".to_owned())
 }
 
+/// The cargo target directory: `CARGO_TARGET_DIR` (relative to the workspace root when it is
+/// relative), else `<root>/target`, wherever `cargo xtask` was started from.
+pub(crate) fn target_dir() -> Result<std::path::PathBuf, String> {
+    let root = workspace_root()?;
+    Ok(match env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    })
+}
+
 /// Runs the whole test suite, echoing its output and counting results.
 fn test() -> Result<Summary, String> {
     say("==> test");

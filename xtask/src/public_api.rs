@@ -48,7 +48,7 @@ pub(crate) fn public_api(args: &[String]) -> Result<(), String> {
         Some(other) => return Err(format!("unknown argument `{other}`; use --check")),
     };
     let root = workspace_root()?;
-    let target = root.join("target").join("public-api");
+    let target = crate::target_dir()?.join("public-api");
     let mut stale = Vec::new();
     for (package, lib, dir) in CRATES {
         let (lines, paths) = surface(&root, &target, package, lib)?;

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::{cargo, say, workspace_root};
+use crate::{cargo, say};
 
 /// Chromium flags: headless, no sandbox (containers), nothing fetched in the background.
 const CHROMIUM_ARGS: &[&str] = &[
@@ -89,15 +89,6 @@ fn browser() -> Result<(String, String), String> {
     find()
         .map(|(c, d)| (c.to_owned(), d.to_owned()))
         .ok_or_else(|| "chromium or chromedriver still not found after apt-get install".into())
-}
-
-/// The cargo target directory (`CARGO_TARGET_DIR`, relative to the workspace root, or
-/// `<root>/target`).
-pub(crate) fn target_dir(root: &Path) -> PathBuf {
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) => root.join(dir),
-        None => root.join("target"),
-    }
 }
 
 /// A free loopback port (bound and released).
@@ -589,7 +580,6 @@ fn walk(b: &Browser, base: &str) -> Result<(), String> {
 /// Runs the UI check.
 pub(crate) fn ui_check() -> Result<(), String> {
     let started = Instant::now();
-    let root = workspace_root()?;
     let (chromium, chromedriver) = browser()?;
     let status = cargo()
         .args(["build", "-p", "tether-admin-http", "--bin", "tether"])
@@ -598,7 +588,7 @@ pub(crate) fn ui_check() -> Result<(), String> {
     if !status.success() {
         return Err("building tether failed".into());
     }
-    let target = target_dir(&root);
+    let target = crate::target_dir()?;
     let tether = target.join("debug/tether");
     if !tether.exists() {
         return Err(format!("{} is missing after the build", tether.display()));
