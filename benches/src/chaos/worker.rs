@@ -630,11 +630,13 @@ impl Worker {
                 self.status(&session, "kept").await?;
                 false
             }
-            (Err(_), Inject::AfterCommit) => {
+            (Err(error), Inject::AfterCommit) if is_injected_after_commit(&error) => {
                 self.status(&session, "unknown").await?;
                 true
             }
-            (Err(error), Inject::None | Inject::Unnotified) => {
+            // A failure of its own (a database fault of `cargo xtask faults`, before or
+            // during the COMMIT) rather than the injected one: as without an injection.
+            (Err(error), Inject::None | Inject::Unnotified | Inject::AfterCommit) => {
                 self.status(&session, "failed").await?;
                 return Err(error);
             }
@@ -739,9 +741,19 @@ fn hooks(inject: Inject) -> TransactionHooks {
         Inject::BeforeCommit => TransactionHooks::new().after_mutations(|_| {
             Box::pin(async { Err(Error::other("chaos: injected failure before COMMIT")) })
         }),
-        Inject::AfterCommit => TransactionHooks::new()
-            .after_commit(|| Err(Error::other("chaos: injected failure after COMMIT"))),
+        Inject::AfterCommit => {
+            TransactionHooks::new().after_commit(|| Err(Error::other(INJECTED_AFTER_COMMIT)))
+        }
     }
+}
+
+/// The failure [`Inject::AfterCommit`] injects once the COMMIT succeeded.
+const INJECTED_AFTER_COMMIT: &str = "chaos: injected failure after COMMIT";
+
+/// Whether `error` is the injected failure after a successful COMMIT (not a failure of the
+/// transaction itself, which a fault run also causes).
+fn is_injected_after_commit(error: &Error) -> bool {
+    error.to_string() == INJECTED_AFTER_COMMIT
 }
 
 /// The fenced write: in one SQL transaction, advance the key's fence to `epoch` only if the
