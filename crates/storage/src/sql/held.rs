@@ -15,7 +15,10 @@
 //! ([`LINGER`]): a lone statement that starts within that time after the previous one
 //! completed runs on the same connection, without a checkout and without a ping. A
 //! connection that is not taken again in time goes back to the pool (a task watches it), so
-//! an idle store holds nothing, and anyone waiting for the pool waits at most about that long.
+//! an idle store holds nothing: about [`LINGER`] after one statement, and at most about
+//! `BUSY_LOOKS + 1` lingers (12 ms) after the last of a run of them, since the watch looks less
+//! often at a busy connection (each look wakes a worker thread of the busy owner). Anyone
+//! waiting for a pool whose every connection is busy waits at most that much longer.
 //! Statements running at the same time take the kept connection one at a time and the pool for
 //! the rest. An in-memory SQLite database keeps nothing: its one connection is the whole
 //! database, and everyone else would wait for it.
@@ -58,6 +61,12 @@ use tokio::runtime::Handle;
 /// pool.
 const LINGER: Duration = Duration::from_millis(2);
 
+/// While lone statements keep coming, the watch looks at the kept connection only every this
+/// many lingers: each look wakes a worker thread, which cost a busy owner about a tenth of its
+/// lone writes per second when it looked every linger. So a connection that was busy goes back
+/// to the pool at most about `(BUSY_LOOKS + 1)` lingers after its last statement.
+const BUSY_LOOKS: u32 = 5;
+
 /// The kept connection of one store (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct HeldConnection<DB: Database> {
@@ -78,6 +87,11 @@ struct Held<DB: Database> {
     conn: Option<(PoolConnection<DB>, Instant)>,
     /// Whether a task is watching `conn` to give it back once it has lingered.
     watched: bool,
+    /// How many times a connection was kept: the watch tells a busy connection from a quiet
+    /// one by it.
+    kept: u64,
+    /// How many times a watch looked at the kept connection.
+    looks: u64,
     /// The runtime the last connection was kept on.
     runtime: Option<Handle>,
 }
@@ -87,6 +101,8 @@ impl<DB: Database> Default for Held<DB> {
         Self {
             conn: None,
             watched: false,
+            kept: 0,
+            looks: 0,
             runtime: None,
         }
     }
@@ -157,11 +173,13 @@ impl<DB: Database> HeldConnection<DB> {
             return;
         }
         held.conn = Some((conn, Instant::now()));
+        held.kept = held.kept.wrapping_add(1);
         held.runtime = Handle::try_current().ok();
         if !held.watched {
             held.watched = true;
+            let kept = held.kept;
             drop(held);
-            tokio::spawn(watch(Arc::downgrade(&self.state), self.linger));
+            tokio::spawn(watch(Arc::downgrade(&self.state), self.linger, kept));
         }
     }
 }
@@ -230,20 +248,37 @@ where
 }
 
 /// Gives the kept connection back to the pool once it has gone `linger` without a lone
-/// statement, then ends (the next kept connection starts a new watch).
-async fn watch<DB: Database>(state: Weak<Mutex<Held<DB>>>, linger: Duration) {
+/// statement, then ends (the next kept connection starts a new watch). `kept` is the count of
+/// the keep that started it.
+///
+/// The first look comes `linger` after the connection was kept. A connection kept again since
+/// the previous look (or taken by a statement that will keep it again) is busy: the next look
+/// comes only [`BUSY_LOOKS`] lingers later. A quiet one goes back once it is `linger` old. The
+/// freshness of a reused connection does not depend on the watch: a statement takes the kept
+/// connection only within the linger after its last statement ([`HeldConnection::take`]).
+async fn watch<DB: Database>(state: Weak<Mutex<Held<DB>>>, linger: Duration, kept: u64) {
     let mut wait = linger;
+    let mut seen = kept;
     loop {
         tokio::time::sleep(wait).await;
         let Some(state) = state.upgrade() else {
             return;
         };
         let mut held = state.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, since)) = &held.conn
-            && let Some(left) = linger.checked_sub(since.elapsed())
-            && !left.is_zero()
-        {
-            wait = left;
+        held.looks += 1;
+        let busy = held.kept != seen;
+        seen = held.kept;
+        wait = match &held.conn {
+            _ if busy => linger * BUSY_LOOKS,
+            Some((_, since)) => match linger.checked_sub(since.elapsed()) {
+                Some(left) if !left.is_zero() => left,
+                _ => Duration::ZERO,
+            },
+            // Taken by a statement that has not been kept since: it went back to the pool (a
+            // failed statement), or a statement is still running on it.
+            None => Duration::ZERO,
+        };
+        if !wait.is_zero() {
             continue;
         }
         let lingered = held.conn.take();
@@ -266,7 +301,7 @@ async fn acquire<DB: Database>(pool: &Pool<DB>) -> Result<PoolConnection<DB>, Db
 /// Waits (a bounded while) until `pool` holds `idle` idle connections.
 #[cfg(all(test, any(feature = "test-support", feature = "sqlite")))]
 async fn until_idle<DB: Database>(pool: &Pool<DB>, idle: usize) {
-    for _ in 0..500 {
+    for _ in 0..2_500 {
         if pool.num_idle() == idle {
             return;
         }
@@ -341,7 +376,7 @@ mod postgres_tests {
         };
         // A long linger, so that a slow machine cannot make the connection linger out between
         // two statements of the test.
-        let held = Held::with_linger(Duration::from_millis(500));
+        let held = Held::with_linger(Duration::from_millis(250));
         let first = backend_pid(&held, &pool).await;
         for _ in 0..20 {
             // Kept, not in the pool: the pool's only connection is checked out.
@@ -472,10 +507,42 @@ mod sqlite_tests {
         Statement::from_string(DbBackend::Sqlite, text)
     }
 
+    /// A run of lone statements keeps the connection busy: the watch looks at it every
+    /// `BUSY_LOOKS` lingers, not every linger (each look wakes a worker thread), and gives it
+    /// back once the run ends.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_a_busy_kept_connection_is_looked_at_less_often() {
+        let (_dir, pool) = pool(2).await;
+        let linger = Duration::from_millis(20);
+        let held = HeldConnection::with_linger(linger);
+        held.execute(&pool, sql("CREATE TABLE t (n INTEGER)"))
+            .await
+            .expect("create");
+        let started = Instant::now();
+        let mut n = 0;
+        while started.elapsed() < linger * 20 {
+            n += 1;
+            held.execute(&pool, sql(&format!("INSERT INTO t VALUES ({n})")))
+                .await
+                .expect("insert");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let looks = held.lock().looks;
+        // 20 lingers of statements: one look after the first linger, then one every
+        // BUSY_LOOKS (5) lingers, about 5 in all; a look every linger would be 20.
+        assert!(
+            looks <= 10,
+            "{looks} looks at a connection busy for 20 lingers"
+        );
+        until_idle(&pool, 1).await;
+        assert!(held.lock().conn.is_none());
+        pool.close().await;
+    }
+
     #[tokio::test]
     async fn sqlite_lone_statements_in_quick_succession_share_one_connection_and_give_it_back() {
         let (_dir, pool) = pool(4).await;
-        let held = HeldConnection::with_linger(Duration::from_millis(500));
+        let held = HeldConnection::with_linger(Duration::from_millis(250));
         held.execute(&pool, sql("CREATE TABLE t (n INTEGER)"))
             .await
             .expect("create");
