@@ -19,7 +19,6 @@ use tether_harness_sdk::generation::BindingAuthority;
 use tether_harness_sdk::hooks::ThreadBindingHarness;
 use tether_harness_sdk::lifecycle::{Applied, LeaseOptions, Lifecycle, TransactOptions};
 use tether_host::{ActiveRuns, HostSessions, TransactionHooks};
-use tether_storage::{HostBackend as _, HostTransaction as _};
 use tether_storage::{NewHostSession, NewTranscriptEntry, Store, TranscriptRole};
 
 use super::{
@@ -586,26 +585,10 @@ impl Worker {
         self.status(&session, "created").await?;
         let next = SessionId::new("s-2")?;
         let result = if inject == Inject::Unnotified {
-            let entry = self
-                .store
-                .session(&session)
+            tether_storage::testing::commit_unnotified_reset(&self.store, &session, &next)
                 .await?
-                .ok_or_else(|| Error::session_not_found(&session))?;
-            let tx = self.store.begin_host().await?;
-            match tx
-                .rotate_session(&entry, &next, tether_core::GenerationChange::Reset)
-                .await
-            {
-                Ok(Some(_)) => tx.commit().await,
-                Ok(None) => {
-                    tx.rollback().await?;
-                    Err(Error::other("chaos: the session moved on before its reset"))
-                }
-                Err(error) => {
-                    let _ = tx.rollback().await;
-                    Err(error)
-                }
-            }
+                .map(|_| ())
+                .ok_or_else(|| Error::other("chaos: the session moved on before its reset"))
         } else {
             HostSessions::new(
                 self.store.clone(),

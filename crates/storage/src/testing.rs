@@ -176,6 +176,34 @@ impl Drop for PgTestDatabase {
     }
 }
 
+/// Moves `key` to generation `next` by a reset committed in a host transaction of `store`,
+/// telling no harness: what a host that crashed between a reset's COMMIT and its notification
+/// leaves behind. `None` (nothing committed) when the session is absent or moved on while the
+/// transaction ran.
+pub async fn commit_unnotified_reset(
+    store: &crate::Store,
+    key: &tether_core::SessionKey,
+    next: &tether_core::SessionId,
+) -> Result<Option<tether_core::HostSessionEntry>, tether_core::Error> {
+    use crate::{HostBackend as _, HostTransaction as _};
+
+    let Some(entry) = store.host_session(key).await? else {
+        return Ok(None);
+    };
+    let tx = store.begin_host().await?;
+    match tx
+        .rotate_session(&entry, next, tether_core::GenerationChange::Reset)
+        .await
+    {
+        Ok(Some(rotated)) => tx.commit().await.map(|()| Some(rotated)),
+        Ok(None) => tx.rollback().await.map(|()| None),
+        Err(error) => {
+            let _ = tx.rollback().await;
+            Err(error)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -203,19 +203,14 @@ impl Host {
     /// Moves `key` to generation `next` by a reset committed in the host's transaction and
     /// tells no harness: what a crash between the reset's COMMIT and its notification leaves.
     pub(crate) async fn reset_unnotified(&self, key: &SessionKey, next: &str) {
-        use tether_storage::{HostBackend as _, HostTransaction as _};
-
-        let entry = self.store.session(key).await.unwrap().unwrap();
-        let tx = self.store.begin_host().await.unwrap();
-        tx.rotate_session(
-            &entry,
+        tether_storage::testing::commit_unnotified_reset(
+            &self.store,
+            key,
             &SessionId::new(next).unwrap(),
-            tether_core::GenerationChange::Reset,
         )
         .await
         .unwrap()
         .expect("rotated");
-        tx.commit().await.unwrap();
     }
 
     /// The ids of the threads Codex lists, archived or not.

@@ -160,19 +160,14 @@ fn identity(key: &SessionKey, generation: &str) -> BindingIdentity {
 /// Resets `key` to generation `next` in the host's transaction and tells no harness: what a
 /// crash between the reset's COMMIT and its notification leaves.
 async fn reset_unnotified(host: &Host, key: &SessionKey, next: &str) {
-    use tether_storage::{HostBackend as _, HostTransaction as _};
-
-    let entry = host.store().session(key).await.unwrap().unwrap();
-    let tx = host.store().begin_host().await.unwrap();
-    tx.rotate_session(
-        &entry,
+    tether_storage::testing::commit_unnotified_reset(
+        host.store(),
+        key,
         &SessionId::new(next).unwrap(),
-        tether_core::GenerationChange::Reset,
     )
     .await
     .unwrap()
     .expect("rotated");
-    tx.commit().await.unwrap();
 }
 
 /// Rotates `key` from generation `from` to `to` (a compaction: a transfer), telling no harness.
