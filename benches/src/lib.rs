@@ -8,8 +8,9 @@
 //! This library holds what the benchmarks and harnesses share: opening the stores exactly as
 //! production does ([`stores`]), the raw single-statement baselines ([`raw`]), the inputs
 //! ([`inputs`]), latency statistics and process CPU time ([`stats`]), the result lines the
-//! report collects ([`report`]), and the concurrent lease harness with its etcd peer and its
-//! pgbench gauge ([`concurrent`], run by `cargo bench --bench lease_concurrent`).
+//! report collects ([`report`]), and the concurrent lease harness with its etcd peer, its
+//! pgbench gauge and its SQLite library gauge ([`concurrent`], run by `cargo bench --bench
+//! lease_concurrent`).
 //!
 //! ```
 //! use tether_benches::stats::Latencies;

@@ -46,6 +46,9 @@ pub struct BenchStore {
     pg: Option<PgTestDatabase>,
 }
 
+/// The name of a SQLite store's file in its temporary directory.
+const SQLITE_FILE: &str = "bench.db";
+
 /// The namespace every benchmark uses.
 pub fn namespace() -> Namespace {
     Namespace::new("bench-bindings").unwrap_or_else(|_| unreachable!("a valid namespace name"))
@@ -57,7 +60,7 @@ impl BenchStore {
         let dir = tempfile::tempdir().map_err(|e| Error::other(format!("temp dir: {e}")))?;
         let url = format!(
             "sqlite://{}?mode=rwc",
-            dir.path().join("bench.db").display()
+            dir.path().join(SQLITE_FILE).display()
         );
         let store = Store::open_with(StoreOptions::new(url).max_connections(connections)).await?;
         Self::ready(store, Backend::Sqlite, Some(dir), None).await
@@ -132,6 +135,11 @@ impl BenchStore {
         .holder("bench")
         .batched_heartbeats(batched)
         .build()
+    }
+
+    /// The SQLite file behind the store (`None` on PostgreSQL).
+    pub fn sqlite_file(&self) -> Option<std::path::PathBuf> {
+        self.dir.as_ref().map(|dir| dir.path().join(SQLITE_FILE))
     }
 
     /// The URL of the PostgreSQL database behind the store (`None` on SQLite).

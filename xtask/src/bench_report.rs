@@ -10,7 +10,8 @@
 //! `etcd` feature of `tether-benches` when `etcd` and `protoc` are on PATH so that its etcd peer
 //! rows run (else they say "skipped" and the Tether rows still run); its pgbench gauge rows (the
 //! server's own client sending a Tether transact's statement) run when PostgreSQL's `pgbench`
-//! is on PATH or under `/usr/lib/postgresql/*/bin`. `--quick` shortens the
+//! is on PATH or under `/usr/lib/postgresql/*/bin`, and its SQLite gauge rows (the SQLite
+//! library called directly with that statement) always. `--quick` shortens the
 //! criterion measurement time, the concurrent rows and the harnesses' sample counts and budgets
 //! so the whole run stays within ten minutes on a 2-core machine; the workloads and their sizes
 //! stay the same.
@@ -529,16 +530,19 @@ fn target(w: &Workload) -> (String, Option<bool>) {
 /// The targets of the concurrent lease rows (`lease_{cycle,transact}_concurrent_<system>_<n>`).
 fn concurrent_target(w: &Workload) -> (String, Option<bool>) {
     let name = w.name.as_str();
-    if name.contains("_postgres_of_pgbench_") {
-        // Tether's PostgreSQL transact against the server's own client (no bar yet).
-        return ("gauge (÷ pgbench)".to_owned(), None);
+    // The gauges, and Tether's transact rows set against them (no bar yet): the server's own
+    // client on PostgreSQL, the SQLite library called directly on SQLite.
+    for (gauge, label) in [("pgbench", "pgbench"), ("libsqlite", "SQLite library")] {
+        if name.contains(&format!("_of_{gauge}_")) {
+            return (format!("gauge (÷ {label})"), None);
+        }
+        if name.contains(&format!("_{gauge}_")) {
+            return (format!("gauge ({label})"), None);
+        }
     }
     let is_tether = name.contains("_sqlite_") || name.contains("_postgres_");
     if name.contains("_etcd_") {
         return ("peer (etcd)".to_owned(), None);
-    }
-    if name.contains("_pgbench_") {
-        return ("gauge (pgbench)".to_owned(), None);
     }
     if name.ends_with("_postgres_scaling") {
         return (
@@ -789,6 +793,28 @@ mod tests {
             )),
             ("gauge (÷ pgbench)".to_owned(), None)
         );
+        // The same for the SQLite library gauge: neither row takes a Tether bar (the ratio row
+        // names `sqlite` and ends in an owner count).
+        for n in [1, 32] {
+            assert_eq!(
+                target(&row(
+                    &format!("lease_transact_concurrent_libsqlite_{n}"),
+                    1.0,
+                    None,
+                    Some(1.0)
+                )),
+                ("gauge (SQLite library)".to_owned(), None)
+            );
+            assert_eq!(
+                target(&row(
+                    &format!("lease_transact_concurrent_sqlite_of_libsqlite_{n}"),
+                    100.0,
+                    Some(1.0),
+                    Some(1.0)
+                )),
+                ("gauge (÷ SQLite library)".to_owned(), None)
+            );
+        }
     }
 
     #[test]

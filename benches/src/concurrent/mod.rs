@@ -32,9 +32,15 @@
 //! owner (`lease_transact_concurrent_pgbench_8`, …), and each Tether PostgreSQL transact row is
 //! set against it (`lease_transact_concurrent_postgres_of_pgbench_8`: Tether's ops/s with
 //! pgbench's as its baseline). Without a `pgbench` binary the gauge rows say "skipped".
+//!
+//! Beside the SQLite rows, a gauge of the engine itself (module `libsqlite`): the SQLite library
+//! the store links, called directly from one thread per owner with the statement of a Tether
+//! transact (`lease_transact_concurrent_libsqlite_8`, …), and each Tether SQLite transact row set
+//! against it (`lease_transact_concurrent_sqlite_of_libsqlite_8`).
 
 #[cfg(feature = "etcd")]
 pub mod etcd;
+pub mod libsqlite;
 pub mod pgbench;
 
 use std::collections::BTreeMap;
@@ -78,6 +84,7 @@ Options:
                               Tether backends (all)
   --no-etcd                   skip the etcd peer rows
   --no-pgbench                skip the pgbench gauge rows (PostgreSQL)
+  --no-libsqlite              skip the SQLite library gauge rows (SQLite)
   --pg-pool C                 PostgreSQL pool size at every owner count (default: the owner
                               count, capped below the server's max_connections)
   --help                      this text
@@ -107,7 +114,8 @@ impl Workload {
     }
 
     /// The row name: `lease_<workload>_concurrent_<system>_<suffix>` (`system` is `sqlite`,
-    /// `postgres`, `etcd`, `pgbench` or `postgres_of_pgbench`; `suffix` an owner count or
+    /// `postgres`, `etcd`, a gauge (`pgbench`, `libsqlite`) or a Tether row set against one
+    /// (`postgres_of_pgbench`, `sqlite_of_libsqlite`); `suffix` an owner count or
     /// `scaling`).
     pub fn row(self, system: &str, suffix: impl std::fmt::Display) -> String {
         format!("lease_{}_concurrent_{system}_{suffix}", self.as_str())
@@ -143,6 +151,8 @@ pub struct Settings {
     pub etcd: bool,
     /// Whether to run the pgbench gauge (with the PostgreSQL backend).
     pub pgbench: bool,
+    /// Whether to run the SQLite library gauge (with the SQLite backend).
+    pub libsqlite: bool,
     /// A fixed PostgreSQL pool size instead of one connection per owner (for comparison).
     pub pg_pool: Option<u32>,
 }
@@ -185,6 +195,7 @@ impl Settings {
             backends,
             etcd: !args.flag("--no-etcd"),
             pgbench: !args.flag("--no-pgbench"),
+            libsqlite: !args.flag("--no-libsqlite"),
             pg_pool: match args.value("--pg-pool", 0u32)? {
                 0 => None,
                 n => Some(n),
@@ -592,8 +603,9 @@ pub async fn run(settings: Settings) -> Result<(), String> {
                 ));
             }
         }
-        if backend == Backend::Postgres {
-            pgbench_rows(&settings, &rows).await;
+        match backend {
+            Backend::Postgres => pgbench_rows(&settings, &rows).await,
+            Backend::Sqlite => libsqlite_rows(&settings, &rows).await,
         }
     }
     Ok(())
@@ -612,10 +624,34 @@ async fn pgbench_rows(settings: &Settings, tether: &BTreeMap<(Workload, usize), 
             return;
         }
     };
-    for (&owners, measured) in &mut gauge {
-        emit(&measured.result_line(&Workload::Transact.row("pgbench", owners), None));
+    emit_gauge(Backend::Postgres, "pgbench", &mut gauge, tether);
+}
+
+/// The SQLite library gauge rows, and each SQLite transact row set against them.
+async fn libsqlite_rows(settings: &Settings, tether: &BTreeMap<(Workload, usize), Measured>) {
+    if !settings.libsqlite {
+        note(NAME, "SQLite gauge rows skipped: --no-libsqlite");
+        return;
+    }
+    match libsqlite::rows(settings).await {
+        Ok(mut gauge) => emit_gauge(Backend::Sqlite, libsqlite::GAUGE, &mut gauge, tether),
+        Err(why) => note(NAME, &format!("SQLite gauge rows skipped: {why}")),
+    }
+}
+
+/// Emits the rows of gauge `name` and each `backend` transact row set against them.
+fn emit_gauge(
+    backend: Backend,
+    name: &str,
+    gauge: &mut BTreeMap<usize, Measured>,
+    tether: &BTreeMap<(Workload, usize), Measured>,
+) {
+    for (&owners, measured) in gauge {
+        emit(&measured.result_line(&Workload::Transact.row(name, owners), None));
         if let Some(ours) = tether.get(&(Workload::Transact, owners)) {
-            emit(&of_pgbench_line(
+            emit(&of_gauge_line(
+                backend,
+                name,
                 owners,
                 ours.throughput(),
                 measured.throughput(),
@@ -624,13 +660,20 @@ async fn pgbench_rows(settings: &Settings, tether: &BTreeMap<(Workload, usize), 
     }
 }
 
-/// A Tether PostgreSQL transact row set against the pgbench gauge: Tether's ops/s, with
-/// pgbench's as the baseline.
-pub fn of_pgbench_line(owners: usize, tether: f64, pgbench: f64) -> ResultLine {
+/// A Tether transact row on `backend` set against gauge `gauge`
+/// (`lease_transact_concurrent_postgres_of_pgbench_8`): Tether's ops/s, with the gauge's as
+/// the baseline.
+pub fn of_gauge_line(
+    backend: Backend,
+    gauge: &str,
+    owners: usize,
+    tether: f64,
+    measured: f64,
+) -> ResultLine {
     ResultLine::new(
-        &Workload::Transact.row("postgres_of_pgbench", owners),
+        &Workload::Transact.row(&format!("{}_of_{gauge}", backend.as_str()), owners),
         tether,
-        Some(pgbench),
+        Some(measured),
         "ops/s",
     )
 }
@@ -671,8 +714,12 @@ mod tests {
             "bench-result name=lease_cycle_concurrent_postgres_scaling unit=ops/s ours=400 baseline=100"
         );
         assert_eq!(
-            of_pgbench_line(32, 300.0, 400.0).to_string(),
+            of_gauge_line(Backend::Postgres, "pgbench", 32, 300.0, 400.0).to_string(),
             "bench-result name=lease_transact_concurrent_postgres_of_pgbench_32 unit=ops/s ours=300 baseline=400"
+        );
+        assert_eq!(
+            of_gauge_line(Backend::Sqlite, libsqlite::GAUGE, 1, 300.0, 400.0).to_string(),
+            "bench-result name=lease_transact_concurrent_sqlite_of_libsqlite_1 unit=ops/s ours=300 baseline=400"
         );
     }
 
@@ -698,6 +745,12 @@ mod tests {
         assert!(!q.etcd);
         assert!(q.pgbench);
         assert!(!Settings::parse(&args(&["--no-pgbench"])).unwrap().pgbench);
+        assert!(q.libsqlite);
+        assert!(
+            !Settings::parse(&args(&["--no-libsqlite"]))
+                .unwrap()
+                .libsqlite
+        );
         assert!(Settings::parse(&args(&["--owners", "0"])).is_err());
         assert!(Settings::parse(&args(&["--secs", "90"])).is_err());
         assert!(Settings::parse(&args(&["--backend", "mysql"])).is_err());
