@@ -23,11 +23,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Barrier;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags, params};
+use tether_core::{Clock, SystemClock};
 
-use super::{Measured, NAME, Settings, Tally, Window, Workload, record};
+use super::{LEASE_EXPIRES_AT, Measured, NAME, Settings, Tally, Window, Workload, record};
 use crate::report::note;
 use crate::stores::{BenchStore, namespace};
 
@@ -45,9 +46,6 @@ WHERE namespace = ?1 AND key = ?2 AND revision = ?12 AND (expires_at IS NULL OR 
 
 /// The busy timeout of the gauge's connections: the store's default.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The lease expiry of the seeded rows (2100-01-01, milliseconds): far beyond any row.
-const LEASE_EXPIRES_AT: i64 = 4_102_444_800_000;
 
 /// The lease token the seeded rows carry and every step writes back.
 const TOKEN: &str = "libsqlite-token";
@@ -104,23 +102,18 @@ fn updates(conn: &Connection) -> Result<i64, String> {
     .map_err(|e| format!("counting the gauge updates: {e}"))
 }
 
-/// The store clock's reading: milliseconds since the Unix epoch.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// One owner: steps [`STATEMENT`] on its own row from the moment every owner passed `gate`
 /// until `window` closes. An owner whose connection cannot be set up still passes the gate (so
 /// the others start) and reports why.
 fn owner(path: &Path, index: usize, gate: &Barrier, window: Window, value: &[u8]) -> Tally {
     let mut tally = Tally::default();
     let conn = open(path);
-    let prepared = conn.as_ref().map_err(Clone::clone).and_then(|conn| {
-        conn.prepare(STATEMENT)
-            .map_err(|e| format!("preparing the statement: {e}"))
-    });
+    let prepared = match &conn {
+        Ok(conn) => conn
+            .prepare(STATEMENT)
+            .map_err(|e| format!("preparing the statement: {e}")),
+        Err(e) => Err(e.clone()),
+    };
     gate.wait();
     let mut statement = match prepared {
         Ok(statement) => statement,
@@ -139,7 +132,8 @@ fn owner(path: &Path, index: usize, gate: &Barrier, window: Window, value: &[u8]
         if began.duration_since(start) >= end {
             break;
         }
-        let now = now_ms();
+        // The store's default clock.
+        let now = SystemClock.now().as_millis();
         let result = statement.execute(params![
             namespace.as_str(),
             key,

@@ -361,6 +361,9 @@ where
     Ok(Measured::merge(owners, window, tallies))
 }
 
+/// The lease expiry of the rows the gauges seed (2100-01-01, milliseconds): far beyond any row.
+pub(crate) const LEASE_EXPIRES_AT: i64 = 4_102_444_800_000;
+
 pub(crate) fn record(n: u64) -> Record {
     let mut r = Record::new();
     r.insert("thread".into(), json!("t-1"));

@@ -27,12 +27,9 @@ use std::time::Duration;
 
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 
-use super::{Measured, NAME, Settings, Tally, Window, pg_pool_cap, record};
+use super::{LEASE_EXPIRES_AT, Measured, NAME, Settings, Tally, Window, pg_pool_cap, record};
 use crate::report::note;
 use crate::stores::{BenchStore, namespace};
-
-/// The lease expiry of the seeded rows (2100-01-01, milliseconds): far beyond any row.
-const LEASE_EXPIRES_AT: i64 = 4_102_444_800_000;
 
 /// The statement of one pgbench transaction (`{value}`: the record as a `bytea` literal;
 /// `{namespace}`: the benchmark namespace). `:client_id` is pgbench's own variable (0-based),
