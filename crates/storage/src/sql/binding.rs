@@ -629,7 +629,7 @@ impl Store {
         let key = set.key.clone();
         let slot = if self.grouped() {
             let mut member = self
-                .join_group(false)
+                .join_group(super::group::Work::Set)
                 .await
                 .map_err(|e| super::for_key(&key, e))?;
             match member.solo.take() {

@@ -111,6 +111,26 @@ impl Store {
         })
     }
 
+    /// Runs `statement`, a write statement in autocommit that stands for a COMMIT (a batch
+    /// written by one statement), as [`Store::commit`] runs a COMMIT: under the commit faults
+    /// armed on the store (feature `test-support`). Its error is the statement's own.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // PostgreSQL batches only
+    pub(crate) async fn commit_alone<T>(
+        &self,
+        statement: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        #[cfg(feature = "test-support")]
+        match self.inner.commit_faults.next() {
+            Some(CommitFault::Fail) => return Err(commit_failed(&"injected COMMIT failure")),
+            Some(CommitFault::FailAfterCommit) => {
+                statement.await?;
+                return Err(commit_failed(&"injected failure after COMMIT"));
+            }
+            None => {}
+        }
+        statement.await
+    }
+
     /// Ends a writer transaction explicitly: commits on `Ok((value, End::Commit))` (a failed
     /// COMMIT is [`StoreErrorKind::CommitFailed`]), rolls back otherwise (an error is returned
     /// unchanged after the rollback; nothing of it was saved). Dropping a transaction rolls it

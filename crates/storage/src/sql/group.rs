@@ -32,6 +32,14 @@
 //! No member returns before the COMMIT (or rollback) that ends its batch has answered, so no
 //! write is acknowledged early, and nothing is ever replayed.
 //!
+//! On PostgreSQL a batch begins its transaction only when a member that runs statements of its
+//! own takes its turn. A batch of members that only handed over single-statement writes (see the
+//! `observed` module) on distinct keys never begins one: its end writes them all, with their
+//! lease events, in one statement in autocommit, and that statement stands for its COMMIT (an
+//! unknown outcome is [`StoreErrorKind::CommitFailed`] for every write it carried). Such a
+//! member of a batch someone else opened does not wait for a turn at all: the batch writes its
+//! write at its end.
+//!
 //! One batch writes at a time. On SQLite that is the store's *write slot*, an in-process fair
 //! lock held from `BEGIN IMMEDIATE` to the end of the COMMIT and taken by every writer
 //! transaction of the store ([`Store::begin_write`]), so writers queue in order instead of
@@ -66,6 +74,10 @@ pub struct GroupCommitStats {
     pub batches: u64,
     /// Writes that ran in those batches.
     pub batched_writes: u64,
+    /// Batches written by one statement in autocommit, with no transaction of their own
+    /// (PostgreSQL, when every member handed over a single conditional write and no key came
+    /// twice).
+    pub single_statement_batches: u64,
     /// The most writes one batch carried.
     pub largest_batch: u64,
     /// Times a batch's first member gave writers still on their way a turn of the scheduler
@@ -79,6 +91,7 @@ struct Counters {
     solo_writes: AtomicU64,
     batches: AtomicU64,
     batched_writes: AtomicU64,
+    single_statement_batches: AtomicU64,
     largest_batch: AtomicU64,
     joining_turns: AtomicU64,
 }
@@ -210,8 +223,8 @@ impl GroupCommit {
             .map(|(guard, waited)| (Some(guard), waited))
     }
 
-    /// Joins the open batch, or opens a new one.
-    fn join(&self) -> Arc<Batch> {
+    /// Joins the open batch, or opens a new one (then `true`).
+    fn join(&self) -> (Arc<Batch>, bool) {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(batch) = open.as_ref() {
             let mut members = batch.members();
@@ -219,15 +232,16 @@ impl GroupCommit {
                 members.joined += 1;
                 if members.joined == MAX_MEMBERS {
                     drop(members);
-                    return open.take().unwrap_or_else(|| unreachable!("checked above"));
+                    let full = open.take().unwrap_or_else(|| unreachable!("checked above"));
+                    return (full, false);
                 }
                 drop(members);
-                return Arc::clone(batch);
+                return (Arc::clone(batch), false);
             }
         }
         let batch = Arc::new(Batch::new());
         *open = Some(Arc::clone(&batch));
-        batch
+        (batch, true)
     }
 
     /// Stops `batch` taking members, if it still does.
@@ -243,6 +257,11 @@ impl GroupCommit {
 enum TxState {
     /// No member has begun it yet.
     Idle,
+    /// PostgreSQL: the batch holds its slot and no member has needed a transaction yet. A
+    /// member that hands over a single-statement write needs none; the first member that runs
+    /// statements of its own begins it. A batch still unbegun at its end writes in one
+    /// statement in autocommit.
+    Unbegun(Option<OwnedMutexGuard<()>>),
     /// Open: members write into it.
     Open(WriteTx),
     /// It can take no more writes: `error` says why (members after this get it). `tx` is
@@ -320,6 +339,20 @@ impl Batch {
     }
 }
 
+/// What a member of a batch does in its turn at the batch's transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Work {
+    /// Hands one single-statement write to the batch ([`Member::finish_observed`]) and runs
+    /// no statement of its own.
+    Set,
+    /// Runs statements of its own in the batch's transaction; `multi`: possibly more than one
+    /// write statement.
+    Statements {
+        /// Whether it may run more than one write statement.
+        multi: bool,
+    },
+}
+
 /// One write's membership of a batch: joined, then (with [`Member::turn`]) holding the shared
 /// transaction, then finished. Dropping it at any point leaves the batch consistent: a member
 /// dropped in the middle of its write dooms the batch (rolled back, nothing saved).
@@ -329,26 +362,33 @@ pub(crate) struct Member {
     turn: Option<OwnedMutexGuard<TxState>>,
     /// Alone in its batch: the write slot it writes under, as a plain transaction.
     pub(crate) solo: Option<Option<OwnedMutexGuard<()>>>,
-    /// Its write may run more than one write statement.
-    multi_statement: bool,
+    /// What it does in its turn.
+    work: Work,
     finished: bool,
 }
 
 impl Store {
     /// Joins the group commit of this store for one write and waits for its turn. A member
     /// with [`Member::solo`] set is alone and writes by itself in that write slot; otherwise
-    /// it writes into [`Member::tx`] and ends with [`Member::finish`]. `multi_statement`
-    /// says whether the write may run more than one write statement.
-    pub(crate) async fn join_group(&self, multi_statement: bool) -> Result<Member, Error> {
-        let batch = self.inner.group.join();
+    /// it does its `work`: hands its write over with [`Member::finish_observed`], or writes
+    /// into [`Member::tx`] and ends with [`Member::finish`].
+    pub(crate) async fn join_group(&self, work: Work) -> Result<Member, Error> {
+        let (batch, opened) = self.inner.group.join();
         let mut member = Member {
             store: self.clone(),
             batch,
             turn: None,
             solo: None,
-            multi_statement,
+            work,
             finished: false,
         };
+        if work == Work::Set && !opened {
+            // A write handed over to a batch someone else opened needs no turn at the
+            // transaction: the batch writes it at its end. Waiting for the turn would only
+            // chain one task wake-up per member before the batch can end. (The member that
+            // opened the batch takes its turn: it may be the one that takes the slot.)
+            return Ok(member);
+        }
         let mut guard = Arc::clone(&member.batch.tx).lock_owned().await;
         if matches!(*guard, TxState::Idle) {
             // The batch's first member: take the write slot, then see whether anyone joined
@@ -394,19 +434,28 @@ impl Store {
                 member.solo = Some(slot);
                 return Ok(member);
             }
-            *guard = match self.begin_in_slot(slot).await {
-                Ok(tx) => TxState::Open(tx),
-                Err(error) => TxState::Broken {
-                    tx: None,
-                    error,
-                    commit: false,
-                },
+            // On PostgreSQL the transaction waits for a member that needs it: a batch of
+            // single-statement writes needs none (see `end_batch`). SQLite's `BEGIN
+            // IMMEDIATE` is what takes the database's write lock, so it comes first there.
+            *guard = if self.inner.backend == sea_orm::DbBackend::Postgres {
+                TxState::Unbegun(slot)
+            } else {
+                begun_in(self.begin_in_slot(slot).await)
             };
         }
-        let begun = match &*guard {
-            TxState::Open(_) => Ok(()),
-            TxState::Broken { error, .. } => Err(error.clone()),
-            TxState::Idle | TxState::Ended => Err(Error::other(
+        if matches!(work, Work::Statements { .. }) && matches!(*guard, TxState::Unbegun(_)) {
+            let TxState::Unbegun(slot) = std::mem::replace(&mut *guard, TxState::Ended) else {
+                unreachable!("matched above");
+            };
+            *guard = begun_in(self.begin_in_slot(slot).await);
+        }
+        let begun = match (&*guard, work) {
+            (TxState::Open(_), _) | (TxState::Unbegun(_), Work::Set) => Ok(()),
+            (TxState::Broken { error, .. }, _) => Err(error.clone()),
+            (TxState::Unbegun(_), Work::Statements { .. }) => {
+                unreachable!("a member that runs statements begins the transaction above")
+            }
+            (TxState::Idle | TxState::Ended, _) => Err(Error::other(
                 "a group-commit batch was used after it ended (a Tether bug)",
             )),
         };
@@ -430,6 +479,7 @@ impl Store {
             solo_writes: c.solo_writes.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
             batched_writes: c.batched_writes.load(Ordering::Relaxed),
+            single_statement_batches: c.single_statement_batches.load(Ordering::Relaxed),
             largest_batch: c.largest_batch.load(Ordering::Relaxed),
             joining_turns: c.joining_turns.load(Ordering::Relaxed),
         }
@@ -459,7 +509,11 @@ impl Store {
         body: impl AsyncFnOnce(WriteScope<'_>) -> Result<(T, End), Error>,
     ) -> Result<T, Error> {
         let slot = if self.grouped() {
-            let mut member = self.join_group(multi_statement).await?;
+            let mut member = self
+                .join_group(Work::Statements {
+                    multi: multi_statement,
+                })
+                .await?;
             match member.solo.take() {
                 Some(slot) => Some(slot),
                 None => {
@@ -504,6 +558,18 @@ impl WriteScope<'_> {
 #[derive(Debug)]
 pub struct GroupCommitHold(#[allow(dead_code)] Option<OwnedMutexGuard<()>>);
 
+/// The state of a batch whose transaction `begun` began (or failed to).
+fn begun_in(begun: Result<WriteTx, Error>) -> TxState {
+    match begun {
+        Ok(tx) => TxState::Open(tx),
+        Err(error) => TxState::Broken {
+            tx: None,
+            error,
+            commit: false,
+        },
+    }
+}
+
 /// Whether `error` may come from the database failing under a write (rather than the write's
 /// own refusal, decided before it wrote anything).
 fn touched_database(error: &Error) -> bool {
@@ -539,7 +605,8 @@ fn break_batch(state: &mut TxState, error: Error, commit: bool) {
             error: first,
             commit: was && commit,
         },
-        TxState::Idle | TxState::Ended => TxState::Broken {
+        // Nothing was written yet: the slot goes with the batch.
+        TxState::Idle | TxState::Unbegun(_) | TxState::Ended => TxState::Broken {
             tx: None,
             error,
             commit: false,
@@ -575,8 +642,8 @@ impl Member {
         {
             // On SQLite a failed single statement undid only itself: what earlier members
             // wrote is still committed. Otherwise the batch is rolled back as a whole.
-            let commit =
-                self.store.inner.backend == sea_orm::DbBackend::Sqlite && !self.multi_statement;
+            let commit = self.store.inner.backend == sea_orm::DbBackend::Sqlite
+                && self.work != (Work::Statements { multi: true });
             if !commit {
                 tracing::warn!(error = %error, "a write of a group commit failed in the database; the batch is rolled back");
             }
@@ -784,35 +851,13 @@ async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
         std::mem::replace(&mut *guard, TxState::Ended)
     };
     match state {
+        TxState::Unbegun(slot) => end_unbegun(store, batch, slot).await,
         TxState::Open(tx)
         | TxState::Broken {
             tx: Some(tx),
             commit: true,
             ..
-        } => {
-            if let Err(error) = write_sets(store, &tx, batch).await {
-                tracing::warn!(error = %error, "the batched writes of a group commit failed; the batch is rolled back");
-                if let Err(rollback) = tx.rollback().await {
-                    tracing::warn!(error = %rollback, "rollback of a group commit failed");
-                }
-                return Outcome::Abandoned(error);
-            }
-            let events =
-                std::mem::take(&mut *batch.events.lock().unwrap_or_else(PoisonError::into_inner));
-            match store.insert_event_rows(&tx, &events).await {
-                Err(error) => {
-                    tracing::warn!(error = %error, "the lease events of a group commit could not be written; the batch is rolled back");
-                    if let Err(rollback) = tx.rollback().await {
-                        tracing::warn!(error = %rollback, "rollback of a group commit failed");
-                    }
-                    Outcome::Abandoned(error)
-                }
-                Ok(()) => match store.commit(tx).await {
-                    Ok(()) => Outcome::Committed,
-                    Err(error) => Outcome::Unknown(error),
-                },
-            }
-        }
+        } => end_open(store, batch, tx).await,
         TxState::Broken {
             tx: Some(tx),
             error,
@@ -830,6 +875,87 @@ async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
     }
 }
 
+/// Ends a batch no member began a transaction for (PostgreSQL; every member handed over a
+/// single-statement write): one statement in autocommit writes them all with their lease
+/// events, and stands for the batch's COMMIT. When two writes of one key need two rounds, the
+/// batch begins its transaction after all and ends as a begun one.
+async fn end_unbegun(store: &Store, batch: &Batch, slot: Option<OwnedMutexGuard<()>>) -> Outcome {
+    let writes = std::mem::take(&mut batch.sets().writes);
+    if writes.is_empty() {
+        return Outcome::Committed;
+    }
+    #[cfg(feature = "postgres")]
+    if super::observed::rounds(&writes).len() == 1 {
+        let written = store.write_observed_sets_alone(&writes).await;
+        drop(slot);
+        let mut sets = batch.sets();
+        return match written {
+            Ok(applied) => {
+                store
+                    .inner
+                    .group
+                    .counters
+                    .single_statement_batches
+                    .fetch_add(1, Ordering::Relaxed);
+                sets.applied = applied;
+                Outcome::Committed
+            }
+            // Every write the statement carried may or may not be saved.
+            Err(error)
+                if matches!(
+                    error,
+                    Error::Store {
+                        kind: StoreErrorKind::CommitFailed { .. }
+                    }
+                ) =>
+            {
+                tracing::error!(error = %error, "the statement of a group commit failed; the outcome of its writes is unknown");
+                sets.applied = writes.iter().map(|_| Err(error.clone())).collect();
+                Outcome::Unknown(error)
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "the statement of a group commit failed; nothing of it was saved");
+                sets.failed = Some(error.clone());
+                Outcome::Abandoned(error)
+            }
+        };
+    }
+    batch.sets().writes = writes;
+    match store.begin_in_slot(slot).await {
+        Ok(tx) => end_open(store, batch, tx).await,
+        Err(error) => {
+            batch.sets().failed = Some(error.clone());
+            Outcome::Abandoned(error)
+        }
+    }
+}
+
+/// Ends a batch with an open transaction: writes the handed-over single-statement writes and
+/// the lease events, then commits (rolls back when a write fails).
+async fn end_open(store: &Store, batch: &Batch, tx: WriteTx) -> Outcome {
+    if let Err(error) = write_sets(store, &tx, batch).await {
+        tracing::warn!(error = %error, "the batched writes of a group commit failed; the batch is rolled back");
+        if let Err(rollback) = tx.rollback().await {
+            tracing::warn!(error = %rollback, "rollback of a group commit failed");
+        }
+        return Outcome::Abandoned(error);
+    }
+    let events = std::mem::take(&mut *batch.events.lock().unwrap_or_else(PoisonError::into_inner));
+    match store.insert_event_rows(&tx, &events).await {
+        Err(error) => {
+            tracing::warn!(error = %error, "the lease events of a group commit could not be written; the batch is rolled back");
+            if let Err(rollback) = tx.rollback().await {
+                tracing::warn!(error = %rollback, "rollback of a group commit failed");
+            }
+            Outcome::Abandoned(error)
+        }
+        Ok(()) => match store.commit(tx).await {
+            Ok(()) => Outcome::Committed,
+            Err(error) => Outcome::Unknown(error),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -837,12 +963,15 @@ mod tests {
     #[test]
     fn a_full_batch_takes_no_more_members() {
         let group = GroupCommit::new(true, Duration::from_secs(1));
-        let first = group.join();
+        let (first, opened) = group.join();
+        assert!(opened);
         for _ in 1..MAX_MEMBERS {
-            assert!(Arc::ptr_eq(&first, &group.join()));
+            let (joined, opened) = group.join();
+            assert!(Arc::ptr_eq(&first, &joined) && !opened);
         }
         assert_eq!(first.members().joined, MAX_MEMBERS);
-        let next = group.join();
+        let (next, opened) = group.join();
         assert!(!Arc::ptr_eq(&first, &next), "the full batch is closed");
+        assert!(opened);
     }
 }

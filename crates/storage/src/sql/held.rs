@@ -218,6 +218,23 @@ where
         Ok(row.map(QueryResult::from))
     }
 
+    /// Runs `stmt` in autocommit as [`HeldConnection::query_one`] does and returns every row
+    /// it answered (PostgreSQL: once the server ended the statement's transaction).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // used by PostgreSQL batches only
+    pub(crate) async fn query_all(
+        &self,
+        pool: &Pool<DB>,
+        mut stmt: Statement,
+    ) -> Result<Vec<QueryResult>, DbErr> {
+        let mut conn = self.checkout(pool).await?;
+        let rows = bound(&mut stmt)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| DbErr::Query(RuntimeErr::SqlxError(Arc::new(e))))?;
+        self.keep(conn);
+        Ok(rows.into_iter().map(QueryResult::from).collect())
+    }
+
     /// Runs `stmt` in autocommit as [`HeldConnection::query_one`] does and returns the
     /// driver's answer (how many rows it changed), as sea-orm's `execute_raw` does on the
     /// pool; errors are `DbErr::Exec` for a failed statement.

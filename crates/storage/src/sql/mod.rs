@@ -973,6 +973,18 @@ impl Store {
         sea_orm::ConnectionTrait::query_one_raw(&self.inner.db, stmt).await
     }
 
+    /// PostgreSQL: runs one statement outside any transaction on the connection kept between
+    /// such statements (see the `held` module) and returns every row it answered, once the
+    /// server ended the statement's transaction.
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn query_all_alone(
+        &self,
+        stmt: Statement,
+    ) -> Result<Vec<sea_orm::QueryResult>, DbErr> {
+        let pool = self.inner.db.get_postgres_connection_pool();
+        self.inner.held_postgres.query_all(pool, stmt).await
+    }
+
     /// SQLite: runs one statement outside any transaction and returns how many rows it
     /// changed: on the connection kept between such statements when the database is a file
     /// (see the `held` module), else on the pool.

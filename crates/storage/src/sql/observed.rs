@@ -11,11 +11,14 @@
 //! own expected revision and liveness, and the lease events of the rows that applied go into
 //! the batch's one event insert. Two writes of one key in a batch never share a statement: the
 //! later one runs in a later round and sees the earlier one's result, as it would have in turn.
+//! On PostgreSQL a batch of such writes alone, on distinct keys, is one statement in autocommit
+//! (`Store::write_observed_sets_alone`): the update in a data-modifying `WITH` and the insert
+//! of the events of the rows it wrote.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Value};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{BindingKey, Error, ErrorTexts, LeaseEpoch, Timestamp};
 
 use super::binding::EventRow;
@@ -253,6 +256,78 @@ fn batch_sql(backend: DbBackend, n: usize) -> String {
     )
 }
 
+#[cfg(feature = "postgres")]
+/// PostgreSQL types of one `VALUES` row of the lease events in [`batch_alone`]: the key, the
+/// event's columns as `lease_events` stores them (its epoch `NULL` when the epoch is the one
+/// the update counts up), whether it takes that epoch, and its place in the insert order.
+const PG_EVENT_TYPES: [&str; 11] = [
+    "text", "text", "text", "bigint", "boolean", "text", "text", "text", "bigint", "bigint",
+    "bigint",
+];
+
+/// The statement writing `sets` (of distinct keys) together with their lease events, to run
+/// in autocommit on PostgreSQL: [`batch_sql`] in a data-modifying `WITH`, and one insert of
+/// the events joined to the rows it answered, so that a write's events go in exactly when it
+/// applied, with the epoch it left on the row, in the order the writes handed them over. It
+/// answers what [`batch_sql`] answers.
+#[cfg(feature = "postgres")]
+fn batch_alone(sets: &[&ObservedSet]) -> (String, Vec<Value>) {
+    let mut values = batch_values(sets);
+    let mut sql = format!("WITH w AS ({})", batch_sql(DbBackend::Postgres, sets.len()));
+    let mut rows = String::new();
+    let mut ord: i64 = 0;
+    for set in sets {
+        for event in &set.events {
+            let from_sql = event.epoch == Some(EPOCH_FROM_SQL);
+            let epoch = event
+                .epoch
+                .filter(|_| !from_sql)
+                .map(|epoch| to_i64(epoch.get()));
+            let latency =
+                (event.kind == LeaseEventKind::Renewed).then(|| micros(set.started.elapsed()));
+            let columns: [Value; 11] = [
+                set.namespace.as_str().into(),
+                set.key.as_str().into(),
+                event.kind.as_str().into(),
+                Value::from(epoch),
+                from_sql.into(),
+                Value::from(event.token_prefix.clone()),
+                Value::from(event.other_token_prefix.clone()),
+                Value::from(event.holder.clone()),
+                set.now.as_millis().into(),
+                Value::from(latency),
+                ord.into(),
+            ];
+            rows.push_str(if ord == 0 { "(" } else { ", (" });
+            for (c, (value, ty)) in columns.into_iter().zip(PG_EVENT_TYPES).enumerate() {
+                values.push(value);
+                let p = values.len();
+                match (c, ord) {
+                    (0, 0) => rows.push_str(&format!("${p}::{ty}")),
+                    (_, 0) => rows.push_str(&format!(", ${p}::{ty}")),
+                    (0, _) => rows.push_str(&format!("${p}")),
+                    _ => rows.push_str(&format!(", ${p}")),
+                }
+            }
+            rows.push(')');
+            ord += 1;
+        }
+    }
+    if ord > 0 {
+        sql.push_str(&format!(
+            ", e AS (INSERT INTO lease_events ({EVENT_COLUMNS}) \
+             SELECT x.namespace, x.key, x.kind, \
+             CASE WHEN x.from_sql THEN w.lease_epoch ELSE x.epoch END, \
+             x.token_prefix, x.other_token_prefix, x.holder, x.at, x.latency_us \
+             FROM (VALUES {rows}) AS x(namespace, key, kind, epoch, from_sql, token_prefix, \
+             other_token_prefix, holder, at, latency_us, ord) \
+             JOIN w ON w.namespace = x.namespace AND w.key = x.key ORDER BY x.ord)"
+        ));
+    }
+    sql.push_str(" SELECT namespace, key, lease_epoch FROM w");
+    (sql, values)
+}
+
 /// The parameters of [`batch_sql`] for `sets`.
 fn batch_values(sets: &[&ObservedSet]) -> Vec<Value> {
     let mut values = Vec::with_capacity(sets.len() * PG_ROW_TYPES.len());
@@ -269,7 +344,7 @@ fn batch_values(sets: &[&ObservedSet]) -> Vec<Value> {
 
 /// Splits `sets` into rounds in which every key occurs once, keeping the order of the writes
 /// of one key: the n-th write of a key runs in round n.
-fn rounds(sets: &[ObservedSet]) -> Vec<Vec<usize>> {
+pub(crate) fn rounds(sets: &[ObservedSet]) -> Vec<Vec<usize>> {
     let mut seen: HashMap<(&str, &str), usize> = HashMap::with_capacity(sets.len());
     let mut rounds: Vec<Vec<usize>> = Vec::new();
     for (i, set) in sets.iter().enumerate() {
@@ -283,6 +358,34 @@ fn rounds(sets: &[ObservedSet]) -> Vec<Vec<usize>> {
         *n += 1;
     }
     rounds
+}
+
+/// Records in `results` the epoch each write of `round` (indexes into `sets`) left on its
+/// row, from the rows the statement that wrote them answered; a write whose row it did not
+/// answer keeps `Ok(None)` (its row had moved).
+fn record_answers(
+    sets: &[ObservedSet],
+    round: &[usize],
+    written: Vec<QueryResult>,
+    results: &mut [SetResult],
+) -> Result<(), Error> {
+    let mut answered = vec![false; round.len()];
+    for row in written {
+        let namespace: String = row.try_get("", "namespace").map_err(db_error)?;
+        let key: String = row.try_get("", "key").map_err(db_error)?;
+        let epoch: Option<i64> = row.try_get("", "lease_epoch").map_err(db_error)?;
+        let found = round
+            .iter()
+            .position(|&i| sets[i].namespace == namespace && sets[i].key.as_str() == key);
+        let Some(at) = found.filter(|&at| !std::mem::replace(&mut answered[at], true)) else {
+            return Err(Error::other(format!(
+                "a batched write answered for a row it did not write ({key}; a Tether bug)"
+            )));
+        };
+        // A row that never held a lease keeps a NULL epoch; nothing reads it then.
+        results[round[at]] = Ok(Some(epoch.unwrap_or(0)));
+    }
+    Ok(())
 }
 
 /// What became of one write of [`Store::write_observed_sets`]: the epoch it left on its row
@@ -316,24 +419,36 @@ impl Store {
                 }
                 Err(error) => return Err(db_error(error)),
             };
-            let mut answered = vec![false; round.len()];
-            for row in written {
-                let namespace: String = row.try_get("", "namespace").map_err(db_error)?;
-                let key: String = row.try_get("", "key").map_err(db_error)?;
-                let epoch: Option<i64> = row.try_get("", "lease_epoch").map_err(db_error)?;
-                let found = round
-                    .iter()
-                    .position(|&i| sets[i].namespace == namespace && sets[i].key.as_str() == key);
-                let Some(at) = found.filter(|&at| !std::mem::replace(&mut answered[at], true))
-                else {
-                    return Err(Error::other(format!(
-                        "a batched write answered for a row it did not write ({key}; a Tether bug)"
-                    )));
-                };
-                // A row that never held a lease keeps a NULL epoch; nothing reads it then.
-                results[round[at]] = Ok(Some(epoch.unwrap_or(0)));
-            }
+            record_answers(sets, &round, written, &mut results)?;
         }
+        Ok(results)
+    }
+
+    /// Writes `sets`, of distinct keys, and their lease events with one statement in
+    /// autocommit ([`batch_alone`]), and says per write what became of it. The statement
+    /// stands for the COMMIT of a batch that needed no transaction: an `Err` is
+    /// [`StoreErrorKind::CommitFailed`] when the statement's outcome is unknown (see
+    /// [`super::autocommit_error`]), else a refusal after which nothing of it was saved.
+    ///
+    /// [`StoreErrorKind::CommitFailed`]: tether_core::StoreErrorKind::CommitFailed
+    #[cfg(feature = "postgres")]
+    pub(crate) async fn write_observed_sets_alone(
+        &self,
+        sets: &[ObservedSet],
+    ) -> Result<Vec<SetResult>, Error> {
+        let members: Vec<&ObservedSet> = sets.iter().collect();
+        let (sql, values) = batch_alone(&members);
+        let stmt = self.stmt(&sql, values);
+        let written = self
+            .commit_alone(async {
+                self.query_all_alone(stmt)
+                    .await
+                    .map_err(super::autocommit_error)
+            })
+            .await?;
+        let mut results: Vec<SetResult> = (0..sets.len()).map(|_| Ok(None)).collect();
+        let round: Vec<usize> = (0..sets.len()).collect();
+        record_answers(sets, &round, written, &mut results)?;
         Ok(results)
     }
 
@@ -378,6 +493,45 @@ mod tests {
         let sets = [set("a"), set("b"), set("a"), set("c"), set("a"), set("b")];
         assert_eq!(rounds(&sets), vec![vec![0, 1, 3], vec![2, 5], vec![4]]);
         assert_eq!(rounds(&[]), Vec::<Vec<usize>>::new());
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn the_autocommit_batch_statement_numbers_every_parameter_once_and_inserts_only_events() {
+        let event = |kind, epoch| PendingEvent {
+            kind,
+            epoch,
+            token_prefix: Some("tok".into()),
+            other_token_prefix: None,
+            holder: None,
+        };
+        let mut acquire = set("a");
+        acquire.new_epoch = true;
+        acquire.events = vec![event(LeaseEventKind::Acquired, Some(EPOCH_FROM_SQL))];
+        let mut release = set("b");
+        release.events = vec![event(LeaseEventKind::Released, Some(LeaseEpoch::new(7)))];
+        let plain = set("c");
+
+        let (sql, values) = batch_alone(&[&acquire, &release, &plain]);
+        let width = PG_ROW_TYPES.len();
+        let params = 3 * width + 2 * PG_EVENT_TYPES.len();
+        assert_eq!(values.len(), params);
+        for p in 1..=params {
+            assert!(sql.contains(&format!("${p}")), "${p} missing");
+        }
+        assert!(!sql.contains(&format!("${}", params + 1)));
+        assert!(sql.contains("INSERT INTO lease_events") && sql.ends_with("FROM w"));
+        // The counted-up epoch is not sent: the statement takes the row's.
+        assert_eq!(values[3 * width + 3], Value::from(None::<i64>));
+        assert_eq!(values[3 * width + 4], Value::from(true));
+        assert_eq!(
+            values[3 * width + PG_EVENT_TYPES.len() + 3],
+            Value::from(Some(7_i64))
+        );
+
+        let (sql, values) = batch_alone(&[&plain]);
+        assert_eq!(values.len(), width);
+        assert!(!sql.contains("lease_events"), "no events, no insert: {sql}");
     }
 
     #[test]

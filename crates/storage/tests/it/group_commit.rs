@@ -1,6 +1,6 @@
 //! Group commit on the SQL store, on SQLite and PostgreSQL: concurrent writes gathered into
-//! one batch keep their own outcomes, a failed COMMIT reports an unknown outcome to exactly
-//! the writes it carried, a refused or cancelled write leaves its neighbours alone, and many
+//! one batch keep their own outcomes, a batch of single-statement writes is one statement on
+//! PostgreSQL, a failed COMMIT reports an unknown outcome to exactly the writes it carried, a refused or cancelled write leaves its neighbours alone, and many
 //! owners interleaved through the batcher behave like a model of compare-and-swap registers.
 
 use std::collections::BTreeMap;
@@ -239,6 +239,181 @@ async fn group_commit_a_failed_commit_reports_unknown_to_exactly_the_writes_it_c
             // Nothing is replayed, and the store keeps working.
             store.disarm_commit_faults();
             let outcome = acquire(&store, &ns, &key("after"), "after").await.unwrap();
+            assert!(matches!(outcome, ApplyOutcome::Applied { .. }));
+        }
+    })
+    .await;
+}
+
+/// Registers `n` live rows `{label}-{i}` in `ns` (no lease), so that acquisitions of them are
+/// single-statement writes over an observed live row.
+async fn live_rows(store: &Store, ns: &Namespace, label: &str, n: usize) -> Vec<BindingKey> {
+    let mut keys = Vec::new();
+    for i in 0..n {
+        let k = key(&format!("{label}-{i}"));
+        assert!(
+            store
+                .register_if_absent(ns, &k, value("v0"), None)
+                .await
+                .unwrap()
+        );
+        keys.push(k);
+    }
+    keys
+}
+
+/// The `acquired` events of `k`.
+async fn acquired_events(
+    store: &Store,
+    ns: &Namespace,
+    k: &BindingKey,
+) -> Vec<tether_storage::LeaseEvent> {
+    store
+        .lease_events(&LeaseEventQuery::for_key(ns.clone(), k.clone(), 100))
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == LeaseEventKind::Acquired)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_single_statement_writes_commit_in_one_statement() {
+    on_both("group_one_statement", |store| async move {
+        let postgres = store.connection().get_database_backend() == sea_orm::DbBackend::Postgres;
+        let ns = namespace(&store, "group-one").await;
+        let keys = live_rows(&store, &ns, "one", 8).await;
+
+        // Acquisitions of live rows on distinct keys: each hands one conditional write to
+        // the batch, and on PostgreSQL the batch writes them, with their lease events, in
+        // one statement in autocommit.
+        let before = store.group_commit_stats();
+        let hold = store.hold_group_commit().await;
+        let mut writers = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let (store, ns, k) = (store.clone(), ns.clone(), k.clone());
+            writers.push(tokio::spawn(async move {
+                acquire(&store, &ns, &k, &format!("one-{i}")).await
+            }));
+        }
+        settle().await;
+        drop(hold);
+        for (i, (task, k)) in writers.into_iter().zip(&keys).enumerate() {
+            let outcome = task.await.unwrap().unwrap();
+            let ApplyOutcome::Applied {
+                epoch: Some(epoch), ..
+            } = outcome
+            else {
+                panic!("{k}: {outcome:?}");
+            };
+            let lease = store.lookup(&ns, k).await.unwrap().unwrap().lease.unwrap();
+            assert_eq!(lease.token.as_str(), format!("one-{i}"));
+            assert_eq!(lease.epoch, epoch, "{k}: the epoch reported is the row's");
+            // Exactly one `acquired` event, carrying the epoch the statement counted up.
+            let events = acquired_events(&store, &ns, k).await;
+            assert_eq!(events.len(), 1, "{k}: {events:?}");
+            assert_eq!(events[0].epoch, Some(epoch), "{k}: {events:?}");
+        }
+        let after = store.group_commit_stats();
+        assert!(after.largest_batch >= 8, "one batch: {after:?}");
+        assert_eq!(
+            after.single_statement_batches - before.single_statement_batches,
+            u64::from(postgres),
+            "one statement on PostgreSQL, a transaction on SQLite: {after:?}"
+        );
+
+        // Two writes of one key from the same observation need two rounds: the batch begins
+        // its transaction after all, and the later write finds the row moved.
+        let shared = live_rows(&store, &ns, "one-shared", 1).await.remove(0);
+        let seen_live = store.observe(&ns, &shared).await.unwrap();
+        let before = store.group_commit_stats();
+        let hold = store.hold_group_commit().await;
+        let mut racers = Vec::new();
+        for i in 0..2 {
+            let (store, ns, shared, seen) =
+                (store.clone(), ns.clone(), shared.clone(), seen_live.clone());
+            racers.push(tokio::spawn(async move {
+                store
+                    .apply_observed(
+                        &ns,
+                        &shared,
+                        &seen,
+                        set(leased(
+                            &format!("racer-{i}"),
+                            &format!("racer-{i}"),
+                            START + Duration::from_secs(60),
+                        )),
+                        &admit_all,
+                    )
+                    .await
+                    .map(|o| o.outcome)
+            }));
+        }
+        settle().await;
+        drop(hold);
+        let mut applied = 0;
+        for task in racers {
+            match task.await.unwrap().unwrap() {
+                ApplyOutcome::Applied { .. } => applied += 1,
+                ApplyOutcome::Conflict { current } => {
+                    assert!(current.row.unwrap().lease.is_some(), "the winner's lease");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            applied, 1,
+            "exactly one of the two writes of one key applies"
+        );
+        assert_eq!(acquired_events(&store, &ns, &shared).await.len(), 1);
+        let after = store.group_commit_stats();
+        assert_eq!(
+            after.single_statement_batches, before.single_statement_batches,
+            "two rounds are written in a transaction: {after:?}"
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_a_failed_single_statement_batch_reports_unknown_to_every_write() {
+    on_both("group_one_fault", |store| async move {
+        for fault in [CommitFault::Fail, CommitFault::FailAfterCommit] {
+            let ns = namespace(&store, "group-one-fault").await;
+            let keys = live_rows(&store, &ns, "fault", 6).await;
+            let hold = store.hold_group_commit().await;
+            let mut writers = Vec::new();
+            for (i, k) in keys.iter().enumerate() {
+                let (store, ns, k) = (store.clone(), ns.clone(), k.clone());
+                writers.push(tokio::spawn(async move {
+                    acquire(&store, &ns, &k, &format!("f-{i}")).await
+                }));
+            }
+            settle().await;
+            // On PostgreSQL the batch's one statement stands for its COMMIT; on SQLite the
+            // batch commits a transaction. Either way the fault hits the batch's end.
+            store.arm_commit_fault(fault);
+            drop(hold);
+            for (task, k) in writers.into_iter().zip(&keys) {
+                match task.await.unwrap() {
+                    Err(Error::OutcomeUnknown { key: named, .. }) => assert_eq!(&named, k),
+                    other => panic!("{fault:?}: {k} got {other:?}"),
+                }
+                let leased = store.lookup(&ns, k).await.unwrap().unwrap().lease.is_some();
+                let saved = fault == CommitFault::FailAfterCommit;
+                assert_eq!(leased, saved, "{fault:?}: {k}: all or nothing");
+                let events = acquired_events(&store, &ns, k).await;
+                assert_eq!(
+                    events.len(),
+                    usize::from(saved),
+                    "{fault:?}: {k}: {events:?}"
+                );
+            }
+            store.disarm_commit_faults();
+            // Nothing is replayed, and the store keeps working.
+            let outcome = acquire(&store, &ns, &key("fault-after"), "after")
+                .await
+                .unwrap();
             assert!(matches!(outcome, ApplyOutcome::Applied { .. }));
         }
     })
