@@ -450,7 +450,7 @@ pub(crate) async fn pg_pool_cap(store: &tether_storage::Store) -> Result<(i64, S
 }
 
 /// What group commit did during a row (its warm-up included): how many writes went alone,
-/// and how many went in batches of what size.
+/// how many went in batches of what size, and how many batches were one statement.
 fn group_commit_summary(stats: &tether_storage::GroupCommitStats) -> String {
     let mean = if stats.batches == 0 {
         0.0
@@ -458,11 +458,12 @@ fn group_commit_summary(stats: &tether_storage::GroupCommitStats) -> String {
         stats.batched_writes as f64 / stats.batches as f64
     };
     format!(
-        "group commit (warm-up included): {} writes alone, {} in {} batches (mean {mean:.1}, largest {}), {} turns given to join",
+        "group commit (warm-up included): {} writes alone, {} in {} batches (mean {mean:.1}, largest {}; {} written by one statement), {} turns given to join",
         stats.solo_writes,
         stats.batched_writes,
         stats.batches,
         stats.largest_batch,
+        stats.single_statement_batches,
         stats.joining_turns
     )
 }

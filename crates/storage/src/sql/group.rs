@@ -444,7 +444,10 @@ impl Store {
             };
         }
         if matches!(work, Work::Statements { .. }) && matches!(*guard, TxState::Unbegun(_)) {
-            let TxState::Unbegun(slot) = std::mem::replace(&mut *guard, TxState::Ended) else {
+            // Idle while it begins: should this future be dropped meanwhile (the slot with
+            // it), the batch is one nobody began, and the next member to need it, or the
+            // batch's end, takes the slot again.
+            let TxState::Unbegun(slot) = std::mem::replace(&mut *guard, TxState::Idle) else {
                 unreachable!("matched above");
             };
             *guard = begun_in(self.begin_in_slot(slot).await);
@@ -783,13 +786,16 @@ impl Drop for Member {
             );
         }
         if self.mark_finished() {
-            let idle = self
-                .batch
-                .tx
-                .try_lock()
-                .is_ok_and(|state| matches!(*state, TxState::Idle | TxState::Ended));
+            let idle = self.batch.tx.try_lock().is_ok_and(|state| match *state {
+                TxState::Ended => true,
+                // Writes handed over to a batch whose opener was dropped before it took the
+                // slot still need writing.
+                TxState::Idle => self.batch.sets().writes.is_empty(),
+                _ => false,
+            });
             if idle {
-                // A solo write, or a batch nobody began: nothing to end.
+                // A solo write, or a batch nobody began and nobody handed a write to: nothing
+                // to end.
                 self.batch.outcome.send_replace(Some(Outcome::Committed));
             } else {
                 let (store, batch) = (self.store.clone(), Arc::clone(&self.batch));
@@ -871,21 +877,35 @@ async fn end_batch(store: &Store, batch: &Batch) -> Outcome {
         TxState::Broken {
             tx: None, error, ..
         } => Outcome::Abandoned(error),
+        // Nobody took the slot (the member that opened the batch was dropped before its
+        // turn), but writes handed over may still wait: the batch takes the slot itself.
+        TxState::Idle if !batch.sets().writes.is_empty() => {
+            match store.inner.group.batch_slot().await {
+                Ok((slot, _)) => end_unbegun(store, batch, slot).await,
+                Err(error) => {
+                    batch.sets().failed = Some(error.clone());
+                    Outcome::Abandoned(error)
+                }
+            }
+        }
         TxState::Idle | TxState::Ended => Outcome::Committed,
     }
 }
 
-/// Ends a batch no member began a transaction for (PostgreSQL; every member handed over a
-/// single-statement write): one statement in autocommit writes them all with their lease
-/// events, and stands for the batch's COMMIT. When two writes of one key need two rounds, the
-/// batch begins its transaction after all and ends as a begun one.
+/// Ends a batch no member began a transaction for (every member handed over a
+/// single-statement write), in its `slot`: on PostgreSQL one statement in autocommit writes
+/// them all with their lease events, and stands for the batch's COMMIT. When two writes of one
+/// key need two rounds, or on SQLite, the batch begins its transaction after all and ends as a
+/// begun one.
 async fn end_unbegun(store: &Store, batch: &Batch, slot: Option<OwnedMutexGuard<()>>) -> Outcome {
     let writes = std::mem::take(&mut batch.sets().writes);
     if writes.is_empty() {
         return Outcome::Committed;
     }
     #[cfg(feature = "postgres")]
-    if super::observed::rounds(&writes).len() == 1 {
+    if store.inner.backend == sea_orm::DbBackend::Postgres
+        && super::observed::rounds(&writes).len() == 1
+    {
         let written = store.write_observed_sets_alone(&writes).await;
         drop(slot);
         let mut sets = batch.sets();

@@ -421,6 +421,50 @@ async fn group_commit_a_failed_single_statement_batch_reports_unknown_to_every_w
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_a_handed_over_write_survives_its_batch_opener_being_dropped() {
+    on_both("group_opener_dropped", |store| async move {
+        let ns = namespace(&store, "group-opener").await;
+        let keys = live_rows(&store, &ns, "opener", 2).await;
+        let hold = store.hold_group_commit().await;
+        // The opener joins first and waits for the slot the test holds; the second write
+        // joins its batch, hands its write over and waits for the batch's end.
+        let opener = {
+            let (store, ns, k) = (store.clone(), ns.clone(), keys[0].clone());
+            tokio::spawn(async move { acquire(&store, &ns, &k, "opener").await })
+        };
+        settle().await;
+        let handed = {
+            let (store, ns, k) = (store.clone(), ns.clone(), keys[1].clone());
+            tokio::spawn(async move { acquire(&store, &ns, &k, "handed").await })
+        };
+        settle().await;
+        opener.abort();
+        assert!(opener.await.unwrap_err().is_cancelled());
+        drop(hold);
+        let outcome = handed.await.unwrap().unwrap();
+        assert!(
+            matches!(outcome, ApplyOutcome::Applied { .. }),
+            "{outcome:?}"
+        );
+        let lease = store.lookup(&ns, &keys[1]).await.unwrap().unwrap().lease;
+        assert_eq!(lease.unwrap().token.as_str(), "handed");
+        assert_eq!(acquired_events(&store, &ns, &keys[1]).await.len(), 1);
+        // The opener never wrote.
+        assert!(
+            store
+                .lookup(&ns, &keys[0])
+                .await
+                .unwrap()
+                .unwrap()
+                .lease
+                .is_none()
+        );
+        assert!(acquired_events(&store, &ns, &keys[0]).await.is_empty());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn group_commit_a_cancelled_writer_leaves_its_batch_intact() {
     on_both("group_cancel", |store| async move {
         let ns = namespace(&store, "group-cancel").await;
