@@ -211,6 +211,14 @@ impl GroupCommit {
         self.company.store(members > 1, Ordering::Relaxed);
     }
 
+    /// Counts one batch written by a single statement in autocommit.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // PostgreSQL batches only
+    fn count_single_statement_batch(&self) {
+        self.counters
+            .single_statement_batches
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Takes the slot a batch writes in: the write slot on SQLite, the batch slot elsewhere
     /// (one batch at a time; other writer transactions run beside it). Also says whether it
     /// had to wait for it.
@@ -911,12 +919,7 @@ async fn end_unbegun(store: &Store, batch: &Batch, slot: Option<OwnedMutexGuard<
         let mut sets = batch.sets();
         return match written {
             Ok(applied) => {
-                store
-                    .inner
-                    .group
-                    .counters
-                    .single_statement_batches
-                    .fetch_add(1, Ordering::Relaxed);
+                store.inner.group.count_single_statement_batch();
                 sets.applied = applied;
                 Outcome::Committed
             }

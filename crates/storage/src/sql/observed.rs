@@ -256,10 +256,10 @@ fn batch_sql(backend: DbBackend, n: usize) -> String {
     )
 }
 
-#[cfg(feature = "postgres")]
 /// PostgreSQL types of one `VALUES` row of the lease events in [`batch_alone`]: the key, the
 /// event's columns as `lease_events` stores them (its epoch `NULL` when the epoch is the one
 /// the update counts up), whether it takes that epoch, and its place in the insert order.
+#[cfg(feature = "postgres")]
 const PG_EVENT_TYPES: [&str; 11] = [
     "text", "text", "text", "bigint", "boolean", "text", "text", "text", "bigint", "bigint",
     "bigint",
@@ -301,12 +301,13 @@ fn batch_alone(sets: &[&ObservedSet]) -> (String, Vec<Value>) {
             rows.push_str(if ord == 0 { "(" } else { ", (" });
             for (c, (value, ty)) in columns.into_iter().zip(PG_EVENT_TYPES).enumerate() {
                 values.push(value);
-                let p = values.len();
-                match (c, ord) {
-                    (0, 0) => rows.push_str(&format!("${p}::{ty}")),
-                    (_, 0) => rows.push_str(&format!(", ${p}::{ty}")),
-                    (0, _) => rows.push_str(&format!("${p}")),
-                    _ => rows.push_str(&format!(", ${p}")),
+                if c > 0 {
+                    rows.push_str(", ");
+                }
+                rows.push_str(&format!("${}", values.len()));
+                // The first row types the `VALUES` list's columns.
+                if ord == 0 {
+                    rows.push_str(&format!("::{ty}"));
                 }
             }
             rows.push(')');
@@ -448,7 +449,13 @@ impl Store {
             .await?;
         let mut results: Vec<SetResult> = (0..sets.len()).map(|_| Ok(None)).collect();
         let round: Vec<usize> = (0..sets.len()).collect();
-        record_answers(sets, &round, written, &mut results)?;
+        // The statement committed: an answer that cannot be read leaves the writes' outcome
+        // unknown, never refused.
+        record_answers(sets, &round, written, &mut results).map_err(|error| {
+            super::commit::commit_failed(&format!(
+                "the answer of a group commit's statement could not be read ({error})"
+            ))
+        })?;
         Ok(results)
     }
 

@@ -666,16 +666,9 @@ async fn group_commit_a_statement_failing_mid_batch_acknowledges_only_what_was_s
             // Each acknowledged acquisition left exactly one `acquired` event (also when its
             // round's statement failed and it was written again by itself), a failed one none.
             for name in &names {
-                let events = store
-                    .lease_events(&LeaseEventQuery::for_key(ns.clone(), key(name), 100))
-                    .await
-                    .unwrap();
-                let acquired = events
-                    .iter()
-                    .filter(|e| e.kind == LeaseEventKind::Acquired)
-                    .count();
+                let acquired = acquired_events(&store, &ns, &key(name)).await;
                 let expected = usize::from(!failed.contains(name));
-                assert_eq!(acquired, expected, "{name}: {events:?}");
+                assert_eq!(acquired.len(), expected, "{name}: {acquired:?}");
             }
             // PostgreSQL aborts the transaction on a failed statement, and a multi-statement
             // write may have been half applied: the whole batch is rolled back. On SQLite a
