@@ -649,14 +649,19 @@ impl Store {
             // One statement in autocommit (alone in its batch: in the write slot it holds).
             let (sql, values) = set.alone(self.inner.backend, false);
             let stmt = self.stmt(&sql, values);
+            // Boxed, as the statement of the transaction below: the driver's futures are
+            // several kilobytes, and every write through this function would otherwise carry
+            // and copy them (a batched write never runs them).
             let written = if postgres {
-                self.query_one_alone(stmt).await.and_then(|found| {
-                    found
-                        .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
-                        .transpose()
-                })
+                Box::pin(self.query_one_alone(stmt))
+                    .await
+                    .and_then(|found| {
+                        found
+                            .map(|r| r.try_get::<i64>("", "lease_epoch").map(Some))
+                            .transpose()
+                    })
             } else {
-                self.execute_alone_sqlite(stmt)
+                Box::pin(self.execute_alone_sqlite(stmt))
                     .await
                     .map(|changed| (changed == 1).then_some(None))
             };
@@ -674,7 +679,7 @@ impl Store {
         let stmt = self.stmt(&sql, values);
         let result = async {
             // Every row answered is the update's (the event insert answers none).
-            let found = tx.query_all_raw(stmt).await.map_err(db_error)?;
+            let found = Box::pin(tx.query_all_raw(stmt)).await.map_err(db_error)?;
             let Some(epoch) = found
                 .first()
                 .map(|r| r.try_get::<i64>("", "lease_epoch").map_err(db_error))
@@ -1084,5 +1089,40 @@ mod tests {
             ]
         );
         assert_eq!(events.last().unwrap().epoch, Some(lease.epoch));
+    }
+
+    /// The size of a future is what every call copies as it is created and moved into its
+    /// caller's: a write's future must not carry the futures of ending a batch or of the
+    /// driver's statements (kilobytes each), which run boxed. Measured before they were boxed:
+    /// `join_group` 6.7 KB and `write_observed` 8.5 KB in a debug build (18.9 and 20.7 KB in
+    /// release).
+    #[tokio::test]
+    async fn a_write_future_does_not_carry_the_statements_it_may_run() {
+        fn size<F: std::future::Future>(_: &F) -> usize {
+            std::mem::size_of::<F>()
+        }
+        let store = Store::open_with(StoreOptions::new("sqlite::memory:"))
+            .await
+            .unwrap();
+        let ns = Namespace::new("sizes").unwrap();
+        let config = NamespaceConfig::new(ns.clone());
+        store.register_namespace(config.clone()).await.unwrap();
+        let key = BindingKey::conversation(&BindingId::new("b-1").unwrap());
+        let observed = store.observe(&ns, &key).await.unwrap();
+        let joining = size(&store.join_group(super::super::group::Work::Set));
+        assert!(joining <= 1024, "join_group's future is {joining} bytes");
+        let intent = Intent::Delete;
+        let writing = size(&store.write_observed(
+            &config,
+            &key,
+            &observed,
+            &intent,
+            &admit_all,
+            Instant::now(),
+        ));
+        assert!(
+            writing <= 4096,
+            "write_observed's future is {writing} bytes"
+        );
     }
 }

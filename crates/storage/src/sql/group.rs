@@ -726,7 +726,10 @@ impl Member {
         let mut outcome = self.batch.outcome.subscribe();
         if self.mark_finished() {
             let mut pending = Pending(Some(Arc::clone(&self.batch)));
-            let done = end_batch(&self.store, &self.batch).await;
+            // Boxed: ending a batch runs the database's statements, whose futures are large,
+            // and only one member per batch does it; inline, every write's future would carry
+            // (and copy) their size.
+            let done = Box::pin(end_batch(&self.store, &self.batch)).await;
             pending.0 = None;
             self.batch.outcome.send_replace(Some(done.clone()));
             return done;
