@@ -179,6 +179,8 @@ const SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_sessi
 ///
 /// - Only the conditions of the filters that are set, so that a cursor is an index range rather
 ///   than a scan from the first key (`$1 IS NULL OR session_key > $1` cannot use the index).
+/// - On SQLite the table is stored in key order (`WITHOUT ROWID`, migration m0009): a batch is
+///   one range of one b-tree, with no seek per row from a key index into the table.
 /// - The batch size is a literal: the bundled SQLite (3.51) re-prepares a statement on every
 ///   execution when its `LIMIT` is a bound parameter, since the value may change the plan.
 /// - The batch comes back as **one row** holding a JSON array of `[session_key, agent_id,

@@ -1,7 +1,7 @@
 //! Schema migrations (sea-orm-migration), run on open inside a transaction on both backends.
 
 use async_trait::async_trait;
-use sea_orm::{ConnectionTrait, DbBackend, DbErr};
+use sea_orm::{ConnectionTrait, DbBackend, DbErr, Statement};
 use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager};
 
 /// The PostgreSQL search vector of a transcript entry: lower-cased alphanumeric words, the
@@ -26,6 +26,7 @@ impl MigratorTrait for Migrator {
             Box::new(OperatorAudit),
             Box::new(TranscriptMetadata),
             Box::new(GenerationChanges),
+            Box::new(HostSessionsByKey),
         ]
     }
 }
@@ -483,6 +484,142 @@ impl MigrationTrait for GenerationChanges {
     }
 }
 
+/// The host session table stored in its key's order (SQLite's `WITHOUT ROWID`): the session
+/// list reads a page of consecutive keys from one b-tree instead of seeking every listed row
+/// in the table from the key index, and a session's update descends one b-tree instead of
+/// two. PostgreSQL has no such table form (its tables are heaps apart from their indexes), so
+/// this migration changes nothing there.
+///
+/// SQLite changes a table's form only by building a new table, copying the rows, dropping the
+/// old one and renaming the new one into its place. Tables that reference `host_sessions` by
+/// name (the transcript, and a host's own) keep referencing it, but only with foreign keys
+/// off: with them on, dropping the old table would first delete every referencing row (`ON
+/// DELETE CASCADE`). So the migration refuses to run on a connection with foreign keys on
+/// (`Store::open` and `tether migrate` migrate on one with them off, and check every reference
+/// before the COMMIT). The indexes and triggers defined on the old table, a host's included,
+/// are made again on the new one; views and other tables' triggers that name it (a host's)
+/// name the new table.
+struct HostSessionsByKey;
+
+impl MigrationName for HostSessionsByKey {
+    fn name(&self) -> &str {
+        "m0009_host_sessions_by_key"
+    }
+}
+
+/// The columns of `host_sessions` as of [`HostSessionsByKey`], in their order.
+const HOST_SESSION_COLUMNS: &str = "session_key, agent_id, session_id, previous_session_id, \
+     lifecycle_revision, agent_harness_id, active_leaf, created_at, updated_at, previous_change";
+
+/// Rebuilds `host_sessions` on SQLite, `WITHOUT ROWID` when `by_key` (else as a rowid table, the
+/// form before [`HostSessionsByKey`]), keeping its rows, indexes and triggers.
+async fn rebuild_host_sessions(manager: &SchemaManager<'_>, by_key: bool) -> Result<(), DbErr> {
+    let conn = manager.get_connection();
+    let backend = manager.get_database_backend();
+    let foreign_keys: i64 = conn
+        .query_one_raw(Statement::from_string(backend, "PRAGMA foreign_keys"))
+        .await?
+        .map(|row| row.try_get("", "foreign_keys"))
+        .transpose()?
+        .unwrap_or(0);
+    if foreign_keys != 0 {
+        return Err(DbErr::Migration(
+            "m0009_host_sessions_by_key rebuilds host_sessions and needs foreign keys off on its \
+             connection (with them on, dropping the old table would delete the transcript rows \
+             that reference it): migrate with `tether migrate` or by opening the store, which \
+             turn them off for the migration"
+                .into(),
+        ));
+    }
+    // What the old table carries besides its rows (SQLite's automatic key index has no SQL).
+    let mut attached = Vec::new();
+    for row in conn
+        .query_all_raw(Statement::from_string(
+            backend,
+            "SELECT sql FROM sqlite_schema WHERE tbl_name = 'host_sessions' \
+             AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name",
+        ))
+        .await?
+    {
+        attached.push(row.try_get::<String>("", "sql")?);
+    }
+    let form = if by_key { " WITHOUT ROWID" } else { "" };
+    let mut statements = vec![
+        format!(
+            "CREATE TABLE host_sessions_rebuilt (
+                session_key TEXT PRIMARY KEY,
+                agent_id TEXT NOT NULL,
+                session_id TEXT NOT NULL,
+                previous_session_id TEXT,
+                lifecycle_revision BIGINT NOT NULL,
+                agent_harness_id TEXT,
+                active_leaf BIGINT,
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                previous_change TEXT
+            ){form}"
+        ),
+        format!(
+            "INSERT INTO host_sessions_rebuilt ({HOST_SESSION_COLUMNS}) \
+             SELECT {HOST_SESSION_COLUMNS} FROM host_sessions"
+        ),
+        "DROP TABLE host_sessions".into(),
+        // The legacy rename changes only the renamed table's own definition: views and
+        // triggers elsewhere that name `host_sessions` (a host's) are not parsed again while
+        // that name is missing, and name the new table once it is there.
+        "PRAGMA legacy_alter_table = ON".into(),
+        "ALTER TABLE host_sessions_rebuilt RENAME TO host_sessions".into(),
+        "PRAGMA legacy_alter_table = OFF".into(),
+    ];
+    statements.extend(attached);
+    run_all(manager, &statements).await
+}
+
+/// Fails when `PRAGMA foreign_key_check` finds a reference that does not hold (SQLite: the
+/// migrations run with foreign keys off, and this runs before their COMMIT).
+pub(crate) async fn check_foreign_keys<C: ConnectionTrait>(conn: &C) -> Result<(), DbErr> {
+    let broken = conn
+        .query_all_raw(Statement::from_string(
+            DbBackend::Sqlite,
+            "PRAGMA foreign_key_check",
+        ))
+        .await?;
+    match broken.first() {
+        None => Ok(()),
+        Some(row) => {
+            let table: String = row.try_get("", "table").unwrap_or_default();
+            let parent: String = row.try_get("", "parent").unwrap_or_default();
+            Err(DbErr::Migration(format!(
+                "{} row(s) reference a row that does not exist (the first in {table}, \
+                 referencing {parent}): the migration is refused and nothing was changed; repair \
+                 or remove those rows (`PRAGMA foreign_key_check` lists them) and migrate again",
+                broken.len()
+            )))
+        }
+    }
+}
+
+#[async_trait]
+impl MigrationTrait for HostSessionsByKey {
+    async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() == DbBackend::Postgres {
+            return Ok(());
+        }
+        rebuild_host_sessions(manager, true).await
+    }
+
+    async fn down(&self, manager: &SchemaManager) -> Result<(), DbErr> {
+        if manager.get_database_backend() == DbBackend::Postgres {
+            return Ok(());
+        }
+        rebuild_host_sessions(manager, false).await
+    }
+
+    fn use_transaction(&self) -> Option<bool> {
+        Some(true)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use sea_orm_migration::MigratorTrait;
@@ -490,8 +627,41 @@ mod tests {
     use super::Migrator;
     use crate::{Store, StoreOptions};
 
+    /// Turns the foreign keys of a SQLite store of one connection off or on (a migration that
+    /// rebuilds a table needs them off, as `Store::open` has them when it migrates).
+    async fn sqlite_foreign_keys(store: &Store, on: bool) {
+        use sea_orm::ConnectionTrait as _;
+        if store.backend() == sea_orm::DbBackend::Sqlite {
+            let pragma = if on { "ON" } else { "OFF" };
+            store
+                .connection()
+                .execute_unprepared(&format!("PRAGMA foreign_keys = {pragma}"))
+                .await
+                .unwrap();
+        }
+    }
+
+    /// The `column` of the one row `sql` answers on a SQLite connection.
+    async fn sqlite_one<T: sea_orm::TryGetable>(
+        conn: &impl sea_orm::ConnectionTrait,
+        sql: &str,
+        column: &str,
+    ) -> T {
+        let stmt = sea_orm::Statement::from_string(sea_orm::DbBackend::Sqlite, sql.to_owned());
+        let row = conn.query_one_raw(stmt).await.unwrap();
+        row.unwrap().try_get("", column).unwrap()
+    }
+
+    /// Whether a SQLite database's session table is stored in key order.
+    async fn sessions_by_key(conn: &impl sea_orm::ConnectionTrait) -> bool {
+        let sql = "SELECT sql FROM sqlite_schema WHERE name = 'host_sessions'";
+        let table: String = sqlite_one(conn, sql, "sql").await;
+        table.ends_with("WITHOUT ROWID")
+    }
+
     /// Every migration rolls back and re-applies cleanly on a migrated store.
     async fn down_and_up(store: &Store) {
+        sqlite_foreign_keys(store, false).await;
         let conn = store.connection();
         let applied = Migrator::get_applied_migrations(conn).await.unwrap();
         assert_eq!(applied.len(), Migrator::migrations().len());
@@ -507,6 +677,19 @@ mod tests {
             Migrator::get_applied_migrations(conn).await.unwrap().len(),
             Migrator::migrations().len()
         );
+        sqlite_foreign_keys(store, true).await;
+    }
+
+    /// An in-memory store is migrated on its one connection, whose foreign keys (off for the
+    /// migrations) and rename mode are restored afterwards.
+    #[tokio::test]
+    async fn sqlite_an_in_memory_store_gets_its_foreign_keys_back_after_migrating() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let conn = store.connection();
+        let foreign_keys: i64 = sqlite_one(conn, "PRAGMA foreign_keys", "foreign_keys").await;
+        let legacy: i64 = sqlite_one(conn, "PRAGMA legacy_alter_table", "legacy_alter_table").await;
+        assert_eq!((foreign_keys, legacy), (1, 0));
+        assert!(sessions_by_key(conn).await);
     }
 
     #[tokio::test]
@@ -517,18 +700,20 @@ mod tests {
         down_and_up(&store).await;
     }
 
-    /// Rows written before the two newest migrations stay readable: a transcript entry
+    /// Rows written before the three newest migrations stay readable: a transcript entry
     /// written before the metadata column reads back with no metadata (new entries beside it
     /// keep theirs), and a predecessor recorded before the generation-change column reads as
-    /// a transfer, the behaviour it was written under.
+    /// a transfer, the behaviour it was written under. The store has one connection (its
+    /// foreign keys are turned off for the migrations here).
     async fn rows_before_the_newest_columns_stay_readable(store: &Store) {
         use sea_orm::ConnectionTrait as _;
         use tether_core::SessionKey;
 
         use crate::{NewTranscriptEntry, TranscriptRole};
 
+        sqlite_foreign_keys(store, false).await;
         let conn = store.connection();
-        Migrator::down(conn, Some(2)).await.unwrap();
+        Migrator::down(conn, Some(3)).await.unwrap();
         for sql in [
             "INSERT INTO host_sessions (session_key, agent_id, session_id, previous_session_id, \
              lifecycle_revision, created_at, updated_at) \
@@ -554,6 +739,7 @@ mod tests {
         .await
         .unwrap();
         Migrator::up(conn, None).await.unwrap();
+        sqlite_foreign_keys(store, true).await;
 
         let key = SessionKey::new("agent:main:old").unwrap();
         let entry = store.session(&key).await.unwrap().unwrap();
@@ -584,8 +770,153 @@ mod tests {
     async fn sqlite_rows_written_before_the_newest_columns_stay_readable() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("old.db").display());
-        let store = Store::open_with(StoreOptions::new(url)).await.unwrap();
+        let store = Store::open_with(StoreOptions::new(url).max_connections(1))
+            .await
+            .unwrap();
         rows_before_the_newest_columns_stay_readable(&store).await;
+    }
+
+    /// One connection to the SQLite database at `url` (created if missing), with foreign keys
+    /// `on` or off.
+    async fn sqlite_connection(url: &str, on: bool) -> sea_orm::DatabaseConnection {
+        let mut connect = sea_orm::ConnectOptions::new(url.to_owned());
+        connect
+            .max_connections(1)
+            .map_sqlx_sqlite_opts(move |o| o.create_if_missing(true).foreign_keys(on));
+        sea_orm::Database::connect(connect).await.unwrap()
+    }
+
+    /// [`sqlite_connection`] to a database migrated up to m0008 (before the session table was
+    /// stored by key).
+    async fn sqlite_database_at_m0008(url: &str, on: bool) -> sea_orm::DatabaseConnection {
+        let db = sqlite_connection(url, on).await;
+        Migrator::up(&db, Some(8)).await.unwrap();
+        db
+    }
+
+    /// A reference that does not hold, left by a writer that ran with foreign keys off, fails
+    /// the migrations (which run with them off) before their COMMIT: the store does not open,
+    /// says what to repair, and the database is as it was.
+    #[tokio::test]
+    async fn sqlite_a_broken_reference_refuses_the_migration_and_changes_nothing() {
+        use sea_orm::ConnectionTrait as _;
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("orphan.db").display());
+        let older = sqlite_database_at_m0008(&url, false).await;
+        older
+            .execute_unprepared(
+                "INSERT INTO transcript_entries (session_key, role, content, created_at) \
+                 VALUES ('agent:main:gone', 'user', 'an orphan', 0)",
+            )
+            .await
+            .unwrap();
+        older.close().await.unwrap();
+
+        let error = Store::open(&url).await.unwrap_err().to_string();
+        assert!(
+            error.contains("reference a row that does not exist")
+                && error.contains("transcript_entries"),
+            "{error}"
+        );
+        let older = sqlite_connection(&url, false).await;
+        assert!(!sessions_by_key(&older).await);
+        let applied = Migrator::get_applied_migrations(&older).await.unwrap();
+        assert_eq!(applied.len(), 8, "m0009 was not recorded");
+    }
+
+    /// An older SQLite database (migrated up to m0008) with sessions, transcript rows, and a
+    /// host's own table, view, and index and trigger on the session table: a migration run on a
+    /// connection with foreign keys on refuses and changes nothing; opening the store rebuilds
+    /// the session table in key order with every row, keeps the host's index and trigger, and
+    /// the references (the transcript's and the host's) still cascade from the new table.
+    #[tokio::test]
+    async fn sqlite_an_older_database_keeps_its_rows_and_references_when_its_sessions_are_rebuilt()
+    {
+        use sea_orm::ConnectionTrait as _;
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("older.db").display());
+        let older = sqlite_database_at_m0008(&url, true).await;
+        for sql in [
+            "INSERT INTO host_sessions (session_key, agent_id, session_id, lifecycle_revision, \
+             created_at, updated_at) VALUES ('agent:main:b', 'main', 's-b', 1, 0, 0), \
+             ('agent:main:a', 'main', 's-a', 1, 0, 0)",
+            "INSERT INTO transcript_entries (session_key, role, content, created_at) \
+             VALUES ('agent:main:a', 'user', 'hello a', 0), ('agent:main:b', 'user', 'hello b', 0)",
+            "CREATE TABLE host_notes (session_key TEXT NOT NULL \
+             REFERENCES host_sessions (session_key) ON DELETE CASCADE, note TEXT NOT NULL)",
+            "INSERT INTO host_notes VALUES ('agent:main:a', 'a note'), ('agent:main:b', 'b note')",
+            "CREATE INDEX host_sessions_by_agent ON host_sessions (agent_id)",
+            "CREATE VIEW host_session_notes AS SELECT s.session_key, n.note \
+             FROM host_sessions AS s JOIN host_notes AS n USING (session_key)",
+            "CREATE TRIGGER host_sessions_harness AFTER UPDATE OF agent_harness_id ON host_sessions \
+             BEGIN INSERT INTO host_notes VALUES (new.session_key, 'harness changed'); END",
+        ] {
+            older.execute_unprepared(sql).await.unwrap();
+        }
+        let error = Migrator::up(&older, None).await.unwrap_err();
+        assert!(error.to_string().contains("foreign keys off"), "{error}");
+        let kept: i64 =
+            sqlite_one(&older, "SELECT COUNT(*) AS n FROM transcript_entries", "n").await;
+        assert_eq!(kept, 2, "the refused migration deleted nothing");
+        older.close().await.unwrap();
+
+        let store = Store::open(&url).await.unwrap();
+        let conn = store.connection();
+        assert!(sessions_by_key(conn).await);
+        for name in ["host_sessions_by_agent", "host_sessions_harness"] {
+            let sql = format!(
+                "SELECT COUNT(*) AS n FROM sqlite_schema WHERE name = '{name}' AND tbl_name = 'host_sessions'"
+            );
+            let n: i64 = sqlite_one(conn, &sql, "n").await;
+            assert_eq!(n, 1, "{name} is on the rebuilt table");
+        }
+        let on: i64 = sqlite_one(conn, "PRAGMA foreign_keys", "foreign_keys").await;
+        assert_eq!(on, 1, "the store's connections keep their foreign keys");
+        let page = store
+            .list_sessions(&crate::SessionFilter {
+                limit: 10,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let keys: Vec<&str> = page
+            .sessions
+            .iter()
+            .map(|e| e.session_key.as_str())
+            .collect();
+        assert_eq!(keys, ["agent:main:a", "agent:main:b"]);
+
+        conn.execute_unprepared(
+            "UPDATE host_sessions SET agent_harness_id = 'codex' WHERE session_key = 'agent:main:b'",
+        )
+        .await
+        .unwrap();
+        conn.execute_unprepared("DELETE FROM host_sessions WHERE session_key = 'agent:main:a'")
+            .await
+            .unwrap();
+        for (sql, want) in [
+            ("SELECT COUNT(*) AS n FROM host_sessions", 1),
+            ("SELECT COUNT(*) AS n FROM transcript_entries", 1),
+            (
+                "SELECT COUNT(*) AS n FROM transcript_entries WHERE session_key = 'agent:main:b'",
+                1,
+            ),
+            ("SELECT COUNT(*) AS n FROM host_notes", 2),
+            (
+                "SELECT COUNT(*) AS n FROM host_notes WHERE note = 'harness changed'",
+                1,
+            ),
+            (
+                "SELECT COUNT(*) AS n FROM host_notes WHERE session_key = 'agent:main:a'",
+                0,
+            ),
+            ("SELECT COUNT(*) AS n FROM host_session_notes", 2),
+        ] {
+            let n: i64 = sqlite_one(conn, sql, "n").await;
+            assert_eq!(n, want, "{sql}");
+        }
     }
 
     #[tokio::test]

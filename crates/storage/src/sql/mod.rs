@@ -637,6 +637,55 @@ fn classify(url: &str) -> Result<Kind, Error> {
     )))
 }
 
+/// Applies the pending migrations to a SQLite database on `db`, whose connection has foreign
+/// keys off (see [`Store::run_migrations`]), in one `BEGIN IMMEDIATE` transaction that commits
+/// only when `PRAGMA foreign_key_check` finds every reference intact.
+async fn migrate_sqlite(db: &DatabaseConnection) -> Result<(), Error> {
+    let tx = db
+        .begin_with_options(sea_orm::TransactionOptions {
+            isolation_level: None,
+            access_mode: None,
+            sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
+        })
+        .await
+        .map_err(db_error)?;
+    Migrator::up(&tx, None).await.map_err(db_error)?;
+    migration::check_foreign_keys(&tx).await.map_err(db_error)?;
+    tx.commit().await.map_err(db_error)
+}
+
+/// Connects with `connect`, waiting out a SQLite "busy" answer for up to the busy timeout:
+/// SQLite answers it at once, without waiting, when switching a new file to WAL would
+/// deadlock with another process creating it (it holds the write lock for its migration).
+/// `shown_url` is the URL as errors show it (redacted).
+async fn connect_retrying(
+    connect: &ConnectOptions,
+    sqlite: bool,
+    busy_timeout: Duration,
+    shown_url: &str,
+) -> Result<DatabaseConnection, Error> {
+    let started = std::time::Instant::now();
+    loop {
+        match Database::connect(connect.clone()).await {
+            Ok(db) => return Ok(db),
+            Err(e) if sqlite && sqlite_busy(&e) && started.elapsed() < busy_timeout => {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            Err(e @ (DbErr::Conn(_) | DbErr::ConnectionAcquire(_))) => return Err(db_error(e)),
+            Err(other) => return Err(configuration(format!("cannot open {shown_url}: {other}"))),
+        }
+    }
+}
+
+/// How a SQLite file's migrations open their own connection (see [`Store::run_migrations`]).
+#[derive(Debug, Clone)]
+struct MigrationConnect {
+    /// The store's connect options with foreign keys off and one connection.
+    connect: ConnectOptions,
+    /// The store's busy timeout.
+    busy_timeout: Duration,
+}
+
 impl Store {
     /// Opens the store at `url` with default options and runs pending migrations. Processes
     /// opening one new database at once take turns at the migration (a lock in the database):
@@ -657,6 +706,9 @@ impl Store {
     )]
     pub async fn open_with(options: StoreOptions) -> Result<Self, Error> {
         let kind = classify(&options.url)?;
+        // SQLite files only: how the migrations' own connection is opened.
+        #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+        let mut migration_connect: Option<MigrationConnect> = None;
         let mut connect = ConnectOptions::new(options.url.trim().to_owned());
         connect
             .sqlx_logging(options.log_statements)
@@ -681,10 +733,9 @@ impl Store {
                             "no database file at {path}: check the path, or create the database with `tether migrate`"
                         )));
                     }
-                    connect.map_sqlx_sqlite_opts(move |o| {
+                    let settings = move |o: sea_orm::sqlx::sqlite::SqliteConnectOptions| {
                         let o = o
                             .create_if_missing(create)
-                            .foreign_keys(true)
                             .busy_timeout(busy)
                             .synchronous(synchronous);
                         if memory {
@@ -692,7 +743,20 @@ impl Store {
                         } else {
                             o.journal_mode(SqliteJournalMode::Wal)
                         }
-                    });
+                    };
+                    if !memory {
+                        // The migrations run on a connection of their own with foreign keys
+                        // off (see `Store::run_migrations`), opened the same way.
+                        let mut own = connect.clone();
+                        own.max_connections(1)
+                            .min_connections(0)
+                            .map_sqlx_sqlite_opts(move |o| settings(o).foreign_keys(false));
+                        migration_connect = Some(MigrationConnect {
+                            connect: own,
+                            busy_timeout: busy,
+                        });
+                    }
+                    connect.map_sqlx_sqlite_opts(move |o| settings(o).foreign_keys(true));
                     // A SQLite connection is a handle on a local file, with no peer that could
                     // have hung up: testing it before each use would only cost a round trip
                     // through its worker thread per statement.
@@ -735,29 +799,13 @@ impl Store {
                     });
             }
         }
-        let started = std::time::Instant::now();
-        let db = loop {
-            match Database::connect(connect.clone()).await {
-                Ok(db) => break db,
-                // SQLite answers "busy" at once, without waiting, when switching a new file to
-                // WAL would deadlock with another process creating it (it holds the write lock
-                // for its migration): that process gets the busy timeout to finish.
-                Err(e)
-                    if matches!(kind, Kind::Sqlite { .. })
-                        && sqlite_busy(&e)
-                        && started.elapsed() < options.busy_timeout =>
-                {
-                    tokio::time::sleep(Duration::from_millis(25)).await;
-                }
-                Err(e @ (DbErr::Conn(_) | DbErr::ConnectionAcquire(_))) => return Err(db_error(e)),
-                Err(other) => {
-                    return Err(configuration(format!(
-                        "cannot open {}: {other}",
-                        redact_url(&options.url)
-                    )));
-                }
-            }
-        };
+        let db = connect_retrying(
+            &connect,
+            matches!(kind, Kind::Sqlite { .. }),
+            options.busy_timeout,
+            &redact_url(&options.url),
+        )
+        .await?;
         let backend = db.get_database_backend();
         let store = Self {
             inner: Arc::new(Inner {
@@ -780,7 +828,9 @@ impl Store {
                 commit_faults: commit::CommitFaults::default(),
             }),
         };
-        store.migrate(!options.existing_only).await?;
+        store
+            .migrate(!options.existing_only, migration_connect.as_ref())
+            .await?;
         Ok(store)
     }
 
@@ -791,7 +841,7 @@ impl Store {
     /// up-to-date database runs no DDL (on PostgreSQL the migrator's `CREATE TABLE IF NOT
     /// EXISTS` would otherwise log a server notice per check at every start); the migrator
     /// runs only on a new database or when a migration is pending.
-    async fn migrate(&self, run: bool) -> Result<(), Error> {
+    async fn migrate(&self, run: bool, own: Option<&MigrationConnect>) -> Result<(), Error> {
         let db = &self.inner.db;
         let known: Vec<String> = Migrator::migrations()
             .iter()
@@ -828,7 +878,7 @@ impl Store {
                 }
                 // No migration table: a database Tether never migrated.
                 if run {
-                    return self.run_migrations().await;
+                    return self.run_migrations(own).await;
                 }
                 return Err(configuration(format!(
                     "the database at {} has no Tether schema: check the URL, or create the schema with `tether migrate`",
@@ -858,7 +908,7 @@ impl Store {
                 known.len()
             )));
         }
-        self.run_migrations().await
+        self.run_migrations(own).await
     }
 
     /// Applies the pending migrations in one transaction that holds the database's migration
@@ -868,17 +918,46 @@ impl Store {
     /// ([`MIGRATION_LOCK`]), on SQLite the write lock of `BEGIN IMMEDIATE` (waited for up to
     /// the busy timeout). The migrations run inside that transaction (each in a savepoint),
     /// so a failure leaves the schema as it was.
-    async fn run_migrations(&self) -> Result<(), Error> {
+    ///
+    /// On SQLite the migrating connection has foreign keys off, as SQLite's way of changing a
+    /// table's definition requires (a migration rebuilds a table that others reference, and
+    /// dropping the old one would otherwise delete the referencing rows); SQLite turns them
+    /// off only outside a transaction, on one connection. A file is migrated on a connection
+    /// of its own (`own`), closed afterwards; an in-memory database has only the store's one
+    /// connection, which gets its foreign keys back after the migration, failed or not.
+    /// Before the COMMIT, `PRAGMA foreign_key_check` confirms that every reference still
+    /// holds; a violation fails the migration.
+    async fn run_migrations(&self, own: Option<&MigrationConnect>) -> Result<(), Error> {
         let db = &self.inner.db;
-        let tx = match self.inner.backend {
-            DbBackend::Sqlite => db
-                .begin_with_options(sea_orm::TransactionOptions {
-                    isolation_level: None,
-                    access_mode: None,
-                    sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
-                })
-                .await
-                .map_err(db_error)?,
+        match self.inner.backend {
+            DbBackend::Sqlite => match own {
+                Some(MigrationConnect {
+                    connect,
+                    busy_timeout,
+                }) => {
+                    let own =
+                        connect_retrying(connect, true, *busy_timeout, &self.inner.url).await?;
+                    let migrated = migrate_sqlite(&own).await;
+                    if let Err(error) = own.close().await {
+                        tracing::warn!(error = %error, "closing the migration connection failed");
+                    }
+                    migrated
+                }
+                None => {
+                    sea_orm::ConnectionTrait::execute_unprepared(db, "PRAGMA foreign_keys = OFF")
+                        .await
+                        .map_err(db_error)?;
+                    let migrated = migrate_sqlite(db).await;
+                    // A migration that failed half-way may have left the legacy rename on.
+                    let restored = sea_orm::ConnectionTrait::execute_unprepared(
+                        db,
+                        "PRAGMA foreign_keys = ON; PRAGMA legacy_alter_table = OFF",
+                    )
+                    .await
+                    .map_err(db_error);
+                    migrated.and(restored.map(drop))
+                }
+            },
             _ => {
                 let tx = db.begin().await.map_err(db_error)?;
                 sea_orm::ConnectionTrait::execute_raw(
@@ -890,11 +969,10 @@ impl Store {
                 )
                 .await
                 .map_err(db_error)?;
-                tx
+                Migrator::up(&tx, None).await.map_err(db_error)?;
+                tx.commit().await.map_err(db_error)
             }
-        };
-        Migrator::up(&tx, None).await.map_err(db_error)?;
-        tx.commit().await.map_err(db_error)
+        }
     }
 
     /// The database backend in use.
