@@ -702,7 +702,7 @@ impl Store {
     // Without any backend feature every URL is refused before the pool is built.
     #[cfg_attr(
         not(any(feature = "sqlite", feature = "postgres")),
-        allow(unreachable_code, unused_mut)
+        allow(unreachable_code, unused_mut, unused_variables)
     )]
     pub async fn open_with(options: StoreOptions) -> Result<Self, Error> {
         let kind = classify(&options.url)?;
