@@ -498,7 +498,8 @@ impl MigrationTrait for GenerationChanges {
 /// (`Store::open` and `tether migrate` migrate on one with them off, and check every reference
 /// before the COMMIT). The indexes and triggers defined on the old table, a host's included,
 /// are made again on the new one; views and other tables' triggers that name it (a host's)
-/// name the new table.
+/// name the new table. A column added to the table by hand would be lost: the migration
+/// refuses, naming it.
 struct HostSessionsByKey;
 
 impl MigrationName for HostSessionsByKey {
@@ -530,6 +531,31 @@ async fn rebuild_host_sessions(manager: &SchemaManager<'_>, by_key: bool) -> Res
              turn them off for the migration"
                 .into(),
         ));
+    }
+    // A column the table did not get from Tether (added by hand) would not survive the copy.
+    let mut foreign_columns = Vec::new();
+    for row in conn
+        .query_all_raw(Statement::from_string(
+            backend,
+            "SELECT name FROM pragma_table_info('host_sessions') ORDER BY cid",
+        ))
+        .await?
+    {
+        let name: String = row.try_get("", "name")?;
+        if !HOST_SESSION_COLUMNS
+            .split(", ")
+            .any(|known| known.trim() == name)
+        {
+            foreign_columns.push(name);
+        }
+    }
+    if !foreign_columns.is_empty() {
+        return Err(DbErr::Migration(format!(
+            "m0009_host_sessions_by_key rebuilds host_sessions, which has columns Tether did not \
+             create ({}): their values would not be kept; move them to a table of your own and \
+             migrate again",
+            foreign_columns.join(", ")
+        )));
     }
     // What the old table carries besides its rows (SQLite's automatic key index has no SQL).
     let mut attached = Vec::new();
@@ -823,6 +849,27 @@ mod tests {
         assert!(!sessions_by_key(&older).await);
         let applied = Migrator::get_applied_migrations(&older).await.unwrap();
         assert_eq!(applied.len(), 8, "m0009 was not recorded");
+    }
+
+    /// A column added to the session table by hand would be lost by the rebuild: the
+    /// migration refuses, naming it, and the database is as it was.
+    #[tokio::test]
+    async fn sqlite_a_column_added_by_hand_refuses_the_rebuild() {
+        use sea_orm::ConnectionTrait as _;
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("extra.db").display());
+        let older = sqlite_database_at_m0008(&url, false).await;
+        older
+            .execute_unprepared("ALTER TABLE host_sessions ADD COLUMN host_flag TEXT")
+            .await
+            .unwrap();
+        older.close().await.unwrap();
+
+        let error = Store::open(&url).await.unwrap_err().to_string();
+        assert!(error.contains("(host_flag)"), "{error}");
+        let older = sqlite_connection(&url, false).await;
+        assert!(!sessions_by_key(&older).await);
     }
 
     /// An older SQLite database (migrated up to m0008) with sessions, transcript rows, and a
