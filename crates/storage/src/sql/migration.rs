@@ -851,6 +851,45 @@ mod tests {
         assert_eq!(applied.len(), 8, "m0009 was not recorded");
     }
 
+    /// Several stores opening one older database at once take turns at the rebuild (each on
+    /// its own migration connection, behind the database's write lock): every open succeeds,
+    /// and the table is rebuilt once, with its rows.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_concurrent_opens_of_an_older_database_rebuild_it_once() {
+        use sea_orm::ConnectionTrait as _;
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("shared.db").display());
+        let older = sqlite_database_at_m0008(&url, true).await;
+        older
+            .execute_unprepared(
+                "INSERT INTO host_sessions (session_key, agent_id, session_id, \
+                 lifecycle_revision, created_at, updated_at) \
+                 VALUES ('agent:main:a', 'main', 's-a', 1, 0, 0)",
+            )
+            .await
+            .unwrap();
+        older.close().await.unwrap();
+
+        let opens: Vec<_> = (0..4)
+            .map(|_| {
+                let url = url.clone();
+                tokio::spawn(async move { Store::open(&url).await })
+            })
+            .collect();
+        for open in opens {
+            let store = open.await.unwrap().unwrap();
+            let conn = store.connection();
+            assert!(sessions_by_key(conn).await);
+            let sql = "SELECT COUNT(*) AS n FROM host_sessions";
+            assert_eq!(sqlite_one::<i64>(conn, sql, "n").await, 1);
+            let sql = "SELECT COUNT(*) AS n FROM seaql_migrations \
+                 WHERE version = 'm0009_host_sessions_by_key'";
+            assert_eq!(sqlite_one::<i64>(conn, sql, "n").await, 1);
+            store.close().await.unwrap();
+        }
+    }
+
     /// A column added to the session table by hand would be lost by the rebuild: the
     /// migration refuses, naming it, and the database is as it was.
     #[tokio::test]
