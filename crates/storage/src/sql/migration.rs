@@ -820,35 +820,51 @@ mod tests {
         db
     }
 
+    /// Opens (`Store::open`) an older database (migrated up to m0008, then `statements` run
+    /// with foreign keys off) whose upgrade must be refused: returns the error, after checking
+    /// that the database is as it was (the session table not rebuilt, m0009 not recorded).
+    async fn refused_upgrade(statements: &[&str]) -> String {
+        use sea_orm::ConnectionTrait as _;
+
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("refused.db").display());
+        let older = sqlite_database_at_m0008(&url, false).await;
+        for sql in statements {
+            older.execute_unprepared(sql).await.unwrap();
+        }
+        older.close().await.unwrap();
+
+        let error = Store::open(&url).await.unwrap_err().to_string();
+        let older = sqlite_connection(&url, false).await;
+        assert!(!sessions_by_key(&older).await, "{error}");
+        let applied = Migrator::get_applied_migrations(&older).await.unwrap();
+        assert_eq!(applied.len(), 8, "m0009 was not recorded: {error}");
+        error
+    }
+
     /// A reference that does not hold, left by a writer that ran with foreign keys off, fails
     /// the migrations (which run with them off) before their COMMIT: the store does not open,
     /// says what to repair, and the database is as it was.
     #[tokio::test]
     async fn sqlite_a_broken_reference_refuses_the_migration_and_changes_nothing() {
-        use sea_orm::ConnectionTrait as _;
-
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("orphan.db").display());
-        let older = sqlite_database_at_m0008(&url, false).await;
-        older
-            .execute_unprepared(
-                "INSERT INTO transcript_entries (session_key, role, content, created_at) \
-                 VALUES ('agent:main:gone', 'user', 'an orphan', 0)",
-            )
-            .await
-            .unwrap();
-        older.close().await.unwrap();
-
-        let error = Store::open(&url).await.unwrap_err().to_string();
+        let error = refused_upgrade(&[
+            "INSERT INTO transcript_entries (session_key, role, content, created_at) \
+             VALUES ('agent:main:gone', 'user', 'an orphan', 0)",
+        ])
+        .await;
         assert!(
             error.contains("reference a row that does not exist")
                 && error.contains("transcript_entries"),
             "{error}"
         );
-        let older = sqlite_connection(&url, false).await;
-        assert!(!sessions_by_key(&older).await);
-        let applied = Migrator::get_applied_migrations(&older).await.unwrap();
-        assert_eq!(applied.len(), 8, "m0009 was not recorded");
+    }
+
+    /// A column added to the session table by hand would be lost by the rebuild: the
+    /// migration refuses, naming it, and the database is as it was.
+    #[tokio::test]
+    async fn sqlite_a_column_added_by_hand_refuses_the_rebuild() {
+        let error = refused_upgrade(&["ALTER TABLE host_sessions ADD COLUMN host_flag TEXT"]).await;
+        assert!(error.contains("(host_flag)"), "{error}");
     }
 
     /// Several stores opening one older database at once take turns at the rebuild (each on
@@ -888,27 +904,6 @@ mod tests {
             assert_eq!(sqlite_one::<i64>(conn, sql, "n").await, 1);
             store.close().await.unwrap();
         }
-    }
-
-    /// A column added to the session table by hand would be lost by the rebuild: the
-    /// migration refuses, naming it, and the database is as it was.
-    #[tokio::test]
-    async fn sqlite_a_column_added_by_hand_refuses_the_rebuild() {
-        use sea_orm::ConnectionTrait as _;
-
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("extra.db").display());
-        let older = sqlite_database_at_m0008(&url, false).await;
-        older
-            .execute_unprepared("ALTER TABLE host_sessions ADD COLUMN host_flag TEXT")
-            .await
-            .unwrap();
-        older.close().await.unwrap();
-
-        let error = Store::open(&url).await.unwrap_err().to_string();
-        assert!(error.contains("(host_flag)"), "{error}");
-        let older = sqlite_connection(&url, false).await;
-        assert!(!sessions_by_key(&older).await);
     }
 
     /// An older SQLite database (migrated up to m0008) with sessions, transcript rows, and a
