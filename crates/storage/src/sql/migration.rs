@@ -822,7 +822,8 @@ mod tests {
 
     /// Opens (`Store::open`) an older database (migrated up to m0008, then `statements` run
     /// with foreign keys off) whose upgrade must be refused: returns the error, after checking
-    /// that the database is as it was (the session table not rebuilt, m0009 not recorded).
+    /// that the database is as it was (the session table not rebuilt, m0009 not recorded) and
+    /// that the error is typed as a database an operator must repair.
     async fn refused_upgrade(statements: &[&str]) -> String {
         use sea_orm::ConnectionTrait as _;
 
@@ -834,7 +835,17 @@ mod tests {
         }
         older.close().await.unwrap();
 
-        let error = Store::open(&url).await.unwrap_err().to_string();
+        let error = Store::open(&url).await.unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                tether_core::Error::Store {
+                    kind: tether_core::StoreErrorKind::Unusable { .. }
+                }
+            ),
+            "{error:?}"
+        );
+        let error = error.to_string();
         let older = sqlite_connection(&url, false).await;
         assert!(!sessions_by_key(&older).await, "{error}");
         let applied = Migrator::get_applied_migrations(&older).await.unwrap();

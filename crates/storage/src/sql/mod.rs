@@ -649,9 +649,21 @@ async fn migrate_sqlite(db: &DatabaseConnection) -> Result<(), Error> {
         })
         .await
         .map_err(db_error)?;
-    Migrator::up(&tx, None).await.map_err(db_error)?;
-    migration::check_foreign_keys(&tx).await.map_err(db_error)?;
+    Migrator::up(&tx, None).await.map_err(migration_error)?;
+    migration::check_foreign_keys(&tx)
+        .await
+        .map_err(migration_error)?;
     tx.commit().await.map_err(db_error)
+}
+
+/// A failed migration: one that refused the database as it is (a broken reference, a column
+/// added by hand; `DbErr::Migration`) is [`StoreErrorKind::Unusable`], with what to repair;
+/// anything else is read as any database error.
+fn migration_error(error: DbErr) -> Error {
+    match error {
+        DbErr::Migration(message) => unusable(message),
+        other => db_error(other),
+    }
 }
 
 /// Connects with `connect`, waiting out a SQLite "busy" answer for up to the busy timeout:
@@ -969,7 +981,7 @@ impl Store {
                 )
                 .await
                 .map_err(db_error)?;
-                Migrator::up(&tx, None).await.map_err(db_error)?;
+                Migrator::up(&tx, None).await.map_err(migration_error)?;
                 tx.commit().await.map_err(db_error)
             }
         }
