@@ -558,14 +558,30 @@ async fn host_turn_lease_never_binds_a_deleted_or_reset_generation() {
                 None,
                 "nothing bound for the deleted session"
             );
-            assert_eq!(
-                harness.store().record(&waiting).await.unwrap(),
-                None,
-                "no row left behind"
-            );
+            assert_no_row_stays(&harness, &waiting).await;
         }
     })
     .await;
+}
+
+/// Asserts that `identity`'s binding row is gone or going: a turn refused after the deletion's
+/// COMMIT got the lease on the absent key first, so its lease wrote a cleared row, and the release
+/// gave that row the cleared TTL (`CLEARED_TTL`, 1 ms): it vanishes at once, though a read in
+/// the same millisecond of the store's clock still sees it. A row that holds anything, or one
+/// still there long after its TTL, is a row left behind.
+async fn assert_no_row_stays(harness: &ThreadBindingHarness, identity: &BindingIdentity) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while let Some(record) = harness.store().record(identity).await.unwrap() {
+        assert!(
+            record.binding().is_none() && record.task_import.is_none() && !record.is_retired(),
+            "a row left behind: {record:?}"
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a cleared row outlived its TTL: {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// `thread_bindings` and `thread_harness` for one namespace share one lifecycle instance: a
