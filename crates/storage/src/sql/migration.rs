@@ -498,8 +498,9 @@ impl MigrationTrait for GenerationChanges {
 /// (`Store::open` and `tether migrate` migrate on one with them off, and check every reference
 /// before the COMMIT). The indexes and triggers defined on the old table, a host's included,
 /// are made again on the new one; views and other tables' triggers that name it (a host's)
-/// name the new table. A column added to the table by hand would be lost: the migration
-/// refuses, naming it.
+/// name the new table. A column added to the table by hand would be lost, and a row without
+/// a key (which only the old form accepts) cannot be copied: the migration refuses either,
+/// saying what to change.
 struct HostSessionsByKey;
 
 impl MigrationName for HostSessionsByKey {
@@ -555,6 +556,25 @@ async fn rebuild_host_sessions(manager: &SchemaManager<'_>, by_key: bool) -> Res
              create ({}): their values would not be kept; move them to a table of your own and \
              migrate again",
             foreign_columns.join(", ")
+        )));
+    }
+    // A rowid table accepts NULL in a text primary key (an old SQLite quirk); the table stored
+    // by key does not. Tether never writes such a row, and no reference can name it.
+    let keyless: i64 = conn
+        .query_one_raw(Statement::from_string(
+            backend,
+            "SELECT COUNT(*) AS n FROM host_sessions WHERE session_key IS NULL",
+        ))
+        .await?
+        .map(|row| row.try_get("", "n"))
+        .transpose()?
+        .unwrap_or(0);
+    if keyless > 0 {
+        return Err(DbErr::Migration(format!(
+            "m0009_host_sessions_by_key rebuilds host_sessions, which has {keyless} row(s) \
+             without a session_key (Tether never writes one, and the rebuilt table cannot hold \
+             one): remove them (`DELETE FROM host_sessions WHERE session_key IS NULL`) and \
+             migrate again"
         )));
     }
     // What the old table carries besides its rows (SQLite's automatic key index has no SQL).
@@ -866,6 +886,24 @@ mod tests {
         assert!(
             error.contains("reference a row that does not exist")
                 && error.contains("transcript_entries"),
+            "{error}"
+        );
+    }
+
+    /// A session row without a key (which a rowid table accepts and Tether never writes) cannot
+    /// be copied into the table stored by key: the migration refuses, saying how many and how
+    /// to remove them, and the database is as it was.
+    #[tokio::test]
+    async fn sqlite_a_session_row_without_a_key_refuses_the_rebuild() {
+        let error = refused_upgrade(&[
+            "INSERT INTO host_sessions (session_key, agent_id, session_id, lifecycle_revision, \
+             created_at, updated_at) VALUES (NULL, 'main', 's-1', 0, 0, 0), \
+             (NULL, 'main', 's-2', 0, 0, 0)",
+        ])
+        .await;
+        assert!(
+            error.contains("2 row(s) without a session_key")
+                && error.contains("DELETE FROM host_sessions WHERE session_key IS NULL"),
             "{error}"
         );
     }
