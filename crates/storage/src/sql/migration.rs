@@ -499,8 +499,8 @@ impl MigrationTrait for GenerationChanges {
 /// before the COMMIT). The indexes and triggers defined on the old table, a host's included,
 /// are made again on the new one; views and other tables' triggers that name it (a host's)
 /// name the new table. A column added to the table by hand would be lost, and a row without
-/// a key (which only the old form accepts) cannot be copied: the migration refuses either,
-/// saying what to change.
+/// a key (which only the old form accepts) cannot be copied: in either case the migration
+/// refuses, saying what to change.
 struct HostSessionsByKey;
 
 impl MigrationName for HostSessionsByKey {
