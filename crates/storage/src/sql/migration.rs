@@ -841,10 +841,10 @@ mod tests {
     }
 
     /// Opens (`Store::open`) an older database (migrated up to m0008, then `statements` run
-    /// with foreign keys off) whose upgrade must be refused: returns the error, after checking
-    /// that the database is as it was (the session table not rebuilt, m0009 not recorded) and
-    /// that the error is typed as a database an operator must repair.
-    async fn refused_upgrade(statements: &[&str]) -> String {
+    /// with foreign keys off) whose upgrade must be refused, and checks that the error is typed
+    /// as a database an operator must repair, that its text says each of `says`, and that the
+    /// database is as it was (the session table not rebuilt, m0009 not recorded).
+    async fn assert_upgrade_refused(statements: &[&str], says: &[&str]) {
         use sea_orm::ConnectionTrait as _;
 
         let dir = tempfile::tempdir().unwrap();
@@ -870,7 +870,9 @@ mod tests {
         assert!(!sessions_by_key(&older).await, "{error}");
         let applied = Migrator::get_applied_migrations(&older).await.unwrap();
         assert_eq!(applied.len(), 8, "m0009 was not recorded: {error}");
-        error
+        for text in says {
+            assert!(error.contains(text), "{text:?} not in: {error}");
+        }
     }
 
     /// A reference that does not hold, left by a writer that ran with foreign keys off, fails
@@ -878,16 +880,14 @@ mod tests {
     /// says what to repair, and the database is as it was.
     #[tokio::test]
     async fn sqlite_a_broken_reference_refuses_the_migration_and_changes_nothing() {
-        let error = refused_upgrade(&[
-            "INSERT INTO transcript_entries (session_key, role, content, created_at) \
-             VALUES ('agent:main:gone', 'user', 'an orphan', 0)",
-        ])
+        assert_upgrade_refused(
+            &[
+                "INSERT INTO transcript_entries (session_key, role, content, created_at) \
+               VALUES ('agent:main:gone', 'user', 'an orphan', 0)",
+            ],
+            &["reference a row that does not exist", "transcript_entries"],
+        )
         .await;
-        assert!(
-            error.contains("reference a row that does not exist")
-                && error.contains("transcript_entries"),
-            "{error}"
-        );
     }
 
     /// A session row without a key (which a rowid table accepts and Tether never writes) cannot
@@ -895,25 +895,29 @@ mod tests {
     /// to remove them, and the database is as it was.
     #[tokio::test]
     async fn sqlite_a_session_row_without_a_key_refuses_the_rebuild() {
-        let error = refused_upgrade(&[
-            "INSERT INTO host_sessions (session_key, agent_id, session_id, lifecycle_revision, \
-             created_at, updated_at) VALUES (NULL, 'main', 's-1', 0, 0, 0), \
-             (NULL, 'main', 's-2', 0, 0, 0)",
-        ])
+        assert_upgrade_refused(
+            &[
+                "INSERT INTO host_sessions (session_key, agent_id, session_id, lifecycle_revision, \
+               created_at, updated_at) VALUES (NULL, 'main', 's-1', 0, 0, 0), \
+               (NULL, 'main', 's-2', 0, 0, 0)",
+            ],
+            &[
+                "2 row(s) without a session_key",
+                "DELETE FROM host_sessions WHERE session_key IS NULL",
+            ],
+        )
         .await;
-        assert!(
-            error.contains("2 row(s) without a session_key")
-                && error.contains("DELETE FROM host_sessions WHERE session_key IS NULL"),
-            "{error}"
-        );
     }
 
     /// A column added to the session table by hand would be lost by the rebuild: the
     /// migration refuses, naming it, and the database is as it was.
     #[tokio::test]
     async fn sqlite_a_column_added_by_hand_refuses_the_rebuild() {
-        let error = refused_upgrade(&["ALTER TABLE host_sessions ADD COLUMN host_flag TEXT"]).await;
-        assert!(error.contains("(host_flag)"), "{error}");
+        assert_upgrade_refused(
+            &["ALTER TABLE host_sessions ADD COLUMN host_flag TEXT"],
+            &["(host_flag)"],
+        )
+        .await;
     }
 
     /// Several stores opening one older database at once take turns at the rebuild (each on
