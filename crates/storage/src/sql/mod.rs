@@ -637,16 +637,22 @@ fn classify(url: &str) -> Result<Kind, Error> {
     )))
 }
 
+/// A SQLite writer transaction: `BEGIN IMMEDIATE`, which takes the database's write lock at
+/// once (waiting up to the busy timeout) instead of at the first write.
+fn sqlite_immediate() -> sea_orm::TransactionOptions {
+    sea_orm::TransactionOptions {
+        isolation_level: None,
+        access_mode: None,
+        sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
+    }
+}
+
 /// Applies the pending migrations to a SQLite database on `db`, whose connection has foreign
 /// keys off (see [`Store::run_migrations`]), in one `BEGIN IMMEDIATE` transaction that commits
 /// only when `PRAGMA foreign_key_check` finds every reference intact.
 async fn migrate_sqlite(db: &DatabaseConnection) -> Result<(), Error> {
     let tx = db
-        .begin_with_options(sea_orm::TransactionOptions {
-            isolation_level: None,
-            access_mode: None,
-            sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
-        })
+        .begin_with_options(sqlite_immediate())
         .await
         .map_err(db_error)?;
     Migrator::up(&tx, None).await.map_err(migration_error)?;
@@ -1119,11 +1125,7 @@ impl Store {
             DbBackend::Sqlite => self
                 .inner
                 .db
-                .begin_with_options(sea_orm::TransactionOptions {
-                    isolation_level: None,
-                    access_mode: None,
-                    sqlite_transaction_mode: Some(sea_orm::SqliteTransactionMode::Immediate),
-                })
+                .begin_with_options(sqlite_immediate())
                 .await
                 .map_err(db_error)?,
             _ => self.inner.db.begin().await.map_err(db_error)?,
