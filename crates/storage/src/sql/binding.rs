@@ -12,6 +12,7 @@ use tether_core::{
 };
 
 use super::observed::{EPOCH_FROM_SQL, EVENT_COLUMNS, ObservedSet};
+use super::placeholders::{TextCache, push_param};
 use super::{End, Store, db_error, micros, to_i64, unusable};
 use crate::events::{LeaseEventKind, PendingEvent};
 use crate::plan;
@@ -255,22 +256,26 @@ impl Store {
         rows: &[EventRow],
     ) -> Result<(), Error> {
         const COLUMNS: usize = 9;
-        for chunk in rows.chunks(100) {
-            let mut sql = format!("INSERT INTO lease_events ({EVENT_COLUMNS}) VALUES ");
-            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
-            for (i, row) in chunk.iter().enumerate() {
-                let base = i * COLUMNS;
-                if i > 0 {
-                    sql.push_str(", ");
-                }
-                sql.push('(');
-                for c in 1..=COLUMNS {
-                    if c > 1 {
-                        sql.push_str(", ");
+        const CHUNK: usize = 100;
+        static TEXTS: TextCache<CHUNK> = TextCache::new();
+        let backend = self.inner.backend;
+        for chunk in rows.chunks(CHUNK) {
+            let sql = TEXTS.get(backend, chunk.len(), || {
+                let mut sql = format!("INSERT INTO lease_events ({EVENT_COLUMNS}) VALUES ");
+                for i in 0..chunk.len() {
+                    sql.push_str(if i > 0 { ", (" } else { "(" });
+                    for c in 1..=COLUMNS {
+                        if c > 1 {
+                            sql.push_str(", ");
+                        }
+                        push_param(&mut sql, backend, i * COLUMNS + c);
                     }
-                    sql.push_str(&format!("${}", base + c));
+                    sql.push(')');
                 }
-                sql.push(')');
+                sql
+            });
+            let mut values: Vec<Value> = Vec::with_capacity(chunk.len() * COLUMNS);
+            for row in chunk {
                 let e = &row.event;
                 values.extend([
                     row.namespace.clone().into(),
@@ -284,7 +289,7 @@ impl Store {
                     Value::from(row.latency.map(micros)),
                 ]);
             }
-            tx.execute_raw(self.stmt(&sql, values))
+            tx.execute_raw(self.native_stmt(&sql, values))
                 .await
                 .map_err(db_error)?;
         }

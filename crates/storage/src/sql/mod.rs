@@ -1108,6 +1108,12 @@ impl Store {
         Statement::from_sql_and_values(self.inner.backend, sql, values)
     }
 
+    /// A statement already written in the backend's own placeholders (`$n` on PostgreSQL,
+    /// anonymous `?` in the order of `values` on SQLite; see [`placeholders::push_param`]).
+    pub(crate) fn native_stmt(&self, sql: &str, values: Vec<Value>) -> Statement {
+        Statement::from_sql_and_values(self.inner.backend, sql, values)
+    }
+
     /// Starts a writer transaction: on SQLite it first takes the store's write slot (writers
     /// of one process queue in order; see the `group` module), then `BEGIN IMMEDIATE`.
     pub(crate) async fn begin_write(&self) -> Result<group::WriteTx, Error> {

@@ -15,6 +15,7 @@
 //! (`Store::write_observed_sets_alone`): the update in a data-modifying `WITH` and the insert
 //! of the events of the rows it wrote.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::time::Instant;
 
@@ -22,6 +23,8 @@ use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Valu
 use tether_core::{BindingKey, Error, ErrorTexts, LeaseEpoch, Timestamp};
 
 use super::binding::EventRow;
+use super::group::MAX_MEMBERS;
+use super::placeholders::{TextCache, push_param};
 use super::{Store, db_error, micros, to_i64};
 use crate::events::{LeaseEventKind, PendingEvent};
 
@@ -194,8 +197,16 @@ impl ObservedSet {
 }
 
 /// The statement writing `n` observed sets at once: one `VALUES` row per write (the
-/// parameters of [`batch_values`]); it answers the key and `lease_epoch` of every row it wrote.
-fn batch_sql(backend: DbBackend, n: usize) -> String {
+/// parameters of [`batch_values`], in the backend's own placeholders); it answers the key and
+/// `lease_epoch` of every row it wrote. Made once per backend and size (a batch takes at most
+/// [`MAX_MEMBERS`] writes).
+fn batch_sql(backend: DbBackend, n: usize) -> Cow<'static, str> {
+    static TEXTS: TextCache<MAX_MEMBERS> = TextCache::new();
+    TEXTS.get(backend, n, || make_batch_sql(backend, n))
+}
+
+/// [`batch_sql`], made.
+fn make_batch_sql(backend: DbBackend, n: usize) -> String {
     let width = PG_ROW_TYPES.len();
     let mut rows = String::with_capacity(n * width * 8);
     for r in 0..n {
@@ -207,11 +218,10 @@ fn batch_sql(backend: DbBackend, n: usize) -> String {
             if c > 0 {
                 rows.push_str(", ");
             }
-            let p = r * width + c + 1;
+            push_param(&mut rows, backend, r * width + c + 1);
             if backend == DbBackend::Postgres && r == 0 {
-                rows.push_str(&format!("${p}::{ty}"));
-            } else {
-                rows.push_str(&format!("${p}"));
+                rows.push_str("::");
+                rows.push_str(ty);
             }
         }
         rows.push(')');
@@ -304,10 +314,11 @@ fn batch_alone(sets: &[&ObservedSet]) -> (String, Vec<Value>) {
                 if c > 0 {
                     rows.push_str(", ");
                 }
-                rows.push_str(&format!("${}", values.len()));
+                push_param(&mut rows, DbBackend::Postgres, values.len());
                 // The first row types the `VALUES` list's columns.
                 if ord == 0 {
-                    rows.push_str(&format!("::{ty}"));
+                    rows.push_str("::");
+                    rows.push_str(ty);
                 }
             }
             rows.push(')');
@@ -408,7 +419,7 @@ impl Store {
         let backend = self.inner.backend;
         for round in rounds(sets) {
             let members: Vec<&ObservedSet> = round.iter().map(|&i| &sets[i]).collect();
-            let stmt = self.stmt(&batch_sql(backend, members.len()), batch_values(&members));
+            let stmt = self.native_stmt(&batch_sql(backend, members.len()), batch_values(&members));
             let written = match tx.query_all_raw(stmt).await {
                 Ok(written) => written,
                 Err(error) if backend == DbBackend::Sqlite && round.len() > 1 => {
@@ -543,14 +554,22 @@ mod tests {
 
     #[test]
     fn the_batch_statement_numbers_every_parameter_once() {
+        let width = PG_ROW_TYPES.len();
+        let sql = batch_sql(DbBackend::Postgres, 3);
+        for p in 1..=3 * width {
+            assert!(sql.contains(&format!("${p}")), "${p} missing");
+        }
+        assert!(!sql.contains(&format!("${}", 3 * width + 1)));
+        // SQLite: anonymous parameters, bound in order, one per value.
+        let sql = batch_sql(DbBackend::Sqlite, 3);
+        assert_eq!(sql.matches('?').count(), 3 * width);
+        assert!(!sql.contains('$'));
         for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
             let sql = batch_sql(backend, 3);
-            let width = PG_ROW_TYPES.len();
-            for p in 1..=3 * width {
-                assert!(sql.contains(&format!("${p}")), "{backend:?}: ${p} missing");
-            }
-            assert!(!sql.contains(&format!("${}", 3 * width + 1)));
             assert!(sql.contains("RETURNING") && sql.contains("lease_epoch"));
+            // Made once: the same text every time, for every size a batch can have.
+            assert_eq!(sql, make_batch_sql(backend, 3));
+            assert!(matches!(batch_sql(backend, MAX_MEMBERS), Cow::Borrowed(_)));
         }
     }
 }

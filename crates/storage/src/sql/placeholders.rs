@@ -11,8 +11,16 @@
 //! its value (a value the text uses twice is bound twice). The driver binds the anonymous
 //! parameters of a text with several statements in order across them, which is the order of
 //! appearance too.
+//!
+//! The statements whose text depends only on a row count (a group commit's batch, a chunk of
+//! lease events) are long and built often: [`TextCache`] makes each such text once per process,
+//! already in the backend's own placeholders ([`push_param`]), and they skip the rewrite.
 
-use sea_orm::Value;
+use std::borrow::Cow;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
+
+use sea_orm::{DbBackend, Value};
 
 /// `sql` (with `$n` placeholders) and its `values` for SQLite: anonymous `?` placeholders and
 /// the values in their order of appearance.
@@ -51,6 +59,54 @@ pub(crate) fn sqlite(sql: &str, values: Vec<Value>) -> (String, Vec<Value>) {
     (text, bound)
 }
 
+/// Appends the placeholder of parameter `n` (1-based) in the backend's own form: `$n` on
+/// PostgreSQL, an anonymous `?` on SQLite. A text written with it binds its values in order
+/// of appearance on SQLite, so every parameter must appear once, in order.
+pub(crate) fn push_param(sql: &mut String, backend: DbBackend, n: usize) {
+    if backend == DbBackend::Postgres {
+        // Writing into a `String` cannot fail.
+        let _ = write!(sql, "${n}");
+    } else {
+        sql.push('?');
+    }
+}
+
+/// Statement texts that depend only on the backend and a row count from 1 to `N`, each made
+/// once per process (with [`push_param`]) and then shared. A count outside that range is made
+/// afresh each time.
+pub(crate) struct TextCache<const N: usize> {
+    postgres: [OnceLock<Box<str>>; N],
+    sqlite: [OnceLock<Box<str>>; N],
+}
+
+impl<const N: usize> TextCache<N> {
+    /// An empty cache.
+    pub(crate) const fn new() -> Self {
+        Self {
+            postgres: [const { OnceLock::new() }; N],
+            sqlite: [const { OnceLock::new() }; N],
+        }
+    }
+
+    /// The text for `backend` and `rows`, made by `make` the first time.
+    pub(crate) fn get(
+        &'static self,
+        backend: DbBackend,
+        rows: usize,
+        make: impl FnOnce() -> String,
+    ) -> Cow<'static, str> {
+        let slots = if backend == DbBackend::Postgres {
+            &self.postgres
+        } else {
+            &self.sqlite
+        };
+        match rows.checked_sub(1).and_then(|at| slots.get(at)) {
+            Some(slot) => Cow::Borrowed(slot.get_or_init(|| make().into_boxed_str())),
+            None => Cow::Owned(make()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +133,42 @@ mod tests {
         );
         assert_eq!(sql, "SELECT ?, ?; INSERT INTO e VALUES (?, ?, ?)");
         assert_eq!(values, ints(&[20, 10, 10, 120, 20]));
+    }
+
+    #[test]
+    fn native_placeholders_are_numbered_on_postgres_and_anonymous_on_sqlite() {
+        let mut sql = String::new();
+        for n in [1, 2, 14] {
+            push_param(&mut sql, DbBackend::Postgres, n);
+            push_param(&mut sql, DbBackend::Sqlite, n);
+        }
+        assert_eq!(sql, "$1?$2?$14?");
+    }
+
+    #[test]
+    fn a_cached_text_is_made_once_per_backend_and_count() {
+        static CACHE: TextCache<2> = TextCache::new();
+        let made = std::cell::Cell::new(0);
+        let make = |backend: DbBackend, rows: usize| {
+            made.set(made.get() + 1);
+            format!("{backend:?} {rows}")
+        };
+        for _ in 0..3 {
+            for backend in [DbBackend::Postgres, DbBackend::Sqlite] {
+                for rows in [1, 2] {
+                    let text = CACHE.get(backend, rows, || make(backend, rows));
+                    assert!(matches!(text, Cow::Borrowed(_)));
+                    assert_eq!(text, format!("{backend:?} {rows}"));
+                }
+            }
+        }
+        assert_eq!(made.get(), 4);
+        // Outside the range: made afresh, not kept.
+        for rows in [0, 3] {
+            let text = CACHE.get(DbBackend::Sqlite, rows, || make(DbBackend::Sqlite, rows));
+            assert!(matches!(text, Cow::Owned(_)));
+        }
+        assert_eq!(made.get(), 6);
     }
 
     #[test]
