@@ -74,6 +74,11 @@ pub(crate) fn push_param(sql: &mut String, backend: DbBackend, n: usize) {
 /// Statement texts that depend only on the backend and a row count from 1 to `N`, each made
 /// once per process (with [`push_param`]) and then shared. A count outside that range is made
 /// afresh each time.
+///
+/// The texts stay for the life of the process. Once every size has been used, the two caches
+/// of the store (a batch of up to 64 writes, an event insert of up to 100 rows) hold about
+/// 0.3 MB of text for SQLite and 0.5 MB for PostgreSQL (the batch texts alone measured 149 KB
+/// and 226 KB).
 pub(crate) struct TextCache<const N: usize> {
     postgres: [OnceLock<Box<str>>; N],
     sqlite: [OnceLock<Box<str>>; N],
