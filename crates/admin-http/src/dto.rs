@@ -8,7 +8,9 @@ use tether_core::{
     RecordCodec as _, SessionId, Timestamp,
 };
 use tether_harness_sdk::backend::ThreadBindingCodec;
-use tether_storage::{BindingRecord, LeaseEvent, NamespaceSummary, TranscriptEntry, TranscriptHit};
+use tether_storage::{
+    BindingRecord, LeaseEvent, ListedSession, NamespaceSummary, TranscriptEntry, TranscriptHit,
+};
 use utoipa::ToSchema;
 
 use crate::lists::SessionNames;
@@ -68,6 +70,44 @@ impl From<HostSessionEntry> for SessionSummary {
             updated_at_ms: e.updated_at.as_millis(),
         }
     }
+}
+
+/// [`SessionSummary`] borrowed from a listed session: the same JSON, written without copying a
+/// string (the session list's route writes its page with it).
+#[derive(Debug, Serialize)]
+pub(crate) struct SessionSummaryRef<'a> {
+    session_key: &'a str,
+    agent_id: &'a str,
+    session_id: &'a str,
+    previous_session_id: Option<&'a str>,
+    previous_change: Option<GenerationChangeBody>,
+    lifecycle_revision: u64,
+    agent_harness_id: Option<&'a str>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+impl<'a> From<&'a ListedSession<'_>> for SessionSummaryRef<'a> {
+    fn from(s: &'a ListedSession<'_>) -> Self {
+        Self {
+            session_key: s.session_key(),
+            agent_id: s.agent_id(),
+            session_id: s.session_id(),
+            previous_session_id: s.previous_session_id(),
+            previous_change: s.previous_change().map(GenerationChangeBody::from),
+            lifecycle_revision: s.lifecycle_revision().get(),
+            agent_harness_id: s.agent_harness_id(),
+            created_at_ms: s.created_at().as_millis(),
+            updated_at_ms: s.updated_at().as_millis(),
+        }
+    }
+}
+
+/// [`SessionPageBody`] of borrowed summaries: the same JSON.
+#[derive(Debug, Serialize)]
+pub(crate) struct SessionPageRef<'a> {
+    pub(crate) sessions: Vec<SessionSummaryRef<'a>>,
+    pub(crate) next_cursor: Option<String>,
 }
 
 /// One page of sessions.

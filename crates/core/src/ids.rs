@@ -103,6 +103,12 @@ macro_rules! string_id {
                 validate($kind, raw.as_ref()).map(Self)
             }
 
+            /// Checks `raw` by the rule [`Self::new`] applies, without building an id (for a
+            /// reader that only passes the text on).
+            pub fn check(raw: &str) -> Result<(), IdError> {
+                text::check_token_like($kind, raw, MAX_ID_LEN).map_err(IdError::from)
+            }
+
             /// [`Self::new`] taking ownership of `raw` (validated the same way, not copied).
             pub fn from_string(raw: String) -> Result<Self, IdError> {
                 text::check_token_like($kind, &raw, MAX_ID_LEN)?;

@@ -83,9 +83,10 @@ pub use port::{HostBackend, HostTransaction};
 pub use sea_orm;
 pub use sql::{
     AuditEntry, AuditOutcome, AuditPage, BindingRecord, FinalizationCounts, ForceExpireOutcome,
-    GroupCommitStats, NamespaceSummary, NewAuditEntry, QuarantineCursor, RenewLatencyHistogram,
-    ServerClock, SessionFilter, SessionPage, SqlHostTransaction, SqlRowTransaction, Store,
-    StoreOptions, database_error_code, epoch_parts, redact_url, session_binding_keys,
+    GroupCommitStats, ListedSession, NamespaceSummary, NewAuditEntry, QuarantineCursor,
+    RenewLatencyHistogram, ServerClock, SessionFilter, SessionPage, SqlHostTransaction,
+    SqlRowTransaction, Store, StoreOptions, database_error_code, epoch_parts, redact_url,
+    session_binding_keys,
 };
 #[cfg(feature = "test-support")]
 pub use sql::{CommitFault, GroupCommitHold};

@@ -15,9 +15,11 @@ use crate::auth::{AdminAccess, ReadAccess};
 use crate::dto::ReasonBody;
 use crate::dto::{
     ActionResult, BindingBody, LeaseEventBody, Lineage, QuarantineBody, SearchBody, SessionDetail,
-    SessionPageBody, SessionSummary, TranscriptEntryBody, TranscriptHitBody,
+    SessionPageBody, SessionPageRef, SessionSummary, SessionSummaryRef, TranscriptEntryBody,
+    TranscriptHitBody,
 };
 use crate::error::{ActionErrors, ApiError, DetailErrors, ListErrors};
+use crate::lists::search_text;
 use crate::params::{ApiJson, ApiPath, reason};
 use crate::params::{ApiQuery, cursor, decode_cursor, encode_cursor, page_size, parse_id};
 use crate::state::{AppState, Counters};
@@ -79,11 +81,30 @@ pub async fn list_sessions(
     State(state): State<AppState>,
     ApiQuery(q): ApiQuery<SessionQuery>,
 ) -> Result<axum::response::Response, ApiError> {
-    let body = session_page(state.store()?, &q).await?;
+    let store = state.store()?;
     // What `Json` answers, serialized into a buffer sized for the page up front (a page of 200
     // sessions is tens of kilobytes; growing from `Json`'s 128 bytes copies it repeatedly).
-    let mut out = Vec::with_capacity(256 + body.sessions.len() * 256);
-    serde_json::to_writer(&mut out, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let out = if search_text(q.q.as_deref()).is_some() {
+        // A key search reads pages until it has found enough: the owned entries.
+        let body = session_page(store, &q).await?;
+        let mut out = Vec::with_capacity(256 + body.sessions.len() * 256);
+        serde_json::to_writer(&mut out, &body).map_err(|e| ApiError::Internal(e.to_string()))?;
+        out
+    } else {
+        // The page written straight from the store's text: no string is copied on the way.
+        let filter = session_filter(&q)?;
+        store
+            .with_listed_sessions(&filter, |sessions, next| {
+                let body = SessionPageRef {
+                    sessions: sessions.iter().map(SessionSummaryRef::from).collect(),
+                    next_cursor: next.map(|k| encode_cursor(&[k])),
+                };
+                let mut out = Vec::with_capacity(256 + sessions.len() * 256);
+                serde_json::to_writer(&mut out, &body).map(|()| out)
+            })
+            .await?
+            .map_err(|e| ApiError::Internal(e.to_string()))?
+    };
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,
@@ -94,8 +115,8 @@ pub async fn list_sessions(
         .into_response())
 }
 
-/// One page of the session list for `q` (the API's and the dashboard's).
-pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPageBody, ApiError> {
+/// The store's filter for the list query `q` (the search text aside: the caller applies it).
+fn session_filter(q: &SessionQuery) -> Result<SessionFilter, ApiError> {
     let limit = page_size(q.limit)?;
     let after = match cursor(q.cursor.as_deref()) {
         Some(token) => {
@@ -104,7 +125,7 @@ pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPage
         }
         None => None,
     };
-    let filter = SessionFilter {
+    Ok(SessionFilter {
         agent: q
             .agent
             .as_deref()
@@ -121,7 +142,12 @@ pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPage
         quarantined: q.quarantined,
         after,
         limit,
-    };
+    })
+}
+
+/// One page of the session list for `q` (the API's and the dashboard's).
+pub async fn session_page(store: &Store, q: &SessionQuery) -> Result<SessionPageBody, ApiError> {
+    let filter = session_filter(q)?;
     let (sessions, next) = crate::lists::sessions(store, filter, q.q.as_deref()).await?;
     Ok(SessionPageBody {
         sessions: sessions.into_iter().map(SessionSummary::from).collect(),

@@ -44,6 +44,68 @@ async fn sessions_are_listed_in_pages_with_a_cursor() {
     assert!(second["next_cursor"].is_null());
 }
 
+/// The list route writes its page straight from the store's text; it answers the same JSON as
+/// the typed page (the dashboard's), filtered or searched, keys that JSON escapes included
+/// (predecessors: the store's own test of `with_listed_sessions`).
+#[tokio::test]
+async fn the_session_list_is_the_typed_page_written_without_copies() {
+    use tether_admin_http::routes::sessions::{SessionQuery, session_page};
+    use tether_core::{AgentId, SessionId, SessionKey};
+    use tether_storage::NewHostSession;
+
+    let f = Fixture::new().await;
+    for key in ["agent:main:q \"x\" \\y", "agent:main:ü"] {
+        f.store
+            .create_session(NewHostSession {
+                session_key: SessionKey::new(key).unwrap(),
+                agent_id: AgentId::new("main").unwrap(),
+                session_id: SessionId::new(format!("{key}-g1")).unwrap(),
+                agent_harness_id: None,
+            })
+            .await
+            .unwrap();
+    }
+    let state = open(&f);
+    let queries: [(&str, SessionQuery); 5] = [
+        (
+            "limit=2",
+            SessionQuery {
+                limit: Some(2),
+                ..SessionQuery::default()
+            },
+        ),
+        ("", SessionQuery::default()),
+        (
+            "agent=main",
+            SessionQuery {
+                agent: Some("main".into()),
+                ..SessionQuery::default()
+            },
+        ),
+        (
+            "has_lease=true",
+            SessionQuery {
+                has_lease: Some(true),
+                ..SessionQuery::default()
+            },
+        ),
+        (
+            "q=ALPHA",
+            SessionQuery {
+                q: Some("ALPHA".into()),
+                ..SessionQuery::default()
+            },
+        ),
+    ];
+    for (query, typed) in queries {
+        let answer = call(&state, "GET", &format!("/v1/sessions?{query}"), None, None).await;
+        assert_eq!(answer.status, StatusCode::OK, "{query}: {}", answer.text);
+        let want = serde_json::to_value(session_page(&f.store, &typed).await.unwrap()).unwrap();
+        assert_eq!(answer.json(), want, "{query}");
+        assert!(!want["sessions"].as_array().unwrap().is_empty(), "{query}");
+    }
+}
+
 #[tokio::test]
 async fn sessions_are_filtered() {
     let f = Fixture::new().await;

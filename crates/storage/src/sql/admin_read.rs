@@ -4,13 +4,16 @@
 //! process: the admin process does not run the harnesses that registered them, so it reads
 //! `binding_records` directly by namespace and key.
 
+use std::borrow::Cow;
+
 use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Value};
+use serde::Deserialize;
 use tether_core::{
-    AgentId, BindingKey, Error, HarnessId, HostSessionEntry, Lease, LeaseEpoch, LeaseToken,
-    Namespace, Revision, SessionKey, StoredRow, Timestamp,
+    AgentId, BindingKey, Error, GenerationChange, HarnessId, HostSessionEntry, Lease, LeaseEpoch,
+    LeaseToken, LifecycleRevision, Namespace, Revision, SessionId, SessionKey, StoredRow,
+    Timestamp,
 };
 
-use super::host::{HostEntryColumns, host_entry_from_columns};
 use super::{Store, corrupt, db_error, micros, to_i64};
 use crate::events::{LeaseEvent, LeaseEventKind};
 use crate::plan;
@@ -30,6 +33,182 @@ pub struct SessionFilter {
     pub after: Option<SessionKey>,
     /// At most this many sessions.
     pub limit: usize,
+}
+
+impl SessionFilter {
+    /// Whether the database evaluates the whole filter: no condition needs a read per session
+    /// (`has_lease` and `quarantined` do), so one statement answers a page (and
+    /// [`Store::with_listed_sessions`] decodes it in place).
+    pub fn is_range(&self) -> bool {
+        self.has_lease.is_none() && self.quarantined.is_none()
+    }
+}
+
+/// One host session of a listed page, as stored, its text borrowed from the page where the page
+/// holds it unescaped, and checked by the rules a [`HostSessionEntry`] is built with (the ids'
+/// text rule, a revision that is not negative, a known generation change).
+///
+/// [`Store::with_listed_sessions`] hands these out so that a reader which only writes the
+/// sessions out (the admin API's list) copies no string; [`ListedSession::into_entry`] makes
+/// the owned entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedSession<'a> {
+    session_key: Cow<'a, str>,
+    agent_id: Cow<'a, str>,
+    session_id: Cow<'a, str>,
+    previous: Option<(Cow<'a, str>, GenerationChange)>,
+    lifecycle_revision: LifecycleRevision,
+    agent_harness_id: Option<Cow<'a, str>>,
+    created_at: Timestamp,
+    updated_at: Timestamp,
+}
+
+impl From<HostSessionEntry> for ListedSession<'static> {
+    /// The listed form of an entry (its strings moved, not copied).
+    fn from(entry: HostSessionEntry) -> Self {
+        Self {
+            session_key: entry.session_key.into_string().into(),
+            agent_id: entry.agent_id.into_string().into(),
+            session_id: entry.session_id.into_string().into(),
+            previous: entry.previous_session_id.map(|id| {
+                (
+                    id.into_string().into(),
+                    entry.previous_change.unwrap_or(GenerationChange::Transfer),
+                )
+            }),
+            lifecycle_revision: entry.lifecycle_revision,
+            agent_harness_id: entry.agent_harness_id.map(|h| h.into_string().into()),
+            created_at: entry.created_at,
+            updated_at: entry.updated_at,
+        }
+    }
+}
+
+/// The stored cells of one host session, in [`SESSION_COLUMNS`] order: the shape of one
+/// element of a listed page's JSON, and of a row's columns.
+#[derive(Debug, Deserialize)]
+pub(crate) struct SessionCells<'a>(
+    #[serde(borrow)] pub(crate) Cow<'a, str>,
+    #[serde(borrow)] pub(crate) Cow<'a, str>,
+    #[serde(borrow)] pub(crate) Cow<'a, str>,
+    #[serde(borrow)] pub(crate) Option<Cow<'a, str>>,
+    pub(crate) i64,
+    #[serde(borrow)] pub(crate) Option<Cow<'a, str>>,
+    pub(crate) i64,
+    pub(crate) i64,
+    #[serde(borrow)] pub(crate) Option<Cow<'a, str>>,
+);
+
+impl<'a> ListedSession<'a> {
+    /// Checks stored cells: the one rule by which every reader of `host_sessions` (a row, or a
+    /// listed page) accepts a stored session.
+    pub(crate) fn from_cells(
+        SessionCells(key, agent, session, previous, revision, harness, created, updated, change): SessionCells<'a>,
+    ) -> Result<Self, Error> {
+        SessionKey::check(&key)?;
+        AgentId::check(&agent)?;
+        SessionId::check(&session)?;
+        if let Some(harness) = &harness {
+            HarnessId::check(harness)?;
+        }
+        let revision =
+            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?;
+        let previous = match previous {
+            None => None,
+            Some(previous) => {
+                SessionId::check(&previous)?;
+                // A predecessor recorded before its change was (migration m0008) may have been
+                // a rotation, a cut or a reset; every one was adopted then (a reset relied on
+                // its notification), so it reads as a transfer, the behaviour it was written
+                // under.
+                let change = match change {
+                    None => GenerationChange::Transfer,
+                    Some(name) => GenerationChange::parse(&name)
+                        .ok_or_else(|| corrupt("generation change", name))?,
+                };
+                Some((previous, change))
+            }
+        };
+        Ok(Self {
+            session_key: key,
+            agent_id: agent,
+            session_id: session,
+            previous,
+            lifecycle_revision: LifecycleRevision::new(revision),
+            agent_harness_id: harness,
+            created_at: Timestamp::from_millis(created),
+            updated_at: Timestamp::from_millis(updated),
+        })
+    }
+
+    /// The logical session key.
+    pub fn session_key(&self) -> &str {
+        &self.session_key
+    }
+
+    /// The owning agent.
+    pub fn agent_id(&self) -> &str {
+        &self.agent_id
+    }
+
+    /// The current physical generation.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The generation the current one replaced, if any.
+    pub fn previous_session_id(&self) -> Option<&str> {
+        self.previous.as_ref().map(|(id, _)| id.as_ref())
+    }
+
+    /// How the current generation replaced the previous one (present exactly when
+    /// [`ListedSession::previous_session_id`] is).
+    pub fn previous_change(&self) -> Option<GenerationChange> {
+        self.previous.as_ref().map(|&(_, change)| change)
+    }
+
+    /// The lifecycle revision.
+    pub fn lifecycle_revision(&self) -> LifecycleRevision {
+        self.lifecycle_revision
+    }
+
+    /// The harness driving the session, if selected.
+    pub fn agent_harness_id(&self) -> Option<&str> {
+        self.agent_harness_id.as_deref()
+    }
+
+    /// Creation time.
+    pub fn created_at(&self) -> Timestamp {
+        self.created_at
+    }
+
+    /// Last update time.
+    pub fn updated_at(&self) -> Timestamp {
+        self.updated_at
+    }
+
+    /// The owned entry (its strings moved when they are owned already, else copied).
+    pub fn into_entry(self) -> Result<HostSessionEntry, Error> {
+        let entry = HostSessionEntry::new(
+            SessionKey::from_string(self.session_key.into_owned())?,
+            AgentId::from_string(self.agent_id.into_owned())?,
+            SessionId::from_string(self.session_id.into_owned())?,
+            self.created_at,
+        )
+        .with_harness(
+            self.agent_harness_id
+                .map(|h| HarnessId::from_string(h.into_owned()))
+                .transpose()?,
+        )
+        .with_lifecycle_revision(self.lifecycle_revision)
+        .with_times(self.created_at, self.updated_at);
+        Ok(match self.previous {
+            None => entry,
+            Some((previous, change)) => {
+                entry.with_predecessor(SessionId::from_string(previous.into_owned())?, change)
+            }
+        })
+    }
 }
 
 /// One page of host sessions in session-key order.
@@ -231,25 +410,24 @@ fn list_sessions_query(
     (sql, values)
 }
 
-/// Decodes the JSON page of [`list_sessions_query`] (`None`: PostgreSQL's aggregate of no rows),
-/// in session-key order: keys compare as bytes on both backends (SQLite's `BINARY` collation,
-/// PostgreSQL's `COLLATE "C"` key columns), as Rust strings do.
-fn decode_session_batch(page: Option<&str>) -> Result<Vec<HostSessionEntry>, Error> {
+/// Decodes the JSON page of [`list_sessions_query`] (`None`: PostgreSQL's aggregate of no rows)
+/// into checked sessions borrowing from `page`, in session-key order: keys compare as bytes on
+/// both backends (SQLite's `BINARY` collation, PostgreSQL's `COLLATE "C"` key columns), as Rust
+/// strings do.
+fn decode_session_batch(page: Option<&str>) -> Result<Vec<ListedSession<'_>>, Error> {
     let Some(page) = page else {
         return Ok(Vec::new());
     };
-    let tuples: Vec<HostEntryColumns> =
+    let cells: Vec<SessionCells<'_>> =
         serde_json::from_str(page).map_err(|e| corrupt("host session", e))?;
-    tuples
+    let mut sessions = cells
         .into_iter()
-        .map(host_entry_from_columns)
-        .collect::<Result<Vec<_>, Error>>()
-        .map(|mut entries| {
-            if !entries.is_sorted_by(|a, b| a.session_key < b.session_key) {
-                entries.sort_by(|a, b| a.session_key.cmp(&b.session_key));
-            }
-            entries
-        })
+        .map(ListedSession::from_cells)
+        .collect::<Result<Vec<_>, Error>>()?;
+    if !sessions.is_sorted_by(|a, b| a.session_key < b.session_key) {
+        sessions.sort_by(|a, b| a.session_key.cmp(&b.session_key));
+    }
+    Ok(sessions)
 }
 
 impl Store {
@@ -259,24 +437,13 @@ impl Store {
         let mut out = Vec::new();
         let mut after = filter.after.clone();
         let batch = limit.clamp(16, 500) + 1;
-        let needs_rows = filter.has_lease.is_some() || filter.quarantined.is_some();
+        let needs_rows = !filter.is_range();
         'scan: loop {
-            let (sql, values) =
-                list_sessions_query(self.inner.backend, filter, after.as_ref(), batch);
-            let row = self
-                .inner
-                .db
-                .query_one_raw(self.stmt(&sql, values))
-                .await
-                .map_err(db_error)?;
-            let page: Option<String> = row
-                .map(|r| r.try_get("", "page"))
-                .transpose()
-                .map_err(db_error)?
-                .flatten();
-            let entries = decode_session_batch(page.as_deref())?;
-            let exhausted = entries.len() < batch;
-            for entry in entries {
+            let page = self.session_page(filter, after.as_ref(), batch).await?;
+            let sessions = decode_session_batch(page.as_deref())?;
+            let exhausted = sessions.len() < batch;
+            for session in sessions {
+                let entry = session.into_entry()?;
                 after = Some(entry.session_key.clone());
                 if needs_rows && !self.session_matches(&entry, filter).await? {
                     continue;
@@ -299,6 +466,63 @@ impl Store {
             sessions: out,
             next: None,
         })
+    }
+
+    /// [`Store::list_sessions`] handing `read` the page's sessions borrowed from the stored
+    /// text instead of owned entries, with the key the next page starts after (when there is
+    /// one), and answering what `read` answers: a reader that only writes the sessions out (the
+    /// admin API's list) copies no string.
+    ///
+    /// A filter the database evaluates whole ([`SessionFilter::is_range`]) of at most 500
+    /// sessions is one statement, its page decoded in place. Any other filter is read as
+    /// [`Store::list_sessions`] reads it and its entries handed over as listed sessions: the
+    /// same sessions and cursor either way.
+    pub async fn with_listed_sessions<R>(
+        &self,
+        filter: &SessionFilter,
+        read: impl FnOnce(&[ListedSession<'_>], Option<&str>) -> R,
+    ) -> Result<R, Error> {
+        let limit = filter.limit;
+        if !filter.is_range() || limit > 500 {
+            let page = self.list_sessions(filter).await?;
+            let sessions: Vec<ListedSession<'static>> =
+                page.sessions.into_iter().map(ListedSession::from).collect();
+            return Ok(read(&sessions, page.next.as_ref().map(SessionKey::as_str)));
+        }
+        let page = self
+            .session_page(filter, filter.after.as_ref(), limit + 1)
+            .await?;
+        let mut sessions = decode_session_batch(page.as_deref())?;
+        // A session beyond the limit only says that the page has a successor.
+        let more = sessions.len() > limit;
+        sessions.truncate(limit);
+        let next = sessions
+            .last()
+            .filter(|_| more)
+            .map(ListedSession::session_key);
+        Ok(read(&sessions, next))
+    }
+
+    /// The JSON page of at most `batch` sessions after `after` ([`list_sessions_query`]);
+    /// `None` for PostgreSQL's aggregate of no rows.
+    async fn session_page(
+        &self,
+        filter: &SessionFilter,
+        after: Option<&SessionKey>,
+        batch: usize,
+    ) -> Result<Option<String>, Error> {
+        let (sql, values) = list_sessions_query(self.inner.backend, filter, after, batch);
+        let row = self
+            .inner
+            .db
+            .query_one_raw(self.stmt(&sql, values))
+            .await
+            .map_err(db_error)?;
+        Ok(row
+            .map(|r| r.try_get("", "page"))
+            .transpose()
+            .map_err(db_error)?
+            .flatten())
     }
 
     async fn session_matches(
@@ -584,20 +808,23 @@ mod tests {
     fn session_batches_decode_in_key_order_with_escapes_and_nulls() {
         let page = r#"[["b\"q","main","g2","g1",3,null,10,20,"reset"],["a","main","g1",null,1,"codex",5,6,null]]"#;
         let entries = decode_session_batch(Some(page)).unwrap();
-        let keys: Vec<_> = entries.iter().map(|e| e.session_key.as_str()).collect();
+        let keys: Vec<_> = entries.iter().map(ListedSession::session_key).collect();
         assert_eq!(keys, ["a", "b\"q"]);
+        // An escaped text is unescaped into its own string; the others borrow from the page.
+        assert!(matches!(entries[1].session_key, Cow::Owned(_)));
+        assert!(matches!(entries[0].session_key, Cow::Borrowed(_)));
+        assert_eq!(entries[1].previous_session_id(), Some("g1"));
+        assert_eq!(entries[1].previous_change(), Some(GenerationChange::Reset));
+        assert_eq!(entries[0].previous_change(), None);
+        assert_eq!(entries[1].lifecycle_revision(), LifecycleRevision::new(3));
+        assert_eq!(entries[0].agent_harness_id(), Some("codex"));
+        assert_eq!(entries[0].updated_at(), Timestamp::from_millis(6));
+        let entry = entries[1].clone().into_entry().unwrap();
+        assert_eq!(entry.session_key.as_str(), "b\"q");
         assert_eq!(
-            entries[1].previous_session_id,
+            entry.previous_session_id,
             Some(SessionId::new("g1").unwrap())
         );
-        assert_eq!(entries[1].previous_change, Some(GenerationChange::Reset));
-        assert_eq!(entries[0].previous_change, None);
-        assert_eq!(entries[1].lifecycle_revision, LifecycleRevision::new(3));
-        assert_eq!(
-            entries[0].agent_harness_id,
-            Some(HarnessId::new("codex").unwrap())
-        );
-        assert_eq!(entries[0].updated_at, Timestamp::from_millis(6));
         assert!(decode_session_batch(None).unwrap().is_empty());
         assert!(decode_session_batch(Some("[]")).unwrap().is_empty());
     }
@@ -605,9 +832,12 @@ mod tests {
     #[test]
     fn corrupt_session_batches_are_refused() {
         for page in [
-            r#"[["a","main","g1",null,-1,null,0,0]]"#,
-            r#"[["  ","main","g1",null,1,null,0,0]]"#,
-            r#"[["a","main","g1",null,"1",null,0,0]]"#,
+            r#"[["a","main","g1",null,-1,null,0,0,null]]"#,
+            r#"[["  ","main","g1",null,1,null,0,0,null]]"#,
+            r#"[["a","main","g1",null,"1",null,0,0,null]]"#,
+            r#"[["a","main","g1","g0",1,null,0,0,"rotation"]]"#,
+            r#"[["a","main","g1","g0",1,"bad\u0001",0,0,null]]"#,
+            r#"[["a","main","g1",null,1,null,0,0]]"#,
             "not json",
         ] {
             assert!(decode_session_batch(Some(page)).is_err(), "{page}");

@@ -1,15 +1,16 @@
 //! Host sessions, upstream links and transcripts on the SQL store.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
-    AgentId, AppendOutcome, Error, GenerationChange, HarnessId, HostErrorKind, HostSessionEntry,
-    HostSessionRead, HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp,
-    TranscriptAnchor,
+    AppendOutcome, Error, GenerationChange, HostErrorKind, HostSessionEntry, HostSessionRead,
+    HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
 };
 
+use super::admin_read::{ListedSession, SessionCells};
 use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, corrupt, db_error, to_i64};
 use crate::transcript::{
@@ -67,38 +68,24 @@ pub(crate) type HostEntryColumns = (
     Option<String>,
 );
 
-/// Validates stored host session columns into an entry: one rule for every reader (a row, or
-/// the admin list's JSON page), moving the strings into the ids: a page decodes hundreds.
+/// Validates stored host session columns into an entry, by the rule of
+/// [`ListedSession::from_cells`] (one rule for every reader: a row, or the admin list's JSON
+/// page), moving the strings into the ids.
 pub(crate) fn host_entry_from_columns(
     (key, agent, session, previous, revision, harness, created, updated, change): HostEntryColumns,
 ) -> Result<HostSessionEntry, Error> {
-    let entry = HostSessionEntry::new(
-        SessionKey::from_string(key)?,
-        AgentId::from_string(agent)?,
-        SessionId::from_string(session)?,
-        Timestamp::from_millis(created),
-    )
-    .with_harness(harness.map(HarnessId::from_string).transpose()?)
-    .with_lifecycle_revision(LifecycleRevision::new(
-        u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?,
-    ))
-    .with_times(
-        Timestamp::from_millis(created),
-        Timestamp::from_millis(updated),
-    );
-    let Some(previous) = previous else {
-        return Ok(entry);
-    };
-    // A predecessor recorded before its change was (migration m0008) may have been a rotation,
-    // a cut or a reset; every one was adopted then (a reset relied on its notification), so it
-    // reads as a transfer, the behaviour it was written under.
-    let change = match change {
-        None => GenerationChange::Transfer,
-        Some(name) => {
-            GenerationChange::parse(&name).ok_or_else(|| corrupt("generation change", name))?
-        }
-    };
-    Ok(entry.with_predecessor(SessionId::from_string(previous)?, change))
+    ListedSession::from_cells(SessionCells(
+        key.into(),
+        agent.into(),
+        session.into(),
+        previous.map(Cow::Owned),
+        revision,
+        harness.map(Cow::Owned),
+        created,
+        updated,
+        change.map(Cow::Owned),
+    ))?
+    .into_entry()
 }
 
 fn decode_entry(r: &QueryResult) -> Result<TranscriptEntry, Error> {

@@ -35,8 +35,8 @@ mod row_tx;
 
 pub use self::actions::ForceExpireOutcome;
 pub use self::admin_read::{
-    BindingRecord, NamespaceSummary, RenewLatencyHistogram, SessionFilter, SessionPage,
-    session_binding_keys,
+    BindingRecord, ListedSession, NamespaceSummary, RenewLatencyHistogram, SessionFilter,
+    SessionPage, session_binding_keys,
 };
 pub use self::binding::epoch_parts;
 pub use self::clock::ServerClock;

@@ -239,6 +239,180 @@ async fn sessions_are_listed_with_filters_and_keyset_pages_body(
 }
 
 #[tokio::test]
+async fn listed_sessions_are_the_listed_entries_borrowed() {
+    let (store, clock) = store().await;
+    listed_sessions_are_the_listed_entries_borrowed_body(store, clock).await;
+}
+
+#[tokio::test]
+async fn listed_sessions_are_the_listed_entries_borrowed_on_postgres() {
+    on_postgres(
+        "listed_sessions",
+        listed_sessions_are_the_listed_entries_borrowed_body,
+    )
+    .await;
+}
+
+/// `with_listed_sessions` hands over exactly the sessions and cursor `list_sessions` answers,
+/// for every filter (one the database evaluates whole, or one read session by session) and
+/// page size: keys that JSON escapes, no harness, and predecessors of every recorded change
+/// (and of none, which reads as a transfer).
+async fn listed_sessions_are_the_listed_entries_borrowed_body(store: Store, _: Arc<FakeClock>) {
+    use tether_core::HostSessionEntry;
+    use tether_storage::sea_orm::{ConnectionTrait as _, Statement};
+
+    let ns = Namespace::new("listed-ns").unwrap();
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let keys = [
+        "agent:main:a",
+        "agent:main:b \"quoted\" c:\\path",
+        "agent:main:naïve",
+        "agent:main:transfer",
+        "agent:main:cut",
+        "agent:main:reset",
+        "agent:main:legacy",
+    ];
+    for (i, key) in keys.iter().enumerate() {
+        session(&store, key, "main", (i % 2 == 0).then_some("codex")).await;
+    }
+    for (key, change) in [
+        ("agent:main:transfer", Some("transfer")),
+        ("agent:main:cut", Some("cut")),
+        ("agent:main:reset", Some("reset")),
+        ("agent:main:legacy", None),
+    ] {
+        store
+            .connection()
+            .execute_raw(Statement::from_sql_and_values(
+                store.backend(),
+                match store.backend() {
+                    tether_storage::sea_orm::DbBackend::Postgres => {
+                        "UPDATE host_sessions SET previous_session_id = $1, previous_change = $2, \
+                         lifecycle_revision = 7 WHERE session_key = $3"
+                    }
+                    _ => {
+                        "UPDATE host_sessions SET previous_session_id = ?, previous_change = ?, \
+                         lifecycle_revision = 7 WHERE session_key = ?"
+                    }
+                },
+                [
+                    format!("{key}-g0").into(),
+                    change.map(str::to_owned).into(),
+                    key.to_string().into(),
+                ],
+            ))
+            .await
+            .unwrap();
+    }
+    let leased = store
+        .session(&SessionKey::new("agent:main:cut").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    bind(&store, &ns, &session_binding_keys(&leased)[1], Some(60)).await;
+
+    let mut seen_previous = 0;
+    let filters = [
+        SessionFilter::default(),
+        SessionFilter {
+            harness: Some(HarnessId::new("codex").unwrap()),
+            ..SessionFilter::default()
+        },
+        SessionFilter {
+            has_lease: Some(false),
+            ..SessionFilter::default()
+        },
+        SessionFilter {
+            has_lease: Some(true),
+            ..SessionFilter::default()
+        },
+    ];
+    for filter in filters {
+        for limit in [1, 2, 3, 7, 10] {
+            // Page through the whole list both ways, comparing each page.
+            let mut after = None;
+            loop {
+                let f = SessionFilter {
+                    limit,
+                    after: after.clone(),
+                    ..filter.clone()
+                };
+                let page = store.list_sessions(&f).await.unwrap();
+                let (listed, next) = store
+                    .with_listed_sessions(&f, |sessions, next| {
+                        let entries: Vec<HostSessionEntry> = sessions
+                            .iter()
+                            .map(|s| s.clone().into_entry().unwrap())
+                            .collect();
+                        for (s, e) in sessions.iter().zip(&entries) {
+                            assert_eq!(s.session_key(), e.session_key.as_str());
+                            assert_eq!(s.agent_id(), e.agent_id.as_str());
+                            assert_eq!(s.session_id(), e.session_id.as_str());
+                            assert_eq!(
+                                s.previous_session_id(),
+                                e.previous_session_id.as_ref().map(SessionId::as_str)
+                            );
+                            assert_eq!(s.previous_change(), e.previous_change);
+                            assert_eq!(
+                                s.agent_harness_id(),
+                                e.agent_harness_id.as_ref().map(HarnessId::as_str)
+                            );
+                            assert_eq!(s.lifecycle_revision(), e.lifecycle_revision);
+                            assert_eq!(
+                                (s.created_at(), s.updated_at()),
+                                (e.created_at, e.updated_at)
+                            );
+                        }
+                        (entries, next.map(str::to_owned))
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(listed, page.sessions, "{f:?}");
+                assert_eq!(next, page.next.as_ref().map(ToString::to_string), "{f:?}");
+                seen_previous += listed
+                    .iter()
+                    .filter(|e| e.previous_session_id.is_some())
+                    .count();
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+    assert!(seen_previous > 0);
+    // The texts come back as stored, escaped in the page or not.
+    let all = store
+        .with_listed_sessions(
+            &SessionFilter {
+                limit: 10,
+                ..SessionFilter::default()
+            },
+            |sessions, next| {
+                let keys: Vec<String> = sessions.iter().map(|s| s.session_key().into()).collect();
+                (keys, next.is_none())
+            },
+        )
+        .await
+        .unwrap();
+    let mut want: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+    want.sort();
+    assert_eq!(all, (want, true));
+    let legacy = store
+        .session(&SessionKey::new("agent:main:legacy").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        legacy.previous_change,
+        Some(tether_core::GenerationChange::Transfer)
+    );
+}
+
+#[tokio::test]
 async fn bindings_are_read_without_registering_the_namespace() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("t.db").display());
