@@ -14,6 +14,7 @@ use tether_core::{
     Timestamp,
 };
 
+use super::host::{stored_change, stored_revision};
 use super::{Store, corrupt, db_error, micros, to_i64};
 use crate::events::{LeaseEvent, LeaseEventKind};
 use crate::plan;
@@ -85,24 +86,24 @@ impl From<HostSessionEntry> for ListedSession<'static> {
 }
 
 /// The stored cells of one host session, in [`SESSION_COLUMNS`] order: the shape of one
-/// element of a listed page's JSON, and of a row's columns.
+/// element of a listed page's JSON.
 #[derive(Debug, Deserialize)]
-pub(crate) struct SessionCells<'a>(
-    #[serde(borrow)] pub(crate) Cow<'a, str>,
-    #[serde(borrow)] pub(crate) Cow<'a, str>,
-    #[serde(borrow)] pub(crate) Cow<'a, str>,
-    #[serde(borrow)] pub(crate) Option<Cow<'a, str>>,
-    pub(crate) i64,
-    #[serde(borrow)] pub(crate) Option<Cow<'a, str>>,
-    pub(crate) i64,
-    pub(crate) i64,
-    #[serde(borrow)] pub(crate) Option<Cow<'a, str>>,
+struct SessionCells<'a>(
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Cow<'a, str>,
+    #[serde(borrow)] Option<Cow<'a, str>>,
+    i64,
+    #[serde(borrow)] Option<Cow<'a, str>>,
+    i64,
+    i64,
+    #[serde(borrow)] Option<Cow<'a, str>>,
 );
 
 impl<'a> ListedSession<'a> {
-    /// Checks stored cells: the one rule by which every reader of `host_sessions` (a row, or a
-    /// listed page) accepts a stored session.
-    pub(crate) fn from_cells(
+    /// Checks stored cells by the rule every reader of `host_sessions` applies (the ids' own
+    /// rules without building them, the revision and the change as a row's are read).
+    fn from_cells(
         SessionCells(key, agent, session, previous, revision, harness, created, updated, change): SessionCells<'a>,
     ) -> Result<Self, Error> {
         SessionKey::check(&key)?;
@@ -111,22 +112,12 @@ impl<'a> ListedSession<'a> {
         if let Some(harness) = &harness {
             HarnessId::check(harness)?;
         }
-        let revision =
-            u64::try_from(revision).map_err(|_| corrupt("lifecycle revision", revision))?;
+        let revision = stored_revision(revision)?;
         let previous = match previous {
             None => None,
             Some(previous) => {
                 SessionId::check(&previous)?;
-                // A predecessor recorded before its change was (migration m0008) may have been
-                // a rotation, a cut or a reset; every one was adopted then (a reset relied on
-                // its notification), so it reads as a transfer, the behaviour it was written
-                // under.
-                let change = match change {
-                    None => GenerationChange::Transfer,
-                    Some(name) => GenerationChange::parse(&name)
-                        .ok_or_else(|| corrupt("generation change", name))?,
-                };
-                Some((previous, change))
+                Some((previous, stored_change(change.as_deref())?))
             }
         };
         Ok(Self {
@@ -134,7 +125,7 @@ impl<'a> ListedSession<'a> {
             agent_id: agent,
             session_id: session,
             previous,
-            lifecycle_revision: LifecycleRevision::new(revision),
+            lifecycle_revision: revision,
             agent_harness_id: harness,
             created_at: Timestamp::from_millis(created),
             updated_at: Timestamp::from_millis(updated),

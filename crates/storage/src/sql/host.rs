@@ -1,16 +1,15 @@
 //! Host sessions, upstream links and transcripts on the SQL store.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 
 use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, QueryResult, Value};
 use tether_core::{
-    AppendOutcome, Error, GenerationChange, HostErrorKind, HostSessionEntry, HostSessionRead,
-    HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp, TranscriptAnchor,
+    AgentId, AppendOutcome, Error, GenerationChange, HarnessId, HostErrorKind, HostSessionEntry,
+    HostSessionRead, HostSessionStore, LifecycleRevision, SessionId, SessionKey, Timestamp,
+    TranscriptAnchor,
 };
 
-use super::admin_read::{ListedSession, SessionCells};
 use super::migration::PG_SEARCH_VECTOR;
 use super::{End, Store, corrupt, db_error, to_i64};
 use crate::transcript::{
@@ -68,24 +67,53 @@ pub(crate) type HostEntryColumns = (
     Option<String>,
 );
 
-/// Validates stored host session columns into an entry, by the rule of
-/// [`ListedSession::from_cells`] (one rule for every reader: a row, or the admin list's JSON
-/// page), moving the strings into the ids.
+/// Validates stored host session columns into an entry, moving the strings into the ids: the
+/// rule of every reader of `host_sessions` (a row here, a listed page in `admin_read.rs`): each
+/// id checked once, by its own rule, the revision and the change by [`stored_revision`] and
+/// [`stored_change`].
 pub(crate) fn host_entry_from_columns(
     (key, agent, session, previous, revision, harness, created, updated, change): HostEntryColumns,
 ) -> Result<HostSessionEntry, Error> {
-    ListedSession::from_cells(SessionCells(
-        key.into(),
-        agent.into(),
-        session.into(),
-        previous.map(Cow::Owned),
-        revision,
-        harness.map(Cow::Owned),
-        created,
-        updated,
-        change.map(Cow::Owned),
-    ))?
-    .into_entry()
+    let entry = HostSessionEntry::new(
+        SessionKey::from_string(key)?,
+        AgentId::from_string(agent)?,
+        SessionId::from_string(session)?,
+        Timestamp::from_millis(created),
+    )
+    .with_harness(harness.map(HarnessId::from_string).transpose()?)
+    .with_lifecycle_revision(stored_revision(revision)?)
+    .with_times(
+        Timestamp::from_millis(created),
+        Timestamp::from_millis(updated),
+    );
+    Ok(match previous {
+        None => entry,
+        Some(previous) => entry.with_predecessor(
+            SessionId::from_string(previous)?,
+            stored_change(change.as_deref())?,
+        ),
+    })
+}
+
+/// A stored lifecycle revision, refused when negative.
+pub(crate) fn stored_revision(revision: i64) -> Result<LifecycleRevision, Error> {
+    u64::try_from(revision)
+        .map(LifecycleRevision::new)
+        .map_err(|_| corrupt("lifecycle revision", revision))
+}
+
+/// How a stored predecessor's generation was replaced, from its recorded name.
+///
+/// A predecessor recorded before its change was (migration m0008) may have been a rotation, a
+/// cut or a reset; every one was adopted then (a reset relied on its notification), so it reads
+/// as a transfer, the behaviour it was written under.
+pub(crate) fn stored_change(name: Option<&str>) -> Result<GenerationChange, Error> {
+    match name {
+        None => Ok(GenerationChange::Transfer),
+        Some(name) => {
+            GenerationChange::parse(name).ok_or_else(|| corrupt("generation change", name))
+        }
+    }
 }
 
 fn decode_entry(r: &QueryResult) -> Result<TranscriptEntry, Error> {
