@@ -80,6 +80,7 @@ pub struct StoreOptions {
     url: String,
     clock: Arc<dyn Clock>,
     synchronous_normal: bool,
+    temp_store_memory: bool,
     log_statements: bool,
     max_connections: u32,
     busy_timeout: Duration,
@@ -94,6 +95,7 @@ impl fmt::Debug for StoreOptions {
             .field("url", &redact_url(&self.url))
             .field("clock", &self.clock)
             .field("synchronous_normal", &self.synchronous_normal)
+            .field("temp_store_memory", &self.temp_store_memory)
             .field("log_statements", &self.log_statements)
             .field("max_connections", &self.max_connections)
             .field("busy_timeout", &self.busy_timeout)
@@ -105,13 +107,15 @@ impl fmt::Debug for StoreOptions {
 }
 
 impl StoreOptions {
-    /// Options for `url` with the defaults: system clock, `synchronous=FULL`, no statement
-    /// logging, 8 connections (1 for `sqlite::memory:`), 5 s busy timeout, 10 s connect timeout.
+    /// Options for `url` with the defaults: system clock, `synchronous=FULL`, SQLite's
+    /// temporary files in memory, no statement logging, 8 connections (1 for
+    /// `sqlite::memory:`), 5 s busy timeout, 10 s connect timeout.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
             clock: Arc::new(SystemClock),
             synchronous_normal: false,
+            temp_store_memory: true,
             log_statements: false,
             max_connections: 8,
             busy_timeout: Duration::from_secs(5),
@@ -143,6 +147,25 @@ impl StoreOptions {
     #[must_use]
     pub fn synchronous_normal(mut self, yes: bool) -> Self {
         self.synchronous_normal = yes;
+        self
+    }
+
+    /// SQLite only: where the store's connections keep SQLite's temporary files
+    /// (`PRAGMA temp_store`); in memory by default.
+    ///
+    /// The one a busy store makes is the *statement journal*: the undo record of a statement
+    /// that changes several rows inside a transaction (a group-commit batch's update and its
+    /// lease events insert), kept so that a failed statement undoes only itself. SQLite keeps
+    /// it in memory up to 64 KiB, then moves it to a file it creates, writes and deletes in
+    /// the temporary directory: under concurrency, once per batch of acquisitions or releases
+    /// (their lease events land on many pages of the event index). In memory, a statement
+    /// that changes a large part of a table inside a transaction (a host's own bulk `UPDATE`
+    /// in a host transaction, say) holds a copy of every page it changes until it ends; turn
+    /// this off (`false`: SQLite's default, files) when such statements are larger than the
+    /// memory to spare. Migrations always run with SQLite's default.
+    #[must_use]
+    pub fn temp_store_memory(mut self, yes: bool) -> Self {
+        self.temp_store_memory = yes;
         self
     }
 
@@ -743,6 +766,7 @@ impl Store {
                         SqliteSynchronous::Full
                     };
                     let busy = options.busy_timeout;
+                    let temp_store_memory = options.temp_store_memory;
                     let create = !options.existing_only;
                     if let Some(path) = sqlite_path(&options.url).filter(|_| !create && !memory)
                         && !std::path::Path::new(path).is_file()
@@ -774,7 +798,16 @@ impl Store {
                             busy_timeout: busy,
                         });
                     }
-                    connect.map_sqlx_sqlite_opts(move |o| settings(o).foreign_keys(true));
+                    connect.map_sqlx_sqlite_opts(move |o| {
+                        let o = settings(o).foreign_keys(true);
+                        // The migrations' connection keeps SQLite's default (files): a
+                        // migration may rewrite whole tables (see `temp_store_memory`).
+                        if temp_store_memory {
+                            o.pragma("temp_store", "memory")
+                        } else {
+                            o
+                        }
+                    });
                     // A SQLite connection is a handle on a local file, with no peer that could
                     // have hung up: testing it before each use would only cost a round trip
                     // through its worker thread per statement.

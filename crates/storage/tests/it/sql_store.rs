@@ -26,21 +26,31 @@ async fn pragma(store: &Store, name: &str) -> String {
 }
 
 #[tokio::test]
-async fn sqlite_file_runs_wal_with_synchronous_full_by_default() {
+async fn sqlite_file_runs_wal_with_synchronous_full_and_temp_files_in_memory_by_default() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("t.db").display());
     let store = Store::open(&url).await.unwrap();
     assert_eq!(pragma(&store, "journal_mode").await, "wal");
     assert_eq!(pragma(&store, "synchronous").await, "2", "FULL");
     assert_eq!(pragma(&store, "foreign_keys").await, "1");
+    assert_eq!(pragma(&store, "temp_store").await, "2", "MEMORY");
     store.close().await.unwrap();
-    let normal = Store::open_with(StoreOptions::new(url).synchronous_normal(true))
-        .await
-        .unwrap();
+    let normal = Store::open_with(
+        StoreOptions::new(url)
+            .synchronous_normal(true)
+            .temp_store_memory(false),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         pragma(&normal, "synchronous").await,
         "1",
         "NORMAL when asked"
+    );
+    assert_eq!(
+        pragma(&normal, "temp_store").await,
+        "0",
+        "SQLite's default (files) when asked"
     );
 }
 
