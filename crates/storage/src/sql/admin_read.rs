@@ -305,6 +305,26 @@ pub(super) fn decode_record(r: &QueryResult) -> Result<BindingRecord, Error> {
     })
 }
 
+/// One key's lease events after an event id, oldest first ([`StoreAdmin::lease_events`] for
+/// a key): a range of the `lease_events_key` index, `(namespace, key, id)`. A statement of the
+/// general form, with `($1 IS NULL OR namespace = $1)`, cannot use that index and reads the
+/// whole event log to find one key's events.
+///
+/// [`StoreAdmin::lease_events`]: crate::StoreAdmin::lease_events
+pub(crate) const KEY_EVENTS_AFTER: &str = "SELECT id, namespace, key, kind, epoch, token_prefix, \
+     other_token_prefix, holder, at, latency_us FROM lease_events \
+     WHERE namespace = $1 AND key = $2 AND id > $3 ORDER BY id LIMIT $4";
+
+/// One key's newest lease events, newest first ([`Store::recent_lease_events`] for a key): the
+/// `lease_events_key` index read backwards from the key's end.
+const KEY_EVENTS_NEWEST: &str = "SELECT id, namespace, key, kind, epoch, token_prefix, \
+     other_token_prefix, holder, at, latency_us FROM lease_events \
+     WHERE namespace = $1 AND key = $2 ORDER BY id DESC LIMIT $3";
+
+/// The newest lease events of every key, newest first.
+const EVENTS_NEWEST: &str = "SELECT id, namespace, key, kind, epoch, token_prefix, \
+     other_token_prefix, holder, at, latency_us FROM lease_events ORDER BY id DESC LIMIT $1";
+
 /// Decodes a `lease_events` row (shared with [`StoreAdmin::lease_events`](crate::StoreAdmin)).
 pub(crate) fn decode_event(r: &QueryResult) -> Result<LeaseEvent, Error> {
     let ns: String = r.try_get("", "namespace").map_err(db_error)?;
@@ -681,21 +701,15 @@ impl Store {
         key: Option<(&Namespace, &BindingKey)>,
         limit: usize,
     ) -> Result<Vec<LeaseEvent>, Error> {
-        let rows = self
-            .inner
-            .db
-            .query_all_raw(self.stmt(
-                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
-                 FROM lease_events WHERE ($1 IS NULL OR (namespace = $1 AND key = $2)) \
-                 ORDER BY id DESC LIMIT $3",
-                vec![
-                    Value::from(key.map(|(n, _)| n.as_str().to_owned())),
-                    Value::from(key.map(|(_, k)| k.as_str().to_owned())),
-                    to_i64(limit as u64).into(),
-                ],
-            ))
-            .await
-            .map_err(db_error)?;
+        let limit = Value::from(to_i64(limit as u64));
+        let stmt = match key {
+            Some((ns, key)) => self.stmt(
+                KEY_EVENTS_NEWEST,
+                vec![ns.as_str().into(), key.as_str().into(), limit],
+            ),
+            None => self.stmt(EVENTS_NEWEST, vec![limit]),
+        };
+        let rows = self.inner.db.query_all_raw(stmt).await.map_err(db_error)?;
         rows.iter().map(decode_event).collect()
     }
 
@@ -794,6 +808,44 @@ mod tests {
     use tether_core::{GenerationChange, LifecycleRevision, SessionId};
 
     use super::*;
+
+    /// SQLite's plan of one key's event reads: the key's range of the event index, never a
+    /// scan of the whole log (which the general statements, with `($1 IS NULL OR …)`, are).
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn one_keys_events_are_read_from_the_event_index() {
+        let store = Store::open("sqlite::memory:").await.unwrap();
+        let plan = |sql: &str, values: Vec<Value>| {
+            let store = store.clone();
+            let stmt = store.stmt(&format!("EXPLAIN QUERY PLAN {sql}"), values);
+            async move {
+                let rows = store.inner.db.query_all_raw(stmt).await.unwrap();
+                rows.iter()
+                    .map(|r| r.try_get::<String>("", "detail").unwrap())
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            }
+        };
+        let (ns, key) = (Value::from("ns"), Value::from("session:main:k"));
+        for (sql, values) in [
+            (
+                KEY_EVENTS_AFTER,
+                vec![ns.clone(), key.clone(), 0_i64.into(), 10_i64.into()],
+            ),
+            (
+                KEY_EVENTS_NEWEST,
+                vec![ns.clone(), key.clone(), 10_i64.into()],
+            ),
+        ] {
+            let plan = plan(sql, values).await;
+            assert!(
+                plan.contains("USING COVERING INDEX lease_events_key")
+                    || plan.contains("USING INDEX lease_events_key"),
+                "{plan}"
+            );
+            assert!(!plan.contains("SCAN"), "{plan}");
+        }
+    }
 
     #[test]
     fn session_batches_decode_in_key_order_with_escapes_and_nulls() {

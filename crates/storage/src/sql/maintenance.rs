@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
 use tether_core::{BindingKey, Error, LeaseEpoch, Namespace, QuarantineEntry, Timestamp};
 
+use super::admin_read::KEY_EVENTS_AFTER;
 use super::{End, Store, db_error, to_i64};
 use crate::admin::StoreAdmin;
 use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
@@ -12,13 +13,20 @@ use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
 #[async_trait]
 impl StoreAdmin for Store {
     async fn lease_events(&self, query: &LeaseEventQuery) -> Result<Vec<LeaseEvent>, Error> {
+        // One key's events read the key's range of the event index; other queries filter the
+        // log in id order.
+        let sql = if query.namespace.is_some() && query.key.is_some() {
+            KEY_EVENTS_AFTER
+        } else {
+            "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
+             FROM lease_events WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
+             AND id > $3 ORDER BY id LIMIT $4"
+        };
         let rows = self
             .inner
             .db
             .query_all_raw(self.stmt(
-                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
-                 FROM lease_events WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
-                 AND id > $3 ORDER BY id LIMIT $4",
+                sql,
                 vec![
                     Value::from(query.namespace.as_ref().map(|n| n.as_str().to_owned())),
                     Value::from(query.key.as_ref().map(|k| k.as_str().to_owned())),
