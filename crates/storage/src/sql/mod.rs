@@ -162,7 +162,8 @@ impl StoreOptions {
     /// that changes a large part of a table inside a transaction (a host's own bulk `UPDATE`
     /// in a host transaction, say) holds a copy of every page it changes until it ends; turn
     /// this off (`false`: SQLite's default, files) when such statements are larger than the
-    /// memory to spare. Migrations always run with SQLite's default.
+    /// memory to spare. A database file's migrations run on a connection of their own with
+    /// SQLite's default (an in-memory database has one connection, and nothing on disk).
     #[must_use]
     pub fn temp_store_memory(mut self, yes: bool) -> Self {
         self.temp_store_memory = yes;
