@@ -202,6 +202,9 @@ impl<'a> ListedSession<'a> {
     }
 }
 
+/// The most sessions one statement of a session list reads (a longer list reads several).
+const MAX_BATCH: usize = 500;
+
 /// One page of host sessions in session-key order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionPage {
@@ -305,25 +308,35 @@ pub(super) fn decode_record(r: &QueryResult) -> Result<BindingRecord, Error> {
     })
 }
 
+/// A statement reading `lease_events` rows as [`decode_event`] decodes them, `$tail` (the
+/// conditions and order) after its `FROM`: the one list of the columns an event is read with.
+macro_rules! select_lease_events {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, \
+             at, latency_us FROM lease_events ",
+            $tail
+        )
+    };
+}
+pub(crate) use select_lease_events;
+
 /// One key's lease events after an event id, oldest first ([`StoreAdmin::lease_events`] for
 /// a key): a range of the `lease_events_key` index, `(namespace, key, id)`. A statement of the
 /// general form, with `($1 IS NULL OR namespace = $1)`, cannot use that index and reads the
 /// whole event log to find one key's events.
 ///
 /// [`StoreAdmin::lease_events`]: crate::StoreAdmin::lease_events
-pub(crate) const KEY_EVENTS_AFTER: &str = "SELECT id, namespace, key, kind, epoch, token_prefix, \
-     other_token_prefix, holder, at, latency_us FROM lease_events \
-     WHERE namespace = $1 AND key = $2 AND id > $3 ORDER BY id LIMIT $4";
+pub(crate) const KEY_EVENTS_AFTER: &str =
+    select_lease_events!("WHERE namespace = $1 AND key = $2 AND id > $3 ORDER BY id LIMIT $4");
 
 /// One key's newest lease events, newest first ([`Store::recent_lease_events`] for a key): the
 /// `lease_events_key` index read backwards from the key's end.
-const KEY_EVENTS_NEWEST: &str = "SELECT id, namespace, key, kind, epoch, token_prefix, \
-     other_token_prefix, holder, at, latency_us FROM lease_events \
-     WHERE namespace = $1 AND key = $2 ORDER BY id DESC LIMIT $3";
+const KEY_EVENTS_NEWEST: &str =
+    select_lease_events!("WHERE namespace = $1 AND key = $2 ORDER BY id DESC LIMIT $3");
 
 /// The newest lease events of every key, newest first.
-const EVENTS_NEWEST: &str = "SELECT id, namespace, key, kind, epoch, token_prefix, \
-     other_token_prefix, holder, at, latency_us FROM lease_events ORDER BY id DESC LIMIT $1";
+const EVENTS_NEWEST: &str = select_lease_events!("ORDER BY id DESC LIMIT $1");
 
 /// Decodes a `lease_events` row (shared with [`StoreAdmin::lease_events`](crate::StoreAdmin)).
 pub(crate) fn decode_event(r: &QueryResult) -> Result<LeaseEvent, Error> {
@@ -447,7 +460,7 @@ impl Store {
         let limit = filter.limit;
         let mut out = Vec::new();
         let mut after = filter.after.clone();
-        let batch = limit.clamp(16, 500) + 1;
+        let batch = limit.clamp(16, MAX_BATCH) + 1;
         let needs_rows = !filter.is_range();
         'scan: loop {
             let page = self.session_page(filter, after.as_ref(), batch).await?;
@@ -485,16 +498,16 @@ impl Store {
     /// admin API's list) copies no string.
     ///
     /// A filter the database evaluates whole ([`SessionFilter::is_range`]) of at most 500
-    /// sessions is one statement, its page decoded in place. Any other filter is read as
-    /// [`Store::list_sessions`] reads it and its entries handed over as listed sessions: the
-    /// same sessions and cursor either way.
+    /// sessions (what one statement of a list reads) is one statement, its page decoded in
+    /// place. Any other filter is read as [`Store::list_sessions`] reads it and its entries
+    /// handed over as listed sessions: the same sessions and cursor either way.
     pub async fn with_listed_sessions<R>(
         &self,
         filter: &SessionFilter,
         read: impl FnOnce(&[ListedSession<'_>], Option<&str>) -> R,
     ) -> Result<R, Error> {
         let limit = filter.limit;
-        if !filter.is_range() || limit > 500 {
+        if !filter.is_range() || limit > MAX_BATCH {
             let page = self.list_sessions(filter).await?;
             let sessions: Vec<ListedSession<'static>> =
                 page.sessions.into_iter().map(ListedSession::from).collect();

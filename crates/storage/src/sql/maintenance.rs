@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, Value};
 use tether_core::{BindingKey, Error, LeaseEpoch, Namespace, QuarantineEntry, Timestamp};
 
-use super::admin_read::KEY_EVENTS_AFTER;
+use super::admin_read::{KEY_EVENTS_AFTER, select_lease_events};
 use super::{End, Store, db_error, to_i64};
 use crate::admin::StoreAdmin;
 use crate::events::{LeaseEvent, LeaseEventKind, LeaseEventQuery, PendingEvent};
@@ -18,9 +18,10 @@ impl StoreAdmin for Store {
         let sql = if query.namespace.is_some() && query.key.is_some() {
             KEY_EVENTS_AFTER
         } else {
-            "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
-             FROM lease_events WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
-             AND id > $3 ORDER BY id LIMIT $4"
+            select_lease_events!(
+                "WHERE ($1 IS NULL OR namespace = $1) AND ($2 IS NULL OR key = $2) \
+                 AND id > $3 ORDER BY id LIMIT $4"
+            )
         };
         let rows = self
             .inner

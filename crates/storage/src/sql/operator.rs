@@ -5,7 +5,7 @@
 use sea_orm::{ConnectionTrait, DatabaseTransaction, QueryResult, Value};
 use tether_core::{BindingKey, Error, Namespace, QuarantineEntry, Timestamp, text};
 
-use super::admin_read::decode_event;
+use super::admin_read::{decode_event, select_lease_events};
 use super::quarantine::decode_quarantine;
 use super::{End, Store, db_error, to_i64, unusable};
 use crate::events::LeaseEvent;
@@ -319,12 +319,8 @@ impl Store {
             .inner
             .db
             .query_all_raw(self.stmt(
-                "SELECT id, namespace, key, kind, epoch, token_prefix, other_token_prefix, holder, at, latency_us \
-                 FROM lease_events WHERE ($1 IS NULL OR id < $1) ORDER BY id DESC LIMIT $2",
-                vec![
-                    Value::from(before.map(to_i64)),
-                    fetch_limit(limit),
-                ],
+                select_lease_events!("WHERE ($1 IS NULL OR id < $1) ORDER BY id DESC LIMIT $2"),
+                vec![Value::from(before.map(to_i64)), fetch_limit(limit)],
             ))
             .await
             .map_err(db_error)?;
