@@ -43,8 +43,11 @@
 //! One batch writes at a time. On SQLite that is the store's *write slot*, an in-process fair
 //! lock held from `BEGIN IMMEDIATE` to the end of the COMMIT and taken by every writer
 //! transaction of the store ([`Store::begin_write`]), so writers queue in order instead of
-//! polling SQLite's busy handler. On PostgreSQL a batch slot orders the batches only; other
-//! writer transactions (host transactions, sweeps) run beside them, and row locks order them.
+//! polling SQLite's busy handler. On a SQLite file every writer transaction then begins on the
+//! store's one writer connection (taken after the slot, never before it), whose page cache
+//! stays warm from one batch to the next; an in-memory database has one connection for
+//! everything. On PostgreSQL a batch slot orders the batches only; other writer transactions
+//! (host transactions, sweeps) run beside them on the pool, and row locks order them.
 //!
 //! Architecture Invariant: a member's result leaves this module only after the COMMIT (or
 //! rollback) of its batch has answered.

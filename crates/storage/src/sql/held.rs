@@ -23,6 +23,12 @@
 //! the rest. An in-memory SQLite database keeps nothing: its one connection is the whole
 //! database, and everyone else would wait for it.
 //!
+//! A SQLite file keeps two: its lone reads keep a connection of the readers' pool, its lone
+//! writes the writer connection (a pool of one, see `Writer` in the parent module). A writer
+//! transaction takes the writer connection back from a lone write at once
+//! ([`HeldConnection::hold_off`]) instead of waiting for the linger, and while it waits for it
+//! no lone write keeps it.
+//!
 //! What this trades on PostgreSQL: the pool's ping finds a connection the server closed (a
 //! restart, an administrator's `pg_terminate_backend`) before a statement is sent on it, which
 //! then runs on a fresh connection. A kept connection is not pinged, so when the server closes
@@ -85,6 +91,9 @@ impl<DB: Database> Default for HeldConnection<DB> {
 struct Held<DB: Database> {
     /// The kept connection and when its last statement completed.
     conn: Option<(PoolConnection<DB>, Instant)>,
+    /// How many [`HeldConnection::hold_off`] guards live: while any does, a completed
+    /// statement gives its connection back instead of keeping it.
+    held_off: usize,
     /// Whether a task is watching `conn` to give it back once it has lingered.
     watched: bool,
     /// How many times a connection was kept: the watch tells a busy connection from a quiet
@@ -100,6 +109,7 @@ impl<DB: Database> Default for Held<DB> {
     fn default() -> Self {
         Self {
             conn: None,
+            held_off: 0,
             watched: false,
             kept: 0,
             looks: 0,
@@ -147,6 +157,30 @@ impl<DB: Database> HeldConnection<DB> {
         drop(kept);
     }
 
+    /// Gives the kept connection back to the pool now and keeps none until the returned guard
+    /// is dropped: for whoever is about to take a connection from a pool the kept one counts
+    /// in (a transaction on the SQLite writer connection, a pool of one), which must not wait
+    /// for a lone statement's linger.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the SQLite writer connection only
+    pub(crate) fn hold_off(&self) -> HoldOff<DB> {
+        let kept = {
+            let mut held = self.lock();
+            held.held_off += 1;
+            held.conn.take()
+        };
+        drop(kept);
+        HoldOff {
+            state: Arc::clone(&self.state),
+        }
+    }
+
+    /// Whether a connection is kept, and when its last statement completed (tests of other
+    /// modules).
+    #[cfg(test)]
+    pub(crate) fn lock_for_test(&self) -> Option<Instant> {
+        self.lock().conn.as_ref().map(|(_, since)| *since)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Held<DB>> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -167,7 +201,7 @@ impl<DB: Database> HeldConnection<DB> {
     /// makes sure a task gives it back once it has lingered.
     fn keep(&self, conn: PoolConnection<DB>) {
         let mut held = self.lock();
-        if held.conn.is_some() {
+        if held.conn.is_some() || held.held_off > 0 {
             drop(held);
             drop(conn);
             return;
@@ -251,6 +285,22 @@ where
             .map_err(|e| DbErr::Exec(RuntimeErr::SqlxError(Arc::new(e))))?;
         self.keep(conn);
         Ok(done)
+    }
+}
+
+/// While it lives, the [`HeldConnection`] it came from keeps no connection
+/// ([`HeldConnection::hold_off`]).
+#[derive(Debug)]
+#[must_use = "the connection is held off only while the guard lives"]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // the SQLite writer connection only
+pub(crate) struct HoldOff<DB: Database> {
+    state: Arc<Mutex<Held<DB>>>,
+}
+
+impl<DB: Database> Drop for HoldOff<DB> {
+    fn drop(&mut self) {
+        let mut held = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        held.held_off = held.held_off.saturating_sub(1);
     }
 }
 
@@ -598,6 +648,45 @@ mod sqlite_tests {
         pool.close().await;
     }
 
+    /// A pool of one whose connection a lone statement keeps: whoever holds the kept
+    /// connection off gets the pool's connection at once, not after the linger, and no
+    /// statement keeps it again until the guard is dropped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_held_off_the_kept_connection_goes_back_at_once_and_is_not_kept_again() {
+        let (_dir, pool) = pool(1).await;
+        let held = HeldConnection::with_linger(Duration::from_secs(30));
+        held.execute(&pool, sql("CREATE TABLE t (n INTEGER)"))
+            .await
+            .expect("create");
+        assert!(held.lock().conn.is_some());
+        let off = held.hold_off();
+        assert!(held.lock().conn.is_none());
+        let conn = tokio::time::timeout(Duration::from_secs(5), pool.acquire())
+            .await
+            .expect("not after a 30 s linger")
+            .expect("acquire");
+        drop(conn);
+        // A statement that completes while held off gives its connection back.
+        held.execute(&pool, sql("INSERT INTO t VALUES (1)"))
+            .await
+            .expect("insert");
+        assert!(held.lock().conn.is_none());
+        tokio::time::timeout(Duration::from_secs(5), pool.acquire())
+            .await
+            .expect("free")
+            .expect("acquire");
+        drop(off);
+        held.execute(&pool, sql("INSERT INTO t VALUES (2)"))
+            .await
+            .expect("insert");
+        assert!(
+            held.lock().conn.is_some(),
+            "kept again once the guard is gone"
+        );
+        held.release();
+        pool.close().await;
+    }
+
     #[tokio::test]
     async fn sqlite_a_failed_statement_gives_its_connection_back() {
         let (_dir, pool) = pool(4).await;
@@ -615,8 +704,9 @@ mod sqlite_tests {
         pool.close().await;
     }
 
-    /// A store on a file with one pooled connection: a transaction right after a lone
-    /// statement gets the connection once it has lingered. An in-memory store keeps nothing.
+    /// A store on a file with one pooled connection: a transaction on the pool right after a
+    /// lone read gets the connection once it has lingered; a lone write keeps the writer
+    /// connection, not the pool's. An in-memory store keeps nothing.
     #[tokio::test]
     async fn sqlite_store_keeps_a_file_connection_and_hands_it_to_the_next_transaction() {
         let dir = tempfile::tempdir().expect("temp dir");
@@ -629,6 +719,13 @@ mod sqlite_tests {
             .await
             .expect("create");
         let held = store.inner.held_sqlite.as_ref().expect("a file keeps one");
+        let writer = store.inner.writer.as_ref().expect("a file has a writer");
+        assert!(held.lock().conn.is_none(), "the write ran on the writer");
+        assert!(writer.held.lock().conn.is_some());
+        store
+            .query_one_alone(sql("SELECT count(*) FROM probe"))
+            .await
+            .expect("read");
         assert!(held.lock().conn.is_some());
         let tx = tokio::time::timeout(Duration::from_secs(5), store.inner.db.begin())
             .await
@@ -669,6 +766,10 @@ mod sqlite_tests {
                 .execute_alone_sqlite(sql("CREATE TABLE probe (n INTEGER)"))
                 .await
                 .expect("create");
+            store
+                .query_one_alone(sql("SELECT count(*) FROM probe"))
+                .await
+                .expect("read");
             store
         });
         let held = store.inner.held_sqlite.as_ref().expect("a file keeps one");

@@ -6,9 +6,12 @@
 //!
 //! SQLite runs in WAL mode with `synchronous=FULL` unless [`StoreOptions::synchronous_normal`]
 //! asks for `NORMAL`, a busy timeout, foreign keys on, and every writer starts with
-//! `BEGIN IMMEDIATE`. On PostgreSQL writers lock the row (`SELECT … FOR UPDATE`). Statement
-//! logging is off unless [`StoreOptions::log_statements`] turns it on. Migrations run on open
-//! inside a transaction; a database whose schema is newer than this binary is refused.
+//! `BEGIN IMMEDIATE`. On a database file the store's writes (writer transactions and lone
+//! writes in autocommit) run on a connection of their own, the writer connection (see
+//! [`Writer`]), and reads on the pool beside it; an in-memory database has one connection. On
+//! PostgreSQL writers lock the row (`SELECT … FOR UPDATE`). Statement logging is off unless
+//! [`StoreOptions::log_statements`] turns it on. Migrations run on open inside a transaction;
+//! a database whose schema is newer than this binary is refused.
 //!
 //! Revisions and lease epochs: a new row lifetime (first write, or a write after the row was
 //! deleted or swept) draws a base from a store-wide counter (a sequence on PostgreSQL) and
@@ -108,8 +111,9 @@ impl fmt::Debug for StoreOptions {
 
 impl StoreOptions {
     /// Options for `url` with the defaults: system clock, `synchronous=FULL`, SQLite's
-    /// temporary files in memory, no statement logging, 8 connections (1 for
-    /// `sqlite::memory:`), 5 s busy timeout, 10 s connect timeout.
+    /// temporary files in memory, no statement logging, 8 pooled connections (on a SQLite file
+    /// the writer connection comes on top; 1 in all for `sqlite::memory:`), 5 s busy timeout,
+    /// 10 s connect timeout.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
@@ -177,7 +181,12 @@ impl StoreOptions {
         self
     }
 
-    /// Largest connection pool.
+    /// Largest connection pool (at least 1).
+    ///
+    /// On a SQLite database file this is the readers' pool: the store's writes run on a
+    /// connection of their own beside it (the writer connection), so the store opens at most
+    /// `n + 1` connections to the file, and `max_connections(1)` means one reader and the
+    /// writer. An in-memory SQLite database always has exactly one connection, for everything.
     #[must_use]
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(1);
@@ -238,13 +247,42 @@ struct Inner {
     /// PostgreSQL: the connection kept between lone statements ([`Store::query_one_alone`]).
     #[cfg(feature = "postgres")]
     held_postgres: held::HeldConnection<sea_orm::sqlx::Postgres>,
-    /// A SQLite file: the connection kept between lone statements ([`Store::query_one_alone`],
-    /// [`Store::execute_alone_sqlite`]); `None` for an in-memory database, whose one
-    /// connection is the whole database and must stay free for everyone else.
+    /// A SQLite file: the readers' connection kept between lone reads
+    /// ([`Store::query_one_alone`]); `None` for an in-memory database, whose one connection is
+    /// the whole database and must stay free for everyone else.
     #[cfg(feature = "sqlite")]
     held_sqlite: Option<held::HeldConnection<sea_orm::sqlx::Sqlite>>,
+    /// A SQLite file: the connection every write of the store runs on (see [`Writer`]);
+    /// `None` for an in-memory database and on PostgreSQL.
+    #[cfg(feature = "sqlite")]
+    writer: Option<Writer>,
     #[cfg(feature = "test-support")]
     commit_faults: commit::CommitFaults,
+}
+
+/// The writer connection of a SQLite file: a pool of exactly one connection, beside the
+/// readers' pool, on which every writer transaction of the store begins
+/// ([`Store::begin_in_slot`]) and every lone write in autocommit runs
+/// ([`Store::execute_alone_sqlite`]).
+///
+/// Why: SQLite throws a connection's page cache away whenever another connection wrote to the
+/// database since it last read. Writers of one store already take turns (the write slot, see
+/// the `group` module), so one connection loses them no concurrency, and it finds the pages
+/// of the previous write (the tables, the lease event index) still in its cache instead of
+/// reading them again. Readers keep the pool and read beside the writer (WAL).
+///
+/// Architecture Invariant: the writer connection is taken only after the write slot (a
+/// writer transaction) or without waiting for it (a lone write when group commit is off), and
+/// nothing that holds it waits for the slot or for another writer transaction, so writers never
+/// wait for each other in a circle. A lone write keeps it between lone writes like the readers'
+/// kept connection (see the `held` module), but a transaction about to take it takes it back
+/// at once instead of waiting for the linger.
+#[cfg(feature = "sqlite")]
+struct Writer {
+    /// The pool of one connection (a broken connection is replaced by the pool).
+    db: DatabaseConnection,
+    /// The writer connection kept between lone writes.
+    held: held::HeldConnection<sea_orm::sqlx::Sqlite>,
 }
 
 impl fmt::Debug for Store {
@@ -751,6 +789,9 @@ impl Store {
         // SQLite files only: how the migrations' own connection is opened.
         #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
         let mut migration_connect: Option<MigrationConnect> = None;
+        // SQLite files only: how the writer connection is opened.
+        #[cfg_attr(not(feature = "sqlite"), allow(unused_mut))]
+        let mut writer_connect: Option<ConnectOptions> = None;
         let mut connect = ConnectOptions::new(options.url.trim().to_owned());
         connect
             .sqlx_logging(options.log_statements)
@@ -827,6 +868,16 @@ impl Store {
                             .idle_timeout(None::<Duration>)
                             .max_lifetime(None::<Duration>);
                     } else {
+                        // The writer connection: opened as the pooled ones (the same pragmas,
+                        // the same release check), one of it, kept open for as long as the
+                        // store (its page cache is the point); a connection that broke is
+                        // closed by the pool and the next write opens another.
+                        let mut own = connect.clone();
+                        own.max_connections(1)
+                            .min_connections(0)
+                            .idle_timeout(None::<Duration>)
+                            .max_lifetime(None::<Duration>);
+                        writer_connect = Some(own);
                         connect.max_connections(options.max_connections);
                     }
                 }
@@ -859,6 +910,17 @@ impl Store {
         )
         .await?;
         let backend = db.get_database_backend();
+        #[cfg(feature = "sqlite")]
+        let writer = match writer_connect {
+            Some(own) => Some(Writer {
+                db: connect_retrying(&own, true, options.busy_timeout, &redact_url(&options.url))
+                    .await?,
+                held: held::HeldConnection::default(),
+            }),
+            None => None,
+        };
+        #[cfg(not(feature = "sqlite"))]
+        let _ = writer_connect;
         let store = Self {
             inner: Arc::new(Inner {
                 db,
@@ -876,6 +938,8 @@ impl Store {
                 #[cfg(feature = "sqlite")]
                 held_sqlite: matches!(kind, Kind::Sqlite { memory: false })
                     .then(held::HeldConnection::default),
+                #[cfg(feature = "sqlite")]
+                writer,
                 #[cfg(feature = "test-support")]
                 commit_faults: commit::CommitFaults::default(),
             }),
@@ -1042,7 +1106,7 @@ impl Store {
         &self.inner.db
     }
 
-    /// Closes the pool.
+    /// Closes the pool (and a SQLite file's writer connection).
     pub async fn close(self) -> Result<(), Error> {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
@@ -1053,7 +1117,18 @@ impl Store {
                 if let Some(held) = &inner.held_sqlite {
                     held.release();
                 }
-                inner.db.close().await.map_err(db_error)
+                #[cfg(feature = "sqlite")]
+                let writer_closed = match &inner.writer {
+                    Some(writer) => {
+                        writer.held.release();
+                        writer.db.close_by_ref().await.map_err(db_error)
+                    }
+                    None => Ok(()),
+                };
+                #[cfg(not(feature = "sqlite"))]
+                let writer_closed = Ok(());
+                let closed = inner.db.close().await.map_err(db_error);
+                writer_closed.and(closed)
             }
             Err(_) => Ok(()),
         }
@@ -1115,10 +1190,19 @@ impl Store {
         self.inner.held_postgres.query_all(pool, stmt).await
     }
 
-    /// SQLite: runs one statement outside any transaction and returns how many rows it
-    /// changed: on the connection kept between such statements when the database is a file
-    /// (see the `held` module), else on the pool.
+    /// SQLite: runs one write statement outside any transaction and returns how many rows it
+    /// changed: on a file, on the writer connection ([`Writer`]), kept between such statements
+    /// (see the `held` module); in memory, on the pool's one connection.
     pub(crate) async fn execute_alone_sqlite(&self, stmt: Statement) -> Result<u64, DbErr> {
+        #[cfg(feature = "sqlite")]
+        if let Some(writer) = &self.inner.writer {
+            let pool = writer.db.get_sqlite_connection_pool();
+            return writer
+                .held
+                .execute(pool, stmt)
+                .await
+                .map(|done| done.rows_affected());
+        }
         #[cfg(feature = "sqlite")]
         if let Some(held) = &self.inner.held_sqlite {
             let pool = self.inner.db.get_sqlite_connection_pool();
@@ -1156,18 +1240,25 @@ impl Store {
     }
 
     /// Starts a writer transaction in the write slot already taken (`slot`, `None` when the
-    /// store has none).
+    /// store has none): on a SQLite file on the writer connection ([`Writer`]), taken back at
+    /// once when a lone write keeps it; elsewhere on the pool.
     pub(crate) async fn begin_in_slot(
         &self,
         slot: Option<tokio::sync::OwnedMutexGuard<()>>,
     ) -> Result<group::WriteTx, Error> {
         let tx = match self.inner.backend {
-            DbBackend::Sqlite => self
-                .inner
-                .db
-                .begin_with_options(sqlite_immediate())
-                .await
-                .map_err(db_error)?,
+            DbBackend::Sqlite => {
+                #[cfg(feature = "sqlite")]
+                let (db, _held_off) = match &self.inner.writer {
+                    Some(writer) => (&writer.db, Some(writer.held.hold_off())),
+                    None => (&self.inner.db, None),
+                };
+                #[cfg(not(feature = "sqlite"))]
+                let db = &self.inner.db;
+                db.begin_with_options(sqlite_immediate())
+                    .await
+                    .map_err(db_error)?
+            }
             _ => self.inner.db.begin().await.map_err(db_error)?,
         };
         Ok(group::WriteTx::new(tx, slot))
@@ -1314,6 +1405,189 @@ mod tests {
             .downcast_ref::<tether_core::Cause>()
             .expect("the source is the kept cause");
         assert!(cause.get().downcast_ref::<DbErr>().is_some(), "{cause:?}");
+    }
+
+    /// `text` as a SQLite statement without values.
+    #[cfg(feature = "sqlite")]
+    fn sqlite_sql(text: &str) -> Statement {
+        Statement::from_string(DbBackend::Sqlite, text)
+    }
+
+    /// A store on a new SQLite file in `dir` with `max` pooled connections.
+    #[cfg(feature = "sqlite")]
+    async fn file_store(dir: &tempfile::TempDir, max: u32) -> Store {
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display());
+        Store::open_with(StoreOptions::new(&url).max_connections(max))
+            .await
+            .expect("open")
+    }
+
+    /// A temporary table is seen only by the connection that made it: one made on the writer
+    /// connection marks it. Lone writes and writer transactions see it (they run there); the
+    /// readers' lone reads do not.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite_a_file_store_writes_on_its_writer_connection_and_reads_beside_it() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = file_store(&dir, 4).await;
+        let writer = store
+            .inner
+            .writer
+            .as_ref()
+            .expect("a file has a writer connection");
+        sea_orm::ConnectionTrait::execute_raw(
+            &writer.db,
+            sqlite_sql("CREATE TEMP TABLE marker (n INTEGER)"),
+        )
+        .await
+        .expect("marker");
+        for n in 0..3 {
+            // A lone write in autocommit, then a writer transaction right after it (the lone
+            // write keeps the connection; the transaction takes it back).
+            let changed = store
+                .execute_alone_sqlite(sqlite_sql(&format!("INSERT INTO temp.marker VALUES ({n})")))
+                .await
+                .expect("a lone write runs on the writer connection");
+            assert_eq!(changed, 1);
+            let tx = store.begin_write().await.expect("begin");
+            sea_orm::ConnectionTrait::execute_raw(
+                &*tx,
+                sqlite_sql(&format!("INSERT INTO temp.marker VALUES ({})", n + 100)),
+            )
+            .await
+            .expect("a writer transaction runs on the writer connection");
+            assert!(
+                writer.held.lock_for_test().is_none(),
+                "taken back from the lone write"
+            );
+            store.commit(tx).await.expect("commit");
+        }
+        let count = sea_orm::ConnectionTrait::query_one_raw(
+            &writer.db,
+            sqlite_sql("SELECT count(*) AS c FROM temp.marker"),
+        )
+        .await
+        .expect("count")
+        .expect("a row");
+        assert_eq!(count.try_get::<i64>("", "c").expect("c"), 6);
+        // The readers' lone reads run on the pool: the marker is not there.
+        let read = store
+            .query_one_alone(sqlite_sql("SELECT count(*) AS c FROM temp.marker"))
+            .await;
+        assert!(read.is_err(), "{read:?}");
+        // The writer connection is opened as the pooled ones.
+        for (pragma, expected) in [
+            ("journal_mode", "wal"),
+            ("synchronous", "2"),
+            ("foreign_keys", "1"),
+            ("temp_store", "2"),
+        ] {
+            let row = sea_orm::ConnectionTrait::query_one_raw(
+                &writer.db,
+                sqlite_sql(&format!("PRAGMA {pragma}")),
+            )
+            .await
+            .expect("pragma")
+            .expect("a row");
+            let got = row
+                .try_get_by_index::<i64>(0)
+                .map(|n| n.to_string())
+                .or_else(|_| row.try_get_by_index::<String>(0))
+                .expect("value");
+            assert_eq!(got, expected, "PRAGMA {pragma}");
+        }
+        // `Store::close` closes it.
+        let writer_db = writer.db.clone();
+        store.close().await.expect("close");
+        assert!(writer_db.get_sqlite_connection_pool().is_closed());
+    }
+
+    /// The writer connection's own commits do not change what it sees of the database
+    /// (`PRAGMA data_version` counts commits of *other* connections, the ones that make SQLite
+    /// throw its page cache away): every write of the store, in autocommit or in a
+    /// transaction, leaves it as it was.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_no_other_connection_writes_between_the_store_s_writes() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = file_store(&dir, 2).await;
+        let writer = store
+            .inner
+            .writer
+            .as_ref()
+            .expect("a file has a writer connection");
+        let version = || async {
+            sea_orm::ConnectionTrait::query_one_raw(&writer.db, sqlite_sql("PRAGMA data_version"))
+                .await
+                .expect("data_version")
+                .expect("a row")
+                .try_get_by_index::<i64>(0)
+                .expect("a number")
+        };
+        store
+            .execute_alone_sqlite(sqlite_sql("CREATE TABLE probe (n INTEGER)"))
+            .await
+            .expect("create");
+        let before = version().await;
+        for n in 0..5 {
+            store
+                .execute_alone_sqlite(sqlite_sql(&format!("INSERT INTO probe VALUES ({n})")))
+                .await
+                .expect("insert");
+            let tx = store.begin_write().await.expect("begin");
+            sea_orm::ConnectionTrait::execute_raw(&*tx, sqlite_sql("UPDATE probe SET n = n + 1"))
+                .await
+                .expect("update");
+            store.commit(tx).await.expect("commit");
+        }
+        assert_eq!(
+            version().await,
+            before,
+            "every write ran on the writer connection"
+        );
+        // A write from the readers' pool is another connection's: the writer sees it.
+        sea_orm::ConnectionTrait::execute_raw(
+            &store.inner.db,
+            sqlite_sql("INSERT INTO probe VALUES (99)"),
+        )
+        .await
+        .expect("insert from the pool");
+        assert_ne!(version().await, before);
+        store.close().await.expect("close");
+    }
+
+    /// An in-memory database has one connection for everything: no writer connection, and
+    /// writes and reads run on that connection.
+    #[cfg(feature = "sqlite")]
+    #[tokio::test]
+    async fn sqlite_an_in_memory_store_has_no_writer_connection() {
+        let store = Store::open("sqlite::memory:").await.expect("open");
+        assert!(store.inner.writer.is_none());
+        assert_eq!(
+            store
+                .inner
+                .db
+                .get_sqlite_connection_pool()
+                .options()
+                .get_max_connections(),
+            1
+        );
+        store
+            .execute_alone_sqlite(sqlite_sql("CREATE TEMP TABLE marker (n INTEGER)"))
+            .await
+            .expect("create");
+        let tx = store.begin_write().await.expect("begin");
+        sea_orm::ConnectionTrait::execute_raw(&*tx, sqlite_sql("INSERT INTO marker VALUES (1)"))
+            .await
+            .expect("the one connection");
+        store.commit(tx).await.expect("commit");
+        let row = store
+            .query_one_alone(sqlite_sql("SELECT count(*) AS c FROM marker"))
+            .await
+            .expect("read")
+            .expect("a row");
+        assert_eq!(row.try_get::<i64>("", "c").expect("c"), 1);
+        store.close().await.expect("close");
     }
 
     #[test]

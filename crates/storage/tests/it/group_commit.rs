@@ -573,7 +573,7 @@ async fn poison_rows(store: &Store) {
              WHEN NEW.key LIKE '%poison%' BEGIN SELECT RAISE(ABORT, 'poisoned row'); END;"
         }
     };
-    store.connection().execute_unprepared(sql).await.unwrap();
+    schema_change(store, sql).await;
 }
 
 async fn cure_rows(store: &Store) {
@@ -582,7 +582,22 @@ async fn cure_rows(store: &Store) {
         DbBackend::Postgres => "DROP TRIGGER tether_test_poison ON binding_records",
         _ => "DROP TRIGGER tether_test_poison_insert; DROP TRIGGER tether_test_poison_update",
     };
-    store.connection().execute_unprepared(sql).await.unwrap();
+    schema_change(store, sql).await;
+}
+
+/// Runs `sql` (a change of the schema, in one or more statements). On SQLite it runs in a host
+/// transaction, on the store's writer connection like every other write: a pooled connection
+/// that has not read since another connection dropped a trigger still has the trigger in its
+/// copy of the schema, and SQLite answers its `CREATE TRIGGER` with "already exists".
+async fn schema_change(store: &Store, sql: &str) {
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+    if store.connection().get_database_backend() == sea_orm::DbBackend::Postgres {
+        store.connection().execute_unprepared(sql).await.unwrap();
+        return;
+    }
+    let tx = store.begin_host().await.unwrap();
+    tx.sql().execute_unprepared(sql).await.unwrap();
+    tx.commit().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

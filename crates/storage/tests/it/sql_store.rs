@@ -618,3 +618,126 @@ async fn sqlite_in_memory_transcript_metadata_round_trips() {
     let store = crate::support::open_store("sqlite::memory:").await;
     crate::conformance::host_cases::transcript_metadata_round_trips(&store).await;
 }
+
+/// A SQLite file store with one pooled connection (and its writer connection) serves a host
+/// transaction, lone writes, transactional writes and reads all at once without a deadlock:
+/// the host transaction holds the writer connection while readers read beside it, and the
+/// writes wait their turn. Every host transaction runs on the same writer connection (a
+/// temporary table, seen only by the connection that made it, marks it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_one_pooled_connection_serves_writers_and_readers_together() {
+    use tether_storage::{HostBackend as _, HostTransaction as _};
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("one.db").display());
+    let store = Store::open_with(StoreOptions::new(url).max_connections(1))
+        .await
+        .unwrap();
+    let ns = unique_ns("one-conn");
+    store
+        .register_namespace(NamespaceConfig::new(ns.clone()))
+        .await
+        .unwrap();
+    let marked = store.begin_host().await.unwrap();
+    marked
+        .execute("CREATE TEMP TABLE writer_marker (n INTEGER)", vec![])
+        .await
+        .unwrap();
+    marked
+        .execute("CREATE TABLE host_items (n INTEGER)", vec![])
+        .await
+        .unwrap();
+    marked.commit().await.unwrap();
+    for owner in 0..4 {
+        let name = format!("k{owner}");
+        assert!(
+            store
+                .register_if_absent(&ns, &key(&name), value("v0"), None)
+                .await
+                .unwrap()
+        );
+    }
+
+    let work = async {
+        let host = {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for round in 0..10i64 {
+                    let tx = store.begin_host().await.unwrap();
+                    tx.execute(
+                        "INSERT INTO writer_marker (n) VALUES ($1)",
+                        vec![round.into()],
+                    )
+                    .await
+                    .expect("the host transaction runs on the writer connection");
+                    tx.execute("INSERT INTO host_items (n) VALUES ($1)", vec![round.into()])
+                        .await
+                        .unwrap();
+                    // Held open a while: readers read beside it, writers queue behind it.
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                    tx.commit().await.unwrap();
+                }
+            })
+        };
+        let writers: Vec<_> = (0..4)
+            .map(|owner| {
+                let store = store.clone();
+                let ns = ns.clone();
+                tokio::spawn(async move {
+                    let k = key(&format!("k{owner}"));
+                    for round in 0..25 {
+                        // Over the observed live row: a lone write in autocommit.
+                        let seen = store.observe(&ns, &k).await.unwrap();
+                        let out = store
+                            .apply_observed(
+                                &ns,
+                                &k,
+                                &seen,
+                                tether_core::Intent::Set {
+                                    row: value(&format!("v{round}")),
+                                    ttl: None,
+                                },
+                                &tether_core::admit_all,
+                            )
+                            .await
+                            .unwrap();
+                        assert!(
+                            matches!(out.outcome, tether_core::ApplyOutcome::Applied { .. }),
+                            "{:?}",
+                            out.outcome
+                        );
+                        // A transactional write and a read.
+                        let extra = key(&format!("extra{owner}-{round}"));
+                        assert!(
+                            store
+                                .register_if_absent(&ns, &extra, value("x"), None)
+                                .await
+                                .unwrap()
+                        );
+                        assert!(store.lookup(&ns, &extra).await.unwrap().is_some());
+                    }
+                })
+            })
+            .collect();
+        host.await.unwrap();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), work)
+        .await
+        .expect("no deadlock between the writer connection and the pool");
+
+    let items = store
+        .connection()
+        .query_one_raw(Statement::from_string(
+            store.backend(),
+            "SELECT count(*) AS c FROM host_items",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(items.try_get::<i64>("", "c").unwrap(), 10);
+    assert_eq!(store.count(&ns).await.unwrap(), 4 + 4 * 25);
+    store.close().await.unwrap();
+}
