@@ -8,7 +8,7 @@
 //!   run (acquired before the clock starts).
 //!
 //! Tether runs on SQLite (a file, WAL, `synchronous=FULL`, the store's default pool of 8
-//! connections) and on PostgreSQL (a throwaway database, a pool as large as the owner count,
+//! connections for reads and its writer connection) and on PostgreSQL (a throwaway database, a pool as large as the owner count,
 //! capped below the server's `max_connections`; skipped with a note when no server answers).
 //! The lifecycle uses the shipped lease ([`LeaseConfig::default`]: 65 s, renewed every 65/3 s).
 //!
@@ -508,7 +508,7 @@ async fn tether_rows(
     } else {
         note(
             NAME,
-            "sqlite: a file in a temp dir, WAL, synchronous=FULL, the store's default pool (8 connections) at every owner count",
+            "sqlite: a file in a temp dir, WAL, synchronous=FULL, the store's default pool (8 connections) and its writer connection at every owner count",
         );
         None
     };
