@@ -8,8 +8,9 @@
 //!   run (acquired before the clock starts).
 //!
 //! Tether runs on SQLite (a file, WAL, `synchronous=FULL`, the store's default pool of 8
-//! connections for reads and its writer connection) and on PostgreSQL (a throwaway database, a pool as large as the owner count,
-//! capped below the server's `max_connections`; skipped with a note when no server answers).
+//! connections for reads and its writer connection) and on PostgreSQL (a throwaway database, a
+//! pool as large as the owner count, capped below the server's `max_connections`; skipped with
+//! a note when no server answers).
 //! The lifecycle uses the shipped lease ([`LeaseConfig::default`]: 65 s, renewed every 65/3 s).
 //!
 //! The peer is a single-node etcd (feature `etcd`, module `etcd`) started by the harness on
