@@ -205,7 +205,10 @@ impl StoreOptions {
     /// share one transaction and one COMMIT, each with its own compare-and-swap and its own
     /// outcome, and no write is acknowledged before the COMMIT that carries it. A write alone
     /// writes as before (one owner pays nothing for it). Turn it off to give every write its
-    /// own transaction.
+    /// own transaction. On a SQLite file a write alone then takes no write slot: when a writer
+    /// transaction holds the writer connection, it waits for that connection at most the
+    /// [`connect timeout`](Self::connect_timeout), where a transaction waits for the write slot
+    /// at most the [`busy timeout`](Self::busy_timeout).
     #[must_use]
     pub fn group_commit(mut self, yes: bool) -> Self {
         self.group_commit = yes;
