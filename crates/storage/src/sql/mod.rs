@@ -905,19 +905,19 @@ impl Store {
                     });
             }
         }
+        let shown_url = redact_url(&options.url);
         let db = connect_retrying(
             &connect,
             matches!(kind, Kind::Sqlite { .. }),
             options.busy_timeout,
-            &redact_url(&options.url),
+            &shown_url,
         )
         .await?;
         let backend = db.get_database_backend();
         #[cfg(feature = "sqlite")]
         let writer = match writer_connect {
             Some(own) => Some(Writer {
-                db: connect_retrying(&own, true, options.busy_timeout, &redact_url(&options.url))
-                    .await?,
+                db: connect_retrying(&own, true, options.busy_timeout, &shown_url).await?,
                 held: held::HeldConnection::default(),
             }),
             None => None,
@@ -930,7 +930,7 @@ impl Store {
                 backend,
                 clock: options.clock,
                 namespaces: RwLock::new(HashMap::new()),
-                url: redact_url(&options.url),
+                url: shown_url,
                 group: group::GroupCommit::new(
                     matches!(kind, Kind::Sqlite { .. }),
                     options.busy_timeout,
