@@ -916,10 +916,21 @@ impl Store {
         let backend = db.get_database_backend();
         #[cfg(feature = "sqlite")]
         let writer = match writer_connect {
-            Some(own) => Some(Writer {
-                db: connect_retrying(&own, true, options.busy_timeout, &shown_url).await?,
-                held: held::HeldConnection::default(),
-            }),
+            Some(own) => match connect_retrying(&own, true, options.busy_timeout, &shown_url).await
+            {
+                Ok(writer) => Some(Writer {
+                    db: writer,
+                    held: held::HeldConnection::default(),
+                }),
+                Err(error) => {
+                    // The readers' pool is closed before the error returns: nothing of a store
+                    // that failed to open keeps the file open.
+                    if let Err(closing) = db.close_by_ref().await {
+                        tracing::warn!(error = %closing, "closing the readers' pool failed");
+                    }
+                    return Err(error);
+                }
+            },
             None => None,
         };
         #[cfg(not(feature = "sqlite"))]
