@@ -1217,14 +1217,7 @@ impl Store {
                 .await
                 .map(|done| done.rows_affected());
         }
-        #[cfg(feature = "sqlite")]
-        if let Some(held) = &self.inner.held_sqlite {
-            let pool = self.inner.db.get_sqlite_connection_pool();
-            return held
-                .execute(pool, stmt)
-                .await
-                .map(|done| done.rows_affected());
-        }
+        // An in-memory database (no writer connection): its one connection, kept by no one.
         sea_orm::ConnectionTrait::execute_raw(&self.inner.db, stmt)
             .await
             .map(|done| done.rows_affected())
