@@ -33,6 +33,9 @@ pub const MASK_MIN_CHARS: usize = 18;
 
 const ELLIPSIS: char = '…';
 
+/// [`ELLIPSIS`] as a string.
+const ELLIPSIS_STR: &str = "…";
+
 /// Caller configuration of the pattern layer (the `logging.redactPatterns` equivalent).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RedactionConfig {
@@ -93,23 +96,29 @@ fn push_mask(out: &mut String, value: &str, edges: Option<(usize, usize)>) {
 /// Replaces `value` with its [`mask_token`] in place (a mask is never longer than a value of
 /// at least 18 characters, so the buffer is reused).
 pub(crate) fn mask_in_place(value: &mut String) {
+    let len = value.len();
+    if len < MASK_MIN_CHARS {
+        // Fewer bytes than `MASK_MIN_CHARS` means fewer characters too.
+        value.clear();
+        value.push_str(MASK);
+        return;
+    }
+    if value.is_ascii() {
+        // One byte per character (the edges of [`mask_edges`]: the first six bytes and the last
+        // four, no ellipsis among them).
+        let mut tail = [0u8; 4];
+        tail.copy_from_slice(&value.as_bytes()[len - 4..]);
+        value.truncate(6);
+        value.push_str(ELLIPSIS_STR);
+        for b in tail {
+            value.push(char::from(b));
+        }
+        return;
+    }
     match mask_edges(value) {
         None => {
             value.clear();
             value.push_str(MASK);
-        }
-        Some((head_end, tail_start)) if value.is_ascii() => {
-            let tail: [u8; 4] = [
-                value.as_bytes()[tail_start],
-                value.as_bytes()[tail_start + 1],
-                value.as_bytes()[tail_start + 2],
-                value.as_bytes()[tail_start + 3],
-            ];
-            value.truncate(head_end);
-            value.push(ELLIPSIS);
-            for b in tail {
-                value.push(char::from(b));
-            }
         }
         Some((head_end, tail_start)) => {
             // The tail is four characters: at most 16 bytes.
@@ -125,13 +134,31 @@ pub(crate) fn mask_in_place(value: &mut String) {
 }
 
 /// Whether `value` is already a mask produced by [`mask_token`] (`"***"` or `xxxxxx…yyyy`).
+#[inline]
 pub fn is_masked(value: &str) -> bool {
-    if value == MASK {
-        return true;
+    let len = value.len();
+    if len == MASK.len() {
+        return value == MASK;
     }
-    // Eleven characters, one of them the three-byte ellipsis: 13 to 43 bytes, with the
-    // ellipsis lead byte somewhere.
-    if !(13..=43).contains(&value.len()) || !value.as_bytes().contains(&0xE2) {
+    // Eleven characters, one of them the three-byte ellipsis: 13 to 43 bytes.
+    if !(13..=43).contains(&len) {
+        return false;
+    }
+    let bytes = value.as_bytes();
+    // When the first six bytes are ASCII they are the first six characters, and the seventh
+    // character, the ellipsis, starts at byte 6 with its lead byte.
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&bytes[..8]);
+    if u64::from_le_bytes(head) & 0x8080_8080_8080 == 0 && bytes[6] != 0xE2 {
+        return false;
+    }
+    is_edge_mask(value)
+}
+
+/// The rest of [`is_masked`] for a value of 13 to 43 bytes: eleven characters, the seventh of
+/// them the only ellipsis.
+fn is_edge_mask(value: &str) -> bool {
+    if !value.as_bytes().contains(&0xE2) {
         return false;
     }
     let mut n = 0usize;
@@ -2449,7 +2476,21 @@ fn header_value_end(text: &str, from: usize) -> usize {
 }
 
 /// Whether `value` is a shell reference to `key` itself (`$KEY`, `${KEY}`, `${KEY:-}`).
+#[inline]
 pub fn is_own_shell_reference(key: &str, value: &str) -> bool {
+    // Most values start with a printable ASCII byte other than `$`: no leading whitespace to
+    // trim, and not a reference.
+    if let Some(&first) = value.as_bytes().first()
+        && first != b'$'
+        && first.is_ascii_graphic()
+    {
+        return false;
+    }
+    is_shell_reference_to(key, value)
+}
+
+/// [`is_own_shell_reference`] past its first-byte check.
+fn is_shell_reference_to(key: &str, value: &str) -> bool {
     if !value.trim_start().starts_with('$') {
         return false;
     }
@@ -2748,6 +2789,7 @@ fn keeps_sensitive_value(
 }
 
 /// [`keeps_sensitive_value`] given the [`KeyFacts`] of `key`.
+#[inline]
 fn keeps_sensitive_value_with(
     key: &str,
     facts: KeyFacts,
@@ -3216,10 +3258,70 @@ mod tests {
             "abc…defghijklmnopqrstu",
             "abcdefghijklmnopq…rst",
             "🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑🔑",
+            "abcdefghijklmnopq",
+            "abcdefghijklmnopqr",
+            "abcdefghijklmnopqé",
+            "éabcdefghijklmnopqrs",
         ] {
             let mut owned = value.to_owned();
             mask_in_place(&mut owned);
             assert_eq!(owned, mask_token(value), "{value}");
+        }
+    }
+
+    #[test]
+    fn mask_recognition_follows_its_definition() {
+        // Eleven characters, the seventh the only ellipsis (or `***`), whatever the bytes.
+        let definition = |v: &str| {
+            let chars: Vec<char> = v.chars().collect();
+            v == MASK
+                || (chars.len() == 11
+                    && chars[6] == ELLIPSIS
+                    && chars.iter().filter(|c| **c == ELLIPSIS).count() == 1)
+        };
+        for value in [
+            "***",
+            "**",
+            "****",
+            "sk-123…fXYZ",
+            "sk-123…fXY",
+            "sk-1234…XYZ",
+            "sk-12…fXYZa",
+            "sk-123…f…YZ",
+            "sk-123-fXYZ",
+            "éééééé…ab日d",
+            "ééééé…abcde",
+            "日本語のパス…ワードは",
+            "🔑🔑🔑🔑🔑🔑…🔑🔑🔑🔑",
+            "🔑🔑🔑🔑🔑🔑🔑…🔑🔑🔑",
+            "abcdefghijklm",
+            "abcdef…",
+        ] {
+            assert_eq!(is_masked(value), definition(value), "{value}");
+        }
+    }
+
+    #[test]
+    fn own_shell_references_after_any_leading_whitespace() {
+        for (value, own) in [
+            ("$DISCORD_BOT_TOKEN", true),
+            ("${DISCORD_BOT_TOKEN:-}", true),
+            (" ${discord_bot_token}", true),
+            ("\t$DISCORD_BOT_TOKEN", true),
+            ("\u{b}$DISCORD_BOT_TOKEN", true),
+            ("\u{a0}\u{3000}${DISCORD_BOT_TOKEN}", true),
+            ("x$DISCORD_BOT_TOKEN", false),
+            ("é$DISCORD_BOT_TOKEN", false),
+            ("\u{1}$DISCORD_BOT_TOKEN", false),
+            ("$OTHER_TOKEN", false),
+            ("", false),
+            ("$", false),
+        ] {
+            assert_eq!(
+                is_own_shell_reference("DISCORD_BOT_TOKEN", value),
+                own,
+                "{value:?}"
+            );
         }
     }
 
