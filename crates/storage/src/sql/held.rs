@@ -718,8 +718,8 @@ mod sqlite_tests {
             .execute_alone_sqlite(sql("CREATE TABLE probe (n INTEGER)"))
             .await
             .expect("create");
-        let held = store.inner.held_sqlite.as_ref().expect("a file keeps one");
-        let writer = store.inner.writer.as_ref().expect("a file has a writer");
+        let file = store.inner.sqlite_file.as_ref().expect("a SQLite file");
+        let (held, writer) = (&file.readers_held, &file.writer);
         assert!(held.lock().conn.is_none(), "the write ran on the writer");
         assert!(writer.held.lock().conn.is_some());
         store
@@ -743,7 +743,7 @@ mod sqlite_tests {
         store.close().await.expect("close");
 
         let memory = Store::open("sqlite::memory:").await.expect("open");
-        assert!(memory.inner.held_sqlite.is_none());
+        assert!(memory.inner.sqlite_file.is_none());
         memory.close().await.expect("close");
     }
 
@@ -772,7 +772,12 @@ mod sqlite_tests {
                 .expect("read");
             store
         });
-        let held = store.inner.held_sqlite.as_ref().expect("a file keeps one");
+        let held = &store
+            .inner
+            .sqlite_file
+            .as_ref()
+            .expect("a SQLite file")
+            .readers_held;
         assert!(held.lock().conn.is_some());
         drop(store);
         drop(rt);

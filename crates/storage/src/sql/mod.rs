@@ -250,17 +250,21 @@ struct Inner {
     /// PostgreSQL: the connection kept between lone statements ([`Store::query_one_alone`]).
     #[cfg(feature = "postgres")]
     held_postgres: held::HeldConnection<sea_orm::sqlx::Postgres>,
-    /// A SQLite file: the readers' connection kept between lone reads
-    /// ([`Store::query_one_alone`]); `None` for an in-memory database, whose one connection is
-    /// the whole database and must stay free for everyone else.
+    /// What a SQLite file has and an in-memory SQLite database (whose one connection is the
+    /// whole database and must stay free for everyone else) or PostgreSQL has not.
     #[cfg(feature = "sqlite")]
-    held_sqlite: Option<held::HeldConnection<sea_orm::sqlx::Sqlite>>,
-    /// A SQLite file: the connection every write of the store runs on (see [`Writer`]);
-    /// `None` for an in-memory database and on PostgreSQL.
-    #[cfg(feature = "sqlite")]
-    writer: Option<Writer>,
+    sqlite_file: Option<SqliteFile>,
     #[cfg(feature = "test-support")]
     commit_faults: commit::CommitFaults,
+}
+
+/// The connections of a SQLite file store beyond its readers' pool.
+#[cfg(feature = "sqlite")]
+struct SqliteFile {
+    /// The readers' connection kept between lone reads ([`Store::query_one_alone`]).
+    readers_held: held::HeldConnection<sea_orm::sqlx::Sqlite>,
+    /// The connection every write of the store runs on.
+    writer: Writer,
 }
 
 /// The writer connection of a SQLite file: a pool of exactly one connection, beside the
@@ -915,12 +919,15 @@ impl Store {
         .await?;
         let backend = db.get_database_backend();
         #[cfg(feature = "sqlite")]
-        let writer = match writer_connect {
+        let sqlite_file = match writer_connect {
             Some(own) => match connect_retrying(&own, true, options.busy_timeout, &shown_url).await
             {
-                Ok(writer) => Some(Writer {
-                    db: writer,
-                    held: held::HeldConnection::default(),
+                Ok(writer) => Some(SqliteFile {
+                    readers_held: held::HeldConnection::default(),
+                    writer: Writer {
+                        db: writer,
+                        held: held::HeldConnection::default(),
+                    },
                 }),
                 Err(error) => {
                     // The readers' pool is closed before the error returns: nothing of a store
@@ -950,10 +957,7 @@ impl Store {
                 #[cfg(feature = "postgres")]
                 held_postgres: held::HeldConnection::default(),
                 #[cfg(feature = "sqlite")]
-                held_sqlite: matches!(kind, Kind::Sqlite { memory: false })
-                    .then(held::HeldConnection::default),
-                #[cfg(feature = "sqlite")]
-                writer,
+                sqlite_file,
                 #[cfg(feature = "test-support")]
                 commit_faults: commit::CommitFaults::default(),
             }),
@@ -1128,14 +1132,11 @@ impl Store {
                 #[cfg(feature = "postgres")]
                 inner.held_postgres.release();
                 #[cfg(feature = "sqlite")]
-                if let Some(held) = &inner.held_sqlite {
-                    held.release();
-                }
-                #[cfg(feature = "sqlite")]
-                let writer_closed = match &inner.writer {
-                    Some(writer) => {
-                        writer.held.release();
-                        writer.db.close_by_ref().await.map_err(db_error)
+                let writer_closed = match &inner.sqlite_file {
+                    Some(file) => {
+                        file.readers_held.release();
+                        file.writer.held.release();
+                        file.writer.db.close_by_ref().await.map_err(db_error)
                     }
                     None => Ok(()),
                 };
@@ -1185,9 +1186,9 @@ impl Store {
             return self.inner.held_postgres.query_one(pool, stmt).await;
         }
         #[cfg(feature = "sqlite")]
-        if let Some(held) = &self.inner.held_sqlite {
+        if let Some(file) = &self.inner.sqlite_file {
             let pool = self.inner.db.get_sqlite_connection_pool();
-            return held.query_one(pool, stmt).await;
+            return file.readers_held.query_one(pool, stmt).await;
         }
         sea_orm::ConnectionTrait::query_one_raw(&self.inner.db, stmt).await
     }
@@ -1209,7 +1210,7 @@ impl Store {
     /// (see the `held` module); in memory, on the pool's one connection.
     pub(crate) async fn execute_alone_sqlite(&self, stmt: Statement) -> Result<u64, DbErr> {
         #[cfg(feature = "sqlite")]
-        if let Some(writer) = &self.inner.writer {
+        if let Some(SqliteFile { writer, .. }) = &self.inner.sqlite_file {
             let pool = writer.db.get_sqlite_connection_pool();
             return writer
                 .held
@@ -1256,8 +1257,8 @@ impl Store {
         let tx = match self.inner.backend {
             DbBackend::Sqlite => {
                 #[cfg(feature = "sqlite")]
-                let (db, _held_off) = match &self.inner.writer {
-                    Some(writer) => (&writer.db, Some(writer.held.hold_off())),
+                let (db, _held_off) = match &self.inner.sqlite_file {
+                    Some(SqliteFile { writer, .. }) => (&writer.db, Some(writer.held.hold_off())),
                     None => (&self.inner.db, None),
                 };
                 #[cfg(not(feature = "sqlite"))]
@@ -1437,11 +1438,12 @@ mod tests {
     async fn sqlite_a_file_store_writes_on_its_writer_connection_and_reads_beside_it() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = file_store(&dir, 4).await;
-        let writer = store
+        let writer = &store
             .inner
-            .writer
+            .sqlite_file
             .as_ref()
-            .expect("a file has a writer connection");
+            .expect("a file has a writer connection")
+            .writer;
         sea_orm::ConnectionTrait::execute_raw(
             &writer.db,
             sqlite_sql("CREATE TEMP TABLE marker (n INTEGER)"),
@@ -1518,11 +1520,12 @@ mod tests {
     async fn sqlite_no_other_connection_writes_between_the_store_s_writes() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = file_store(&dir, 2).await;
-        let writer = store
+        let writer = &store
             .inner
-            .writer
+            .sqlite_file
             .as_ref()
-            .expect("a file has a writer connection");
+            .expect("a file has a writer connection")
+            .writer;
         let version = || async {
             sea_orm::ConnectionTrait::query_one_raw(&writer.db, sqlite_sql("PRAGMA data_version"))
                 .await
@@ -1569,7 +1572,7 @@ mod tests {
     #[tokio::test]
     async fn sqlite_an_in_memory_store_has_no_writer_connection() {
         let store = Store::open("sqlite::memory:").await.expect("open");
-        assert!(store.inner.writer.is_none());
+        assert!(store.inner.sqlite_file.is_none());
         assert_eq!(
             store
                 .inner
