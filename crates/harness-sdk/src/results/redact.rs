@@ -571,12 +571,35 @@ fn is_share_parent(parent: &str) -> bool {
     compact == b"share" || compact.windows(11).any(|w| w == b"publicshare")
 }
 
+/// Whether `key`, found in free text, names a secret: a sensitive key
+/// ([`is_sensitive_key`]) other than the words too common in prose ([`TEXT_EXEMPT_COMPACT`]).
 fn is_text_key(key: &str) -> bool {
-    is_sensitive_key(key)
-        && !TEXT_EXEMPT_COMPACT
+    is_sensitive_key(key) && !is_text_exempt(key)
+}
+
+/// Whether the compact form of `key` is one of [`TEXT_EXEMPT_COMPACT`] (looked up only when
+/// the first byte that is not `_` or `-` starts one of them).
+fn is_text_exempt(key: &str) -> bool {
+    key.bytes()
+        .find(|&b| b != b'_' && b != b'-')
+        .is_some_and(|b| TEXT_EXEMPT_FIRST[usize::from(b)])
+        && TEXT_EXEMPT_COMPACT
             .iter()
             .any(|t| compact_eq(key.as_bytes(), t.as_bytes()))
 }
+
+/// The first letters of the [`TEXT_EXEMPT_COMPACT`] entries, in either case.
+static TEXT_EXEMPT_FIRST: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut k = 0;
+    while k < TEXT_EXEMPT_COMPACT.len() {
+        let first = TEXT_EXEMPT_COMPACT[k].as_bytes()[0];
+        table[first.to_ascii_lowercase() as usize] = true;
+        table[first.to_ascii_uppercase() as usize] = true;
+        k += 1;
+    }
+    table
+};
 
 const TOKEN_PREFIXES: &[&str] = &[
     "sk-",
@@ -858,6 +881,28 @@ fn scan_words<'a>(
     let flags = families & FAMILY_FLAG != 0;
     let assignments = families & FAMILY_ASSIGNMENT != 0;
     let extra = families & FAMILY_EXTRA != 0;
+    // The word checks whose family can match.
+    let mut enabled = 0;
+    if tokens {
+        enabled |= CHECK_TOKEN | CHECK_DOTTED;
+    }
+    if assignments {
+        enabled |= CHECK_OPERATOR | CHECK_HIDDEN;
+    }
+    if bearer {
+        enabled |= CHECK_BEARER;
+    }
+    if basic {
+        enabled |= CHECK_BASIC;
+    }
+    if flags {
+        enabled |= CHECK_FLAG;
+    }
+    if extra {
+        enabled |= CHECK_CARD | CHECK_JWT | CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH;
+    }
+    // Caller prefixes can match a word of any length.
+    let any_length = if custom_prefixes { CHECK_TOKEN } else { 0 };
     // Without token prefixes, assignments and the extra shapes, a match can only start at
     // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
     let jump = !(tokens || assignments || extra);
@@ -903,41 +948,47 @@ fn scan_words<'a>(
         while j < n && is_word_byte(bytes[j]) {
             j += 1;
         }
-        let len = j - i;
-        // Every check below needs its family and one of these; most words fail them all.
+        // Every check below needs its family and a first byte, a length and a next byte that
+        // fit it (see `CHECK_*`); most words fit none.
         let next = bytes.get(j).copied();
-        let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
-        let bearer_check = (bearer && len == 6) || (basic && len == 5);
-        let flag_check = flags && c == b'-';
-        let assignment_check = assignments
-            && matches!(
-                next,
-                Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':' | b'\\')
-            );
-        let card_check = extra && c.is_ascii_digit();
-        let jwt_check = extra && c == b'e' && next == Some(b'.');
-        let oauth_check =
-            extra && ((len == 4 && next == Some(b'.')) || (len == 1 && next == Some(b'/')));
+        let checks = enabled
+            & CHECKS_BY_FIRST[usize::from(c)]
+            & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
+            & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length);
+        if checks == 0 {
+            i = j;
+            continue;
+        }
+        // The assignment operator is decided here, once: most words are followed by a blank
+        // and then another word, which no check after a word's end can use.
+        let operator = if checks & CHECK_OPERATOR != 0 {
+            assignment_operator(bytes, j)
+        } else {
+            None
+        };
+        // `:` right after the word (URLs, bot tokens) or an operator (assignments, encoded
+        // keys): every check that looks past the word's end needs one of them.
+        let colon = checks & CHECK_OPERATOR != 0 && next == Some(b':');
         // A key whose `=` follows invisible characters (`client_secret\u{3164}=`).
-        let hidden_eq = if assignments && next.is_some_and(|b| b >= 0x80) {
+        let hidden_eq = if checks & CHECK_HIDDEN != 0 {
             invisible_run_to_eq(text, j)
         } else {
             None
         };
-        let dotted_check = tokens && next == Some(b'.');
-        if !(token_check
-            || dotted_check
-            || hidden_eq.is_some()
-            || bearer_check
-            || flag_check
-            || assignment_check
-            || card_check
-            || jwt_check
-            || oauth_check)
+        if checks & !(CHECK_OPERATOR | CHECK_HIDDEN) == 0
+            && operator.is_none()
+            && !colon
+            && hidden_eq.is_none()
         {
             i = j;
             continue;
         }
+        let token_check = checks & CHECK_TOKEN != 0;
+        let dotted_check = checks & CHECK_DOTTED != 0;
+        let flag_check = checks & CHECK_FLAG != 0;
+        let card_check = checks & CHECK_CARD != 0;
+        let jwt_check = checks & CHECK_JWT != 0;
+        let oauth_check = checks & (CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH) != 0;
         // Payment card numbers (their groups span several words).
         if card_check && let Some(mut end) = card_number(bytes, i) {
             matched = true;
@@ -998,7 +1049,7 @@ fn scan_words<'a>(
             continue;
         }
         // `Bearer <token>`.
-        if bearer_check
+        if checks & CHECK_BEARER != 0
             && word.eq_ignore_ascii_case("bearer")
             && let Some((start, end)) = scheme_token(text, j)
         {
@@ -1008,8 +1059,7 @@ fn scan_words<'a>(
             continue;
         }
         // `Basic <base64 of user:password>` (an existing mask is kept).
-        if bearer_check
-            && basic
+        if checks & CHECK_BASIC != 0
             && word.eq_ignore_ascii_case("basic")
             && let Some((start, end)) = scheme_token(text, j)
             && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
@@ -1032,8 +1082,7 @@ fn scan_words<'a>(
             continue;
         }
         // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
-        if assignment_check
-            && next == Some(b':')
+        if colon
             && let Some(start) = bot_token_start(word, i)
             && let Some(end) = bot_token_end(bytes, j)
         {
@@ -1083,10 +1132,10 @@ fn scan_words<'a>(
         } else {
             word
         };
-        if assignment_check
-            && assignment_operator(bytes, j).is_some()
-            && let Some(mut a) = assignment(text, j)
-            && (is_text_key(key)
+        if let Some((op, header_style)) = operator
+            && let Some(text_key) = assignment_key(key, next)
+            && let Some(mut a) = assignment_value(text, op, header_style)
+            && (text_key
                 || is_query_secret(bytes, i, next, &a, key)
                 || is_gitlab_session(text, next, &a, key))
         {
@@ -1148,7 +1197,7 @@ fn scan_words<'a>(
         }
         // A query or form key spelled with percent escapes, `+` or invisible characters
         // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
-        if assignment_check
+        if operator.is_some()
             && next == Some(b'=')
             && let Some(key) = encoded_key(text, i, j)
             && is_text_key(&key)
@@ -1174,6 +1223,89 @@ fn scan_words<'a>(
     }
     (rw.finish(), matched)
 }
+
+/// Word checks of [`scan_words`], as bits: a check runs at a word only when the word's first
+/// byte ([`CHECKS_BY_FIRST`]), its length ([`CHECKS_BY_LEN`]) and the byte after it
+/// ([`CHECKS_BY_NEXT`]) all allow it. A token prefix: at least [`BUILTIN_TOKEN_MIN_LEN`]
+/// bytes (any length for caller prefixes).
+const CHECK_TOKEN: u16 = 1;
+/// A dotted token (`SG.…`): the word is followed by `.`.
+const CHECK_DOTTED: u16 = 1 << 1;
+/// A key whose `=` follows invisible characters: the word is followed by a non-ASCII byte.
+const CHECK_HIDDEN: u16 = 1 << 2;
+/// `Bearer <token>`: a word of 6 bytes.
+const CHECK_BEARER: u16 = 1 << 3;
+/// `Basic <credential>`: a word of 5 bytes.
+const CHECK_BASIC: u16 = 1 << 4;
+/// `--flag value` and private key blocks: the word starts with `-`.
+const CHECK_FLAG: u16 = 1 << 5;
+/// Assignments, bot tokens and URLs: the word is followed by a quote, a blank, `=`, `:` or
+/// `\` (everything [`assignment_operator`] can start with, and the `:` of a URL).
+const CHECK_OPERATOR: u16 = 1 << 6;
+/// Payment card numbers: the word starts with a digit.
+const CHECK_CARD: u16 = 1 << 7;
+/// JSON web tokens: the word starts with `e` and is followed by `.`.
+const CHECK_JWT: u16 = 1 << 8;
+/// Google OAuth access tokens (`ya29.…`): a word of 4 bytes followed by `.`.
+const CHECK_OAUTH_ACCESS: u16 = 1 << 9;
+/// Google OAuth refresh tokens (`1//…`): a word of 1 byte followed by `/`.
+const CHECK_OAUTH_REFRESH: u16 = 1 << 10;
+/// Every word check.
+const CHECK_ALL: u16 = (1 << 11) - 1;
+/// Word lengths at or above this share one entry of [`CHECKS_BY_LEN`].
+const CHECK_LEN_MAX: usize = BUILTIN_TOKEN_MIN_LEN;
+
+/// For each first byte of a word, the checks it allows.
+static CHECKS_BY_FIRST: [u16; 256] = {
+    let mut table = [CHECK_ALL & !(CHECK_FLAG | CHECK_CARD | CHECK_JWT); 256];
+    table[b'-' as usize] |= CHECK_FLAG;
+    let mut d = b'0';
+    while d <= b'9' {
+        table[d as usize] |= CHECK_CARD;
+        d += 1;
+    }
+    table[b'e' as usize] |= CHECK_JWT;
+    table
+};
+
+/// For each byte after a word (index 256: the word ends the text), the checks it allows.
+static CHECKS_BY_NEXT: [u16; 257] = {
+    let after = CHECK_DOTTED
+        | CHECK_HIDDEN
+        | CHECK_OPERATOR
+        | CHECK_JWT
+        | CHECK_OAUTH_ACCESS
+        | CHECK_OAUTH_REFRESH;
+    let mut table = [CHECK_ALL & !after; 257];
+    table[b'.' as usize] |= CHECK_DOTTED | CHECK_JWT | CHECK_OAUTH_ACCESS;
+    table[b'/' as usize] |= CHECK_OAUTH_REFRESH;
+    let operators = b"\"' \t=:\\";
+    let mut k = 0;
+    while k < operators.len() {
+        table[operators[k] as usize] |= CHECK_OPERATOR;
+        k += 1;
+    }
+    let mut b = 0x80;
+    while b < 256 {
+        table[b] |= CHECK_HIDDEN;
+        b += 1;
+    }
+    table
+};
+
+/// For each word length up to [`CHECK_LEN_MAX`] (longer words use the last entry), the checks
+/// it allows.
+static CHECKS_BY_LEN: [u16; CHECK_LEN_MAX + 1] = {
+    let by_len =
+        CHECK_TOKEN | CHECK_BEARER | CHECK_BASIC | CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH;
+    let mut table = [CHECK_ALL & !by_len; CHECK_LEN_MAX + 1];
+    table[CHECK_LEN_MAX] |= CHECK_TOKEN;
+    table[6] |= CHECK_BEARER;
+    table[5] |= CHECK_BASIC;
+    table[4] |= CHECK_OAUTH_ACCESS;
+    table[1] |= CHECK_OAUTH_REFRESH;
+    table
+};
 
 /// Pattern families of the text layer, as bits of [`pattern_families`].
 const FAMILY_SHELL: u16 = 1;
@@ -1594,21 +1726,53 @@ fn jwt(bytes: &[u8], start: usize) -> Option<usize> {
 fn url_password(text: &str, scheme_end: usize) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let authority = scheme_end + 3;
-    let mut k = authority;
     let mut at = None;
-    while k < bytes.len() {
-        match bytes[k] {
-            b'/' | b'?' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' => break,
-            b if b.is_ascii_whitespace() => break,
-            b'@' => at = Some(k),
-            _ => {}
+    let mut colon = None;
+    for (k, &b) in bytes.iter().enumerate().skip(authority) {
+        match AUTHORITY_BYTES[usize::from(b)] {
+            AUTHORITY_OTHER => {}
+            AUTHORITY_AT => at = Some(k),
+            AUTHORITY_COLON => {
+                colon = colon.or(Some(k));
+            }
+            _ => break,
         }
-        k += 1;
     }
-    let at = at?;
-    let colon = authority + text[authority..at].find(':')?;
+    // The first `:` of the user information (before the last `@`).
+    let (at, colon) = (at?, colon?);
     (colon + 1 < at).then_some((colon + 1, at))
 }
+
+/// In [`AUTHORITY_BYTES`]: a byte that neither ends the authority nor splits it.
+const AUTHORITY_OTHER: u8 = 0;
+/// In [`AUTHORITY_BYTES`]: `@`, the end of the user information.
+const AUTHORITY_AT: u8 = 1;
+/// In [`AUTHORITY_BYTES`]: `:`, between the user name and the password.
+const AUTHORITY_COLON: u8 = 2;
+/// In [`AUTHORITY_BYTES`]: a byte that ends the authority (`/`, `?`, `#`, a quote or backquote,
+/// `<`, `>` and blanks).
+const AUTHORITY_END: u8 = 3;
+
+/// The class of each byte in the authority of a URL, for [`url_password`].
+static AUTHORITY_BYTES: [u8; 256] = {
+    let mut table = [AUTHORITY_OTHER; 256];
+    let ends = b"/?#\"'`<>";
+    let mut k = 0;
+    while k < ends.len() {
+        table[ends[k] as usize] = AUTHORITY_END;
+        k += 1;
+    }
+    let mut b = 0;
+    while b < 128 {
+        if (b as u8).is_ascii_whitespace() {
+            table[b] = AUTHORITY_END;
+        }
+        b += 1;
+    }
+    table[b'@' as usize] = AUTHORITY_AT;
+    table[b':' as usize] = AUTHORITY_COLON;
+    table
+};
 
 /// `-----BEGIN … PRIVATE KEY-----` at `start`: the byte range of the key body (after the
 /// header line, up to the matching `-----END` line, or to the end of the text when the block
@@ -2037,10 +2201,39 @@ fn assignment_operator(bytes: &[u8], after: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// The assignment after a key ending at `after`: its operator ([`assignment_operator`]) and
+/// its value ([`assignment_value`]).
 fn assignment(text: &str, after: usize) -> Option<Assignment> {
+    let (op, header_style) = assignment_operator(text.as_bytes(), after)?;
+    assignment_value(text, op, header_style)
+}
+
+/// Whether the word `key`, followed by the byte `next` and an assignment operator, can be the
+/// key of a masked assignment: `Some(true)` for a sensitive key ([`is_text_key`]),
+/// `Some(false)` for a key that only a form pair or a session cookie makes secret (decided
+/// by [`is_query_secret`] and [`is_gitlab_session`] once the value is known), `None` for any
+/// other key (its value need not be found).
+fn assignment_key(key: &str, next: Option<u8>) -> Option<bool> {
+    if is_text_key(key) {
+        return Some(true);
+    }
+    // Both other rules need `=` and one of their few keys (every key they accept must be
+    // listed here).
+    let form_key = next == Some(b'=')
+        && (key.eq_ignore_ascii_case("_gitlab_session")
+            || compact_lower(key).is_some_and(|(buf, n)| {
+                matches!(
+                    &buf[..n],
+                    b"code" | b"sig" | b"xamzsignature" | b"signature"
+                )
+            }));
+    form_key.then_some(false)
+}
+
+/// The value of an assignment whose operator is at `op` (`:` when `header_style`, else `=`).
+fn assignment_value(text: &str, op: usize, header_style: bool) -> Option<Assignment> {
     let bytes = text.as_bytes();
-    let (mut k, header_style) = assignment_operator(bytes, after)?;
-    k += 1;
+    let mut k = op + 1;
     // Blanks, and in serialized text the escapes `\t`, `\n` and `\r` that stand for them.
     let blank_len = |at: usize| match bytes.get(at) {
         Some(b' ' | b'\t') => 1,
@@ -2218,6 +2411,9 @@ fn embedded_token_start(word: &str) -> Option<usize> {
 ///
 /// The first pair right after an explicit body label (`body: code=…`, `form_body=signature=…`)
 /// is a form pair too, even alone; there `signature` counts as well.
+///
+/// Called only for the keys that [`assignment_key`] lets through: a key added here must be
+/// added there.
 fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key: &str) -> bool {
     if next != Some(b'=') {
         return false;
@@ -2284,6 +2480,8 @@ fn escaped_scheme_parameters(bytes: &[u8], a: &Assignment, value: &str) -> Optio
 
 /// GitLab's web session cookie, `_gitlab_session=<at least 32 token characters>`; a shorter
 /// value (`_gitlab_session=short` in documentation) stays readable.
+///
+/// Called only for the keys that [`assignment_key`] lets through.
 fn is_gitlab_session(text: &str, next: Option<u8>, a: &Assignment, key: &str) -> bool {
     next == Some(b'=')
         && key.eq_ignore_ascii_case("_gitlab_session")
@@ -3236,5 +3434,28 @@ mod tests {
             let once = redact_text(s);
             assert_eq!(redact_text(&once), once, "{s}");
         }
+    }
+
+    #[test]
+    fn form_pair_keys_reach_their_rules() {
+        // Every key `is_query_secret` or `is_gitlab_session` can accept gets past
+        // `assignment_key`, whatever its case and separators.
+        for key in [
+            "code",
+            "CODE",
+            "c_o-d_e",
+            "sig",
+            "x-amz-signature",
+            "X_Amz_Signature",
+            "xamzsignature",
+            "signature",
+            "_gitlab_session",
+            "_GitLab_Session",
+        ] {
+            assert_eq!(assignment_key(key, Some(b'=')), Some(false), "{key}");
+            assert_eq!(assignment_key(key, Some(b':')), None, "{key}");
+        }
+        assert_eq!(assignment_key("password", Some(b':')), Some(true));
+        assert_eq!(assignment_key("name", Some(b'=')), None);
     }
 }
