@@ -944,10 +944,7 @@ fn scan_words<'a>(
         }
         // `i` starts a word: it follows a non-word byte or the end of a match, and every match
         // ends at a non-word byte, after `}` or at the end of the text.
-        let mut j = i + 1;
-        while j < n && is_word_byte(bytes[j]) {
-            j += 1;
-        }
+        let j = word_end(bytes, i + 1);
         // Every check below needs its family and a first byte, a length and a next byte that
         // fit it (see `CHECK_*`); most words fit none.
         let next = bytes.get(j).copied();
@@ -955,13 +952,19 @@ fn scan_words<'a>(
             & CHECKS_BY_FIRST[usize::from(c)]
             & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
             & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length);
+        // A word that no check takes is skipped with the space after it (a space starts
+        // nothing).
+        let skip = j + usize::from(next == Some(b' '));
         if checks == 0 {
-            i = j;
+            i = skip;
             continue;
         }
         // The assignment operator is decided here, once: most words are followed by a blank
-        // and then another word, which no check after a word's end can use.
-        let operator = if checks & CHECK_OPERATOR != 0 {
+        // and then another word, which no check after a word's end can use. (A space and a
+        // word character, the most common case, leave no room for an operator.)
+        let operator = if checks & CHECK_OPERATOR != 0
+            && !(next == Some(b' ') && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
+        {
             assignment_operator(bytes, j)
         } else {
             None
@@ -980,7 +983,7 @@ fn scan_words<'a>(
             && !colon
             && hidden_eq.is_none()
         {
-            i = j;
+            i = skip;
             continue;
         }
         let token_check = checks & CHECK_TOKEN != 0;
@@ -1222,6 +1225,18 @@ fn scan_words<'a>(
         i = j;
     }
     (rw.finish(), matched)
+}
+
+/// The end of the word characters of `bytes` from `from` (the index of the first other byte,
+/// or the length). Kept out of [`scan_words`], whose many live values would otherwise be
+/// reloaded from the stack at every byte.
+#[inline(never)]
+fn word_end(bytes: &[u8], from: usize) -> usize {
+    let mut j = from;
+    while j < bytes.len() && is_word_byte(bytes[j]) {
+        j += 1;
+    }
+    j
 }
 
 /// Word checks of [`scan_words`], as bits: a check runs at a word only when the word's first
@@ -1580,13 +1595,27 @@ fn count_digits(bytes: &[u8]) -> usize {
             .count()
 }
 
-/// Whether `bytes` holds at least two `.`. The last one is looked for from the end (a
-/// sentence's full stop or a file extension is usually near it), the other with `memchr`.
+/// Whether `bytes` holds at least two `.`, counted eight bytes at a time (the texts are
+/// short: a search with `memchr` costs more to set up than this loop).
 fn has_two_dots(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .rposition(|&b| b == b'.')
-        .is_some_and(|last| bytes[..last].contains(&b'.'))
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut dots = 0u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        // The dots become zero bytes; per byte, without carries between bytes, the high bit
+        // of `(low + 0x7f) | w` is set unless the byte is zero.
+        let w = u64::from_le_bytes(word) ^ (u64::from(b'.') * ONES);
+        let zeros = !(((w & !HIGH) + !HIGH) | w) & HIGH;
+        // One bit per dot at bit 7 of its byte: summed with a multiply (at most 8).
+        dots += (zeros >> 7).wrapping_mul(ONES) >> 56;
+        if dots >= 2 {
+            return true;
+        }
+    }
+    dots + chunks.remainder().iter().filter(|&&b| b == b'.').count() as u64 >= 2
 }
 
 /// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
@@ -2096,8 +2125,13 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
 
 /// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
 fn is_authorization_key(word: &str) -> bool {
-    compact_eq(word.as_bytes(), b"authorization")
-        || compact_eq(word.as_bytes(), b"proxyauthorization")
+    // Both names end with `n`: the last letter tells most keys apart.
+    word.bytes()
+        .rev()
+        .find(|&b| b != b'_' && b != b'-')
+        .is_some_and(|b| b.eq_ignore_ascii_case(&b'n'))
+        && (compact_eq(word.as_bytes(), b"authorization")
+            || compact_eq(word.as_bytes(), b"proxyauthorization"))
 }
 
 /// The credentials after an authorization scheme that the assignment rule did not recognise
@@ -2214,7 +2248,7 @@ fn assignment(text: &str, after: usize) -> Option<Assignment> {
 /// by [`is_query_secret`] and [`is_gitlab_session`] once the value is known), `None` for any
 /// other key (its value need not be found).
 fn assignment_key(key: &str, next: Option<u8>) -> Option<bool> {
-    if is_text_key(key) {
+    if is_text_key_memo(key) {
         return Some(true);
     }
     // Both other rules need `=` and one of their few keys (every key they accept must be
@@ -2228,6 +2262,49 @@ fn assignment_key(key: &str, next: Option<u8>) -> Option<bool> {
                 )
             }));
     form_key.then_some(false)
+}
+
+/// Keys of at most this many bytes are remembered by [`is_text_key_memo`].
+const TEXT_KEY_MEMO_MAX: usize = 16;
+
+/// Slots of [`TEXT_KEY_MEMO`] (a power of two).
+const TEXT_KEY_MEMO_SLOTS: usize = 16;
+
+/// One slot of [`TEXT_KEY_MEMO`]: a key's bytes (zero-padded, little-endian), its length (0:
+/// an empty slot) and its [`is_text_key`] verdict.
+type TextKeySlot = Cell<(u128, u8, bool)>;
+
+thread_local! {
+    /// Recent verdicts of [`is_text_key`] for short keys, in slots chosen by a hash of the key.
+    static TEXT_KEY_MEMO: [TextKeySlot; TEXT_KEY_MEMO_SLOTS] =
+        const { [const { Cell::new((0, 0, false)) }; TEXT_KEY_MEMO_SLOTS] };
+}
+
+/// [`is_text_key`], remembered per thread for keys of up to [`TEXT_KEY_MEMO_MAX`] bytes: the
+/// keys of assignments repeat from one text to the next (the records of a document), and a
+/// sensitive key costs far more to judge than to look up.
+fn is_text_key_memo(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    let len = bytes.len();
+    if len == 0 || len > TEXT_KEY_MEMO_MAX {
+        return is_text_key(key);
+    }
+    let mut buf = [0u8; TEXT_KEY_MEMO_MAX];
+    buf[..len].copy_from_slice(bytes);
+    let packed = u128::from_le_bytes(buf);
+    let len = len as u8;
+    let mixed = (packed as u64 ^ (packed >> 64) as u64 ^ u64::from(len))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let slot = (mixed >> (64 - TEXT_KEY_MEMO_SLOTS.trailing_zeros())) as usize;
+    TEXT_KEY_MEMO.with(|memo| {
+        let (known, known_len, verdict) = memo[slot].get();
+        if known_len == len && known == packed {
+            return verdict;
+        }
+        let verdict = is_text_key(key);
+        memo[slot].set((packed, len, verdict));
+        verdict
+    })
 }
 
 /// The value of an assignment whose operator is at `op` (`:` when `header_style`, else `=`).
