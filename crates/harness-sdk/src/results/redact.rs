@@ -1349,7 +1349,7 @@ const FAMILY_BASIC: u16 = 1 << 8;
 const FAMILY_TOKEN: u16 =
     FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER | FAMILY_TOKEN_VENDOR;
 /// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`,
-/// in a text with at least two `.`. (The [`VENDOR_PREFIXES`] share the dash, underscore and
+/// in a text with at least two `.` and a `.` followed by a word character. (The [`VENDOR_PREFIXES`] share the dash, underscore and
 /// upper-case families.)
 const FAMILY_TOKEN_VENDOR: u16 = 1 << 9;
 /// Every family (used with caller prefixes, which the families do not cover).
@@ -1439,13 +1439,17 @@ const DA_HINT: u16 = 1 << 13;
 const YA_HINT: u16 = 1 << 12;
 /// In [`PAIR`]: `ap`, the other pair of `dapi` (looked for only with [`DA_HINT`]).
 const AP_HINT: u16 = 1 << 10;
+/// In [`PAIR`]: `.` followed by a word character, which every dotted token has (after each of
+/// its two dots).
+const DOT_HINT: u16 = 1 << 11;
 /// Every hint bit of [`PAIR`] (none of them is a family).
-const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT;
+const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT | DOT_HINT;
 
 /// [`PAIR_FIRST`] and [`PAIR_SECOND`] in one load: the first-byte families in the low half,
 /// the second-byte families in the high half (the digit bit left out), plus the hints
-/// ([`CARD_HINT`], [`DA_HINT`], [`YA_HINT`]): `da` and `ya` set a hint instead of their
-/// family, which is then turned on only when the text holds `dapi` or `ya29`.
+/// ([`CARD_HINT`], [`DA_HINT`], [`YA_HINT`], [`AP_HINT`], [`DOT_HINT`]): `da` and `ya` set a
+/// hint instead of their family, which is then turned on only when the text holds `dapi` or
+/// `ya29`.
 static PAIR: [u32; 256] = {
     let mut table = [0u32; 256];
     let mut b = 0;
@@ -1471,6 +1475,12 @@ static PAIR: [u32; 256] = {
         }
         if c == b'p' {
             second |= AP_HINT;
+        }
+        if c == b'.' {
+            first |= DOT_HINT;
+        }
+        if WORD_BYTES[b] {
+            second |= DOT_HINT;
         }
         table[b] = first as u32 | (second as u32) << 16;
         b += 1;
@@ -1511,11 +1521,12 @@ fn pattern_families(bytes: &[u8]) -> u16 {
     if families & (CARD_HINT | DA_HINT | YA_HINT | FAMILY_BEARER | FAMILY_BASIC) != 0 {
         families = confirm_word_families(bytes, families);
     }
+    let dot_before_word = families & DOT_HINT != 0;
     families &= !HINTS;
-    // Every dotted token has two dots (`SG.<id>.<secret>`, `dp.pt.<secret>`,
-    // `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`, a sentence's full stop) is not
-    // enough to scan for them.
-    if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+    // Every dotted token has two dots, each followed by a word character (`SG.<id>.<secret>`,
+    // `dp.pt.<secret>`, `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`) or dots that
+    // end sentences are not enough to scan for them.
+    if families & FAMILY_TOKEN_VENDOR != 0 && !(dot_before_word && has_two_dots(bytes)) {
         families &= !FAMILY_TOKEN_VENDOR;
     }
     // The last byte pairs with nothing: only the single-byte families.
@@ -3301,7 +3312,8 @@ mod tests {
         if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
             families |= FAMILY_EXTRA;
         }
-        if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+        let dot_before_word = bytes.windows(2).any(|w| w[0] == b'.' && is_word_byte(w[1]));
+        if families & FAMILY_TOKEN_VENDOR != 0 && !(dot_before_word && has_two_dots(bytes)) {
             families &= !FAMILY_TOKEN_VENDOR;
         }
         families | (first & FAMILY_SINGLE)
