@@ -953,278 +953,271 @@ fn scan_words<'a>(
             & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
             & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length);
         // A word that no check takes is skipped with the space after it (a space starts
-        // nothing).
+        // nothing). So is a word that only an assignment could take, followed by a space and
+        // a word character: no operator can be there (the most common case, decided here).
         let skip = j + usize::from(next == Some(b' '));
-        if checks == 0 {
-            i = skip;
-            continue;
-        }
-        // The assignment operator is decided here, once: most words are followed by a blank
-        // and then another word, which no check after a word's end can use. (A space and a
-        // word character, the most common case, leave no room for an operator.)
-        let operator = if checks & CHECK_OPERATOR != 0
-            && !(next == Some(b' ') && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
-        {
-            assignment_operator(bytes, j)
-        } else {
-            None
-        };
-        // `:` right after the word (URLs, bot tokens) or an operator (assignments, encoded
-        // keys): every check that looks past the word's end needs one of them.
-        let colon = checks & CHECK_OPERATOR != 0 && next == Some(b':');
-        // A key whose `=` follows invisible characters (`client_secret\u{3164}=`).
-        let hidden_eq = if checks & CHECK_HIDDEN != 0 {
-            invisible_run_to_eq(text, j)
-        } else {
-            None
-        };
-        if checks & !(CHECK_OPERATOR | CHECK_HIDDEN) == 0
-            && operator.is_none()
-            && !colon
-            && hidden_eq.is_none()
+        if checks == 0
+            || (checks == CHECK_OPERATOR
+                && next == Some(b' ')
+                && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
         {
             i = skip;
             continue;
         }
-        let token_check = checks & CHECK_TOKEN != 0;
-        let dotted_check = checks & CHECK_DOTTED != 0;
-        let flag_check = checks & CHECK_FLAG != 0;
-        let card_check = checks & CHECK_CARD != 0;
-        let jwt_check = checks & CHECK_JWT != 0;
-        let oauth_check = checks & (CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH) != 0;
-        // Payment card numbers (their groups span several words).
-        if card_check && let Some(mut end) = card_number(bytes, i) {
-            matched = true;
-            // Digits that read as a card but run into `:<token>` end in a bot token's secret.
-            if bytes.get(end) == Some(&b':')
-                && let Some(bot_end) = bot_token_end(bytes, end)
-            {
-                end = bot_end;
+        match match_word(text, config, custom_prefixes, &mut rw, i, j, checks) {
+            Some(end) => {
+                matched = true;
+                i = end;
             }
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
+            None => i = skip,
         }
-        // JSON web tokens.
-        if jwt_check
-            && bytes[i..].starts_with(b"eyJ")
-            && let Some(end) = jwt(bytes, i)
-        {
-            matched = true;
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
-        }
-        // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
-        if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
-            matched = true;
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
-        }
-        // `SG.…`, `dp.pt.…` and Discord bot tokens (`<id>.<time>.<hmac>`).
-        if dotted_check && let Some(end) = dotted_token(bytes, i, j) {
-            matched = true;
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
-        }
-        // Word bytes are ASCII, so `i` and `j` are character boundaries.
-        let word = &text[i..j];
-        // Known token prefixes.
-        if token_check
-            && ((is_builtin_token(word) && !is_base64_continuation(bytes, i, word))
-                || (custom_prefixes && is_custom_token(word, config)))
-        {
-            matched = true;
-            let edges = safe_mask_edges(word, false);
-            rw.replace_with(i, j, |out| push_mask(out, word, edges));
-            i = j;
-            continue;
-        }
-        // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
-        if token_check && let Some(at) = embedded_token_start(word) {
-            matched = true;
-            let token = &word[at..];
-            let edges = safe_mask_edges(token, false);
-            rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
-            i = j;
-            continue;
-        }
-        // `Bearer <token>`.
-        if checks & CHECK_BEARER != 0
-            && word.eq_ignore_ascii_case("bearer")
-            && let Some((start, end)) = scheme_token(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `Basic <base64 of user:password>` (an existing mask is kept).
-        if checks & CHECK_BASIC != 0
-            && word.eq_ignore_ascii_case("basic")
-            && let Some((start, end)) = scheme_token(text, j)
-            && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
-        if flag_check
-            && word == "-----BEGIN"
-            && let Some((start, end)) = pem_private_key(text, i)
-        {
-            matched = true;
-            if text[start..end].trim() != MASK {
-                rw.replace(start, end, "\n***\n");
-            }
-            i = end;
-            continue;
-        }
-        // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
-        if colon
-            && let Some(start) = bot_token_start(word, i)
-            && let Some(end) = bot_token_end(bytes, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `scheme://user:password@host` (URLs and connection strings).
-        if next == Some(b':')
-            && bytes[j..].starts_with(b"://")
-            && let Some((start, end)) = url_password(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // Slack and Discord webhook URLs: the path after the fixed part is the secret.
-        if next == Some(b':')
-            && bytes[j..].starts_with(b"://")
-            && let Some((start, end)) = webhook_secret(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `--api-key value`.
-        if flag_check
-            && let Some(flag) = word.strip_prefix("--")
-            && is_text_key(flag)
-            && let Some((start, end)) = flag_value(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
-        // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
-        // quote, a blank, `=` or `:` right after the word.)
-        // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
-        let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1
-        {
-            &word[1..]
-        } else {
-            word
-        };
-        if let Some((op, header_style)) = operator
-            && let Some(text_key) = assignment_key(key, next)
-            && let Some(mut a) = assignment_value(text, op, header_style)
-            && (text_key
-                || is_query_secret(bytes, i, next, &a, key)
-                || is_gitlab_session(text, next, &a, key))
-        {
-            matched = true;
-            // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
-            if i > 0
-                && matches!(bytes[i - 1], b'?' | b'&')
-                && !a.quoted
-                && let Some(hash) = text[a.value_start..a.value_end].find('#')
-                && hash > 0
-            {
-                a.value_end = a.value_start + hash;
-            }
-            let value = &text[a.value_start..a.value_end];
-            if is_authorization_key(key) {
-                if a.quoted
-                    && let Some(credentials) = escaped_scheme_parameters(bytes, &a, value)
-                {
-                    // `\"Digest response=\\\"…\\\"\"` in serialized text: the scheme stays,
-                    // its parameters become one mask.
-                    if &text[credentials..a.value_end] != MASK {
-                        rw.replace(credentials, a.value_end, MASK);
-                    }
-                    i = a.value_end;
-                    continue;
-                }
-                if a.quoted && value.contains(' ') {
-                    // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
-                    if value != MASK {
-                        rw.replace(a.value_start, a.value_end, MASK);
-                    }
-                    i = a.value_end;
-                    continue;
-                }
-                if !a.quoted
-                    && !a.after_scheme
-                    && let Some((start, end)) =
-                        authorization_credentials(text, a.value_start, a.value_end)
-                {
-                    // `Authorization: Digest username="…", response="…"`: the scheme stays,
-                    // every credential parameter after it is masked.
-                    let credentials = &text[start..end];
-                    if credentials.contains([' ', ',', '"', '=']) {
-                        if credentials != MASK {
-                            rw.replace(start, end, MASK);
-                        }
-                    } else {
-                        rw.mask_span(start, end, false);
-                    }
-                    i = end;
-                    continue;
-                }
-            }
-            if !is_own_shell_reference(key, value) {
-                rw.mask_span(a.value_start, a.value_end, a.quoted);
-            }
-            i = a.value_end;
-            continue;
-        }
-        // A query or form key spelled with percent escapes, `+` or invisible characters
-        // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
-        if operator.is_some()
-            && next == Some(b'=')
-            && let Some(key) = encoded_key(text, i, j)
-            && is_text_key(&key)
-            && let Some(a) = assignment(text, j)
-        {
-            matched = true;
-            rw.mask_span(a.value_start, a.value_end, a.quoted);
-            i = a.value_end;
-            continue;
-        }
-        // The same with invisible characters between the key and its `=`: the key is judged
-        // with every invisible character dropped.
-        if let Some(eq) = hidden_eq
-            && encoded_key(text, i, j).map_or_else(|| is_text_key(word), |key| is_text_key(&key))
-            && let Some(a) = assignment(text, eq)
-        {
-            matched = true;
-            rw.mask_span(a.value_start, a.value_end, a.quoted);
-            i = a.value_end;
-            continue;
-        }
-        i = j;
     }
     (rw.finish(), matched)
+}
+
+/// The checks of [`scan_words`] at the word `text[i..j]` that `checks` allows (at least one):
+/// the end of the match when one matched (its span rewritten in `rw`), `None` when none did.
+/// Kept out of the scan loop, which most words leave before these checks.
+#[inline(never)]
+fn match_word<'a>(
+    text: &'a str,
+    config: &RedactionConfig,
+    custom_prefixes: bool,
+    rw: &mut Rewrite<'a>,
+    i: usize,
+    j: usize,
+    checks: u16,
+) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let c = bytes[i];
+    let next = bytes.get(j).copied();
+    // The assignment operator is decided here, once: most words are followed by a blank
+    // and then another word, which no check after a word's end can use. (A space and a
+    // word character, the most common case, leave no room for an operator.)
+    let operator = if checks & CHECK_OPERATOR != 0
+        && !(next == Some(b' ') && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
+    {
+        assignment_operator(bytes, j)
+    } else {
+        None
+    };
+    // `:` right after the word (URLs, bot tokens) or an operator (assignments, encoded
+    // keys): every check that looks past the word's end needs one of them.
+    let colon = checks & CHECK_OPERATOR != 0 && next == Some(b':');
+    // A key whose `=` follows invisible characters (`client_secret\u{3164}=`).
+    let hidden_eq = if checks & CHECK_HIDDEN != 0 {
+        invisible_run_to_eq(text, j)
+    } else {
+        None
+    };
+    if checks & !(CHECK_OPERATOR | CHECK_HIDDEN) == 0
+        && operator.is_none()
+        && !colon
+        && hidden_eq.is_none()
+    {
+        return None;
+    }
+    let token_check = checks & CHECK_TOKEN != 0;
+    let dotted_check = checks & CHECK_DOTTED != 0;
+    let flag_check = checks & CHECK_FLAG != 0;
+    let card_check = checks & CHECK_CARD != 0;
+    let jwt_check = checks & CHECK_JWT != 0;
+    let oauth_check = checks & (CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH) != 0;
+    // Payment card numbers (their groups span several words).
+    if card_check && let Some(mut end) = card_number(bytes, i) {
+        // Digits that read as a card but run into `:<token>` end in a bot token's secret.
+        if bytes.get(end) == Some(&b':')
+            && let Some(bot_end) = bot_token_end(bytes, end)
+        {
+            end = bot_end;
+        }
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // JSON web tokens.
+    if jwt_check
+        && bytes[i..].starts_with(b"eyJ")
+        && let Some(end) = jwt(bytes, i)
+    {
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
+    if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // `SG.…`, `dp.pt.…` and Discord bot tokens (`<id>.<time>.<hmac>`).
+    if dotted_check && let Some(end) = dotted_token(bytes, i, j) {
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // Word bytes are ASCII, so `i` and `j` are character boundaries.
+    let word = &text[i..j];
+    // Known token prefixes.
+    if token_check
+        && ((is_builtin_token(word) && !is_base64_continuation(bytes, i, word))
+            || (custom_prefixes && is_custom_token(word, config)))
+    {
+        let edges = safe_mask_edges(word, false);
+        rw.replace_with(i, j, |out| push_mask(out, word, edges));
+        return Some(j);
+    }
+    // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
+    if token_check && let Some(at) = embedded_token_start(word) {
+        let token = &word[at..];
+        let edges = safe_mask_edges(token, false);
+        rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
+        return Some(j);
+    }
+    // `Bearer <token>`.
+    if checks & CHECK_BEARER != 0
+        && word.eq_ignore_ascii_case("bearer")
+        && let Some((start, end)) = scheme_token(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `Basic <base64 of user:password>` (an existing mask is kept).
+    if checks & CHECK_BASIC != 0
+        && word.eq_ignore_ascii_case("basic")
+        && let Some((start, end)) = scheme_token(text, j)
+        && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
+    if flag_check
+        && word == "-----BEGIN"
+        && let Some((start, end)) = pem_private_key(text, i)
+    {
+        if text[start..end].trim() != MASK {
+            rw.replace(start, end, "\n***\n");
+        }
+        return Some(end);
+    }
+    // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
+    if colon
+        && let Some(start) = bot_token_start(word, i)
+        && let Some(end) = bot_token_end(bytes, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `scheme://user:password@host` (URLs and connection strings).
+    if next == Some(b':')
+        && bytes[j..].starts_with(b"://")
+        && let Some((start, end)) = url_password(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // Slack and Discord webhook URLs: the path after the fixed part is the secret.
+    if next == Some(b':')
+        && bytes[j..].starts_with(b"://")
+        && let Some((start, end)) = webhook_secret(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `--api-key value`.
+    if flag_check
+        && let Some(flag) = word.strip_prefix("--")
+        && is_text_key(flag)
+        && let Some((start, end)) = flag_value(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
+    // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
+    // quote, a blank, `=` or `:` right after the word.)
+    // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
+    let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1 {
+        &word[1..]
+    } else {
+        word
+    };
+    if let Some((op, header_style)) = operator
+        && let Some(text_key) = assignment_key(key, next)
+        && let Some(mut a) = assignment_value(text, op, header_style)
+        && (text_key
+            || is_query_secret(bytes, i, next, &a, key)
+            || is_gitlab_session(text, next, &a, key))
+    {
+        // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
+        if i > 0
+            && matches!(bytes[i - 1], b'?' | b'&')
+            && !a.quoted
+            && let Some(hash) = text[a.value_start..a.value_end].find('#')
+            && hash > 0
+        {
+            a.value_end = a.value_start + hash;
+        }
+        let value = &text[a.value_start..a.value_end];
+        if is_authorization_key(key) {
+            if a.quoted
+                && let Some(credentials) = escaped_scheme_parameters(bytes, &a, value)
+            {
+                // `\"Digest response=\\\"…\\\"\"` in serialized text: the scheme stays,
+                // its parameters become one mask.
+                if &text[credentials..a.value_end] != MASK {
+                    rw.replace(credentials, a.value_end, MASK);
+                }
+                return Some(a.value_end);
+            }
+            if a.quoted && value.contains(' ') {
+                // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
+                if value != MASK {
+                    rw.replace(a.value_start, a.value_end, MASK);
+                }
+                return Some(a.value_end);
+            }
+            if !a.quoted
+                && !a.after_scheme
+                && let Some((start, end)) =
+                    authorization_credentials(text, a.value_start, a.value_end)
+            {
+                // `Authorization: Digest username="…", response="…"`: the scheme stays,
+                // every credential parameter after it is masked.
+                let credentials = &text[start..end];
+                if credentials.contains([' ', ',', '"', '=']) {
+                    if credentials != MASK {
+                        rw.replace(start, end, MASK);
+                    }
+                } else {
+                    rw.mask_span(start, end, false);
+                }
+                return Some(end);
+            }
+        }
+        if !is_own_shell_reference(key, value) {
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+        }
+        return Some(a.value_end);
+    }
+    // A query or form key spelled with percent escapes, `+` or invisible characters
+    // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
+    if operator.is_some()
+        && next == Some(b'=')
+        && let Some(key) = encoded_key(text, i, j)
+        && is_text_key(&key)
+        && let Some(a) = assignment(text, j)
+    {
+        rw.mask_span(a.value_start, a.value_end, a.quoted);
+        return Some(a.value_end);
+    }
+    // The same with invisible characters between the key and its `=`: the key is judged
+    // with every invisible character dropped.
+    if let Some(eq) = hidden_eq
+        && encoded_key(text, i, j).map_or_else(|| is_text_key(word), |key| is_text_key(&key))
+        && let Some(a) = assignment(text, eq)
+    {
+        rw.mask_span(a.value_start, a.value_end, a.quoted);
+        return Some(a.value_end);
+    }
+    None
 }
 
 /// The end of the word characters of `bytes` from `from` (the index of the first other byte,
