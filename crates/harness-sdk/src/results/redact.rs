@@ -598,12 +598,35 @@ fn is_share_parent(parent: &str) -> bool {
     compact == b"share" || compact.windows(11).any(|w| w == b"publicshare")
 }
 
+/// Whether `key`, found in free text, names a secret: a sensitive key
+/// ([`is_sensitive_key`]) other than the words too common in prose ([`TEXT_EXEMPT_COMPACT`]).
 fn is_text_key(key: &str) -> bool {
-    is_sensitive_key(key)
-        && !TEXT_EXEMPT_COMPACT
+    is_sensitive_key(key) && !is_text_exempt(key)
+}
+
+/// Whether the compact form of `key` is one of [`TEXT_EXEMPT_COMPACT`] (looked up only when
+/// the first byte that is not `_` or `-` starts one of them).
+fn is_text_exempt(key: &str) -> bool {
+    key.bytes()
+        .find(|&b| b != b'_' && b != b'-')
+        .is_some_and(|b| TEXT_EXEMPT_FIRST[usize::from(b)])
+        && TEXT_EXEMPT_COMPACT
             .iter()
             .any(|t| compact_eq(key.as_bytes(), t.as_bytes()))
 }
+
+/// The first letters of the [`TEXT_EXEMPT_COMPACT`] entries, in either case.
+static TEXT_EXEMPT_FIRST: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut k = 0;
+    while k < TEXT_EXEMPT_COMPACT.len() {
+        let first = TEXT_EXEMPT_COMPACT[k].as_bytes()[0];
+        table[first.to_ascii_lowercase() as usize] = true;
+        table[first.to_ascii_uppercase() as usize] = true;
+        k += 1;
+    }
+    table
+};
 
 const TOKEN_PREFIXES: &[&str] = &[
     "sk-",
@@ -885,6 +908,28 @@ fn scan_words<'a>(
     let flags = families & FAMILY_FLAG != 0;
     let assignments = families & FAMILY_ASSIGNMENT != 0;
     let extra = families & FAMILY_EXTRA != 0;
+    // The word checks whose family can match.
+    let mut enabled = 0;
+    if tokens {
+        enabled |= CHECK_TOKEN | CHECK_DOTTED;
+    }
+    if assignments {
+        enabled |= CHECK_OPERATOR | CHECK_HIDDEN;
+    }
+    if bearer {
+        enabled |= CHECK_BEARER;
+    }
+    if basic {
+        enabled |= CHECK_BASIC;
+    }
+    if flags {
+        enabled |= CHECK_FLAG;
+    }
+    if extra {
+        enabled |= CHECK_CARD | CHECK_JWT | CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH;
+    }
+    // Caller prefixes can match a word of any length.
+    let any_length = if custom_prefixes { CHECK_TOKEN } else { 0 };
     // Without token prefixes, assignments and the extra shapes, a match can only start at
     // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
     let jump = !(tokens || assignments || extra);
@@ -926,281 +971,376 @@ fn scan_words<'a>(
         }
         // `i` starts a word: it follows a non-word byte or the end of a match, and every match
         // ends at a non-word byte, after `}` or at the end of the text.
-        let mut j = i + 1;
-        while j < n && is_word_byte(bytes[j]) {
-            j += 1;
-        }
-        let len = j - i;
-        // Every check below needs its family and one of these; most words fail them all.
+        let j = word_end(bytes, i + 1);
+        // Every check below needs its family and a first byte, a length and a next byte that
+        // fit it (see `CHECK_*`); most words fit none.
         let next = bytes.get(j).copied();
-        let token_check = tokens && (custom_prefixes || len >= BUILTIN_TOKEN_MIN_LEN);
-        let bearer_check = (bearer && len == 6) || (basic && len == 5);
-        let flag_check = flags && c == b'-';
-        let assignment_check = assignments
-            && matches!(
-                next,
-                Some(b'"' | b'\'' | b' ' | b'\t' | b'=' | b':' | b'\\')
-            );
-        let card_check = extra && c.is_ascii_digit();
-        let jwt_check = extra && c == b'e' && next == Some(b'.');
-        let oauth_check =
-            extra && ((len == 4 && next == Some(b'.')) || (len == 1 && next == Some(b'/')));
-        // A key whose `=` follows invisible characters (`client_secret\u{3164}=`).
-        let hidden_eq = if assignments && next.is_some_and(|b| b >= 0x80) {
-            invisible_run_to_eq(text, j)
-        } else {
-            None
-        };
-        let dotted_check = tokens && next == Some(b'.');
-        if !(token_check
-            || dotted_check
-            || hidden_eq.is_some()
-            || bearer_check
-            || flag_check
-            || assignment_check
-            || card_check
-            || jwt_check
-            || oauth_check)
+        let checks = enabled
+            & CHECKS_BY_FIRST[usize::from(c)]
+            & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
+            & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length);
+        // A word that no check takes is skipped with the space after it (a space starts
+        // nothing). So is a word that only an assignment could take, followed by a space and
+        // a word character: no operator can be there (the most common case, decided here).
+        let skip = j + usize::from(next == Some(b' '));
+        if checks == 0
+            || (checks == CHECK_OPERATOR
+                && next == Some(b' ')
+                && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
         {
-            i = j;
+            i = skip;
             continue;
         }
-        // Payment card numbers (their groups span several words).
-        if card_check && let Some(mut end) = card_number(bytes, i) {
-            matched = true;
-            // Digits that read as a card but run into `:<token>` end in a bot token's secret.
-            if bytes.get(end) == Some(&b':')
-                && let Some(bot_end) = bot_token_end(bytes, end)
-            {
-                end = bot_end;
+        match match_word(text, config, custom_prefixes, &mut rw, i, j, checks) {
+            Some(end) => {
+                matched = true;
+                i = end;
             }
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
+            None => i = skip,
         }
-        // JSON web tokens.
-        if jwt_check
-            && bytes[i..].starts_with(b"eyJ")
-            && let Some(end) = jwt(bytes, i)
-        {
-            matched = true;
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
-        }
-        // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
-        if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
-            matched = true;
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
-        }
-        // `SG.…`, `dp.pt.…` and Discord bot tokens (`<id>.<time>.<hmac>`).
-        if dotted_check && let Some(end) = dotted_token(bytes, i, j) {
-            matched = true;
-            rw.mask_span(i, end, false);
-            i = end;
-            continue;
-        }
-        // Word bytes are ASCII, so `i` and `j` are character boundaries.
-        let word = &text[i..j];
-        // Known token prefixes.
-        if token_check
-            && ((is_builtin_token(word) && !is_base64_continuation(bytes, i, word))
-                || (custom_prefixes && is_custom_token(word, config)))
-        {
-            matched = true;
-            let edges = safe_mask_edges(word, false);
-            rw.replace_with(i, j, |out| push_mask(out, word, edges));
-            i = j;
-            continue;
-        }
-        // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
-        if token_check && let Some(at) = embedded_token_start(word) {
-            matched = true;
-            let token = &word[at..];
-            let edges = safe_mask_edges(token, false);
-            rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
-            i = j;
-            continue;
-        }
-        // `Bearer <token>`.
-        if bearer_check
-            && word.eq_ignore_ascii_case("bearer")
-            && let Some((start, end)) = scheme_token(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `Basic <base64 of user:password>` (an existing mask is kept).
-        if bearer_check
-            && basic
-            && word.eq_ignore_ascii_case("basic")
-            && let Some((start, end)) = scheme_token(text, j)
-            && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
-        if flag_check
-            && word == "-----BEGIN"
-            && let Some((start, end)) = pem_private_key(text, i)
-        {
-            matched = true;
-            if text[start..end].trim() != MASK {
-                rw.replace(start, end, "\n***\n");
-            }
-            i = end;
-            continue;
-        }
-        // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
-        if assignment_check
-            && next == Some(b':')
-            && let Some(start) = bot_token_start(word, i)
-            && let Some(end) = bot_token_end(bytes, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `scheme://user:password@host` (URLs and connection strings).
-        if next == Some(b':')
-            && bytes[j..].starts_with(b"://")
-            && let Some((start, end)) = url_password(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // Slack and Discord webhook URLs: the path after the fixed part is the secret.
-        if next == Some(b':')
-            && bytes[j..].starts_with(b"://")
-            && let Some((start, end)) = webhook_secret(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `--api-key value`.
-        if flag_check
-            && let Some(flag) = word.strip_prefix("--")
-            && is_text_key(flag)
-            && let Some((start, end)) = flag_value(text, j)
-        {
-            matched = true;
-            rw.mask_span(start, end, false);
-            i = end;
-            continue;
-        }
-        // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
-        // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
-        // quote, a blank, `=` or `:` right after the word.)
-        // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
-        let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1
-        {
-            &word[1..]
-        } else {
-            word
-        };
-        if assignment_check
-            && assignment_operator(bytes, j).is_some()
-            && let Some(mut a) = assignment(text, j)
-            && (is_text_key(key)
-                || is_query_secret(bytes, i, next, &a, key)
-                || is_gitlab_session(text, next, &a, key))
-        {
-            matched = true;
-            // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
-            if i > 0
-                && matches!(bytes[i - 1], b'?' | b'&')
-                && !a.quoted
-                && let Some(hash) = text[a.value_start..a.value_end].find('#')
-                && hash > 0
-            {
-                a.value_end = a.value_start + hash;
-            }
-            let value = &text[a.value_start..a.value_end];
-            if is_authorization_key(key) {
-                if a.quoted
-                    && let Some(credentials) = escaped_scheme_parameters(bytes, &a, value)
-                {
-                    // `\"Digest response=\\\"…\\\"\"` in serialized text: the scheme stays,
-                    // its parameters become one mask.
-                    if &text[credentials..a.value_end] != MASK {
-                        rw.replace(credentials, a.value_end, MASK);
-                    }
-                    i = a.value_end;
-                    continue;
-                }
-                if a.quoted && value.contains(' ') {
-                    // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
-                    if value != MASK {
-                        rw.replace(a.value_start, a.value_end, MASK);
-                    }
-                    i = a.value_end;
-                    continue;
-                }
-                if !a.quoted
-                    && !a.after_scheme
-                    && let Some((start, end)) =
-                        authorization_credentials(text, a.value_start, a.value_end)
-                {
-                    // `Authorization: Digest username="…", response="…"`: the scheme stays,
-                    // every credential parameter after it is masked.
-                    let credentials = &text[start..end];
-                    if credentials.contains([' ', ',', '"', '=']) {
-                        if credentials != MASK {
-                            rw.replace(start, end, MASK);
-                        }
-                    } else {
-                        rw.mask_span(start, end, false);
-                    }
-                    i = end;
-                    continue;
-                }
-            }
-            if !is_own_shell_reference(key, value) {
-                rw.mask_span(a.value_start, a.value_end, a.quoted);
-            }
-            i = a.value_end;
-            continue;
-        }
-        // A query or form key spelled with percent escapes, `+` or invisible characters
-        // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
-        if assignment_check
-            && next == Some(b'=')
-            && let Some(key) = encoded_key(text, i, j)
-            && is_text_key(&key)
-            && let Some(a) = assignment(text, j)
-        {
-            matched = true;
-            rw.mask_span(a.value_start, a.value_end, a.quoted);
-            i = a.value_end;
-            continue;
-        }
-        // The same with invisible characters between the key and its `=`: the key is judged
-        // with every invisible character dropped.
-        if let Some(eq) = hidden_eq
-            && encoded_key(text, i, j).map_or_else(|| is_text_key(word), |key| is_text_key(&key))
-            && let Some(a) = assignment(text, eq)
-        {
-            matched = true;
-            rw.mask_span(a.value_start, a.value_end, a.quoted);
-            i = a.value_end;
-            continue;
-        }
-        i = j;
     }
     (rw.finish(), matched)
 }
+
+/// The checks of [`scan_words`] at the word `text[i..j]` that `checks` allows (at least one):
+/// the end of the match when one matched (its span rewritten in `rw`), `None` when none did.
+/// Kept out of the scan loop, which most words leave before these checks.
+#[inline(never)]
+fn match_word<'a>(
+    text: &'a str,
+    config: &RedactionConfig,
+    custom_prefixes: bool,
+    rw: &mut Rewrite<'a>,
+    i: usize,
+    j: usize,
+    checks: u16,
+) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let c = bytes[i];
+    let next = bytes.get(j).copied();
+    // The assignment operator is decided here, once: most words are followed by a blank
+    // and then another word, which no check after a word's end can use. (A space and a
+    // word character, the most common case, leave no room for an operator.)
+    let operator = if checks & CHECK_OPERATOR != 0
+        && !(next == Some(b' ') && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
+    {
+        assignment_operator(bytes, j)
+    } else {
+        None
+    };
+    // `:` right after the word (URLs, bot tokens) or an operator (assignments, encoded
+    // keys): every check that looks past the word's end needs one of them.
+    let colon = checks & CHECK_OPERATOR != 0 && next == Some(b':');
+    // A key whose `=` follows invisible characters (`client_secret\u{3164}=`).
+    let hidden_eq = if checks & CHECK_HIDDEN != 0 {
+        invisible_run_to_eq(text, j)
+    } else {
+        None
+    };
+    if checks & !(CHECK_OPERATOR | CHECK_HIDDEN) == 0
+        && operator.is_none()
+        && !colon
+        && hidden_eq.is_none()
+    {
+        return None;
+    }
+    let token_check = checks & CHECK_TOKEN != 0;
+    let dotted_check = checks & CHECK_DOTTED != 0;
+    let flag_check = checks & CHECK_FLAG != 0;
+    let card_check = checks & CHECK_CARD != 0;
+    let jwt_check = checks & CHECK_JWT != 0;
+    let oauth_check = checks & (CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH) != 0;
+    // Payment card numbers (their groups span several words).
+    if card_check && let Some(mut end) = card_number(bytes, i) {
+        // Digits that read as a card but run into `:<token>` end in a bot token's secret.
+        if bytes.get(end) == Some(&b':')
+            && let Some(bot_end) = bot_token_end(bytes, end)
+        {
+            end = bot_end;
+        }
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // JSON web tokens.
+    if jwt_check
+        && bytes[i..].starts_with(b"eyJ")
+        && let Some(end) = jwt(bytes, i)
+    {
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // Google OAuth access (`ya29.…`) and refresh (`1//0…`) tokens.
+    if oauth_check && let Some(end) = google_oauth_token(bytes, i, j) {
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // `SG.…`, `dp.pt.…` and Discord bot tokens (`<id>.<time>.<hmac>`).
+    if dotted_check && let Some(end) = dotted_token(bytes, i, j) {
+        rw.mask_span(i, end, false);
+        return Some(end);
+    }
+    // Word bytes are ASCII, so `i` and `j` are character boundaries.
+    let word = &text[i..j];
+    // Known token prefixes.
+    if token_check
+        && ((is_builtin_token(word) && !is_base64_continuation(bytes, i, word))
+            || (custom_prefixes && is_custom_token(word, config)))
+    {
+        let edges = safe_mask_edges(word, false);
+        rw.replace_with(i, j, |out| push_mask(out, word, edges));
+        return Some(j);
+    }
+    // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
+    if token_check && let Some(at) = embedded_token_start(word) {
+        let token = &word[at..];
+        let edges = safe_mask_edges(token, false);
+        rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
+        return Some(j);
+    }
+    // `Bearer <token>`.
+    if checks & CHECK_BEARER != 0
+        && word.eq_ignore_ascii_case("bearer")
+        && let Some((start, end)) = scheme_token(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `Basic <base64 of user:password>` (an existing mask is kept).
+    if checks & CHECK_BASIC != 0
+        && word.eq_ignore_ascii_case("basic")
+        && let Some((start, end)) = scheme_token(text, j)
+        && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
+    if flag_check
+        && word == "-----BEGIN"
+        && let Some((start, end)) = pem_private_key(text, i)
+    {
+        if text[start..end].trim() != MASK {
+            rw.replace(start, end, "\n***\n");
+        }
+        return Some(end);
+    }
+    // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
+    if colon
+        && let Some(start) = bot_token_start(word, i)
+        && let Some(end) = bot_token_end(bytes, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `scheme://user:password@host` (URLs and connection strings).
+    if next == Some(b':')
+        && bytes[j..].starts_with(b"://")
+        && let Some((start, end)) = url_password(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // Slack and Discord webhook URLs: the path after the fixed part is the secret.
+    if next == Some(b':')
+        && bytes[j..].starts_with(b"://")
+        && let Some((start, end)) = webhook_secret(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `--api-key value`.
+    if flag_check
+        && let Some(flag) = word.strip_prefix("--")
+        && is_text_key(flag)
+        && let Some((start, end)) = flag_value(text, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
+    // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
+    // quote, a blank, `=` or `:` right after the word.)
+    // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
+    let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1 {
+        &word[1..]
+    } else {
+        word
+    };
+    if let Some((op, header_style)) = operator
+        && let Some(text_key) = assignment_key(key, next)
+        && let Some(mut a) = assignment_value(text, op, header_style)
+        && (text_key
+            || is_query_secret(bytes, i, next, &a, key)
+            || is_gitlab_session(text, next, &a, key))
+    {
+        // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
+        if i > 0
+            && matches!(bytes[i - 1], b'?' | b'&')
+            && !a.quoted
+            && let Some(hash) = text[a.value_start..a.value_end].find('#')
+            && hash > 0
+        {
+            a.value_end = a.value_start + hash;
+        }
+        let value = &text[a.value_start..a.value_end];
+        if is_authorization_key(key) {
+            if a.quoted
+                && let Some(credentials) = escaped_scheme_parameters(bytes, &a, value)
+            {
+                // `\"Digest response=\\\"…\\\"\"` in serialized text: the scheme stays,
+                // its parameters become one mask.
+                if &text[credentials..a.value_end] != MASK {
+                    rw.replace(credentials, a.value_end, MASK);
+                }
+                return Some(a.value_end);
+            }
+            if a.quoted && value.contains(' ') {
+                // `authorization: 'Bearer …'`: the quoted scheme and token, whole.
+                if value != MASK {
+                    rw.replace(a.value_start, a.value_end, MASK);
+                }
+                return Some(a.value_end);
+            }
+            if !a.quoted
+                && !a.after_scheme
+                && let Some((start, end)) =
+                    authorization_credentials(text, a.value_start, a.value_end)
+            {
+                // `Authorization: Digest username="…", response="…"`: the scheme stays,
+                // every credential parameter after it is masked.
+                let credentials = &text[start..end];
+                if credentials.contains([' ', ',', '"', '=']) {
+                    if credentials != MASK {
+                        rw.replace(start, end, MASK);
+                    }
+                } else {
+                    rw.mask_span(start, end, false);
+                }
+                return Some(end);
+            }
+        }
+        if !is_own_shell_reference(key, value) {
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+        }
+        return Some(a.value_end);
+    }
+    // A query or form key spelled with percent escapes, `+` or invisible characters
+    // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
+    if operator.is_some()
+        && next == Some(b'=')
+        && let Some(key) = encoded_key(text, i, j)
+        && is_text_key(&key)
+        && let Some(a) = assignment(text, j)
+    {
+        rw.mask_span(a.value_start, a.value_end, a.quoted);
+        return Some(a.value_end);
+    }
+    // The same with invisible characters between the key and its `=`: the key is judged
+    // with every invisible character dropped.
+    if let Some(eq) = hidden_eq
+        && encoded_key(text, i, j).map_or_else(|| is_text_key(word), |key| is_text_key(&key))
+        && let Some(a) = assignment(text, eq)
+    {
+        rw.mask_span(a.value_start, a.value_end, a.quoted);
+        return Some(a.value_end);
+    }
+    None
+}
+
+/// The end of the word characters of `bytes` from `from` (the index of the first other byte,
+/// or the length). Kept out of [`scan_words`], whose many live values would otherwise be
+/// reloaded from the stack at every byte.
+#[inline(never)]
+fn word_end(bytes: &[u8], from: usize) -> usize {
+    let mut j = from;
+    while j < bytes.len() && is_word_byte(bytes[j]) {
+        j += 1;
+    }
+    j
+}
+
+/// Word checks of [`scan_words`], as bits: a check runs at a word only when the word's first
+/// byte ([`CHECKS_BY_FIRST`]), its length ([`CHECKS_BY_LEN`]) and the byte after it
+/// ([`CHECKS_BY_NEXT`]) all allow it. A token prefix: at least [`BUILTIN_TOKEN_MIN_LEN`]
+/// bytes (any length for caller prefixes).
+const CHECK_TOKEN: u16 = 1;
+/// A dotted token (`SG.…`): the word is followed by `.`.
+const CHECK_DOTTED: u16 = 1 << 1;
+/// A key whose `=` follows invisible characters: the word is followed by a non-ASCII byte.
+const CHECK_HIDDEN: u16 = 1 << 2;
+/// `Bearer <token>`: a word of 6 bytes.
+const CHECK_BEARER: u16 = 1 << 3;
+/// `Basic <credential>`: a word of 5 bytes.
+const CHECK_BASIC: u16 = 1 << 4;
+/// `--flag value` and private key blocks: the word starts with `-`.
+const CHECK_FLAG: u16 = 1 << 5;
+/// Assignments, bot tokens and URLs: the word is followed by a quote, a blank, `=`, `:` or
+/// `\` (everything [`assignment_operator`] can start with, and the `:` of a URL).
+const CHECK_OPERATOR: u16 = 1 << 6;
+/// Payment card numbers: the word starts with a digit.
+const CHECK_CARD: u16 = 1 << 7;
+/// JSON web tokens: the word starts with `e` and is followed by `.`.
+const CHECK_JWT: u16 = 1 << 8;
+/// Google OAuth access tokens (`ya29.…`): a word of 4 bytes followed by `.`.
+const CHECK_OAUTH_ACCESS: u16 = 1 << 9;
+/// Google OAuth refresh tokens (`1//…`): a word of 1 byte followed by `/`.
+const CHECK_OAUTH_REFRESH: u16 = 1 << 10;
+/// Every word check.
+const CHECK_ALL: u16 = (1 << 11) - 1;
+/// Word lengths at or above this share one entry of [`CHECKS_BY_LEN`].
+const CHECK_LEN_MAX: usize = BUILTIN_TOKEN_MIN_LEN;
+
+/// For each first byte of a word, the checks it allows.
+static CHECKS_BY_FIRST: [u16; 256] = {
+    let mut table = [CHECK_ALL & !(CHECK_FLAG | CHECK_CARD | CHECK_JWT); 256];
+    table[b'-' as usize] |= CHECK_FLAG;
+    let mut d = b'0';
+    while d <= b'9' {
+        table[d as usize] |= CHECK_CARD;
+        d += 1;
+    }
+    table[b'e' as usize] |= CHECK_JWT;
+    table
+};
+
+/// For each byte after a word (index 256: the word ends the text), the checks it allows.
+static CHECKS_BY_NEXT: [u16; 257] = {
+    let after = CHECK_DOTTED
+        | CHECK_HIDDEN
+        | CHECK_OPERATOR
+        | CHECK_JWT
+        | CHECK_OAUTH_ACCESS
+        | CHECK_OAUTH_REFRESH;
+    let mut table = [CHECK_ALL & !after; 257];
+    table[b'.' as usize] |= CHECK_DOTTED | CHECK_JWT | CHECK_OAUTH_ACCESS;
+    table[b'/' as usize] |= CHECK_OAUTH_REFRESH;
+    let operators = b"\"' \t=:\\";
+    let mut k = 0;
+    while k < operators.len() {
+        table[operators[k] as usize] |= CHECK_OPERATOR;
+        k += 1;
+    }
+    let mut b = 0x80;
+    while b < 256 {
+        table[b] |= CHECK_HIDDEN;
+        b += 1;
+    }
+    table
+};
+
+/// For each word length up to [`CHECK_LEN_MAX`] (longer words use the last entry), the checks
+/// it allows.
+static CHECKS_BY_LEN: [u16; CHECK_LEN_MAX + 1] = {
+    let by_len =
+        CHECK_TOKEN | CHECK_BEARER | CHECK_BASIC | CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH;
+    let mut table = [CHECK_ALL & !by_len; CHECK_LEN_MAX + 1];
+    table[CHECK_LEN_MAX] |= CHECK_TOKEN;
+    table[6] |= CHECK_BEARER;
+    table[5] |= CHECK_BASIC;
+    table[4] |= CHECK_OAUTH_ACCESS;
+    table[1] |= CHECK_OAUTH_REFRESH;
+    table
+};
 
 /// Pattern families of the text layer, as bits of [`pattern_families`].
 const FAMILY_SHELL: u16 = 1;
@@ -1229,7 +1369,7 @@ const FAMILY_BASIC: u16 = 1 << 8;
 const FAMILY_TOKEN: u16 =
     FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER | FAMILY_TOKEN_VENDOR;
 /// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`,
-/// in a text with at least two `.`. (The [`VENDOR_PREFIXES`] share the dash, underscore and
+/// in a text with at least two `.` and a `.` followed by a word character. (The [`VENDOR_PREFIXES`] share the dash, underscore and
 /// upper-case families.)
 const FAMILY_TOKEN_VENDOR: u16 = 1 << 9;
 /// Every family (used with caller prefixes, which the families do not cover).
@@ -1319,13 +1459,17 @@ const DA_HINT: u16 = 1 << 13;
 const YA_HINT: u16 = 1 << 12;
 /// In [`PAIR`]: `ap`, the other pair of `dapi` (looked for only with [`DA_HINT`]).
 const AP_HINT: u16 = 1 << 10;
+/// In [`PAIR`]: `.` followed by a word character, which every dotted token has (after each of
+/// its two dots).
+const DOT_HINT: u16 = 1 << 11;
 /// Every hint bit of [`PAIR`] (none of them is a family).
-const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT;
+const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT | DOT_HINT;
 
 /// [`PAIR_FIRST`] and [`PAIR_SECOND`] in one load: the first-byte families in the low half,
 /// the second-byte families in the high half (the digit bit left out), plus the hints
-/// ([`CARD_HINT`], [`DA_HINT`], [`YA_HINT`]): `da` and `ya` set a hint instead of their
-/// family, which is then turned on only when the text holds `dapi` or `ya29`.
+/// ([`CARD_HINT`], [`DA_HINT`], [`YA_HINT`], [`AP_HINT`], [`DOT_HINT`]): `da` and `ya` set a
+/// hint instead of their family, which is then turned on only when the text holds `dapi` or
+/// `ya29`.
 static PAIR: [u32; 256] = {
     let mut table = [0u32; 256];
     let mut b = 0;
@@ -1351,6 +1495,12 @@ static PAIR: [u32; 256] = {
         }
         if c == b'p' {
             second |= AP_HINT;
+        }
+        if c == b'.' {
+            first |= DOT_HINT;
+        }
+        if WORD_BYTES[b] {
+            second |= DOT_HINT;
         }
         table[b] = first as u32 | (second as u32) << 16;
         b += 1;
@@ -1391,11 +1541,12 @@ fn pattern_families(bytes: &[u8]) -> u16 {
     if families & (CARD_HINT | DA_HINT | YA_HINT | FAMILY_BEARER | FAMILY_BASIC) != 0 {
         families = confirm_word_families(bytes, families);
     }
+    let dot_before_word = families & DOT_HINT != 0;
     families &= !HINTS;
-    // Every dotted token has two dots (`SG.<id>.<secret>`, `dp.pt.<secret>`,
-    // `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`, a sentence's full stop) is not
-    // enough to scan for them.
-    if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+    // Every dotted token has two dots, each followed by a word character (`SG.<id>.<secret>`,
+    // `dp.pt.<secret>`, `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`) or dots that
+    // end sentences are not enough to scan for them.
+    if families & FAMILY_TOKEN_VENDOR != 0 && !(dot_before_word && has_two_dots(bytes)) {
         families &= !FAMILY_TOKEN_VENDOR;
     }
     // The last byte pairs with nothing: only the single-byte families.
@@ -1475,13 +1626,27 @@ fn count_digits(bytes: &[u8]) -> usize {
             .count()
 }
 
-/// Whether `bytes` holds at least two `.`. The last one is looked for from the end (a
-/// sentence's full stop or a file extension is usually near it), the other with `memchr`.
+/// Whether `bytes` holds at least two `.`, counted eight bytes at a time (the texts are
+/// short: a search with `memchr` costs more to set up than this loop).
 fn has_two_dots(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .rposition(|&b| b == b'.')
-        .is_some_and(|last| bytes[..last].contains(&b'.'))
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut dots = 0u64;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        // The dots become zero bytes; per byte, without carries between bytes, the high bit
+        // of `(low + 0x7f) | w` is set unless the byte is zero.
+        let w = u64::from_le_bytes(word) ^ (u64::from(b'.') * ONES);
+        let zeros = !(((w & !HIGH) + !HIGH) | w) & HIGH;
+        // One bit per dot at bit 7 of its byte: summed with a multiply (at most 8).
+        dots += (zeros >> 7).wrapping_mul(ONES) >> 56;
+        if dots >= 2 {
+            return true;
+        }
+    }
+    dots + chunks.remainder().iter().filter(|&&b| b == b'.').count() as u64 >= 2
 }
 
 /// Whether `bytes` holds a run of at least [`CARD_MIN_DIGITS`] digits, single spaces or
@@ -1621,21 +1786,53 @@ fn jwt(bytes: &[u8], start: usize) -> Option<usize> {
 fn url_password(text: &str, scheme_end: usize) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let authority = scheme_end + 3;
-    let mut k = authority;
     let mut at = None;
-    while k < bytes.len() {
-        match bytes[k] {
-            b'/' | b'?' | b'#' | b'"' | b'\'' | b'`' | b'<' | b'>' => break,
-            b if b.is_ascii_whitespace() => break,
-            b'@' => at = Some(k),
-            _ => {}
+    let mut colon = None;
+    for (k, &b) in bytes.iter().enumerate().skip(authority) {
+        match AUTHORITY_BYTES[usize::from(b)] {
+            AUTHORITY_OTHER => {}
+            AUTHORITY_AT => at = Some(k),
+            AUTHORITY_COLON => {
+                colon = colon.or(Some(k));
+            }
+            _ => break,
         }
-        k += 1;
     }
-    let at = at?;
-    let colon = authority + text[authority..at].find(':')?;
+    // The first `:` of the user information (before the last `@`).
+    let (at, colon) = (at?, colon?);
     (colon + 1 < at).then_some((colon + 1, at))
 }
+
+/// In [`AUTHORITY_BYTES`]: a byte that neither ends the authority nor splits it.
+const AUTHORITY_OTHER: u8 = 0;
+/// In [`AUTHORITY_BYTES`]: `@`, the end of the user information.
+const AUTHORITY_AT: u8 = 1;
+/// In [`AUTHORITY_BYTES`]: `:`, between the user name and the password.
+const AUTHORITY_COLON: u8 = 2;
+/// In [`AUTHORITY_BYTES`]: a byte that ends the authority (`/`, `?`, `#`, a quote or backquote,
+/// `<`, `>` and blanks).
+const AUTHORITY_END: u8 = 3;
+
+/// The class of each byte in the authority of a URL, for [`url_password`].
+static AUTHORITY_BYTES: [u8; 256] = {
+    let mut table = [AUTHORITY_OTHER; 256];
+    let ends = b"/?#\"'`<>";
+    let mut k = 0;
+    while k < ends.len() {
+        table[ends[k] as usize] = AUTHORITY_END;
+        k += 1;
+    }
+    let mut b = 0;
+    while b < 128 {
+        if (b as u8).is_ascii_whitespace() {
+            table[b] = AUTHORITY_END;
+        }
+        b += 1;
+    }
+    table[b'@' as usize] = AUTHORITY_AT;
+    table[b':' as usize] = AUTHORITY_COLON;
+    table
+};
 
 /// `-----BEGIN … PRIVATE KEY-----` at `start`: the byte range of the key body (after the
 /// header line, up to the matching `-----END` line, or to the end of the text when the block
@@ -1959,8 +2156,13 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
 
 /// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
 fn is_authorization_key(word: &str) -> bool {
-    compact_eq(word.as_bytes(), b"authorization")
-        || compact_eq(word.as_bytes(), b"proxyauthorization")
+    // Both names end with `n`: the last letter tells most keys apart.
+    word.bytes()
+        .rev()
+        .find(|&b| b != b'_' && b != b'-')
+        .is_some_and(|b| b.eq_ignore_ascii_case(&b'n'))
+        && (compact_eq(word.as_bytes(), b"authorization")
+            || compact_eq(word.as_bytes(), b"proxyauthorization"))
 }
 
 /// The credentials after an authorization scheme that the assignment rule did not recognise
@@ -2064,10 +2266,82 @@ fn assignment_operator(bytes: &[u8], after: usize) -> Option<(usize, bool)> {
     }
 }
 
+/// The assignment after a key ending at `after`: its operator ([`assignment_operator`]) and
+/// its value ([`assignment_value`]).
 fn assignment(text: &str, after: usize) -> Option<Assignment> {
+    let (op, header_style) = assignment_operator(text.as_bytes(), after)?;
+    assignment_value(text, op, header_style)
+}
+
+/// Whether the word `key`, followed by the byte `next` and an assignment operator, can be the
+/// key of a masked assignment: `Some(true)` for a sensitive key ([`is_text_key`]),
+/// `Some(false)` for a key that only a form pair or a session cookie makes secret (decided
+/// by [`is_query_secret`] and [`is_gitlab_session`] once the value is known), `None` for any
+/// other key (its value need not be found).
+fn assignment_key(key: &str, next: Option<u8>) -> Option<bool> {
+    if is_text_key_memo(key) {
+        return Some(true);
+    }
+    // Both other rules need `=` and one of their few keys (every key they accept must be
+    // listed here).
+    let form_key = next == Some(b'=')
+        && (key.eq_ignore_ascii_case("_gitlab_session")
+            || compact_lower(key).is_some_and(|(buf, n)| {
+                matches!(
+                    &buf[..n],
+                    b"code" | b"sig" | b"xamzsignature" | b"signature"
+                )
+            }));
+    form_key.then_some(false)
+}
+
+/// Keys of at most this many bytes are remembered by [`is_text_key_memo`].
+const TEXT_KEY_MEMO_MAX: usize = 16;
+
+/// Slots of [`TEXT_KEY_MEMO`] (a power of two).
+const TEXT_KEY_MEMO_SLOTS: usize = 16;
+
+/// One slot of [`TEXT_KEY_MEMO`]: a key's bytes (zero-padded, little-endian), its length (0:
+/// an empty slot) and its [`is_text_key`] verdict.
+type TextKeySlot = Cell<(u128, u8, bool)>;
+
+thread_local! {
+    /// Recent verdicts of [`is_text_key`] for short keys, in slots chosen by a hash of the key.
+    static TEXT_KEY_MEMO: [TextKeySlot; TEXT_KEY_MEMO_SLOTS] =
+        const { [const { Cell::new((0, 0, false)) }; TEXT_KEY_MEMO_SLOTS] };
+}
+
+/// [`is_text_key`], remembered per thread for keys of up to [`TEXT_KEY_MEMO_MAX`] bytes: the
+/// keys of assignments repeat from one text to the next (the records of a document), and a
+/// sensitive key costs far more to judge than to look up.
+fn is_text_key_memo(key: &str) -> bool {
+    let bytes = key.as_bytes();
+    let len = bytes.len();
+    if len == 0 || len > TEXT_KEY_MEMO_MAX {
+        return is_text_key(key);
+    }
+    let mut buf = [0u8; TEXT_KEY_MEMO_MAX];
+    buf[..len].copy_from_slice(bytes);
+    let packed = u128::from_le_bytes(buf);
+    let len = len as u8;
+    let mixed = (packed as u64 ^ (packed >> 64) as u64 ^ u64::from(len))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let slot = (mixed >> (64 - TEXT_KEY_MEMO_SLOTS.trailing_zeros())) as usize;
+    TEXT_KEY_MEMO.with(|memo| {
+        let (known, known_len, verdict) = memo[slot].get();
+        if known_len == len && known == packed {
+            return verdict;
+        }
+        let verdict = is_text_key(key);
+        memo[slot].set((packed, len, verdict));
+        verdict
+    })
+}
+
+/// The value of an assignment whose operator is at `op` (`:` when `header_style`, else `=`).
+fn assignment_value(text: &str, op: usize, header_style: bool) -> Option<Assignment> {
     let bytes = text.as_bytes();
-    let (mut k, header_style) = assignment_operator(bytes, after)?;
-    k += 1;
+    let mut k = op + 1;
     // Blanks, and in serialized text the escapes `\t`, `\n` and `\r` that stand for them.
     let blank_len = |at: usize| match bytes.get(at) {
         Some(b' ' | b'\t') => 1,
@@ -2245,6 +2519,9 @@ fn embedded_token_start(word: &str) -> Option<usize> {
 ///
 /// The first pair right after an explicit body label (`body: code=…`, `form_body=signature=…`)
 /// is a form pair too, even alone; there `signature` counts as well.
+///
+/// Called only for the keys that [`assignment_key`] lets through: a key added here must be
+/// added there.
 fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key: &str) -> bool {
     if next != Some(b'=') {
         return false;
@@ -2311,6 +2588,8 @@ fn escaped_scheme_parameters(bytes: &[u8], a: &Assignment, value: &str) -> Optio
 
 /// GitLab's web session cookie, `_gitlab_session=<at least 32 token characters>`; a shorter
 /// value (`_gitlab_session=short` in documentation) stays readable.
+///
+/// Called only for the keys that [`assignment_key`] lets through.
 fn is_gitlab_session(text: &str, next: Option<u8>, a: &Assignment, key: &str) -> bool {
     next == Some(b'=')
         && key.eq_ignore_ascii_case("_gitlab_session")
@@ -3068,7 +3347,8 @@ mod tests {
         if digits >= CARD_MIN_DIGITS && has_card_run(bytes) {
             families |= FAMILY_EXTRA;
         }
-        if families & FAMILY_TOKEN_VENDOR != 0 && !has_two_dots(bytes) {
+        let dot_before_word = bytes.windows(2).any(|w| w[0] == b'.' && is_word_byte(w[1]));
+        if families & FAMILY_TOKEN_VENDOR != 0 && !(dot_before_word && has_two_dots(bytes)) {
             families &= !FAMILY_TOKEN_VENDOR;
         }
         families | (first & FAMILY_SINGLE)
@@ -3338,5 +3618,28 @@ mod tests {
             let once = redact_text(s);
             assert_eq!(redact_text(&once), once, "{s}");
         }
+    }
+
+    #[test]
+    fn form_pair_keys_reach_their_rules() {
+        // Every key `is_query_secret` or `is_gitlab_session` can accept gets past
+        // `assignment_key`, whatever its case and separators.
+        for key in [
+            "code",
+            "CODE",
+            "c_o-d_e",
+            "sig",
+            "x-amz-signature",
+            "X_Amz_Signature",
+            "xamzsignature",
+            "signature",
+            "_gitlab_session",
+            "_GitLab_Session",
+        ] {
+            assert_eq!(assignment_key(key, Some(b'=')), Some(false), "{key}");
+            assert_eq!(assignment_key(key, Some(b':')), None, "{key}");
+        }
+        assert_eq!(assignment_key("password", Some(b':')), Some(true));
+        assert_eq!(assignment_key("name", Some(b'=')), None);
     }
 }
