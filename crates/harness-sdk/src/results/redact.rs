@@ -1369,8 +1369,8 @@ const FAMILY_BASIC: u16 = 1 << 8;
 const FAMILY_TOKEN: u16 =
     FAMILY_TOKEN_DASH | FAMILY_TOKEN_UNDERSCORE | FAMILY_TOKEN_UPPER | FAMILY_TOKEN_VENDOR;
 /// Dotted tokens (`SG.…`, `dp.pt.…`, Discord bot tokens): a letter or digit followed by `.`,
-/// in a text with at least two `.` and a `.` followed by a word character. (The [`VENDOR_PREFIXES`] share the dash, underscore and
-/// upper-case families.)
+/// in a text with at least two `.` and a `.` followed by a word character. (The
+/// [`VENDOR_PREFIXES`] share the dash, underscore and upper-case families.)
 const FAMILY_TOKEN_VENDOR: u16 = 1 << 9;
 /// Every family (used with caller prefixes, which the families do not cover).
 const FAMILY_ALL: u16 = u16::MAX;
@@ -2282,18 +2282,25 @@ fn assignment_key(key: &str, next: Option<u8>) -> Option<bool> {
     if is_text_key_memo(key) {
         return Some(true);
     }
-    // Both other rules need `=` and one of their few keys (every key they accept must be
-    // listed here).
+    // Both other rules need `=` and one of their few keys (the same lists they use).
     let form_key = next == Some(b'=')
-        && (key.eq_ignore_ascii_case("_gitlab_session")
+        && (key.eq_ignore_ascii_case(GITLAB_SESSION_KEY)
             || compact_lower(key).is_some_and(|(buf, n)| {
-                matches!(
-                    &buf[..n],
-                    b"code" | b"sig" | b"xamzsignature" | b"signature"
-                )
+                FORM_PAIR_KEYS.contains(&&buf[..n]) || BODY_PAIR_KEYS.contains(&&buf[..n])
             }));
     form_key.then_some(false)
 }
+
+/// The keys (compact, lower case) whose value [`is_query_secret`] masks in a query or form
+/// pair (`?code=…`, `&sig=…`) or right after a body label.
+const FORM_PAIR_KEYS: [&[u8]; 3] = [b"code", b"sig", b"xamzsignature"];
+
+/// The keys (compact, lower case) whose value [`is_query_secret`] masks only right after a
+/// body label (`body: signature=…`).
+const BODY_PAIR_KEYS: [&[u8]; 1] = [b"signature"];
+
+/// GitLab's web session cookie ([`is_gitlab_session`]), in any case.
+const GITLAB_SESSION_KEY: &str = "_gitlab_session";
 
 /// Keys of at most this many bytes are remembered by [`is_text_key_memo`].
 const TEXT_KEY_MEMO_MAX: usize = 16;
@@ -2520,8 +2527,7 @@ fn embedded_token_start(word: &str) -> Option<usize> {
 /// The first pair right after an explicit body label (`body: code=…`, `form_body=signature=…`)
 /// is a form pair too, even alone; there `signature` counts as well.
 ///
-/// Called only for the keys that [`assignment_key`] lets through: a key added here must be
-/// added there.
+/// Called only for the keys that [`assignment_key`] lets through (it reads the same lists).
 fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key: &str) -> bool {
     if next != Some(b'=') {
         return false;
@@ -2529,14 +2535,13 @@ fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key
     let Some((buf, n)) = compact_lower(key) else {
         return false;
     };
-    match &buf[..n] {
-        b"code" | b"sig" | b"xamzsignature" => {
-            (i > 0 && matches!(bytes[i - 1], b'?' | b'&'))
-                || bytes.get(a.value_end) == Some(&b'&')
-                || after_body_label(bytes, i)
-        }
-        b"signature" => after_body_label(bytes, i),
-        _ => false,
+    let compact = &buf[..n];
+    if FORM_PAIR_KEYS.contains(&compact) {
+        (i > 0 && matches!(bytes[i - 1], b'?' | b'&'))
+            || bytes.get(a.value_end) == Some(&b'&')
+            || after_body_label(bytes, i)
+    } else {
+        BODY_PAIR_KEYS.contains(&compact) && after_body_label(bytes, i)
     }
 }
 
@@ -2592,7 +2597,7 @@ fn escaped_scheme_parameters(bytes: &[u8], a: &Assignment, value: &str) -> Optio
 /// Called only for the keys that [`assignment_key`] lets through.
 fn is_gitlab_session(text: &str, next: Option<u8>, a: &Assignment, key: &str) -> bool {
     next == Some(b'=')
-        && key.eq_ignore_ascii_case("_gitlab_session")
+        && key.eq_ignore_ascii_case(GITLAB_SESSION_KEY)
         && text[a.value_start..a.value_end]
             .bytes()
             .filter(|b| b.is_ascii_alphanumeric())
