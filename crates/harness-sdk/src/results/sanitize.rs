@@ -19,7 +19,8 @@
 //!    full table lookup.
 //! 4. **Free text.** Every string first goes through the one-load-per-byte pair filter of
 //!    the pattern layer; only a string where some pattern family can match is scanned word by
-//!    word.
+//!    word, and a word reaches the pattern checks only when its first byte, its length and the
+//!    byte after it allow one of them (three table loads).
 //!
 //! Repeated references: a `serde_json::Value` is a tree — every node has exactly one owner,
 //! so no node can be reached twice and `"[Circular]"` can never be produced for it. Inputs that
