@@ -250,8 +250,9 @@ struct Inner {
     /// PostgreSQL: the connection kept between lone statements ([`Store::query_one_alone`]).
     #[cfg(feature = "postgres")]
     held_postgres: held::HeldConnection<sea_orm::sqlx::Postgres>,
-    /// What a SQLite file has and an in-memory SQLite database (whose one connection is the
-    /// whole database and must stay free for everyone else) or PostgreSQL has not.
+    /// A SQLite file's kept reader connection and writer connection; `None` for an in-memory
+    /// SQLite database (whose one connection is the whole database and must stay free for
+    /// everyone else) and on PostgreSQL.
     #[cfg(feature = "sqlite")]
     sqlite_file: Option<SqliteFile>,
     #[cfg(feature = "test-support")]
