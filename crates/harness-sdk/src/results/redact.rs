@@ -1151,7 +1151,7 @@ fn match_word<'a>(
     // `--api-key value`.
     if flag_check
         && let Some(flag) = word.strip_prefix("--")
-        && is_text_key(flag)
+        && is_text_key_memo(flag)
         && let Some((start, end)) = flag_value(text, j)
     {
         rw.mask_span(start, end, false);
