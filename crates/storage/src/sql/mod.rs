@@ -90,6 +90,11 @@ pub struct StoreOptions {
     connect_timeout: Duration,
     existing_only: bool,
     group_commit: bool,
+    /// Tests only: a SQLite file's writer connection opens this path (and none of the
+    /// store's connection settings) instead of the store's file, so that it can fail to open
+    /// after the readers' pool opened.
+    #[cfg(test)]
+    writer_path: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for StoreOptions {
@@ -126,6 +131,8 @@ impl StoreOptions {
             connect_timeout: Duration::from_secs(10),
             existing_only: false,
             group_commit: true,
+            #[cfg(test)]
+            writer_path: None,
         }
     }
 
@@ -885,6 +892,10 @@ impl Store {
                             .min_connections(0)
                             .idle_timeout(None::<Duration>)
                             .max_lifetime(None::<Duration>);
+                        #[cfg(test)]
+                        if let Some(path) = options.writer_path.clone() {
+                            own.map_sqlx_sqlite_opts(move |o| o.filename(&path));
+                        }
                         writer_connect = Some(own);
                         connect.max_connections(options.max_connections);
                     }
@@ -1414,6 +1425,61 @@ mod tests {
             .downcast_ref::<tether_core::Cause>()
             .expect("the source is the kept cause");
         assert!(cause.get().downcast_ref::<DbErr>().is_some(), "{cause:?}");
+    }
+
+    /// How many descriptors of this process are open on files under `dir`.
+    #[cfg(all(feature = "sqlite", target_os = "linux"))]
+    fn descriptors_open_under(dir: &std::path::Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .expect("/proc/self/fd lists this process's descriptors")
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
+    }
+
+    #[cfg(all(feature = "sqlite", target_os = "linux"))]
+    #[tokio::test]
+    async fn a_sqlite_file_whose_writer_connection_fails_to_open_is_left_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("store.db").display()
+        );
+        // An open store holds the file (its readers' pool and its writer connection); closed,
+        // it holds nothing.
+        let store = Store::open_with(StoreOptions::new(&url)).await.unwrap();
+        assert!(descriptors_open_under(dir.path()) >= 2);
+        store.close().await.unwrap();
+        assert_eq!(descriptors_open_under(dir.path()), 0);
+        // The readers' pool opens the file; the writer connection then fails to open. Left
+        // to itself, a dropped pool lets its connections go on their worker threads a little
+        // later, so a store that did not close it would often, not always, still hold the file
+        // here: the open is tried a few times.
+        for _ in 0..8 {
+            let mut options = StoreOptions::new(&url);
+            options.writer_path = Some(dir.path().join("missing-directory").join("store.db"));
+            let err = Store::open_with(options)
+                .await
+                .expect_err("the writer connection cannot open a file in a missing directory");
+            assert!(
+                matches!(
+                    err,
+                    Error::Store {
+                        kind: StoreErrorKind::Unusable { .. }
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().contains("unable to open database file"),
+                "{err}"
+            );
+            assert_eq!(
+                descriptors_open_under(dir.path()),
+                0,
+                "the readers' pool is closed before the error returns"
+            );
+        }
     }
 
     /// `text` as a SQLite statement without values.
