@@ -2319,8 +2319,9 @@ thread_local! {
 }
 
 /// [`is_text_key`], remembered per thread for keys of up to [`TEXT_KEY_MEMO_MAX`] bytes: the
-/// keys of assignments repeat from one text to the next (the records of a document), and a
-/// sensitive key costs far more to judge than to look up.
+/// keys of assignments and the names of `--flags` repeat from one text to the next (the records
+/// of a document, the commands of a session), and a key costs far more to judge than to look
+/// up.
 fn is_text_key_memo(key: &str) -> bool {
     let bytes = key.as_bytes();
     let len = bytes.len();
