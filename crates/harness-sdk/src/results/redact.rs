@@ -983,11 +983,7 @@ fn scan_words<'a>(
         // nothing). So is a word that only an assignment could take, followed by a space and
         // a word character: no operator can be there (the most common case, decided here).
         let skip = j + usize::from(next == Some(b' '));
-        if checks == 0
-            || (checks == CHECK_OPERATOR
-                && next == Some(b' ')
-                && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
-        {
+        if checks == 0 || (checks == CHECK_OPERATOR && space_then_word(bytes, j)) {
             i = skip;
             continue;
         }
@@ -1021,9 +1017,7 @@ fn match_word<'a>(
     // The assignment operator is decided here, once: most words are followed by a blank
     // and then another word, which no check after a word's end can use. (A space and a
     // word character, the most common case, leave no room for an operator.)
-    let operator = if checks & CHECK_OPERATOR != 0
-        && !(next == Some(b' ') && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b)))
-    {
+    let operator = if checks & CHECK_OPERATOR != 0 && !space_then_word(bytes, j) {
         assignment_operator(bytes, j)
     } else {
         None
@@ -1245,6 +1239,13 @@ fn match_word<'a>(
         return Some(a.value_end);
     }
     None
+}
+
+/// Whether the word ending at `j` is followed by a space and then a word character: no
+/// assignment operator can follow it (the most common case after a word).
+#[inline]
+fn space_then_word(bytes: &[u8], j: usize) -> bool {
+    bytes.get(j) == Some(&b' ') && bytes.get(j + 1).is_some_and(|&b| is_word_byte(b))
 }
 
 /// The end of the word characters of `bytes` from `from` (the index of the first other byte,

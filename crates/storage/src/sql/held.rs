@@ -718,7 +718,7 @@ mod sqlite_tests {
             .execute_alone_sqlite(sql("CREATE TABLE probe (n INTEGER)"))
             .await
             .expect("create");
-        let file = store.inner.sqlite_file.as_ref().expect("a SQLite file");
+        let file = store.inner.file_connections();
         let (held, writer) = (&file.readers_held, &file.writer);
         assert!(held.lock().conn.is_none(), "the write ran on the writer");
         assert!(writer.held.lock().conn.is_some());
@@ -772,12 +772,7 @@ mod sqlite_tests {
                 .expect("read");
             store
         });
-        let held = &store
-            .inner
-            .sqlite_file
-            .as_ref()
-            .expect("a SQLite file")
-            .readers_held;
+        let held = &store.inner.file_connections().readers_held;
         assert!(held.lock().conn.is_some());
         drop(store);
         drop(rt);

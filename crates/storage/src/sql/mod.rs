@@ -275,6 +275,14 @@ struct SqliteFile {
     writer: Writer,
 }
 
+#[cfg(all(test, feature = "sqlite"))]
+impl Inner {
+    /// Tests: the kept connections of a SQLite file store (panics on any other store).
+    fn file_connections(&self) -> &SqliteFile {
+        self.sqlite_file.as_ref().expect("a SQLite file store")
+    }
+}
+
 /// The writer connection of a SQLite file: a pool of exactly one connection, beside the
 /// readers' pool, on which every writer transaction of the store begins
 /// ([`Store::begin_in_slot`]) and every lone write in autocommit runs
@@ -1505,12 +1513,7 @@ mod tests {
     async fn sqlite_a_file_store_writes_on_its_writer_connection_and_reads_beside_it() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = file_store(&dir, 4).await;
-        let writer = &store
-            .inner
-            .sqlite_file
-            .as_ref()
-            .expect("a file has a writer connection")
-            .writer;
+        let writer = &store.inner.file_connections().writer;
         sea_orm::ConnectionTrait::execute_raw(
             &writer.db,
             sqlite_sql("CREATE TEMP TABLE marker (n INTEGER)"),
@@ -1587,12 +1590,7 @@ mod tests {
     async fn sqlite_no_other_connection_writes_between_the_store_s_writes() {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = file_store(&dir, 2).await;
-        let writer = &store
-            .inner
-            .sqlite_file
-            .as_ref()
-            .expect("a file has a writer connection")
-            .writer;
+        let writer = &store.inner.file_connections().writer;
         let version = || async {
             sea_orm::ConnectionTrait::query_one_raw(&writer.db, sqlite_sql("PRAGMA data_version"))
                 .await
