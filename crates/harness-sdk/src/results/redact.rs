@@ -3127,10 +3127,9 @@ fn is_app_password_key(key: &str) -> bool {
 }
 
 /// Four dash-separated groups of four lowercase ASCII letters.
-fn is_app_password(word: &str) -> bool {
-    let bytes = word.as_bytes();
-    bytes.len() == 19
-        && bytes.iter().enumerate().all(|(i, &b)| {
+fn is_app_password(word: &[u8]) -> bool {
+    word.len() == APP_PASSWORD_LEN
+        && word.iter().enumerate().all(|(i, &b)| {
             if i % 5 == 4 {
                 b == b'-'
             } else {
@@ -3139,30 +3138,38 @@ fn is_app_password(word: &str) -> bool {
         })
 }
 
-/// Masks app-specific passwords (four dash-separated groups of four lowercase letters).
+/// The length of an app-specific password (`abcd-efgh-ijkl-mnop`).
+const APP_PASSWORD_LEN: usize = 19;
+
+/// Masks app-specific passwords: words (runs of word characters) that are four dash-separated
+/// groups of four lowercase letters.
+///
+/// Every such word has its first `-` four bytes after its start, so only the dashes of the text
+/// are looked at (found with `memchr`, many bytes per step): the texts under these keys are the
+/// long ones (file contents, messages), and most of their words are not candidates.
 fn mask_app_passwords(text: &str) -> Cow<'_, str> {
     let bytes = text.as_bytes();
-    if bytes.len() < 19 {
-        // An app password is 19 bytes long.
+    if bytes.len() < APP_PASSWORD_LEN {
         return Cow::Borrowed(text);
     }
     let mut rw = Rewrite::new(text);
-    let mut i = 0;
-    while i < bytes.len() {
-        if !is_word_byte(bytes[i]) || (i > 0 && is_word_byte(bytes[i - 1])) {
-            i += 1;
+    for dash in memchr::memchr_iter(b'-', bytes) {
+        let Some(start) = dash.checked_sub(4) else {
             continue;
+        };
+        let end = start + APP_PASSWORD_LEN;
+        if end > bytes.len() {
+            break;
         }
-        let mut j = i;
-        while j < bytes.len() && is_word_byte(bytes[j]) {
-            j += 1;
-        }
-        let word = &text[i..j];
-        if is_app_password(word) {
+        // A whole word: no word character right before or right after it.
+        let word_start = start == 0 || !is_word_byte(bytes[start - 1]);
+        let word_end = bytes.get(end).is_none_or(|&b| !is_word_byte(b));
+        if word_start && word_end && is_app_password(&bytes[start..end]) {
+            // All ASCII, so `start` and `end` are character boundaries.
+            let word = &text[start..end];
             let edges = safe_mask_edges(word, false);
-            rw.replace_with(i, j, |out| push_mask(out, word, edges));
+            rw.replace_with(start, end, |out| push_mask(out, word, edges));
         }
-        i = j;
     }
     rw.finish()
 }
@@ -3242,6 +3249,73 @@ mod tests {
         assert_eq!(redact_field_value("text", None, &out, &cfg), out);
         let kept = redact_field_value("path", None, "abcd-efgh-ijkl-mnop", &cfg);
         assert_eq!(kept, "abcd-efgh-ijkl-mnop");
+    }
+
+    /// [`mask_app_passwords`] as first written: every word of the text judged in turn.
+    fn mask_app_passwords_reference(text: &str) -> Cow<'_, str> {
+        let bytes = text.as_bytes();
+        let mut rw = Rewrite::new(text);
+        let mut i = 0;
+        while i < bytes.len() {
+            if !is_word_byte(bytes[i]) || (i > 0 && is_word_byte(bytes[i - 1])) {
+                i += 1;
+                continue;
+            }
+            let j = word_end(bytes, i);
+            let word = &text[i..j];
+            if is_app_password(word.as_bytes()) {
+                let edges = safe_mask_edges(word, false);
+                rw.replace_with(i, j, |out| push_mask(out, word, edges));
+            }
+            i = j;
+        }
+        rw.finish()
+    }
+
+    #[test]
+    fn app_passwords_at_the_edges_of_a_text() {
+        for (text, expected) in [
+            ("abcd-efgh-ijkl-mnop", "abcd-e…mnop"),
+            (
+                "abcd-efgh-ijkl-mnop abcd-efgh-ijkl-mnop",
+                "abcd-e…mnop abcd-e…mnop",
+            ),
+            ("x-abcd-efgh-ijkl-mnop", "x-abcd-efgh-ijkl-mnop"),
+            ("abcd-efgh-ijkl-mnop-", "abcd-efgh-ijkl-mnop-"),
+            ("abcd-efgh-ijkl-mnopq", "abcd-efgh-ijkl-mnopq"),
+            ("é abcd-efgh-ijkl-mnop.", "é abcd-e…mnop."),
+            ("abcd-efgh-ijkl-mno", "abcd-efgh-ijkl-mno"),
+        ] {
+            assert_eq!(mask_app_passwords(text), expected, "{text}");
+            assert_eq!(mask_app_passwords_reference(text), expected, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2048,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Texts made of app passwords, their near misses and the bytes around words: the
+        /// dash-driven search masks exactly what judging every word masks.
+        #[test]
+        fn app_passwords_match_the_word_by_word_reference(
+            picks in proptest::collection::vec(0usize..64, 0..40),
+        ) {
+            const PIECES: &[&str] = &[
+                "abcd-efgh-ijkl-mnop", "abcd-efgh-ijkl-mnoP", "abcd-efgh-ijkl", "-mnop", "abcd",
+                "-", " ", ".", "_", "x", "Z", "9", "é", "\n", "—", "wxyz-", "q-rstu-vwxy-zabc-defg",
+            ];
+            let text: String = picks.iter().map(|&p| PIECES[p % PIECES.len()]).collect();
+            proptest::prop_assert_eq!(
+                mask_app_passwords(&text),
+                mask_app_passwords_reference(&text),
+                "{:?}",
+                text
+            );
+        }
     }
 
     #[test]
