@@ -394,7 +394,7 @@ pub fn extract_tool_result_text(result: &Value) -> Option<String> {
             })
             .filter_map(|b| {
                 // Serializing recurses once per level: deep blocks are left out.
-                if !super::tree::depth_within(b, 64) {
+                if !super::tree::depth_at_most(b, 64) {
                     return None;
                 }
                 let clean = redact_structured(b);

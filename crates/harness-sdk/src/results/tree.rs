@@ -87,12 +87,6 @@ pub(crate) fn depth_at_most(value: &Value, limit: usize) -> bool {
     }
 }
 
-/// Whether no array or object in `value` nests deeper than `limit` levels (recursing at most
-/// `limit` levels).
-pub(crate) fn depth_within(value: &Value, limit: usize) -> bool {
-    depth_at_most(value, limit)
-}
-
 /// A deep copy of a value of any nesting depth. Values of ordinary depth are copied with
 /// `Value::clone` (bounded recursion); deeper ones without recursion (`Value::clone` recurses
 /// once per level).
