@@ -15,7 +15,7 @@ use tether_core::{
 };
 
 use super::host::{stored_change, stored_revision};
-use super::{Store, corrupt, db_error, micros, to_i64};
+use super::{Store, corrupt, count_rows, db_error, micros, to_i64};
 use crate::events::{LeaseEvent, LeaseEventKind};
 use crate::plan;
 
@@ -575,20 +575,14 @@ impl Store {
 
     async fn session_quarantined(&self, entry: &HostSessionEntry) -> Result<bool, Error> {
         let [physical, stable] = session_binding_keys(entry);
-        let row = self
-            .inner
-            .db
-            .query_one_raw(self.stmt(
+        let n = count_rows(
+            &self.inner.db,
+            self.stmt(
                 "SELECT COUNT(*) AS n FROM quarantined_keys WHERE key = $1 OR key = $2",
                 vec![physical.as_str().into(), stable.as_str().into()],
-            ))
-            .await
-            .map_err(db_error)?;
-        let n: i64 = row
-            .map(|r| r.try_get("", "n"))
-            .transpose()
-            .map_err(db_error)?
-            .unwrap_or(0);
+            ),
+        )
+        .await?;
         Ok(n > 0)
     }
 

@@ -13,7 +13,7 @@ use tether_core::{
 
 use super::observed::{EPOCH_FROM_SQL, EVENT_COLUMNS, ObservedSet};
 use super::placeholders::{TextCache, push_param};
-use super::{End, Store, db_error, micros, to_i64, unusable};
+use super::{End, Store, count_rows, db_error, micros, to_i64, unusable};
 use crate::events::{LeaseEventKind, PendingEvent};
 use crate::plan;
 
@@ -208,8 +208,9 @@ impl Store {
         now: Timestamp,
         cap: u64,
     ) -> Result<u64, Error> {
-        let row = tx
-            .query_one_raw(self.stmt(
+        count_rows(
+            tx,
+            self.stmt(
                 "SELECT COUNT(*) AS n FROM (SELECT 1 FROM binding_records WHERE namespace = $1 \
                  AND (expires_at IS NULL OR expires_at > $2) LIMIT $3) AS live",
                 vec![
@@ -217,15 +218,9 @@ impl Store {
                     now.as_millis().into(),
                     to_i64(cap).into(),
                 ],
-            ))
-            .await
-            .map_err(db_error)?;
-        let n: i64 = row
-            .map(|r| r.try_get("", "n"))
-            .transpose()
-            .map_err(db_error)?
-            .unwrap_or(0);
-        Ok(u64::try_from(n).unwrap_or(0))
+            ),
+        )
+        .await
     }
 
     pub(super) async fn insert_event(
@@ -903,21 +898,14 @@ impl BindingStore for Store {
     async fn count(&self, ns: &Namespace) -> Result<u64, Error> {
         self.config(ns)?;
         let now = self.now();
-        let row = self
-            .inner
-            .db
-            .query_one_raw(self.stmt(
+        count_rows(
+            &self.inner.db,
+            self.stmt(
                 "SELECT COUNT(*) AS n FROM binding_records WHERE namespace = $1 AND (expires_at IS NULL OR expires_at > $2)",
                 vec![ns.as_str().into(), now.as_millis().into()],
-            ))
-            .await
-            .map_err(db_error)?;
-        let n: i64 = row
-            .map(|r| r.try_get("", "n"))
-            .transpose()
-            .map_err(db_error)?
-            .unwrap_or(0);
-        Ok(u64::try_from(n).unwrap_or(0))
+            ),
+        )
+        .await
     }
 }
 

@@ -617,6 +617,21 @@ fn driver_text(err: &DbErr) -> String {
     format!("{} (SQLSTATE {code}){}", &text[..at], &tail[digits..])
 }
 
+/// The `n` column of a one-row `SELECT COUNT(*) AS n …` run on `conn` (0 when no row comes
+/// back).
+pub(crate) async fn count_rows<C: sea_orm::ConnectionTrait>(
+    conn: &C,
+    stmt: Statement,
+) -> Result<u64, Error> {
+    let row = conn.query_one_raw(stmt).await.map_err(db_error)?;
+    let n: i64 = row
+        .map(|r| r.try_get("", "n"))
+        .transpose()
+        .map_err(db_error)?
+        .unwrap_or(0);
+    Ok(u64::try_from(n).unwrap_or(0))
+}
+
 /// Maps a database error to the core error, keeping what the backend said: a connection
 /// failure or a transient condition (busy, full, shutting down) is
 /// [`StoreErrorKind::Unavailable`], a database that cannot be used as it is (read-only,
