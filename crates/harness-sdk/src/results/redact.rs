@@ -1931,9 +1931,13 @@ fn is_builtin_token(word: &str) -> bool {
 
 /// Whether `word` starts with one of the [`VENDOR_PREFIXES`] and has a long enough body.
 fn is_vendor_token(word: &str) -> bool {
+    let Some(&first) = word.as_bytes().first() else {
+        return false;
+    };
+    // The first byte before the whole prefix: most words share it with none of them.
     VENDOR_PREFIXES.iter().any(|p| {
         let min = if *p == "dapi" { 32 } else { VENDOR_MIN_BODY };
-        word.starts_with(p) && word.len() >= p.len() + min
+        p.as_bytes()[0] == first && word.starts_with(p) && word.len() >= p.len() + min
     })
 }
 
@@ -2517,7 +2521,10 @@ fn embedded_token_start(word: &str) -> Option<usize> {
     (1..bytes.len()).find(|&p| {
         matches!(bytes[p - 1], b'-' | b'_')
             && EMBEDDABLE_PREFIXES.iter().any(|prefix| {
-                word[p..].starts_with(prefix) && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
+                // The first byte before the whole prefix (`g` or `x`).
+                prefix.as_bytes()[0] == bytes[p]
+                    && word[p..].starts_with(prefix)
+                    && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
             })
     })
 }
