@@ -64,6 +64,24 @@ pub fn nested_document(target_bytes: usize) -> Value {
     level.pop().unwrap_or(Value::Null)
 }
 
+/// A line of prose (a file path and a sentence end among its words).
+pub const PROSE_LINE: &str = "The quick brown fox jumps over the lazy dog while the build runs; \
+    see crates/storage/src/sql/mod.rs for the writer.\n";
+
+/// Two lines of Rust (assignments, paths, snake_case names).
+pub const CODE_LINES: &str = "    let row = store.binding_row(&ns, &key).await?;\n    \
+    if row.revision != expected_revision { return Err(Error::Conflict); }\n";
+
+/// A tool call that writes a long text (a file's content, a message): `unit` repeated to at
+/// least `bytes` bytes under `content`, beside a short `path`.
+pub fn long_text_call(unit: &str, bytes: usize) -> Value {
+    let mut text = String::with_capacity(bytes + unit.len());
+    while text.len() < bytes {
+        text.push_str(unit);
+    }
+    json!({"path": "notes/summary.md", "content": text})
+}
+
 /// A document where most fields are secrets: sensitive keys, bearer headers, API-key-shaped
 /// strings in free text, connection strings with passwords.
 pub fn secret_heavy_document() -> Value {
