@@ -1902,31 +1902,14 @@ const BUILTIN_TOKEN_MIN_LEN: usize = 3 + TOKEN_MIN_BODY;
 /// Whether `word` starts with a built-in token prefix and has a long enough body.
 fn is_builtin_token(word: &str) -> bool {
     let bytes = word.as_bytes();
-    if bytes.len() >= BUILTIN_TOKEN_MIN_LEN && (is_vendor_token(word) || is_fly_token(bytes)) {
-        return true;
-    }
-    if bytes.len() < BUILTIN_TOKEN_MIN_LEN
-        || !matches!(
-            bytes[0],
-            b's' | b'r'
-                | b'p'
-                | b'g'
-                | b'x'
-                | b'A'
-                | b'n'
-                | b'h'
-                | b'w'
-                | b'L'
-                | b't'
-                | b'f'
-                | b'G'
-        )
-    {
+    if bytes.len() < BUILTIN_TOKEN_MIN_LEN {
         return false;
     }
-    TOKEN_PREFIXES.iter().any(|p| {
-        p.as_bytes()[0] == bytes[0] && word.starts_with(p) && word.len() >= p.len() + min_body(p)
-    })
+    if is_vendor_token(word) || is_fly_token(bytes) {
+        return true;
+    }
+    prefixes_by_first(TOKEN_PREFIXES, &TOKEN_PREFIXES_BY_FIRST, bytes[0])
+        .any(|p| word.starts_with(p) && word.len() >= p.len() + min_body(p))
 }
 
 /// Whether `word` starts with one of the [`VENDOR_PREFIXES`] and has a long enough body.
@@ -1934,10 +1917,51 @@ fn is_vendor_token(word: &str) -> bool {
     let Some(&first) = word.as_bytes().first() else {
         return false;
     };
-    // The first byte before the whole prefix: most words share it with none of them.
-    VENDOR_PREFIXES.iter().any(|p| {
-        let min = if *p == "dapi" { 32 } else { VENDOR_MIN_BODY };
-        p.as_bytes()[0] == first && word.starts_with(p) && word.len() >= p.len() + min
+    prefixes_by_first(VENDOR_PREFIXES, &VENDOR_PREFIXES_BY_FIRST, first).any(|p| {
+        let min = if p == "dapi" { 32 } else { VENDOR_MIN_BODY };
+        word.starts_with(p) && word.len() >= p.len() + min
+    })
+}
+
+/// For each byte, the set of the prefixes in `list` (at most 64, none empty) that start with
+/// it, as bits by position in `list`.
+const fn prefixes_by_first_byte(list: &[&str]) -> [u64; 256] {
+    assert!(list.len() <= 64);
+    let mut table = [0u64; 256];
+    let mut k = 0;
+    while k < list.len() {
+        table[list[k].as_bytes()[0] as usize] |= 1 << k;
+        k += 1;
+    }
+    table
+}
+
+/// [`TOKEN_PREFIXES`] by first byte ([`prefixes_by_first_byte`]).
+static TOKEN_PREFIXES_BY_FIRST: [u64; 256] = prefixes_by_first_byte(TOKEN_PREFIXES);
+
+/// [`VENDOR_PREFIXES`] by first byte ([`prefixes_by_first_byte`]).
+static VENDOR_PREFIXES_BY_FIRST: [u64; 256] = prefixes_by_first_byte(VENDOR_PREFIXES);
+
+/// The prefixes of `list` whose first byte is `first`, in list order, given `list`'s
+/// [`prefixes_by_first_byte`] table: a word is compared only with the few prefixes that share
+/// its first byte (none, for most words).
+fn prefixes_by_first<'p>(
+    list: &'p [&'p str],
+    by_first: &[u64; 256],
+    first: u8,
+) -> impl Iterator<Item = &'p str> {
+    bits(by_first[usize::from(first)]).map(move |k| list[k])
+}
+
+/// The positions of the set bits of `set`, lowest first.
+fn bits(mut set: u64) -> impl Iterator<Item = usize> {
+    std::iter::from_fn(move || {
+        if set == 0 {
+            return None;
+        }
+        let k = set.trailing_zeros() as usize;
+        set &= set - 1;
+        Some(k)
     })
 }
 
@@ -2509,22 +2533,31 @@ fn google_oauth_token(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
     (end - i >= 20).then_some(end)
 }
 
-/// The prefixes distinctive enough to be found inside a longer word (GitHub, GitLab personal
-/// access and Slack tokens), where shorter ones (`fw_`, `sk_`) would hit ordinary identifiers:
-/// the run of [`TOKEN_PREFIXES`] from `ghp_` to `xapp-`.
-const EMBEDDABLE_PREFIXES: &[&str] = TOKEN_PREFIXES.split_at(4).1.split_at(13).0;
+/// The positions in [`TOKEN_PREFIXES`] of the prefixes distinctive enough to be found inside a
+/// longer word (GitHub, GitLab personal access and Slack tokens), where shorter ones (`fw_`,
+/// `sk_`) would hit ordinary identifiers: the run from `ghp_` to `xapp-`.
+const EMBEDDABLE_POSITIONS: std::ops::Range<usize> = 4..17;
 
-/// Where a token with one of the [`EMBEDDABLE_PREFIXES`] starts inside `word` after a `-` or
-/// `_`, if one does.
+/// The prefixes at [`EMBEDDABLE_POSITIONS`].
+#[cfg(test)]
+const EMBEDDABLE_PREFIXES: &[&str] = TOKEN_PREFIXES
+    .split_at(EMBEDDABLE_POSITIONS.start)
+    .1
+    .split_at(EMBEDDABLE_POSITIONS.end - EMBEDDABLE_POSITIONS.start)
+    .0;
+
+/// [`EMBEDDABLE_POSITIONS`] as bits of [`TOKEN_PREFIXES_BY_FIRST`].
+const EMBEDDABLE_BITS: u64 = (1 << EMBEDDABLE_POSITIONS.end) - (1 << EMBEDDABLE_POSITIONS.start);
+
+/// Where a token with one of the prefixes at [`EMBEDDABLE_POSITIONS`] starts inside `word`
+/// after a `-` or `_`, if one does.
 fn embedded_token_start(word: &str) -> Option<usize> {
     let bytes = word.as_bytes();
     (1..bytes.len()).find(|&p| {
         matches!(bytes[p - 1], b'-' | b'_')
-            && EMBEDDABLE_PREFIXES.iter().any(|prefix| {
-                // The first byte before the whole prefix (`g` or `x`).
-                prefix.as_bytes()[0] == bytes[p]
-                    && word[p..].starts_with(prefix)
-                    && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
+            && bits(TOKEN_PREFIXES_BY_FIRST[usize::from(bytes[p])] & EMBEDDABLE_BITS).any(|k| {
+                let prefix = TOKEN_PREFIXES[k];
+                word[p..].starts_with(prefix) && word.len() - p >= prefix.len() + TOKEN_MIN_BODY
             })
     })
 }
@@ -3529,6 +3562,26 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn prefixes_by_first_byte_are_the_prefixes_with_that_first_byte() {
+        for (list, table) in [
+            (TOKEN_PREFIXES, &TOKEN_PREFIXES_BY_FIRST),
+            (VENDOR_PREFIXES, &VENDOR_PREFIXES_BY_FIRST),
+        ] {
+            for b in 0..=255u8 {
+                let found: Vec<&str> = prefixes_by_first(list, table, b).collect();
+                let expected: Vec<&str> = list
+                    .iter()
+                    .copied()
+                    .filter(|p| p.as_bytes()[0] == b)
+                    .collect();
+                assert_eq!(found, expected, "{:?}", char::from(b));
+            }
+        }
+        let embeddable: Vec<&str> = bits(EMBEDDABLE_BITS).map(|k| TOKEN_PREFIXES[k]).collect();
+        assert_eq!(embeddable, EMBEDDABLE_PREFIXES);
     }
 
     #[test]
