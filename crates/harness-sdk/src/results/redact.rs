@@ -889,11 +889,16 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // Most text: no family, nothing to scan (decided here, inlined into the callers).
         return (Cow::Borrowed(text), false);
     }
-    scan_words(text, config, families, custom_prefixes)
+    scan_words::<true>(text, config, families, custom_prefixes)
 }
 
 /// The word scan of [`redact_text_cow`], for a text where some `families` can match.
-fn scan_words<'a>(
+///
+/// `GATED`: a word gets only the checks its first byte, length and next byte allow, and a
+/// scan whose families start only at a few bytes jumps between them. Each gate only skips
+/// work that cannot match; the tests compare this scan with the ungated one (`false`: every
+/// word start gets every check of its families).
+fn scan_words<'a, const GATED: bool>(
     text: &'a str,
     config: &RedactionConfig,
     families: u16,
@@ -932,7 +937,7 @@ fn scan_words<'a>(
     let any_length = if custom_prefixes { CHECK_TOKEN } else { 0 };
     // Without token prefixes, assignments and the extra shapes, a match can only start at
     // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
-    let jump = !(tokens || assignments || extra);
+    let jump = GATED && !(tokens || assignments || extra);
     let mut rw = Rewrite::new(text);
     let mut matched = false;
     let mut i = 0;
@@ -975,15 +980,19 @@ fn scan_words<'a>(
         // Every check below needs its family and a first byte, a length and a next byte that
         // fit it (see `CHECK_*`); most words fit none.
         let next = bytes.get(j).copied();
-        let checks = enabled
-            & CHECKS_BY_FIRST[usize::from(c)]
-            & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
-            & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length);
+        let checks = if GATED {
+            enabled
+                & CHECKS_BY_FIRST[usize::from(c)]
+                & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
+                & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length)
+        } else {
+            enabled
+        };
         // A word that no check takes is skipped with the space after it (a space starts
         // nothing). So is a word that only an assignment could take, followed by a space and
         // a word character: no operator can be there (the most common case, decided here).
         let skip = j + usize::from(next == Some(b' '));
-        if checks == 0 || (checks == CHECK_OPERATOR && space_then_word(bytes, j)) {
+        if checks == 0 || (GATED && checks == CHECK_OPERATOR && space_then_word(bytes, j)) {
             i = skip;
             continue;
         }
@@ -1044,15 +1053,17 @@ fn match_word<'a>(
     let card_check = checks & CHECK_CARD != 0;
     let jwt_check = checks & CHECK_JWT != 0;
     let oauth_check = checks & (CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH) != 0;
-    // Payment card numbers (their groups span several words).
-    if card_check && let Some(mut end) = card_number(bytes, i) {
+    // Payment card numbers (their groups span several words), also right after a `-`
+    // (`-4111 1111 …`: the `-` starts the word but is not part of the number).
+    let card_start = i + usize::from(c == b'-');
+    if card_check && let Some(mut end) = card_number(bytes, card_start) {
         // Digits that read as a card but run into `:<token>` end in a bot token's secret.
         if bytes.get(end) == Some(&b':')
             && let Some(bot_end) = bot_token_end(bytes, end)
         {
             end = bot_end;
         }
-        rw.mask_span(i, end, false);
+        rw.mask_span(card_start, end, false);
         return Some(end);
     }
     // JSON web tokens.
@@ -1278,7 +1289,7 @@ const CHECK_FLAG: u16 = 1 << 5;
 /// Assignments, bot tokens and URLs: the word is followed by a quote, a blank, `=`, `:` or
 /// `\` (everything [`assignment_operator`] can start with, and the `:` of a URL).
 const CHECK_OPERATOR: u16 = 1 << 6;
-/// Payment card numbers: the word starts with a digit.
+/// Payment card numbers: the word starts with a digit, or with `-` (then a digit).
 const CHECK_CARD: u16 = 1 << 7;
 /// JSON web tokens: the word starts with `e` and is followed by `.`.
 const CHECK_JWT: u16 = 1 << 8;
@@ -1294,7 +1305,7 @@ const CHECK_LEN_MAX: usize = BUILTIN_TOKEN_MIN_LEN;
 /// For each first byte of a word, the checks it allows.
 static CHECKS_BY_FIRST: [u16; 256] = {
     let mut table = [CHECK_ALL & !(CHECK_FLAG | CHECK_CARD | CHECK_JWT); 256];
-    table[b'-' as usize] |= CHECK_FLAG;
+    table[b'-' as usize] |= CHECK_FLAG | CHECK_CARD;
     let mut d = b'0';
     while d <= b'9' {
         table[d as usize] |= CHECK_CARD;
@@ -1363,8 +1374,8 @@ const FAMILY_BEARER: u16 = 1 << 6;
 /// payment card numbers (a run of at least 13 digits, single spaces or dashes allowed between
 /// them).
 const FAMILY_EXTRA: u16 = 1 << 7;
-/// `Basic <credential>`: needs `Ba` or `BA` (a capitalised scheme; lower-case "basic" is
-/// prose far more often than a credential).
+/// `Basic <credential>`: needs `ba` in any case (an HTTP scheme name is case-insensitive;
+/// prose that merely says "basic" is told apart by the credential after it).
 const FAMILY_BASIC: u16 = 1 << 8;
 /// Any built-in token prefix.
 const FAMILY_TOKEN: u16 =
@@ -1409,7 +1420,7 @@ static PAIR_FIRST: [u16; 256] = {
         }
         b += 1;
     }
-    table[b'b' as usize] |= FAMILY_BEARER;
+    table[b'b' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'B' as usize] |= FAMILY_BEARER | FAMILY_BASIC;
     table[b'y' as usize] |= FAMILY_EXTRA;
     table[b'1' as usize] |= FAMILY_EXTRA;
@@ -1985,6 +1996,9 @@ fn dotted_token(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
         }
         e
     };
+    if bytes.get(j) != Some(&b'.') {
+        return None;
+    }
     let word = &bytes[i..j];
     if word == b"SG" {
         let first = segment(j + 1);
@@ -3564,6 +3578,208 @@ mod tests {
         }
     }
 
+    /// Pieces of the differential scan tests: parts of every secret shape of the pattern
+    /// layer, near misses, and the bytes that end words, start operators or quote values.
+    const SCAN_PIECES: &[&str] = &[
+        "sk-",
+        "sk-proj-",
+        "sk-ant-",
+        "ghp_",
+        "github_pat_",
+        "xoxb-",
+        "glpat-",
+        "npm_",
+        "hf_",
+        "AKIA",
+        "ASIA",
+        "AIza",
+        "LTAI",
+        "GR1348941",
+        "gAAAA",
+        "ATATT3",
+        "dapi",
+        "eyJ",
+        "ya29.",
+        "1//0",
+        "SG.",
+        "dp.pt.",
+        "Bearer",
+        "bearer",
+        "BEARER",
+        "Basic",
+        "basic",
+        "BASIC",
+        "dXNlcjpwYXNzd29yZA==",
+        "--password",
+        "--api-key",
+        "--token",
+        "-p",
+        "-----BEGIN",
+        "PRIVATE KEY-----",
+        "-----END",
+        "password",
+        "token",
+        "api_key",
+        "client_secret",
+        "Authorization",
+        "secret",
+        "code",
+        "sig",
+        "=",
+        ":",
+        "://",
+        "@",
+        "?",
+        "&",
+        "#",
+        "\"",
+        "'",
+        " ",
+        "  ",
+        "\n",
+        "\t",
+        "\\",
+        "\\n",
+        "\\\"",
+        ".",
+        "-",
+        "_",
+        "/",
+        "$",
+        "${",
+        "}",
+        "abcdefgh12345678",
+        "ABCDEFGHIJKLMNOP",
+        "Zx9Qw8Er7Ty6Ui5O",
+        "0123456789",
+        "4111",
+        "1111 ",
+        "12345678901234567",
+        "é",
+        "\u{200B}",
+        "\u{3164}",
+        "%5F",
+        "+",
+        "postgres",
+        "https",
+        "hooks.slack.com/services/",
+        "discord.com/api/webhooks/",
+        "bot",
+        "123456789",
+        "abcd-efgh-ijkl-mnop",
+        "x",
+        "Z",
+        "9",
+        "***",
+        "…",
+    ];
+
+    /// A whole secret of each shape of the pattern layer (and one near miss of `Basic`).
+    const WHOLE_SECRETS: &[&str] = &[
+        "OPENAI_API_KEY=abc123def456ghi789",
+        "--api-key k3yMaterial991",
+        "https://example.test/callback?code=oauthGrantValue5678&state=x",
+        "client%5Fsecret=opaqueOauthSecret77",
+        "Authorization: Bearer opaqueTokenValue12345",
+        "Basic dXNlcjpzM2NyM3QtcGFzcw==",
+        "basic dXNlcjpzM2NyM3QtcGFzcw== Bar",
+        "basic dXNlcjpzM2NyM3QtcGFzcw==",
+        "AKIAIOSFODNN7EXAMPLE",
+        "4111 1111 1111 1111",
+        "postgres://admin:s3cr3t@db.internal:5432/app",
+        "sk-proj-abcdefghijklmnop1234",
+        "ghp_ABCDEFGHIJKLMNOPQRSTUVWXYZabcdef",
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+        "ya29.a0AfH6SMBxyz123456",
+        "1//0gLx-abcdefghijklmnop",
+        "SG.abcdefghijklmnop.qrstuvwxyz0123456789",
+        "dp.pt.abcdefghijklmnopqrstuvwxyz",
+        "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw",
+        "https://hooks.slack.com/services/T000/B000/XXXXXXXX",
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+        "${OPENAI_API_KEY}",
+        "\"password\": \"hunter2hunter2\"",
+        "client_se\u{200B}cret=opaque1234567",
+        "client_secret\u{3164}=opaque1234567",
+    ];
+
+    /// A text of [`SCAN_PIECES`] and, one pick in eight, [`WHOLE_SECRETS`].
+    fn scan_text(picks: &[usize]) -> String {
+        picks
+            .iter()
+            .map(|&p| {
+                if p % 8 == 0 {
+                    WHOLE_SECRETS[p / 8 % WHOLE_SECRETS.len()]
+                } else {
+                    SCAN_PIECES[p % SCAN_PIECES.len()]
+                }
+            })
+            .collect()
+    }
+
+    /// [`scan_words`] with and without its gates on `text` and `families`: same output,
+    /// same verdict.
+    fn assert_gates_change_nothing(text: &str, families: u16) {
+        let config = RedactionConfig::default();
+        let gated = scan_words::<true>(text, &config, families, false);
+        let ungated = scan_words::<false>(text, &config, families, false);
+        assert_eq!(gated, ungated, "families {families:#x}: {text:?}");
+    }
+
+    /// [`scan_words`] without its gates, with the families of the byte-pair filter and with
+    /// every family: same output, same verdict.
+    fn assert_filter_changes_nothing(text: &str) {
+        let config = RedactionConfig::default();
+        let filtered = scan_words::<false>(text, &config, pattern_families(text.as_bytes()), false);
+        let every = scan_words::<false>(text, &config, FAMILY_ALL, false);
+        assert_eq!(filtered, every, "{text:?}");
+    }
+
+    #[test]
+    fn the_gates_and_the_filter_change_nothing_on_whole_secrets() {
+        for &secret in WHOLE_SECRETS {
+            for text in [
+                secret.to_owned(),
+                format!("see {secret} here"),
+                format!("x={secret}\n{secret}"),
+            ] {
+                assert_gates_change_nothing(&text, pattern_families(text.as_bytes()));
+                assert_gates_change_nothing(&text, FAMILY_ALL);
+                assert_filter_changes_nothing(&text);
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 8192,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The word gates of [`scan_words`] (first byte, length and next byte tables, the
+        /// jump between the bytes a few families start at, the skip after a word followed by
+        /// a space) only skip work: the scan masks exactly what every check at every word
+        /// start masks, with the families of the byte-pair filter and with all of them.
+        #[test]
+        fn the_word_gates_change_nothing(
+            picks in proptest::collection::vec(0usize..1024, 0..40),
+        ) {
+            let text = scan_text(&picks);
+            assert_gates_change_nothing(&text, pattern_families(text.as_bytes()));
+            assert_gates_change_nothing(&text, FAMILY_ALL);
+        }
+
+        /// The byte-pair filter only rules out families that cannot match: the ungated scan
+        /// with the filter's families masks what it masks with every family.
+        #[test]
+        fn the_pair_filter_changes_nothing(
+            picks in proptest::collection::vec(0usize..1024, 0..40),
+        ) {
+            assert_filter_changes_nothing(&scan_text(&picks));
+        }
+    }
+
     #[test]
     fn prefixes_by_first_byte_are_the_prefixes_with_that_first_byte() {
         for (list, table) in [
@@ -3637,6 +3853,7 @@ mod tests {
             ("x --flag", FAMILY_FLAG),
             ("BEARER abc", FAMILY_BEARER),
             ("Basic abc", FAMILY_BASIC),
+            ("basic abc", FAMILY_BASIC),
             ("card 4111111111111111", FAMILY_EXTRA),
             ("eyJhbGciOiJIUzI1NiJ9.e30.x", FAMILY_EXTRA),
         ] {

@@ -213,6 +213,15 @@ fn redaction_row_basic_credentials() {
         "send Basic dXNlcjpzM2NyM3QtcGFzcw== upstream",
         "dXNlcjpzM2NyM3QtcGFzcw==",
     );
+    // The scheme name in any case (HTTP scheme names are case-insensitive), whatever else the
+    // text holds.
+    for text in [
+        "authorization basic dXNlcjpzM2NyM3QtcGFzcw== upstream",
+        "send basic dXNlcjpzM2NyM3QtcGFzcw==",
+        "BASIC dXNlcjpzM2NyM3QtcGFzcw== to Bar",
+    ] {
+        assert_scrubbed(text, "dXNlcjpzM2NyM3QtcGFzcw==");
+    }
     // Plain prose after "basic" is not a credential.
     assert_eq!(
         redact_text("basic authentication is disabled"),
@@ -515,6 +524,9 @@ fn redaction_row_payment_card_numbers() {
     // Groups running on past the number still leave the number masked.
     assert_scrubbed("card 4111 1111 1111 1111 2 items", "4111 1111 1111 1111");
     assert_scrubbed("n 4 4111 1111 1111 1111", "4111 1111 1111 1111");
+    // Right after a `-` that starts the word (the `-` stays).
+    assert_scrubbed("refund -4111 1111 1111 1111 today", "4111 1111 1111 1111");
+    assert!(redact_text("refund -4111 1111 1111 1111 today").starts_with("refund -4111 "));
     // Numbers that are not card numbers stay: wrong Luhn digit, timestamps, snowflake ids.
     for keep in [
         "order 4111111111111112 shipped",
