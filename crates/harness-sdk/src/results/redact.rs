@@ -3401,6 +3401,100 @@ mod tests {
         }
     }
 
+    /// The key rules written plainly, as `docs/redaction.md` states them (the implementation
+    /// before its quick rejections, length gate and hash table): the oracle of
+    /// [`is_sensitive_key`].
+    fn is_sensitive_key_reference(key: &str) -> bool {
+        let bytes = key.as_bytes();
+        let Some(&first) = bytes.first() else {
+            return false;
+        };
+        if !first.is_ascii_alphabetic()
+            || !bytes
+                .iter()
+                .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+        {
+            return false;
+        }
+        if compact_in(key, SENSITIVE_COMPACT) {
+            return true;
+        }
+        if let Some(last_sep) = key.rfind(['_', '-']) {
+            let no_empty = last_sep + 1 < key.len()
+                && !bytes
+                    .windows(2)
+                    .any(|w| matches!(w[0], b'_' | b'-') && matches!(w[1], b'_' | b'-'));
+            if no_empty {
+                let last = &key[last_sep + 1..];
+                if ENV_SUFFIXES.iter().any(|s| last.eq_ignore_ascii_case(s)) {
+                    return !(last.eq_ignore_ascii_case("key")
+                        && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
+                }
+            }
+        }
+        CAMEL_SUFFIXES.iter().any(|suffix| {
+            key.len() > suffix.len()
+                && key.ends_with(suffix)
+                && key[..key.len() - suffix.len()]
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        })
+    }
+
+    /// A key of pieces: table entries, suffixes and benign prefixes in some case, separators,
+    /// letters, digits and bytes no sensitive key holds.
+    fn key_of(picks: &[(usize, u8)]) -> String {
+        let mut key = String::new();
+        for &(pick, case) in picks {
+            let piece: String = match pick % 8 {
+                0 | 1 => SENSITIVE_COMPACT[pick / 8 % SENSITIVE_COMPACT.len()].to_owned(),
+                2 => ENV_SUFFIXES[pick / 8 % ENV_SUFFIXES.len()].to_owned(),
+                3 => CAMEL_SUFFIXES[pick / 8 % CAMEL_SUFFIXES.len()].to_owned(),
+                4 => BENIGN_KEY_PREFIXES[pick / 8 % BENIGN_KEY_PREFIXES.len()].to_owned(),
+                5 => ["_", "-", "__", "_-"][pick / 8 % 4].to_owned(),
+                6 => ["a", "Z", "x", "9", "0", "id", "my", "aws", "Api"][pick / 8 % 9].to_owned(),
+                _ => [".", " ", "é", "$", "/", ":"][pick / 8 % 6].to_owned(),
+            };
+            // Each letter upper-cased where `case` has a bit set (cycling over its 8 bits).
+            key.extend(piece.chars().enumerate().map(|(k, c)| {
+                if case >> (k % 8) & 1 == 1 {
+                    c.to_ascii_uppercase()
+                } else {
+                    c
+                }
+            }));
+        }
+        key
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 8192,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// The quick rejections (first and last bytes, entry lengths by last byte) and the
+        /// hash table of [`is_sensitive_key`], and the first-byte gate of the free-text
+        /// exemptions, decide every key as the plain rules do.
+        #[test]
+        fn the_key_rules_match_their_plain_reading(
+            picks in proptest::collection::vec((0usize..1024, proptest::prelude::any::<u8>()), 0..5),
+        ) {
+            let key = key_of(&picks);
+            let sensitive = is_sensitive_key_reference(&key);
+            proptest::prop_assert_eq!(is_sensitive_key(&key), sensitive, "{:?}", key);
+            proptest::prop_assert_eq!(
+                is_text_key(&key),
+                sensitive && !compact_in(&key, TEXT_EXEMPT_COMPACT),
+                "{:?}",
+                key
+            );
+            proptest::prop_assert_eq!(KeyFacts::of(&key).sensitive, sensitive, "{:?}", key);
+        }
+    }
+
     #[test]
     fn the_length_gate_keeps_the_rules() {
         // Rejected by the length of their compact entries, then judged by the camel suffixes.
