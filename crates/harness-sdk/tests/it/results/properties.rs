@@ -1,5 +1,6 @@
 //! Property tests over arbitrary JSON: no helper panics, none mutates its input, sanitizing is
-//! idempotent, redaction never leaks a value under a secret key, 10,000-deep nesting is handled.
+//! idempotent, the shared-graph walks agree with the tree walks on a tree, redaction never leaks
+//! a value under a secret key, 10,000-deep nesting is handled.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -16,6 +17,9 @@ use tether_harness_sdk::results::mirror::restore_prepared_user_turn_meta;
 use tether_harness_sdk::results::redact::{is_sensitive_key, redact_text};
 use tether_harness_sdk::results::sanitize::{
     redact_structured, sanitize_tool_args, sanitize_tool_result,
+};
+use tether_harness_sdk::results::shared::{
+    SharedValue, redact_shared_structured, sanitize_shared_tool_args,
 };
 use tether_harness_sdk::results::terminal::{
     FingerprintIdentity, OwnerMutation, ToolResult, ToolTerminalObservation,
@@ -255,6 +259,15 @@ proptest! {
         prop_assert_eq!(&sanitize_tool_result(&result), &result);
         let structured = redact_structured(&v);
         prop_assert_eq!(&redact_structured(&structured), &structured);
+    }
+
+    /// The shared-graph walks judge each scalar through their own path (no key memo, no
+    /// in-place rewrite); on a tree, where no node repeats, they give the tree walks' output.
+    #[test]
+    fn shared_walks_agree_with_the_tree_walks_on_a_tree(v in json_value()) {
+        let shared = SharedValue::from_json(&v);
+        prop_assert_eq!(sanitize_shared_tool_args(&shared), sanitize_tool_args(&v));
+        prop_assert_eq!(redact_shared_structured(&shared), redact_structured(&v));
     }
 
     #[test]
