@@ -245,27 +245,32 @@ pub fn check_planted_secrets(data: &[u8]) {
             )
             .to_string(),
         ];
+        // The filler may spell a secret inside something that is not one (`4111 1111 1111
+        // 1111` inside a 30-digit number): only more occurrences than it had are a leak.
+        let in_filler = head.matches(secret).count() + tail.matches(secret).count();
         for out in outputs {
             assert!(
-                !out.contains(secret),
+                out.matches(secret).count() <= in_filler,
                 "the {row} secret survived redaction in {text:?}"
             );
         }
         if let Some(fuzzed) = &fuzzed {
             let planted_json = plant_in_strings(fuzzed, planted);
+            let in_fuzzed = fuzzed.to_string().matches(secret).count();
             for out in redaction_paths(&planted_json) {
                 assert!(
-                    !out.contains(secret),
+                    out.matches(secret).count() <= in_fuzzed,
                     "the {row} secret survived redaction inside {planted_json}"
                 );
             }
         }
     }
     let carrier = fuzzed.unwrap_or_else(|| Value::String(filler.into_owned()));
+    let in_carrier = carrier.to_string().matches(PLANTED_KEY_SECRET).count();
     let keyed = plant_under_keys(&carrier);
     for out in redaction_paths(&keyed) {
         assert!(
-            !out.contains(PLANTED_KEY_SECRET),
+            out.matches(PLANTED_KEY_SECRET).count() <= in_carrier,
             "a secret under a sensitive key survived redaction inside {keyed}"
         );
     }
