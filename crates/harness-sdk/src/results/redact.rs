@@ -798,6 +798,12 @@ struct Rewrite<'a> {
     text: &'a str,
     out: Option<String>,
     copied: usize,
+    /// Whether a mask kept edges of its secret ([`Rewrite::mask_whole`]).
+    kept_edges: bool,
+    /// Whether a check that reads past its word for a value it validates (a card number's
+    /// digit groups, a `Basic` credential, a private key block) turned one down: a later
+    /// mask can end that value earlier, and the next scan may then accept it.
+    declined_lookahead: bool,
 }
 
 impl<'a> Rewrite<'a> {
@@ -806,6 +812,8 @@ impl<'a> Rewrite<'a> {
             text,
             out: None,
             copied: 0,
+            kept_edges: false,
+            declined_lookahead: false,
         }
     }
 
@@ -833,9 +841,16 @@ impl<'a> Rewrite<'a> {
     fn mask_span(&mut self, from: usize, to: usize, quoted: bool) {
         let span = &self.text[from..to];
         if !is_masked(span) {
-            let edges = safe_mask_edges(span, quoted);
-            self.replace_with(from, to, |out| push_mask(out, span, edges));
+            self.mask_whole(from, to, quoted);
         }
+    }
+
+    /// Replaces bytes `from..to` with their mask ([`safe_mask_edges`]).
+    fn mask_whole(&mut self, from: usize, to: usize, quoted: bool) {
+        let span = &self.text[from..to];
+        let edges = safe_mask_edges(span, quoted);
+        self.kept_edges |= edges.is_some();
+        self.replace_with(from, to, |out| push_mask(out, span, edges));
     }
 
     fn finish(self) -> Cow<'a, str> {
@@ -889,7 +904,74 @@ pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (C
         // Most text: no family, nothing to scan (decided here, inlined into the callers).
         return (Cow::Borrowed(text), false);
     }
-    scan_words::<true>(text, config, families, custom_prefixes)
+    scan_text(text, config, families, custom_prefixes)
+}
+
+/// The scans of [`redact_text_cow`] for a text where some `families` can match: one, and more
+/// only when the first one's output may scan differently ([`rescan`]). Kept apart so that
+/// the family check above stays small enough to inline.
+fn scan_text<'a>(
+    text: &'a str,
+    config: &RedactionConfig,
+    families: u16,
+    custom_prefixes: bool,
+) -> (Cow<'a, str>, bool) {
+    let scan = scan_words::<true>(text, config, families, custom_prefixes);
+    if !scan.unsettled {
+        return (scan.text, scan.matched);
+    }
+    rescan(scan.text.into_owned(), config, custom_prefixes)
+}
+
+/// Most rescans [`rescan`] runs before it returns what it has.
+const MAX_RESCANS: usize = 4;
+
+/// [`redact_text_cow`] after a scan whose output may scan differently ([`Scan::unsettled`]):
+/// a mask's kept edges (its first six and last four characters) stand beside the text around
+/// it and together can read as a secret the scan did not see (a token's last four characters
+/// starting a card number with the digit groups after it, a token that swallowed a URL's
+/// scheme leaving the URL's password), and a mask can end a value that a check turned down
+/// earlier in the text (a `Basic` credential with a token glued to it). The redacted text is
+/// scanned again until a scan changes nothing, so what comes out redacts to itself (at most
+/// [`MAX_RESCANS`] scans more; each one only masks).
+#[cold]
+fn rescan<'a>(
+    mut text: String,
+    config: &RedactionConfig,
+    custom_prefixes: bool,
+) -> (Cow<'a, str>, bool) {
+    for _ in 0..MAX_RESCANS {
+        let families = if custom_prefixes {
+            FAMILY_ALL
+        } else {
+            pattern_families(text.as_bytes())
+        };
+        if families == 0 {
+            break;
+        }
+        let scan = scan_words::<true>(&text, config, families, custom_prefixes);
+        let unsettled = scan.unsettled;
+        match scan.text {
+            Cow::Borrowed(_) => break,
+            Cow::Owned(next) => text = next,
+        }
+        if !unsettled {
+            break;
+        }
+    }
+    (Cow::Owned(text), true)
+}
+
+/// What [`scan_words`] made of a text.
+#[derive(Debug, PartialEq, Eq)]
+struct Scan<'a> {
+    /// The redacted text.
+    text: Cow<'a, str>,
+    /// Whether any pattern matched (even when its value was already masked and kept).
+    matched: bool,
+    /// Whether the text changed and a second scan may find more ([`rescan`]): a mask kept
+    /// edges of its secret, or a check that reads past its word turned a value down.
+    unsettled: bool,
 }
 
 /// The word scan of [`redact_text_cow`], for a text where some `families` can match.
@@ -903,7 +985,7 @@ fn scan_words<'a, const GATED: bool>(
     config: &RedactionConfig,
     families: u16,
     custom_prefixes: bool,
-) -> (Cow<'a, str>, bool) {
+) -> Scan<'a> {
     let bytes = text.as_bytes();
     let n = bytes.len();
     let shell = families & FAMILY_SHELL != 0;
@@ -1004,7 +1086,12 @@ fn scan_words<'a, const GATED: bool>(
             None => i = skip,
         }
     }
-    (rw.finish(), matched)
+    let unsettled = rw.out.is_some() && (rw.kept_edges || rw.declined_lookahead);
+    Scan {
+        text: rw.finish(),
+        matched,
+        unsettled,
+    }
 }
 
 /// The checks of [`scan_words`] at the word `text[i..j]` that `checks` allows (at least one):
@@ -1056,15 +1143,18 @@ fn match_word<'a>(
     // Payment card numbers (their groups span several words), also right after a `-`
     // (`-4111 1111 …`: the `-` starts the word but is not part of the number).
     let card_start = i + usize::from(c == b'-');
-    if card_check && let Some(mut end) = card_number(bytes, card_start) {
-        // Digits that read as a card but run into `:<token>` end in a bot token's secret.
-        if bytes.get(end) == Some(&b':')
-            && let Some(bot_end) = bot_token_end(bytes, end)
-        {
-            end = bot_end;
+    if card_check {
+        if let Some(mut end) = card_number(bytes, card_start) {
+            // Digits that read as a card but run into `:<token>` end in a bot token's secret.
+            if bytes.get(end) == Some(&b':')
+                && let Some(bot_end) = bot_token_end(bytes, end)
+            {
+                end = bot_end;
+            }
+            rw.mask_span(card_start, end, false);
+            return Some(end);
         }
-        rw.mask_span(card_start, end, false);
-        return Some(end);
+        rw.declined_lookahead = true;
     }
     // JSON web tokens.
     if jwt_check
@@ -1091,15 +1181,12 @@ fn match_word<'a>(
         && ((is_builtin_token(word) && !is_base64_continuation(bytes, i, word))
             || (custom_prefixes && is_custom_token(word, config)))
     {
-        let edges = safe_mask_edges(word, false);
-        rw.replace_with(i, j, |out| push_mask(out, word, edges));
+        rw.mask_whole(i, j, false);
         return Some(j);
     }
     // A distinctive prefix after a `-` or `_` inside a longer word (`build-ghp_…`).
     if token_check && let Some(at) = embedded_token_start(word) {
-        let token = &word[at..];
-        let edges = safe_mask_edges(token, false);
-        rw.replace_with(i + at, j, |out| push_mask(out, token, edges));
+        rw.mask_whole(i + at, j, false);
         return Some(j);
     }
     // `Bearer <token>`.
@@ -1111,23 +1198,26 @@ fn match_word<'a>(
         return Some(end);
     }
     // `Basic <base64 of user:password>` (an existing mask is kept).
-    if checks & CHECK_BASIC != 0
-        && word.eq_ignore_ascii_case("basic")
-        && let Some((start, end)) = scheme_token(text, j)
-        && (is_basic_credential(&text[start..end]) || is_masked(&text[start..end]))
-    {
-        rw.mask_span(start, end, false);
-        return Some(end);
+    if checks & CHECK_BASIC != 0 && word.eq_ignore_ascii_case("basic") {
+        if let Some((start, end)) = scheme_token(text, j)
+            && let Some(end) = basic_credential_end(&text[start..end])
+                .map(|len| start + len)
+                .or_else(|| is_masked(&text[start..end]).then_some(end))
+        {
+            rw.mask_span(start, end, false);
+            return Some(end);
+        }
+        rw.declined_lookahead = true;
     }
     // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
-    if flag_check
-        && word == "-----BEGIN"
-        && let Some((start, end)) = pem_private_key(text, i)
-    {
-        if text[start..end].trim() != MASK {
-            rw.replace(start, end, "\n***\n");
+    if flag_check && word == "-----BEGIN" {
+        if let Some((start, end)) = pem_private_key(text, i) {
+            if text[start..end].trim() != MASK {
+                rw.replace(start, end, "\n***\n");
+            }
+            return Some(end);
         }
-        return Some(end);
+        rw.declined_lookahead = true;
     }
     // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
     if colon
@@ -1171,9 +1261,18 @@ fn match_word<'a>(
     } else {
         word
     };
-    if let Some((op, header_style)) = operator
-        && let Some(text_key) = assignment_key(key, next)
-        && let Some(mut a) = assignment_value(text, op, header_style)
+    let key_kind = operator.and_then(|_| assignment_key(key, next));
+    let assigned = match (operator, key_kind) {
+        (Some((op, header_style)), Some(_)) => assignment_value(text, op, header_style),
+        _ => None,
+    };
+    if key_kind == Some(true) && assigned.is_none() {
+        // A sensitive key whose value was turned down: a later mask can end that value
+        // earlier, and the next scan may take it.
+        rw.declined_lookahead = true;
+    }
+    if let Some(text_key) = key_kind
+        && let Some(mut a) = assigned
         && (text_key
             || is_query_secret(bytes, i, next, &a, key)
             || is_gitlab_session(text, next, &a, key))
@@ -1233,17 +1332,20 @@ fn match_word<'a>(
     // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
     if operator.is_some()
         && next == Some(b'=')
-        && let Some(key) = encoded_key(text, i, j)
+        && let Some(key) = encoded_key(text, i, j, rw.copied)
         && is_text_key(&key)
-        && let Some(a) = assignment(text, j)
     {
-        rw.mask_span(a.value_start, a.value_end, a.quoted);
-        return Some(a.value_end);
+        if let Some(a) = assignment(text, j) {
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+            return Some(a.value_end);
+        }
+        rw.declined_lookahead = true;
     }
     // The same with invisible characters between the key and its `=`: the key is judged
     // with every invisible character dropped.
     if let Some(eq) = hidden_eq
-        && encoded_key(text, i, j).map_or_else(|| is_text_key(word), |key| is_text_key(&key))
+        && encoded_key(text, i, j, rw.copied)
+            .map_or_else(|| is_text_key(word), |key| is_text_key(&key))
         && let Some(a) = assignment(text, eq)
     {
         rw.mask_span(a.value_start, a.value_end, a.quoted);
@@ -1864,6 +1966,22 @@ fn pem_private_key(text: &str, start: usize) -> Option<(usize, usize)> {
     Some((body_start, body_end))
 }
 
+/// The length of the `Basic` credential at the start of `token`: the whole token, or the part
+/// up to the end of its `=` padding when more characters follow it (a base64 value ends at
+/// its padding, and what is glued after it is scanned on its own).
+fn basic_credential_end(token: &str) -> Option<usize> {
+    if is_basic_credential(token) {
+        return Some(token.len());
+    }
+    let pad_start = token.find('=')?;
+    let pad_end = pad_start
+        + token[pad_start..]
+            .bytes()
+            .take_while(|&b| b == b'=')
+            .count();
+    (pad_end < token.len() && is_basic_credential(&token[..pad_end])).then_some(pad_end)
+}
+
 /// A `Basic` credential: standard base64 (length a multiple of 4, at least 8) decoding to
 /// printable ASCII `user:password`.
 fn is_basic_credential(token: &str) -> bool {
@@ -2219,7 +2337,10 @@ fn authorization_credentials(
 ) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let scheme = &bytes[scheme_start..scheme_end];
+    // A mask where the scheme would be is a value this rule masked whole before (its
+    // characters are token characters, but it names no scheme).
     if scheme.is_empty()
+        || scheme == MASK.as_bytes()
         || !scheme.iter().all(|b| {
             b.is_ascii_alphanumeric()
                 || matches!(
@@ -2663,12 +2784,14 @@ fn is_gitlab_session(text: &str, next: Option<u8>, a: &Assignment, key: &str) ->
 
 /// The decoded key ending with the word `text[i..j]`, when the key is spelled with percent
 /// escapes, `+` or invisible characters before it (`client%5Fsecret`, `client_se+cret`); the
-/// escapes are decoded and `+`, blanks, control and invisible characters dropped.
-fn encoded_key(text: &str, i: usize, j: usize) -> Option<String> {
+/// escapes are decoded and `+`, blanks, control and invisible characters dropped. The key
+/// starts at `floor` at the earliest (the end of the scan's last mask: the next scan reads
+/// the mask there, which no key goes through).
+fn encoded_key(text: &str, i: usize, j: usize, floor: usize) -> Option<String> {
     const MAX_KEY_BYTES: usize = 96;
     let mut start = i;
     let mut obfuscated = false;
-    for c in text[..i].chars().rev() {
+    for c in text[floor.min(i)..i].chars().rev() {
         let plain = c.is_ascii_alphanumeric() || matches!(c, '_' | '-');
         let hidden = (c.is_control() && !c.is_whitespace()) || is_invisible(c);
         if !(plain || c == '%' || c == '+' || hidden) || i - start >= MAX_KEY_BYTES {
@@ -3220,9 +3343,7 @@ fn mask_app_passwords(text: &str) -> Cow<'_, str> {
         let word_end = bytes.get(end).is_none_or(|&b| !is_word_byte(b));
         if word_start && word_end && is_app_password(&bytes[start..end]) {
             // All ASCII, so `start` and `end` are character boundaries.
-            let word = &text[start..end];
-            let edges = safe_mask_edges(word, false);
-            rw.replace_with(start, end, |out| push_mask(out, word, edges));
+            rw.mask_whole(start, end, false);
         }
     }
     rw.finish()
@@ -3811,12 +3932,18 @@ mod tests {
             .collect()
     }
 
+    /// What a scan made of a text and whether anything matched (whether it is
+    /// [`Scan::unsettled`] depends on which checks ran, which is what the gates change).
+    fn outcome(scan: Scan<'_>) -> (String, bool) {
+        (scan.text.into_owned(), scan.matched)
+    }
+
     /// [`scan_words`] with and without its gates on `text` and `families`: same output,
     /// same verdict.
     fn assert_gates_change_nothing(text: &str, families: u16) {
         let config = RedactionConfig::default();
-        let gated = scan_words::<true>(text, &config, families, false);
-        let ungated = scan_words::<false>(text, &config, families, false);
+        let gated = outcome(scan_words::<true>(text, &config, families, false));
+        let ungated = outcome(scan_words::<false>(text, &config, families, false));
         assert_eq!(gated, ungated, "families {families:#x}: {text:?}");
     }
 
@@ -3824,8 +3951,13 @@ mod tests {
     /// every family: same output, same verdict.
     fn assert_filter_changes_nothing(text: &str) {
         let config = RedactionConfig::default();
-        let filtered = scan_words::<false>(text, &config, pattern_families(text.as_bytes()), false);
-        let every = scan_words::<false>(text, &config, FAMILY_ALL, false);
+        let filtered = outcome(scan_words::<false>(
+            text,
+            &config,
+            pattern_families(text.as_bytes()),
+            false,
+        ));
+        let every = outcome(scan_words::<false>(text, &config, FAMILY_ALL, false));
         assert_eq!(filtered, every, "{text:?}");
     }
 
@@ -3862,6 +3994,18 @@ mod tests {
             let text = scan_text(&picks);
             assert_gates_change_nothing(&text, pattern_families(text.as_bytes()));
             assert_gates_change_nothing(&text, FAMILY_ALL);
+        }
+
+        /// A redacted text redacts to itself: nothing a mask keeps of its secret (six
+        /// characters at the head, four at the tail), with the text around it, reads as a
+        /// secret the next time.
+        #[test]
+        fn redacting_pieces_of_secrets_is_idempotent(
+            picks in proptest::collection::vec(0usize..1024, 0..40),
+        ) {
+            let text = scan_text(&picks);
+            let once = redact_text(&text);
+            proptest::prop_assert_eq!(redact_text(&once), once.clone(), "{:?}", text);
         }
 
         /// The byte-pair filter only rules out families that cannot match: the ungated scan

@@ -527,6 +527,12 @@ fn redaction_row_payment_card_numbers() {
     // Right after a `-` that starts the word (the `-` stays).
     assert_scrubbed("refund -4111 1111 1111 1111 today", "4111 1111 1111 1111");
     assert!(redact_text("refund -4111 1111 1111 1111 today").starts_with("refund -4111 "));
+    // A mask's kept head beside digit groups before it (their digits and the head's, up to the
+    // ellipsis, are read again as one run by the next scan).
+    assert_scrubbed(
+        "4111 1111 11 123456789012345678901234.abcdef.ghijklmnopqrstuvwxyz0123456 x",
+        "ghijklmnopqrstuvwxyz0123456",
+    );
     // Numbers that are not card numbers stay: wrong Luhn digit, timestamps, snowflake ids.
     for keep in [
         "order 4111111111111112 shipped",
@@ -547,4 +553,57 @@ fn redaction_row_shell_defaults() {
         "export X=${GITHUB_TOKEN:-literalgithub1234567890}",
         "literalgithub1234567890",
     );
+}
+
+/// Secrets glued to each other or to the text around them, found by the property tests and
+/// the fuzzer: what a mask keeps of its secret, or where it ends a value, must not read as a
+/// secret the next time, so one pass leaves nothing for a second one.
+#[test]
+fn glued_secrets_are_masked_in_one_pass() {
+    for (text, secret) in [
+        // A token's kept tail starts a card number with the groups after it.
+        (
+            "SG.abcdefghijklmnop.qrstuvwxyz01234567-4111 1111 1111 1111 and",
+            "4111 1111 1111 1111",
+        ),
+        // The same through an escaped line break in serialized text.
+        (
+            "https://discord.com/api/webhooks/123/abcdefghijk\\n4111 1111 1111 1111 2 items",
+            "4111 1111 1111 1111",
+        ),
+        // A token's kept tail is the prefix of a Google OAuth token.
+        (
+            "sk-AKIAIOSFODNN7EXAMPLEabcdefgh12345678ya29.a0AfH6SMBxyz123456",
+            "a0AfH6SMBxyz123456",
+        ),
+        // A bot token swallowed a URL's scheme.
+        (
+            "123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawpostgres://admin:s3cr3t@db.internal:5432/app",
+            "s3cr3t",
+        ),
+        // A token glued after a `Basic` credential's padding.
+        (
+            "basic dXNlcjpzM2NyM3QtcGFzcw==sk-ant-httpsdapi=",
+            "dXNlcjpzM2NyM3QtcGFzcw==",
+        ),
+        // A token glued into a private key block's header.
+        (
+            "sk-proj-=-----BEGIN  sk------BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----",
+            "MIIEow",
+        ),
+        // A token glued before a key spelled with invisible characters.
+        (
+            "_:sk---password\u{200b}client_se\u{200b}cret=opaque1234567",
+            "opaque1234567",
+        ),
+        // A percent-escaped key whose value runs into another assignment.
+        (
+            "client%5Fsecret=opaqueOauthSecret77api_key:&",
+            "opaqueOauthSecret77",
+        ),
+    ] {
+        assert_scrubbed(text, secret);
+    }
+    let header = "--api-keyBearer--api-key=Authorization:=  PRIVATE KEY-----";
+    assert_eq!(redact_text(&redact_text(header)), redact_text(header));
 }
