@@ -2307,6 +2307,22 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if k == start || bytes[start] == b'-' {
         return None;
     }
+    // An authorization scheme (`--header-token Bearer <token>`): the credential after it is
+    // the value, the scheme stays.
+    if matches!(bytes.get(k), Some(b' ' | b'\t'))
+        && ["bearer", "basic", "token"]
+            .iter()
+            .any(|scheme| text[start..k].eq_ignore_ascii_case(scheme))
+    {
+        let mut from = k;
+        while matches!(bytes.get(from), Some(b' ' | b'\t')) {
+            from += 1;
+        }
+        let end = terminator_from(text, from);
+        if end > from {
+            return Some((from, end));
+        }
+    }
     // Prose such as "use --password or --password-file": a short lowercase word is not a
     // credential value.
     if k - start <= 4 && bytes[start..k].iter().all(u8::is_ascii_lowercase) {
@@ -3919,7 +3935,7 @@ mod tests {
     ];
 
     /// A text of [`SCAN_PIECES`] and, one pick in eight, [`WHOLE_SECRETS`].
-    fn scan_text(picks: &[usize]) -> String {
+    fn text_of_pieces(picks: &[usize]) -> String {
         picks
             .iter()
             .map(|&p| {
@@ -3991,7 +4007,7 @@ mod tests {
         fn the_word_gates_change_nothing(
             picks in proptest::collection::vec(0usize..1024, 0..40),
         ) {
-            let text = scan_text(&picks);
+            let text = text_of_pieces(&picks);
             assert_gates_change_nothing(&text, pattern_families(text.as_bytes()));
             assert_gates_change_nothing(&text, FAMILY_ALL);
         }
@@ -4003,7 +4019,7 @@ mod tests {
         fn redacting_pieces_of_secrets_is_idempotent(
             picks in proptest::collection::vec(0usize..1024, 0..40),
         ) {
-            let text = scan_text(&picks);
+            let text = text_of_pieces(&picks);
             let once = redact_text(&text);
             proptest::prop_assert_eq!(redact_text(&once), once.clone(), "{:?}", text);
         }
@@ -4014,7 +4030,7 @@ mod tests {
         fn the_pair_filter_changes_nothing(
             picks in proptest::collection::vec(0usize..1024, 0..40),
         ) {
-            assert_filter_changes_nothing(&scan_text(&picks));
+            assert_filter_changes_nothing(&text_of_pieces(&picks));
         }
     }
 

@@ -188,6 +188,29 @@ fn redaction_row_encoded_keys() {
 fn redaction_row_credential_flags() {
     assert_scrubbed("deploy --api-key k3yMaterial991 --force", "k3yMaterial991");
     assert_scrubbed("login --password=Sup3rSecretPw", "Sup3rSecretPw");
+    // An authorization scheme after the flag: the credential after it is masked, the scheme
+    // stays.
+    for (text, secret) in [
+        (
+            "curl --authorization Bearer opaqueTokenValue12345 x",
+            "opaqueTokenValue12345",
+        ),
+        (
+            "use --api-key Basic dXNlcjpzM2NyM3QtcGFzcw== now",
+            "dXNlcjpzM2NyM3QtcGFzcw==",
+        ),
+        (
+            "gh --token token ghs_opaque1234567890",
+            "ghs_opaque1234567890",
+        ),
+    ] {
+        assert_scrubbed(text, secret);
+        let out = redact_text(text);
+        assert!(
+            out.contains(" Bearer ") || out.contains(" Basic ") || out.contains(" token "),
+            "{out}"
+        );
+    }
 }
 
 #[test]
