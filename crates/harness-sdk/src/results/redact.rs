@@ -1948,15 +1948,30 @@ static AUTHORITY_BYTES: [u8; 256] = {
     table
 };
 
+/// Longest label [`pem_private_key`] takes (`ENCRYPTED PRIVATE KEY`, `OPENSSH PRIVATE KEY`,
+/// … are far shorter).
+const PEM_LABEL_MAX: usize = 64;
+
 /// `-----BEGIN … PRIVATE KEY-----` at `start`: the byte range of the key body (after the
 /// header line, up to the matching `-----END` line, or to the end of the text when the block
-/// is cut off).
+/// is cut off). The label is upper-case letters, digits and spaces (or a mask), and holds no
+/// secret of its own: the scan goes on after the body, so text inside a header is never
+/// scanned.
 fn pem_private_key(text: &str, start: usize) -> Option<(usize, usize)> {
     let rest = &text[start..];
     let header = rest.strip_prefix("-----BEGIN ")?;
     let close = header.find("-----")?;
     let label = &header[..close];
-    if !label.ends_with("PRIVATE KEY") || label.contains('\n') {
+    if !label.ends_with("PRIVATE KEY")
+        || label.len() > PEM_LABEL_MAX
+        || !label
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || matches!(b, b' ' | b'*'))
+        || matches!(
+            redact_text_cow(label, &RedactionConfig::default()).0,
+            Cow::Owned(_)
+        )
+    {
         return None;
     }
     let body_start = start + "-----BEGIN ".len() + close + 5;

@@ -627,6 +627,20 @@ fn glued_secrets_are_masked_in_one_pass() {
     ] {
         assert_scrubbed(text, secret);
     }
+    // A private key header holds a label, not text: an assignment or token inside it is
+    // scanned as text, and the block is masked once the header reads as one.
+    for (text, secret) in [
+        (
+            "\"-----BEGIN \u{fffd} OPENAI_API_KEY=abc123def456ghi789 \u{fffd}RSA PRIVATE KEY-----\\nMIIEowIBAAKCAQEA\\n-----END RSA PRIVATE KEY-----\"",
+            "abc123def456ghi789",
+        ),
+        (
+            "-----BEGIN AKIAIOSFODNN7EXAMPLE RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
+            "AKIAIOSFODNN7EXAMPLE",
+        ),
+    ] {
+        assert_scrubbed(text, secret);
+    }
     let header = "--api-keyBearer--api-key=Authorization:=  PRIVATE KEY-----";
     assert_eq!(redact_text(&redact_text(header)), redact_text(header));
 }
