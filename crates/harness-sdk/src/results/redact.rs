@@ -2322,6 +2322,11 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if k == start || bytes[start] == b'-' {
         return None;
     }
+    // A sensitive key or header name (`--api-key Authorization: Digest …`) is not the value:
+    // the scan goes on to it, and its own rule masks what follows it.
+    if matches!(bytes[k - 1], b':' | b'=') && is_text_key(&text[start..k - 1]) {
+        return None;
+    }
     // An authorization scheme (`--header-token Bearer <token>`): the credential after it is
     // the value, the scheme stays.
     if matches!(bytes.get(k), Some(b' ' | b'\t'))

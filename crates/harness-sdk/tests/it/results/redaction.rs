@@ -211,6 +211,13 @@ fn redaction_row_credential_flags() {
             "{out}"
         );
     }
+    // A value that merely ends with `:` or `=` is still the value.
+    assert_scrubbed("run --password=secret123: next", "secret123");
+    // A header name after the flag is not its value: the header's own rule masks what follows.
+    assert_scrubbed(
+        "use --api-key Authorization: Digest username=ops, response=digestresponse1234567890 now",
+        "digestresponse1234567890",
+    );
 }
 
 #[test]
