@@ -2294,6 +2294,10 @@ fn scheme_token(text: &str, after: usize) -> Option<(usize, usize)> {
         return None;
     }
     let start = k;
+    // A flag (`Bearer --api-key …`) is no credential: the scan goes on to it.
+    if bytes[start..].starts_with(b"--") {
+        return None;
+    }
     let end_any = terminator_from(text, start);
     if is_masked(&text[start..end_any]) {
         return Some((start, end_any));

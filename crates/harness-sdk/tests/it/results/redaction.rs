@@ -211,6 +211,8 @@ fn redaction_row_credential_flags() {
             "{out}"
         );
     }
+    // A flag after an authorization scheme is no credential: its own rule masks its value.
+    assert_scrubbed("Bearer --api-key k3yMaterial991 x", "k3yMaterial991");
     // A value that merely ends with `:` or `=` is still the value.
     assert_scrubbed("run --password=secret123: next", "secret123");
     // A header name after the flag is not its value: the header's own rule masks what follows.
