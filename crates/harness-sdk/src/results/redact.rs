@@ -2431,6 +2431,8 @@ fn authorization_credentials(
                 break;
             }
             b'}' | b')' if !in_quotes => break,
+            // A private key block starts its own rule (its body runs past this line).
+            b'-' if !in_quotes && bytes[k..].starts_with(b"-----BEGIN ") => break,
             // The closing quote of a single-quoted header (`-H 'Authorization: …'`).
             b'\'' if !in_quotes && bytes.get(k + 1).is_none_or(|b| b.is_ascii_whitespace()) => {
                 break;

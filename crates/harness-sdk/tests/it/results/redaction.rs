@@ -650,6 +650,11 @@ fn glued_secrets_are_masked_in_one_pass() {
     ] {
         assert_scrubbed(text, secret);
     }
+    // A private key block after an authorization header's credentials on the same line.
+    assert_scrubbed(
+        "curl -H 'Authorization: saBic dXNlcjpzM1NyM3QtcGFzcw= -----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY----- =' x",
+        "MIIEvQIBADANBgkqhkiG9w0BAQEFAASC",
+    );
     let header = "--api-keyBearer--api-key=Authorization:=  PRIVATE KEY-----";
     assert_eq!(redact_text(&redact_text(header)), redact_text(header));
 }
