@@ -3399,6 +3399,15 @@ fn is_workspace_session_path(value: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A proptest configuration of `n` cases that records no failures on disk.
+    fn cases(n: u32) -> proptest::prelude::ProptestConfig {
+        proptest::prelude::ProptestConfig {
+            cases: n,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        }
+    }
+
     #[test]
     fn mask_rule() {
         assert_eq!(mask_token("hunter2"), "***");
@@ -3509,11 +3518,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 2048,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(cases(2048))]
 
         /// Texts made of app passwords, their near misses and the bytes around words: the
         /// dash-driven search masks exactly what judging every word masks.
@@ -3632,11 +3637,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 8192,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(cases(8192))]
 
         /// The quick rejections (first and last bytes, entry lengths by last byte) and the
         /// hash table of [`is_sensitive_key`], and the first-byte gate of the free-text
@@ -3747,11 +3748,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 4096,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(cases(4096))]
 
         /// Texts over the bytes the filter looks at (and a few it does not), digits and
         /// separators in runs: the one-load filter agrees with the reference.
@@ -4019,11 +4016,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig {
-            cases: 8192,
-            failure_persistence: None,
-            ..proptest::prelude::ProptestConfig::default()
-        })]
+        #![proptest_config(cases(8192))]
 
         /// The word gates of [`scan_words`] (first byte, length and next byte tables, the
         /// jump between the bytes a few families start at, the skip after a word followed by
