@@ -2312,6 +2312,11 @@ fn scheme_token(text: &str, after: usize) -> Option<(usize, usize)> {
     {
         end_token += 1;
     }
+    // A sensitive header name (`Bearer Authorization: Digest …`) is no credential: the scan
+    // goes on to it, and its own rule masks what follows it.
+    if bytes.get(end_token) == Some(&b':') && is_text_key(&text[start..end_token]) {
+        return None;
+    }
     (end_token - start >= 8).then_some((start, end_token))
 }
 

@@ -211,6 +211,11 @@ fn redaction_row_credential_flags() {
             "{out}"
         );
     }
+    // Nor is a header name after a scheme: the header's own rule masks its credentials.
+    assert_scrubbed(
+        "Bearer Authorization: Digest username=ops, response=digestresponse1234567890 x",
+        "digestresponse1234567890",
+    );
     // A flag after an authorization scheme is no credential: its own rule masks its value.
     assert_scrubbed("Bearer --api-key k3yMaterial991 x", "k3yMaterial991");
     // A value that merely ends with `:` or `=` is still the value.
