@@ -1895,6 +1895,14 @@ fn jwt(bytes: &[u8], start: usize) -> Option<usize> {
     }
 }
 
+/// Whether `word` can be a URL's scheme: a letter, then letters, digits, `+`, `-` and `.`.
+fn is_url_scheme(word: &[u8]) -> bool {
+    word.first().is_some_and(u8::is_ascii_alphabetic)
+        && word
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+}
+
 /// The password of a URL's user information at `scheme_end` (the index of `:` in `://`):
 /// `scheme://user:password@host`. Returns the byte range of the password.
 fn url_password(text: &str, scheme_end: usize) -> Option<(usize, usize)> {
@@ -2312,9 +2320,13 @@ fn scheme_token(text: &str, after: usize) -> Option<(usize, usize)> {
     {
         end_token += 1;
     }
-    // A sensitive header name (`Bearer Authorization: Digest …`) is no credential: the scan
-    // goes on to it, and its own rule masks what follows it.
-    if bytes.get(end_token) == Some(&b':') && is_text_key(&text[start..end_token]) {
+    // A sensitive header name (`Bearer Authorization: Digest …`) or a URL's scheme (`Bearer
+    // postgres://user:password@…`) is no credential: the scan goes on to it, and its own rule
+    // masks what follows it.
+    if bytes.get(end_token) == Some(&b':')
+        && ((bytes[end_token..].starts_with(b"://") && is_url_scheme(&bytes[start..end_token]))
+            || is_text_key(&text[start..end_token]))
+    {
         return None;
     }
     (end_token - start >= 8).then_some((start, end_token))

@@ -216,6 +216,17 @@ fn redaction_row_credential_flags() {
         "Bearer Authorization: Digest username=ops, response=digestresponse1234567890 x",
         "digestresponse1234567890",
     );
+    // Nor is a URL's scheme: the URL's own rule masks its password.
+    assert_scrubbed(
+        "Bearer  postgres://app:s3cr3t-db-pass@db:5432/prod x",
+        "s3cr3t-db-pass",
+    );
+    // A Basic credential glued to a URL is still a credential (only a whole scheme word is a
+    // URL's scheme).
+    assert_scrubbed(
+        "Basic dXNlcjpwYXNzd29yZA==-https://user@example.com/x",
+        "dXNlcjpwYXNzd29yZA==",
+    );
     // A flag after an authorization scheme is no credential: its own rule masks its value.
     assert_scrubbed("Bearer --api-key k3yMaterial991 x", "k3yMaterial991");
     // A value that merely ends with `:` or `=` is still the value.
