@@ -798,12 +798,12 @@ struct Rewrite<'a> {
     text: &'a str,
     out: Option<String>,
     copied: usize,
-    /// Whether a mask kept edges of its secret ([`Rewrite::mask_whole`]).
-    kept_edges: bool,
-    /// Whether a check that reads past its word for a value it validates (a card number's
-    /// digit groups, a `Basic` credential, a private key block) turned one down: a later
-    /// mask can end that value earlier, and the next scan may then accept it.
-    declined_lookahead: bool,
+    /// Whether the output may scan differently from the text ([`rescan`]): a mask kept edges
+    /// of its secret ([`Rewrite::mask_whole`]), or a check that reads past its word for a
+    /// value it validates (a card number's digit groups, a `Basic` credential, a private key
+    /// block, a sensitive key's value) turned one down, and a later mask can end that value
+    /// earlier.
+    unsettled: bool,
 }
 
 impl<'a> Rewrite<'a> {
@@ -812,8 +812,7 @@ impl<'a> Rewrite<'a> {
             text,
             out: None,
             copied: 0,
-            kept_edges: false,
-            declined_lookahead: false,
+            unsettled: false,
         }
     }
 
@@ -849,7 +848,7 @@ impl<'a> Rewrite<'a> {
     fn mask_whole(&mut self, from: usize, to: usize, quoted: bool) {
         let span = &self.text[from..to];
         let edges = safe_mask_edges(span, quoted);
-        self.kept_edges |= edges.is_some();
+        self.unsettled |= edges.is_some();
         self.replace_with(from, to, |out| push_mask(out, span, edges));
     }
 
@@ -895,16 +894,23 @@ pub fn redact_text_with(text: &str, config: &RedactionConfig) -> TextRedaction {
 #[inline]
 pub(crate) fn redact_text_cow<'a>(text: &'a str, config: &RedactionConfig) -> (Cow<'a, str>, bool) {
     let custom_prefixes = config.token_prefixes.iter().any(|p| !p.is_empty());
-    let families = if custom_prefixes {
-        FAMILY_ALL
-    } else {
-        pattern_families(text.as_bytes())
-    };
+    let families = families_of(text, custom_prefixes);
     if families == 0 {
         // Most text: no family, nothing to scan (decided here, inlined into the callers).
         return (Cow::Borrowed(text), false);
     }
     scan_text(text, config, families, custom_prefixes)
+}
+
+/// The pattern families a scan of `text` runs: every family with caller prefixes (which the
+/// families do not cover), else those of [`pattern_families`].
+#[inline]
+fn families_of(text: &str, custom_prefixes: bool) -> u16 {
+    if custom_prefixes {
+        FAMILY_ALL
+    } else {
+        pattern_families(text.as_bytes())
+    }
 }
 
 /// The scans of [`redact_text_cow`] for a text where some `families` can match: one, and more
@@ -941,11 +947,7 @@ fn rescan<'a>(
     custom_prefixes: bool,
 ) -> (Cow<'a, str>, bool) {
     for _ in 0..MAX_RESCANS {
-        let families = if custom_prefixes {
-            FAMILY_ALL
-        } else {
-            pattern_families(text.as_bytes())
-        };
+        let families = families_of(&text, custom_prefixes);
         if families == 0 {
             break;
         }
@@ -963,14 +965,14 @@ fn rescan<'a>(
 }
 
 /// What [`scan_words`] made of a text.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 struct Scan<'a> {
     /// The redacted text.
     text: Cow<'a, str>,
     /// Whether any pattern matched (even when its value was already masked and kept).
     matched: bool,
-    /// Whether the text changed and a second scan may find more ([`rescan`]): a mask kept
-    /// edges of its secret, or a check that reads past its word turned a value down.
+    /// Whether the text changed and a second scan may find more ([`rescan`];
+    /// [`Rewrite::unsettled`]).
     unsettled: bool,
 }
 
@@ -1086,7 +1088,7 @@ fn scan_words<'a, const GATED: bool>(
             None => i = skip,
         }
     }
-    let unsettled = rw.out.is_some() && (rw.kept_edges || rw.declined_lookahead);
+    let unsettled = rw.out.is_some() && rw.unsettled;
     Scan {
         text: rw.finish(),
         matched,
@@ -1154,7 +1156,7 @@ fn match_word<'a>(
             rw.mask_span(card_start, end, false);
             return Some(end);
         }
-        rw.declined_lookahead = true;
+        rw.unsettled = true;
     }
     // JSON web tokens.
     if jwt_check
@@ -1207,7 +1209,7 @@ fn match_word<'a>(
             rw.mask_span(start, end, false);
             return Some(end);
         }
-        rw.declined_lookahead = true;
+        rw.unsettled = true;
     }
     // `-----BEGIN … PRIVATE KEY-----`: the key body becomes a mask.
     if flag_check && word == "-----BEGIN" {
@@ -1217,7 +1219,7 @@ fn match_word<'a>(
             }
             return Some(end);
         }
-        rw.declined_lookahead = true;
+        rw.unsettled = true;
     }
     // Bot tokens: `<bot id>:<secret>`, bare or after `bot` in an API path.
     if colon
@@ -1269,7 +1271,7 @@ fn match_word<'a>(
     if key_kind == Some(true) && assigned.is_none() {
         // A sensitive key whose value was turned down: a later mask can end that value
         // earlier, and the next scan may take it.
-        rw.declined_lookahead = true;
+        rw.unsettled = true;
     }
     if let Some(text_key) = key_kind
         && let Some(mut a) = assigned
@@ -1339,7 +1341,7 @@ fn match_word<'a>(
             rw.mask_span(a.value_start, a.value_end, a.quoted);
             return Some(a.value_end);
         }
-        rw.declined_lookahead = true;
+        rw.unsettled = true;
     }
     // The same with invisible characters between the key and its `=`: the key is judged
     // with every invisible character dropped.
@@ -1895,6 +1897,27 @@ fn jwt(bytes: &[u8], start: usize) -> Option<usize> {
     }
 }
 
+/// Whether `word` is an authorization scheme whose credential is one value after it
+/// (`Bearer`, `Basic`, `Token`; any case).
+fn is_value_scheme(word: &str) -> bool {
+    ["bearer", "basic", "token"]
+        .iter()
+        .any(|scheme| word.eq_ignore_ascii_case(scheme))
+}
+
+/// Whether the word `text[start..end]`, where a rule would take it as a value (a flag's value,
+/// a bearer token), starts another rule's match instead: a sensitive key or header name before
+/// its `:` or `=` (`Authorization: Digest …`), or a URL's scheme before `://`. The scan goes on
+/// to it, and that rule masks what follows it.
+fn names_another_rule(text: &str, start: usize, end: usize) -> bool {
+    let bytes = text.as_bytes();
+    match bytes.get(end) {
+        Some(b':') if bytes[end..].starts_with(b"://") && is_url_scheme(&bytes[start..end]) => true,
+        Some(b':' | b'=') => is_text_key(&text[start..end]),
+        _ => false,
+    }
+}
+
 /// Whether `word` can be a URL's scheme: a letter, then letters, digits, `+`, `-` and `.`.
 fn is_url_scheme(word: &[u8]) -> bool {
     word.first().is_some_and(u8::is_ascii_alphabetic)
@@ -2320,13 +2343,9 @@ fn scheme_token(text: &str, after: usize) -> Option<(usize, usize)> {
     {
         end_token += 1;
     }
-    // A sensitive header name (`Bearer Authorization: Digest …`) or a URL's scheme (`Bearer
-    // postgres://user:password@…`) is no credential: the scan goes on to it, and its own rule
-    // masks what follows it.
-    if bytes.get(end_token) == Some(&b':')
-        && ((bytes[end_token..].starts_with(b"://") && is_url_scheme(&bytes[start..end_token]))
-            || is_text_key(&text[start..end_token]))
-    {
+    // A header name (`Bearer Authorization: Digest …`) or a URL's scheme (`Bearer
+    // postgres://user:password@…`) is no credential.
+    if names_another_rule(text, start, end_token) {
         return None;
     }
     (end_token - start >= 8).then_some((start, end_token))
@@ -2343,18 +2362,13 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if k == start || bytes[start] == b'-' {
         return None;
     }
-    // A sensitive key or header name (`--api-key Authorization: Digest …`) is not the value:
-    // the scan goes on to it, and its own rule masks what follows it.
-    if matches!(bytes[k - 1], b':' | b'=') && is_text_key(&text[start..k - 1]) {
+    // A key or header name (`--api-key Authorization: Digest …`) is not the value.
+    if matches!(bytes[k - 1], b':' | b'=') && names_another_rule(text, start, k - 1) {
         return None;
     }
     // An authorization scheme (`--header-token Bearer <token>`): the credential after it is
     // the value, the scheme stays.
-    if matches!(bytes.get(k), Some(b' ' | b'\t'))
-        && ["bearer", "basic", "token"]
-            .iter()
-            .any(|scheme| text[start..k].eq_ignore_ascii_case(scheme))
-    {
+    if matches!(bytes.get(k), Some(b' ' | b'\t')) && is_value_scheme(&text[start..k]) {
         let mut from = k;
         while matches!(bytes.get(from), Some(b' ' | b'\t')) {
             from += 1;
@@ -2594,12 +2608,7 @@ fn assignment_value(text: &str, op: usize, header_style: bool) -> Option<Assignm
         }
         let scheme = &text[k..e];
         let gap = blank_len(e);
-        (["bearer", "basic", "token"]
-            .iter()
-            .any(|s| scheme.eq_ignore_ascii_case(s))
-            && gap > 0
-            && bytes.get(e) != Some(&b'\t'))
-        .then_some(e + gap)
+        (is_value_scheme(scheme) && gap > 0 && bytes.get(e) != Some(&b'\t')).then_some(e + gap)
     };
     if let Some(start) = scheme_end {
         let e = terminator_from(text, start);
@@ -2820,9 +2829,7 @@ fn escaped_scheme_parameters(bytes: &[u8], a: &Assignment, value: &str) -> Optio
         && scheme
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-        && !["bearer", "basic", "token"]
-            .iter()
-            .any(|s| scheme.eq_ignore_ascii_case(s))
+        && !is_value_scheme(scheme)
         && (rest.contains('=') || rest == MASK);
     parameterized.then_some(a.value_start + scheme.len() + 1)
 }
