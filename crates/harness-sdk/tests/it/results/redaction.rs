@@ -674,3 +674,64 @@ fn glued_secrets_are_masked_in_one_pass() {
     let header = "--api-keyBearer--api-key=Authorization:=  PRIVATE KEY-----";
     assert_eq!(redact_text(&redact_text(header)), redact_text(header));
 }
+
+/// A rule's span that swallows the start of another rule's match (a header's credentials that
+/// hold a flag, a value that runs into a `Basic` credential, a private key block or a card
+/// number) is merged with that match into one mask, so the second rule's secret does not stay
+/// in the clear (found by the fuzzer, and in documents of the recorded corpus).
+#[test]
+fn a_span_that_swallows_another_rules_start_is_merged_with_its_match() {
+    for (text, secret) in [
+        (
+            "curl -H 'Authorization: Basic --api-key k3yMaterial991  dXNlcjpzM2NyM3QtcGFzcw==' x",
+            "k3yMaterial991",
+        ),
+        (
+            "ghp_&code=bearer --api-key k3yMaterial991  authorization: '",
+            "k3yMaterial991",
+        ),
+        (
+            "Authorization: Digest username=\"u\", response=\"abc\", password: \"correct horse battery staple\"",
+            "correct horse battery staple",
+        ),
+        (
+            "token=${GITHUB_TOKEN}/Basic dXNlcjpwYXNzd29yZA==",
+            "dXNlcjpwYXNzd29yZA==",
+        ),
+        ("Bearer  client_secret\u{3164}=hidden123", "hidden123"),
+        (
+            "--password=secret123(-----BEGIN RSA PRIVATE KEY-----\nMIIEabc\n-----END RSA PRIVATE KEY-----",
+            "MIIEabc",
+        ),
+        (
+            "Authorization: Bearer opaqueTokenValue123454111 1111 1111 1111",
+            "4111 1111 1111 1111",
+        ),
+        (
+            "client_se+cret=abc123?4111 1111 1111 1111 2 items",
+            "1111 1111 1111",
+        ),
+    ] {
+        assert_scrubbed(text, secret);
+    }
+    // What lies between a rule's word and its span is not part of the span: a URL's user name
+    // is no assignment, and the host stays.
+    assert_eq!(
+        redact_text("postgres://secret:secret@db.example.test/openclaw"),
+        "postgres://secret:***@db.example.test/openclaw"
+    );
+}
+
+/// An authorization header's first word is kept as its scheme only when it is not a secret
+/// itself (an access key where the scheme would be is masked; found by the fuzzer).
+#[test]
+fn a_secret_is_no_authorization_scheme() {
+    assert_scrubbed(
+        "Authorization:  AKIAIOSFODNN7EXAMPLE ,x",
+        "AKIAIOSFODNN7EXAMPLE",
+    );
+    assert_eq!(
+        redact_text("Authorization: Digest username=\"u\", response=\"abc\""),
+        "Authorization: Digest ***"
+    );
+}
