@@ -1084,12 +1084,16 @@ fn scan_words<'a, const GATED: bool>(
     if extra {
         enabled |= CHECK_CARD | CHECK_JWT | CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH;
     }
-    // Caller prefixes can match a word of any length.
-    let any_length = if custom_prefixes { CHECK_TOKEN } else { 0 };
+    let rules = ScanRules {
+        config,
+        custom_prefixes,
+        enabled,
+        // Caller prefixes can match a word of any length.
+        any_length: if custom_prefixes { CHECK_TOKEN } else { 0 },
+    };
     // Without token prefixes, assignments and the extra shapes, a match can only start at
     // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
     let jump = GATED && !(tokens || assignments || extra);
-    let gates = (enabled, any_length);
     let mut rw = Rewrite::new(text);
     let mut matched = false;
     let mut i = 0;
@@ -1108,16 +1112,9 @@ fn scan_words<'a, const GATED: bool>(
                 // before it is looked for where it starts.
                 if flags && bytes[i..].starts_with(PEM_BEGIN) {
                     let j = word_end(bytes, i + 1);
-                    if j - i == PEM_BEGIN.len()
-                        && let Some(end) = glued_private_key::<GATED>(
-                            text,
-                            config,
-                            custom_prefixes,
-                            gates,
-                            &mut rw,
-                            i,
-                            j,
-                        )
+                    if let Some(at) = glued_header(bytes, i - 1, j, rules)
+                        && at == i
+                        && let Some(end) = glued_private_key::<GATED>(text, rules, &mut rw, at, j)
                     {
                         matched = true;
                         i = end;
@@ -1148,18 +1145,18 @@ fn scan_words<'a, const GATED: bool>(
         // `i` starts a word: it follows a non-word byte or the end of a match, and every match
         // ends at a non-word byte, after `}` or at the end of the text.
         let j = word_end(bytes, i + 1);
-        let checks = word_checks::<GATED>(bytes, i, j, enabled, any_length);
+        let checks = word_checks::<GATED>(bytes, i, j, rules);
         // A word that no check takes is skipped with the space after it (a space starts
         // nothing).
         let skip = j + usize::from(bytes.get(j) == Some(&b' '));
         if checks != 0 {
             let mark = rw.mark();
-            if let Some(end) = match_word(text, config, custom_prefixes, &mut rw, i, j, checks) {
+            if let Some(end) = match_word(text, rules, &mut rw, i, j, checks) {
                 matched = true;
                 // A match that reaches past its word may have swallowed the start of another
                 // rule's match.
                 i = if end > j {
-                    swallowed::<GATED>(text, config, custom_prefixes, gates, &mut rw, mark, j, end)
+                    swallowed::<GATED>(text, rules, &mut rw, mark, j, end)
                 } else {
                     end
                 };
@@ -1167,18 +1164,8 @@ fn scan_words<'a, const GATED: bool>(
             }
         }
         // A private key header glued to the word before it (`…\n-----BEGIN`).
-        if flags
-            && j - i > PEM_BEGIN.len()
-            && bytes[..j].ends_with(PEM_BEGIN)
-            && let Some(end) = glued_private_key::<GATED>(
-                text,
-                config,
-                custom_prefixes,
-                gates,
-                &mut rw,
-                j - PEM_BEGIN.len(),
-                j,
-            )
+        if let Some(at) = glued_header(bytes, i, j, rules)
+            && let Some(end) = glued_private_key::<GATED>(text, rules, &mut rw, at, j)
         {
             matched = true;
             i = end;
@@ -1200,13 +1187,17 @@ fn scan_words<'a, const GATED: bool>(
 #[inline(never)]
 fn match_word<'a>(
     text: &'a str,
-    config: &RedactionConfig,
-    custom_prefixes: bool,
+    rules: ScanRules<'_>,
     rw: &mut Rewrite<'a>,
     i: usize,
     j: usize,
     checks: u16,
 ) -> Option<usize> {
+    let ScanRules {
+        config,
+        custom_prefixes,
+        ..
+    } = rules;
     let bytes = text.as_bytes();
     let c = bytes[i];
     let next = bytes.get(j).copied();
@@ -1462,21 +1453,15 @@ fn match_word<'a>(
 /// follow the word (no operator can be there, the most common case, decided here); without,
 /// every one of `enabled`.
 #[inline(always)]
-fn word_checks<const GATED: bool>(
-    bytes: &[u8],
-    i: usize,
-    j: usize,
-    enabled: u16,
-    any_length: u16,
-) -> u16 {
+fn word_checks<const GATED: bool>(bytes: &[u8], i: usize, j: usize, rules: ScanRules<'_>) -> u16 {
     if !GATED {
-        return enabled;
+        return rules.enabled;
     }
     let next = bytes.get(j).copied();
-    let checks = enabled
+    let checks = rules.enabled
         & CHECKS_BY_FIRST[usize::from(bytes[i])]
         & CHECKS_BY_NEXT[next.map_or(256, usize::from)]
-        & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | any_length);
+        & (CHECKS_BY_LEN[(j - i).min(CHECK_LEN_MAX)] | rules.any_length);
     if checks == CHECK_OPERATOR && space_then_word(bytes, j) {
         0
     } else {
@@ -1496,13 +1481,10 @@ fn word_checks<const GATED: bool>(
 /// two spans become one [`MASK`] from the first one's start to the last one's end (and the
 /// words up to that end are checked the same way). Each word is checked once, here or by the
 /// scan. Kept out of line: most scans never get here.
-#[allow(clippy::too_many_arguments)]
 #[inline(never)]
 fn swallowed<const GATED: bool>(
     text: &str,
-    config: &RedactionConfig,
-    custom_prefixes: bool,
-    (enabled, any_length): (u16, u16),
+    rules: ScanRules<'_>,
     rw: &mut Rewrite<'_>,
     mark: RewriteMark,
     j: usize,
@@ -1530,23 +1512,17 @@ fn swallowed<const GATED: bool>(
         // The match a check makes at `at` (in a dry run): the start of its span and its end.
         let dry_match = |at: usize, checks: u16| {
             let mut dry = Rewrite::dry(text, mark);
-            let inner_end = match_word(text, config, custom_prefixes, &mut dry, at, q, checks)?;
+            let inner_end = match_word(text, rules, &mut dry, at, q, checks)?;
             Some((if dry.spans > 0 { dry.last_from } else { at }, inner_end))
         };
         // The word's own checks, else a private key header glued to its end, as in the scan.
         // A token's match ends with its word: inside the span it cannot reach past it.
         let inside = if q <= end { !CHECK_TOKEN } else { CHECK_ALL };
-        let checks = word_checks::<GATED>(bytes, p, q, enabled, any_length) & inside;
+        let checks = word_checks::<GATED>(bytes, p, q, rules) & inside;
         let inner = (checks != 0)
             .then(|| dry_match(p, checks))
             .flatten()
-            .or_else(|| {
-                (enabled & CHECK_FLAG != 0
-                    && q - p > PEM_BEGIN.len()
-                    && bytes[..q].ends_with(PEM_BEGIN))
-                .then(|| dry_match(q - PEM_BEGIN.len(), CHECK_FLAG))
-                .flatten()
-            });
+            .or_else(|| dry_match(glued_header(bytes, p, q, rules)?, CHECK_FLAG));
         if let Some((inner_from, inner_end)) = inner
             && inner_end > end
         {
@@ -1574,25 +1550,35 @@ const PEM_BEGIN: &[u8] = b"-----BEGIN";
 /// step when the block matched.
 fn glued_private_key<'a, const GATED: bool>(
     text: &'a str,
-    config: &RedactionConfig,
-    custom_prefixes: bool,
-    gates: (u16, u16),
+    rules: ScanRules<'_>,
     rw: &mut Rewrite<'a>,
     at: usize,
     j: usize,
 ) -> Option<usize> {
     let mark = rw.mark();
-    let end = match_word(text, config, custom_prefixes, rw, at, j, CHECK_FLAG)?;
-    Some(swallowed::<GATED>(
-        text,
-        config,
-        custom_prefixes,
-        gates,
-        rw,
-        mark,
-        j,
-        end,
-    ))
+    let end = match_word(text, rules, rw, at, j, CHECK_FLAG)?;
+    Some(swallowed::<GATED>(text, rules, rw, mark, j, end))
+}
+
+/// Where a private key header glued to the end of the word `bytes[i..j]` starts: the word is
+/// longer than `-----BEGIN` and ends with it, and the scan looks for private keys.
+#[inline]
+fn glued_header(bytes: &[u8], i: usize, j: usize, rules: ScanRules<'_>) -> Option<usize> {
+    (rules.enabled & CHECK_FLAG != 0 && j - i > PEM_BEGIN.len() && bytes[..j].ends_with(PEM_BEGIN))
+        .then(|| j - PEM_BEGIN.len())
+}
+
+/// What the checks of one scan need besides the text: the caller's configuration and the
+/// word gates of [`word_checks`].
+#[derive(Clone, Copy)]
+struct ScanRules<'c> {
+    config: &'c RedactionConfig,
+    /// Whether the caller configured token prefixes.
+    custom_prefixes: bool,
+    /// The word checks whose family can match in the text.
+    enabled: u16,
+    /// The checks that run at a word of any length ([`CHECK_TOKEN`] with caller prefixes).
+    any_length: u16,
 }
 
 /// Whether the word ending at `j` is followed by a space and then a word character: no
