@@ -813,7 +813,7 @@ struct Rewrite<'a> {
     last_from: usize,
     /// How many spans were replaced or found already masked.
     spans: usize,
-    /// A dry rewrite only records where it would replace ([`swallowed_start`]).
+    /// A dry rewrite only records where it would replace ([`swallowed`]).
     dry: bool,
 }
 

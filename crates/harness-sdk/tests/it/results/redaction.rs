@@ -722,6 +722,27 @@ fn a_span_that_swallows_another_rules_start_is_merged_with_its_match() {
     );
 }
 
+/// A private key header glued to the word before it is found where it starts: in serialized
+/// text every key after an escaped line break is so (`…\n-----BEGIN`), and its body's mask
+/// keeps the escapes.
+#[test]
+fn a_private_key_header_glued_to_a_word_is_found() {
+    for text in [
+        "abc-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADAN\n-----END RSA PRIVATE KEY-----",
+        "cert\\n-----END CERTIFICATE-----\\n-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADAN\\n-----END PRIVATE KEY-----",
+        "--password=secretpassword-----BEGIN RSA PRIVATE KEY-----\nMIIEvQIBADAN\n-----END RSA PRIVATE KEY-----",
+        "x------BEGIN PRIVATE KEY-----\nMIIEvQIBADAN\n-----END PRIVATE KEY-----",
+    ] {
+        assert_scrubbed(text, "MIIEvQIBADAN");
+    }
+    assert_eq!(
+        redact_text(
+            "cert\\n-----END CERTIFICATE-----\\n-----BEGIN PRIVATE KEY-----\\nMIIEvQIBADAN\\n-----END PRIVATE KEY-----"
+        ),
+        "cert\\n-----END CERTIFICATE-----\\n-----BEGIN PRIVATE KEY-----\\n***\\n-----END PRIVATE KEY-----"
+    );
+}
+
 /// An authorization header's first word is kept as its scheme only when it is not a secret
 /// itself (an access key where the scheme would be is masked; found by the fuzzer).
 #[test]
