@@ -1503,14 +1503,21 @@ fn swallowed<const GATED: bool>(
     // The start of the merged span, once a word inside the span matched past it.
     let mut merged: Option<usize> = None;
     let mut p = span_from.max(j);
-    while p < end {
+    // Dry runs left: the words inside a span that reach a check are few, and a match of the
+    // same kind as the span's ends where it ends, after reading as far; so a span holding
+    // many of them (`Authorization: Digest x ` repeated on one line) is checked only up to
+    // this many, and the scan stays linear in the text.
+    let mut dry_runs = MAX_DRY_RUNS;
+    // Nothing reaches past the end of the text.
+    while p < end && end < bytes.len() && dry_runs > 0 {
         if !is_word_byte(bytes[p]) {
             p += 1;
             continue;
         }
         let q = word_end(bytes, p + 1);
         // The match a check makes at `at` (in a dry run): the start of its span and its end.
-        let dry_match = |at: usize, checks: u16| {
+        let mut dry_match = |at: usize, checks: u16| {
+            dry_runs -= 1;
             let mut dry = Rewrite::dry(text, mark);
             let inner_end = match_word(text, rules, &mut dry, at, q, checks)?;
             Some((if dry.spans > 0 { dry.last_from } else { at }, inner_end))
@@ -1540,6 +1547,9 @@ fn swallowed<const GATED: bool>(
     }
     end
 }
+
+/// Most dry runs of [`swallowed`] for one span.
+const MAX_DRY_RUNS: usize = 64;
 
 /// The first word of a private key block's header.
 const PEM_BEGIN: &[u8] = b"-----BEGIN";
