@@ -1503,13 +1503,15 @@ fn swallowed<const GATED: bool>(
     // The start of the merged span, once a word inside the span matched past it.
     let mut merged: Option<usize> = None;
     let mut p = span_from.max(j);
-    // Dry runs left: the words inside a span that reach a check are few, and a match of the
-    // same kind as the span's ends where it ends, after reading as far; so a span holding
-    // many of them (`Authorization: Digest x ` repeated on one line) is checked only up to
-    // this many, and the scan stays linear in the text.
-    let mut dry_runs = MAX_DRY_RUNS;
+    // What the dry runs read, in bytes: a match inside the span of the same kind as the span
+    // ends where the span ends, after reading as far, so a span holding many of them
+    // (`Authorization: Digest x ` repeated on one line) would cost its length once for each.
+    // The dry runs stop once they have read [`DRY_RUN_BUDGET`] times the span's length (plus
+    // a little), which keeps the scan linear in the text; short matches inside a span (query
+    // pairs, a header's parameters) cost little and are all checked.
+    let mut read = 0usize;
     // Nothing reaches past the end of the text.
-    while p < end && end < bytes.len() && dry_runs > 0 {
+    while p < end && end < bytes.len() && read < DRY_RUN_BUDGET * (end - span_from) + DRY_RUN_BASE {
         if !is_word_byte(bytes[p]) {
             p += 1;
             continue;
@@ -1517,9 +1519,10 @@ fn swallowed<const GATED: bool>(
         let q = word_end(bytes, p + 1);
         // The match a check makes at `at` (in a dry run): the start of its span and its end.
         let mut dry_match = |at: usize, checks: u16| {
-            dry_runs -= 1;
+            read += DRY_RUN_BASE / 64;
             let mut dry = Rewrite::dry(text, mark);
             let inner_end = match_word(text, rules, &mut dry, at, q, checks)?;
+            read += inner_end - at;
             Some((if dry.spans > 0 { dry.last_from } else { at }, inner_end))
         };
         // The word's own checks, else a private key header glued to its end, as in the scan.
@@ -1548,8 +1551,12 @@ fn swallowed<const GATED: bool>(
     end
 }
 
-/// Most dry runs of [`swallowed`] for one span.
-const MAX_DRY_RUNS: usize = 64;
+/// How many times its span's length the dry runs of [`swallowed`] may read (counted as the
+/// length of each match they make, plus [`DRY_RUN_BASE`]`/ 64` for each run).
+const DRY_RUN_BUDGET: usize = 16;
+
+/// What the dry runs of [`swallowed`] may read beyond [`DRY_RUN_BUDGET`] times the span.
+const DRY_RUN_BASE: usize = 4096;
 
 /// The first word of a private key block's header.
 const PEM_BEGIN: &[u8] = b"-----BEGIN";

@@ -138,6 +138,26 @@ fn rule_pieces() -> impl Strategy<Value = String> {
     prop::collection::vec(prop::sample::select(RULE_PIECES), 0..10).prop_map(|p| p.concat())
 }
 
+/// Inputs on which the fuzzer found a leak, kept in `fuzz/regressions/sanitize_tool_args/`:
+/// `long-span-then-private-key`, an authorization header's credentials holding a hundred short
+/// matches and then the planted private key, which a first bound on a span's dry runs (64 of
+/// them) stopped before.
+#[test]
+fn fuzz_regressions_sanitize_tool_args() {
+    let dir = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/regressions/sanitize_tool_args"
+    );
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).expect("the regression inputs") {
+        let data = std::fs::read(entry.expect("an entry").path()).expect("a regression input");
+        checks::check_sanitize_tool_args(&data);
+        checks::check_planted_secrets(&data);
+        checked += 1;
+    }
+    assert!(checked >= 1, "no regression input in {dir}");
+}
+
 /// A filler whose serialization spells a planted secret (a control character written as
 /// `\u0004` between a `4` and the card number's other digits) leaks nothing: found by the
 /// fuzzer, whose check compared serialized outputs with the raw filler.
