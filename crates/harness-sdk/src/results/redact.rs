@@ -1113,7 +1113,6 @@ fn scan_words<'a, const GATED: bool>(
                 if flags && bytes[i..].starts_with(PEM_BEGIN) {
                     let j = word_end(bytes, i + 1);
                     if let Some(at) = glued_header(bytes, i - 1, j, rules)
-                        && at == i
                         && let Some(end) = glued_private_key::<GATED>(text, rules, &mut rw, at, j)
                     {
                         matched = true;
@@ -1519,7 +1518,7 @@ fn swallowed<const GATED: bool>(
         let q = word_end(bytes, p + 1);
         // The match a check makes at `at` (in a dry run): the start of its span and its end.
         let mut dry_match = |at: usize, checks: u16| {
-            read += DRY_RUN_BASE / 64;
+            read += DRY_RUN_COST;
             let mut dry = Rewrite::dry(text, mark);
             let inner_end = match_word(text, rules, &mut dry, at, q, checks)?;
             read += inner_end - at;
@@ -1552,8 +1551,11 @@ fn swallowed<const GATED: bool>(
 }
 
 /// How many times its span's length the dry runs of [`swallowed`] may read (counted as the
-/// length of each match they make, plus [`DRY_RUN_BASE`]`/ 64` for each run).
+/// length of each match they make, plus [`DRY_RUN_COST`] for each run).
 const DRY_RUN_BUDGET: usize = 16;
+
+/// What one dry run of [`swallowed`] counts besides the length of the match it makes.
+const DRY_RUN_COST: usize = 64;
 
 /// What the dry runs of [`swallowed`] may read beyond [`DRY_RUN_BUDGET`] times the span.
 const DRY_RUN_BASE: usize = 4096;
