@@ -1479,7 +1479,8 @@ fn word_checks<const GATED: bool>(bytes: &[u8], i: usize, j: usize, rules: ScanR
 /// the match not been there (in a dry run: nothing written); when one matches past `end`, the
 /// two spans become one [`MASK`] from the first one's start to the last one's end (and the
 /// words up to that end are checked the same way). Each word is checked once, here or by the
-/// scan. Kept out of line: most scans never get here.
+/// scan. A span whose checks would read too much ([`DRY_RUN_BUDGET`]) is masked to the end of
+/// the text. Kept out of line: most scans never get here.
 #[inline(never)]
 fn swallowed<const GATED: bool>(
     text: &str,
@@ -1505,15 +1506,22 @@ fn swallowed<const GATED: bool>(
     // What the dry runs read, in bytes: a match inside the span of the same kind as the span
     // ends where the span ends, after reading as far, so a span holding many of them
     // (`Authorization: Digest x ` repeated on one line) would cost its length once for each.
-    // The dry runs stop once they have read [`DRY_RUN_BUDGET`] times the span's length (plus
-    // a little), which keeps the scan linear in the text; short matches inside a span (query
-    // pairs, a header's parameters) cost little and are all checked.
+    // Short matches inside a span (query pairs, a header's parameters) cost little and are
+    // all checked; once the dry runs have read [`DRY_RUN_BUDGET`] times the span's length
+    // (plus a little), the words left unchecked could still start a match reaching past the
+    // span, so the mask runs to the end of the text instead (failing towards privacy), which
+    // keeps the scan linear in the text.
     let mut read = 0usize;
     // Nothing reaches past the end of the text.
-    while p < end && end < bytes.len() && read < DRY_RUN_BUDGET * (end - span_from) + DRY_RUN_BASE {
+    while p < end && end < bytes.len() {
         if !is_word_byte(bytes[p]) {
             p += 1;
             continue;
+        }
+        if read >= DRY_RUN_BUDGET * (end - span_from) + DRY_RUN_BASE {
+            merged = Some(merged.unwrap_or(span_from));
+            end = bytes.len();
+            break;
         }
         let q = word_end(bytes, p + 1);
         // The match a check makes at `at` (in a dry run): the start of its span and its end.
@@ -1551,7 +1559,8 @@ fn swallowed<const GATED: bool>(
 }
 
 /// How many times its span's length the dry runs of [`swallowed`] may read (counted as the
-/// length of each match they make, plus [`DRY_RUN_COST`] for each run).
+/// length of each match they make, plus [`DRY_RUN_COST`] for each run) before the rest of the
+/// text is masked unchecked.
 const DRY_RUN_BUDGET: usize = 16;
 
 /// What one dry run of [`swallowed`] counts besides the length of the match it makes.
