@@ -219,11 +219,61 @@ pub const PLANTED_KEYS: &[&str] = &[
 /// A secret planted under a sensitive key (no free-text shape would catch it alone).
 pub const PLANTED_KEY_SECRET: &str = "opaque plain words 0427";
 
+/// What a planted secret is glued to on each side (after the blank that parts it from the
+/// filler): nothing, a separator other than a blank, or a separator's escape in serialized or
+/// encoded text (`\n` written as a backslash and `n`, `\u0020`, `%20`). Each leaves the secret
+/// a word of its own, so none may hide it. (A `+` is not among them: a Fernet token right
+/// after one continues a base64 blob.)
+pub const GLUES: &[(&str, &str)] = &[
+    ("", ""),
+    ("\t", "\t"),
+    ("\r\n", "\r\n"),
+    ("\"", "\""),
+    ("'", "'"),
+    ("`", "`"),
+    ("(", ")"),
+    ("[", "]"),
+    ("{", "}"),
+    ("<", ">"),
+    (",", ","),
+    (";", ";"),
+    ("|", "|"),
+    ("/", "/"),
+    ("@", "@"),
+    ("!", "!"),
+    ("?", "?"),
+    (": ", ","),
+    ("=", "&"),
+    ("* ", " *"),
+    ("# ", " #"),
+    ("- ", " -"),
+    ("\\n", "\\n"),
+    ("\\t", "\\t"),
+    ("\\r\\n", "\\r\\n"),
+    ("\\u0020", "\\u0020"),
+    ("\\\\n", "\\\\n"),
+    ("\\\"", "\\\""),
+    ("%20", "%20"),
+    ("%0A", "%0A"),
+    ("&#10;", "&#10;"),
+];
+
 /// Plants every row's secret between two halves of arbitrary text (separated by blanks; line
-/// breaks for a card number), and,
+/// breaks for a card number), glued to one of [`GLUES`] (which one moves with the row and the
+/// input's length), and,
 /// when the bytes are JSON, into every string of that JSON and under every sensitive key of
 /// the key table at every object; checks that no redaction path lets a whole secret through.
 pub fn check_planted_secrets(data: &[u8]) {
+    check_planted_secrets_with(data, |row| GLUES[(data.len() + row) % GLUES.len()]);
+}
+
+/// [`check_planted_secrets`] with every row's secret glued to `glue`.
+pub fn check_planted_secrets_glued(data: &[u8], glue: (&str, &str)) {
+    check_planted_secrets_with(data, |_| glue);
+}
+
+/// [`check_planted_secrets`] with the glue of each row (by its index) from `glue`.
+fn check_planted_secrets_with<'g>(data: &[u8], glue: impl Fn(usize) -> (&'g str, &'g str)) {
     let filler = String::from_utf8_lossy(data);
     let mid = (0..=filler.len() / 2)
         .rev()
@@ -231,11 +281,12 @@ pub fn check_planted_secrets(data: &[u8]) {
         .unwrap_or(0);
     let (head, tail) = filler.split_at(mid);
     let fuzzed = json(data);
-    for (row, planted, secret) in PLANTED_SECRETS {
+    for (index, (row, planted, secret)) in PLANTED_SECRETS.iter().enumerate() {
         // Digit groups one blank apart read as one number, so a card number is planted on
         // its own line (filler digits next to it would make a longer, non-card number).
         let sep = if *row == "card" { '\n' } else { ' ' };
-        let text = format!("{head}{sep}{planted}{sep}{tail}");
+        let (open, close) = glue(index);
+        let text = format!("{head}{sep}{open}{planted}{close}{sep}{tail}");
         let value = Value::String(text.clone());
         let outputs = [
             redact_text(&text),
@@ -250,7 +301,7 @@ pub fn check_planted_secrets(data: &[u8]) {
         // serialized outputs are compared with the serialized filler, whose escapes can spell
         // one too (`4\u{4}111 1111 1111 1111` is written `4\u0004111 1111 1111 1111`).
         let in_filler = head.matches(secret).count() + tail.matches(secret).count();
-        let in_serialized_filler = Value::String(format!("{head}{sep}{sep}{tail}"))
+        let in_serialized_filler = Value::String(format!("{head}{sep}{open}{close}{sep}{tail}"))
             .to_string()
             .matches(secret)
             .count();

@@ -1107,7 +1107,11 @@ fn scan_words<'a, const GATED: bool>(
                 Some(k) => i += k,
                 None => break,
             }
-            if i > 0 && is_word_byte(bytes[i]) && is_word_byte(bytes[i - 1]) {
+            if i > 0
+                && is_word_byte(bytes[i])
+                && is_word_byte(bytes[i - 1])
+                && !escape_ends_at(bytes, i)
+            {
                 // Inside a word: not a word start, but a private key header glued to the word
                 // before it is looked for where it starts.
                 if flags && bytes[i..].starts_with(PEM_BEGIN) {
@@ -1170,7 +1174,8 @@ fn scan_words<'a, const GATED: bool>(
             i = end;
             continue;
         }
-        i = skip;
+        // A word glued to an escape (`\nghp_…`): the word after the escape is checked next.
+        i = after_word(bytes, i, j, skip);
     }
     let unsettled = rw.out.is_some() && rw.unsettled;
     Scan {
@@ -1546,7 +1551,7 @@ fn swallowed<const GATED: bool>(
             merged = Some(merged.unwrap_or(span_from).min(inner_from));
             end = inner_end;
         }
-        p = q;
+        p = after_word(bytes, p, q, q);
     }
     if let Some(from) = merged {
         rw.rollback(mark);
@@ -1607,6 +1612,51 @@ struct ScanRules<'c> {
     enabled: u16,
     /// The checks that run at a word of any length ([`CHECK_TOKEN`] with caller prefixes).
     any_length: u16,
+}
+
+/// Where a scan goes on after the word `bytes[i..j]` that nothing matched: where the word
+/// starts again after an escape glued to its front ([`escaped_start`]), else `next`. The one
+/// test inlined here (a backslash or `%` before the word) keeps the escape's checks off the
+/// path of ordinary words.
+#[inline(always)]
+fn after_word(bytes: &[u8], i: usize, j: usize, next: usize) -> usize {
+    if i > 0 && matches!(bytes[i - 1], b'\\' | b'%') {
+        escaped_start(bytes, i, j).unwrap_or(next)
+    } else {
+        next
+    }
+}
+
+/// Where the word `bytes[i..j]` starts again after an escape glued to its front, when the text
+/// before it makes one: a backslash escape whose letter is a word character (`\n`, `\t`, `\r`,
+/// `\f`, `\b`, `\u0020`: serialized text, where every line of a value starts glued to `n`)
+/// or a percent-encoded byte (`%20`, `%0A`: encoded text). The scan checks the word as it
+/// stands and then from there, so a secret after an escaped line break or an encoded blank
+/// (`…\nghp_…`, `msg=deploy%20ghp_…`) is found as if a separator stood before it. Kept out of
+/// line: the scan calls it only after a backslash or `%` ([`after_word`]).
+#[inline(never)]
+fn escaped_start(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
+    let hex = |k: usize| bytes.get(k).is_some_and(u8::is_ascii_hexdigit);
+    let k = match *bytes.get(i.checked_sub(1)?)? {
+        b'\\' => match bytes[i] {
+            b'n' | b't' | b'r' | b'f' | b'b' => i + 1,
+            b'u' if (i + 1..i + 5).all(hex) => i + 5,
+            _ => return None,
+        },
+        b'%' if hex(i) && hex(i + 1) => i + 2,
+        _ => return None,
+    };
+    (k < j).then_some(k)
+}
+
+/// Whether an escape that [`escaped_start`] skips ends at `k` (inside a word): where the
+/// scan's jump lands there, a word starts. Kept out of line: the jump rarely lands inside a
+/// word.
+#[inline(never)]
+fn escape_ends_at(bytes: &[u8], k: usize) -> bool {
+    [1, 2, 5]
+        .into_iter()
+        .any(|d| k > d && escaped_start(bytes, k - d, bytes.len()) == Some(k))
 }
 
 /// Whether the word ending at `j` is followed by a space and then a word character: no
@@ -2684,6 +2734,9 @@ fn authorization_credentials(
                 )
         })
         || bytes.get(scheme_end) != Some(&b' ')
+        // A private key header, alone or glued to an escape (`%20-----BEGIN`), starts a block
+        // whose body runs past this line: it is no scheme.
+        || scheme.ends_with(PEM_BEGIN)
         // A word the token rules mask is a credential, not a scheme
         // (`Authorization: AKIA… ,x`); a scheme word holds no assignment, so this scan
         // cannot come back here.
@@ -4182,6 +4235,8 @@ mod tests {
         "\t",
         "\\",
         "\\n",
+        "\\t",
+        "\\u0020",
         "\\\"",
         ".",
         "-",
@@ -4201,6 +4256,8 @@ mod tests {
         "\u{200B}",
         "\u{3164}",
         "%5F",
+        "%20",
+        "%0A",
         "+",
         "postgres",
         "https",

@@ -781,6 +781,41 @@ fn a_secret_is_no_authorization_scheme() {
         redact_text("Authorization: Digest username=\"u\", response=\"abc\""),
         "Authorization: Digest ***"
     );
+    // Nor is a private key header glued to an escape: its body runs past the header's line.
+    assert_scrubbed(
+        "authorization:  %20-----BEGIN PRIVATE KEY-----\nMIIEvQIBADAN\n-----END PRIVATE KEY-----",
+        "MIIEvQIBADAN",
+    );
+}
+
+/// A secret glued to an escape is a word of its own: in serialized text every line of a value
+/// but the first starts glued to the `n` of `\n`, and in encoded text a blank is `%20`.
+#[test]
+fn a_secret_after_an_escaped_separator_is_found() {
+    let token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
+    assert_eq!(
+        redact_text(&format!(r#"{{"log": "line one\n{token}\nline three"}}"#)),
+        r#"{"log": "line one\nghp_16…8B4a\nline three"}"#
+    );
+    for glued in [
+        format!(r"cfg\t{token}"),
+        format!(r"cfg\u0020{token}"),
+        format!("msg=deploy%20{token}%20now"),
+        format!("msg=deploy%0A{token}"),
+        r"x\n--api-key k3yMaterial991".to_owned(),
+        r"x\nBasic dXNlcjpzM2NyM3QtcGFzcw==".to_owned(),
+    ] {
+        let secret = if glued.contains(token) {
+            token
+        } else if glued.contains("k3y") {
+            "k3yMaterial991"
+        } else {
+            "dXNlcjpzM2NyM3QtcGFzcw=="
+        };
+        assert_scrubbed(&glued, secret);
+    }
+    // The word as it stands is checked first (a Windows path's `\n` starts a word too).
+    assert_eq!(redact_text(r"C:\new\notes.txt"), r"C:\new\notes.txt");
 }
 
 /// A span whose inner checks would read more than the bound allows (many matches of its own
