@@ -1629,8 +1629,8 @@ fn after_word(bytes: &[u8], i: usize, j: usize, next: usize) -> usize {
 
 /// Where the word `bytes[i..j]` starts again after an escape glued to its front, when the text
 /// before it makes one: a backslash escape whose letter is a word character (`\n`, `\t`, `\r`,
-/// `\f`, `\b`, `\u0020`: serialized text, where every line of a value starts glued to `n`)
-/// or a percent-encoded byte (`%20`, `%0A`: encoded text). The scan checks the word as it
+/// `\f`, `\b`, `\v`, `\x0a`, `\u0020`: serialized text, where every line of a value starts
+/// glued to `n`, and the escaped strings of other languages) or a percent-encoded byte (`%20`, `%0A`: encoded text). The scan checks the word as it
 /// stands and then from there, so a secret after an escaped line break or an encoded blank
 /// (`…\nghp_…`, `msg=deploy%20ghp_…`) is found as if a separator stood before it. Kept out of
 /// line: the scan calls it only after a backslash or `%` ([`after_word`]).
@@ -1639,7 +1639,8 @@ fn escaped_start(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
     let hex = |k: usize| bytes.get(k).is_some_and(u8::is_ascii_hexdigit);
     let k = match *bytes.get(i.checked_sub(1)?)? {
         b'\\' => match bytes[i] {
-            b'n' | b't' | b'r' | b'f' | b'b' => i + 1,
+            b'n' | b't' | b'r' | b'f' | b'b' | b'v' => i + 1,
+            b'x' if hex(i + 1) && hex(i + 2) => i + 3,
             b'u' if (i + 1..i + 5).all(hex) => i + 5,
             _ => return None,
         },
@@ -1654,7 +1655,7 @@ fn escaped_start(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
 /// word.
 #[inline(never)]
 fn escape_ends_at(bytes: &[u8], k: usize) -> bool {
-    [1, 2, 5]
+    [1, 2, 3, 5]
         .into_iter()
         .any(|d| k > d && escaped_start(bytes, k - d, bytes.len()) == Some(k))
 }
@@ -4237,6 +4238,7 @@ mod tests {
         "\\n",
         "\\t",
         "\\u0020",
+        "\\x0a",
         "\\\"",
         ".",
         "-",

@@ -800,6 +800,7 @@ fn a_secret_after_an_escaped_separator_is_found() {
     for glued in [
         format!(r"cfg\t{token}"),
         format!(r"cfg\u0020{token}"),
+        format!(r"b'cfg\x0a{token}'"),
         format!("msg=deploy%20{token}%20now"),
         format!("msg=deploy%0A{token}"),
         r"x\n--api-key k3yMaterial991".to_owned(),
