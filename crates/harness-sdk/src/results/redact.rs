@@ -1629,11 +1629,12 @@ fn after_word(bytes: &[u8], i: usize, j: usize, next: usize) -> usize {
 
 /// Where the word `bytes[i..j]` starts again after an escape glued to its front, when the text
 /// before it makes one: a backslash escape whose letter is a word character (`\n`, `\t`, `\r`,
-/// `\f`, `\b`, `\v`, `\x0a`, `\u0020`: serialized text, where every line of a value starts
-/// glued to `n`, and the escaped strings of other languages) or a percent-encoded byte (`%20`, `%0A`: encoded text). The scan checks the word as it
-/// stands and then from there, so a secret after an escaped line break or an encoded blank
-/// (`…\nghp_…`, `msg=deploy%20ghp_…`) is found as if a separator stood before it. Kept out of
-/// line: the scan calls it only after a backslash or `%` ([`after_word`]).
+/// `\f`, `\b`, `\v`, `\x0a`, `\u0020`: serialized text, where every line of a value but the
+/// first starts glued to `n`, and the escaped strings of other languages) or a percent-encoded
+/// byte (`%20`, `%0A`: encoded text). The scan checks the word as it stands and then from
+/// there, so a secret after an escaped line break or an encoded blank (`…\nghp_…`,
+/// `msg=deploy%20ghp_…`) is found as if a separator stood before it. Kept out of line: the
+/// scan calls it only after a backslash or `%` ([`after_word`]).
 #[inline(never)]
 fn escaped_start(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
     let hex = |k: usize| bytes.get(k).is_some_and(u8::is_ascii_hexdigit);

@@ -169,7 +169,7 @@ fn a_secret_spelled_by_an_escape_is_not_a_leak() {
 
 /// Every planted secret glued to every one of the check's glues (a separator other than a
 /// blank, or its escape in serialized or encoded text): before the scan looked past escapes,
-/// a secret after an escaped line break (`…\\nghp_…`, every line but the first of a value in
+/// a secret after an escaped line break (`…\nghp_…`, every line but the first of a value in
 /// serialized text), an escaped tab or an encoded blank (`%20`) stayed in the clear, for every
 /// row of the table but a few.
 #[test]
