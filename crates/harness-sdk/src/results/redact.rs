@@ -2799,9 +2799,11 @@ struct Assignment {
     after_scheme: bool,
 }
 
-/// The assignment operator after a key ending at `after`: the index of its `=` or `:` and
-/// whether it is `:` (header style), or `None` when there is none (then [`assignment`] is
-/// `None` too). Cheap and inlined: most words are followed by no operator.
+/// The assignment operator after a key ending at `after`: the index of its `=` or `:` (of the
+/// `>` of `=>`) and whether a blank may come before the value and it ends at `,` or `;` as a
+/// header's does (`:`, and the `=>` of Ruby, PHP and Perl hashes, `"password" => "…"`), or
+/// `None` when there is none (then [`assignment`] is `None` too). Cheap and inlined: most words
+/// are followed by no operator.
 #[inline]
 fn assignment_operator(bytes: &[u8], after: usize) -> Option<(usize, bool)> {
     let mut k = after;
@@ -2812,6 +2814,7 @@ fn assignment_operator(bytes: &[u8], after: usize) -> Option<(usize, bool)> {
         k += 1;
     }
     match bytes.get(k) {
+        Some(b'=') if bytes.get(k + 1) == Some(&b'>') => Some((k + 1, true)),
         Some(b'=') if bytes.get(k + 1) != Some(&b'=') => Some((k, false)),
         Some(b':') if !matches!(bytes.get(k + 1), Some(b'-' | b'/' | b':')) => Some((k, true)),
         _ => None,

@@ -135,6 +135,18 @@ fn redaction_row_assignments_in_free_text() {
         "zq8Xw2Lr5Tn0Vb7M",
     );
     assert_scrubbed("password: hunter2hunter2", "hunter2hunter2");
+    // The `=>` of Ruby, PHP and Perl hashes (it was read as `=` with the value `>`).
+    for text in [
+        "password => 'hunter2hunter2'",
+        r#"{"user"=>{"password"=>"hunter2hunter2"}}"#,
+        "'api_key' => hunter2hunter2, 'x' => 1",
+    ] {
+        assert_scrubbed(text, "hunter2hunter2");
+    }
+    assert_eq!(
+        redact_text("'api_key' => hunter2hunter2, 'x' => 1"),
+        "'api_key' => ***, 'x' => 1"
+    );
 }
 
 #[test]
