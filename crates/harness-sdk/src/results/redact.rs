@@ -1358,12 +1358,9 @@ fn match_word<'a>(
     // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
     // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
     // quote, a blank, `=` or `:` right after the word.)
-    // In serialized text a key can follow an escaped line break (`\nAuthorization:`).
-    let key = if i > 0 && bytes[i - 1] == b'\\' && matches!(c, b'n' | b'r' | b't') && j > i + 1 {
-        &word[1..]
-    } else {
-        word
-    };
+    // In serialized or encoded text a key can follow an escape (`\nAuthorization:`,
+    // `%20password=`): the key is the word after it.
+    let key = &text[after_word(bytes, i, j, i)..j];
     let key_kind = operator.and_then(|_| assignment_key(key, next));
     let assigned = match (operator, key_kind) {
         (Some((op, header_style)), Some(_)) => assignment_value(text, op, header_style),

@@ -822,6 +822,16 @@ fn a_secret_after_an_escaped_separator_is_found() {
     ] {
         assert_scrubbed(&glued, secret);
     }
+    // A key after an escape is the word after it: `sort_key` is no secret's name, whatever
+    // escape stands before it (`u0020sort_key` would read as one).
+    for glued in [
+        r"a\nsort_key=name",
+        r"a\tsort_key=name",
+        r"a\u0020sort_key=name",
+    ] {
+        assert_eq!(redact_text(glued), glued);
+    }
+    assert_scrubbed(r"a\u0020password=hunter2hunter2", "hunter2hunter2");
     // Backslashes that escape no secret leave the text as it is (a Windows path).
     assert_eq!(redact_text(r"C:\new\notes.txt"), r"C:\new\notes.txt");
 }
