@@ -1148,34 +1148,20 @@ fn scan_words<'a, const GATED: bool>(
         // `i` starts a word: it follows a non-word byte or the end of a match, and every match
         // ends at a non-word byte, after `}` or at the end of the text.
         let j = word_end(bytes, i + 1);
-        let checks = word_checks::<GATED>(bytes, i, j, rules);
-        // A word that no check takes is skipped with the space after it (a space starts
+        // A word that nothing matches is skipped with the space after it (a space starts
         // nothing).
         let skip = j + usize::from(bytes.get(j) == Some(&b' '));
-        if checks != 0 {
-            let mark = rw.mark();
-            if let Some(end) = match_word(text, rules, &mut rw, i, j, checks) {
-                matched = true;
-                // A match that reaches past its word may have swallowed the start of another
-                // rule's match.
-                i = if end > j {
-                    swallowed::<GATED>(text, rules, &mut rw, mark, j, end)
-                } else {
-                    end
-                };
-                continue;
-            }
-        }
-        // A private key header glued to the word before it (`…\n-----BEGIN`).
-        if let Some(at) = glued_header(bytes, i, j, rules)
-            && let Some(end) = glued_private_key::<GATED>(text, rules, &mut rw, at, j)
+        // A word glued to an escape (`\nghp_…`) is checked from after the escape first (its
+        // reading in serialized text), then as it stands (in raw text).
+        if let Some(end) = escaped_word_start(bytes, i, j)
+            .and_then(|k| word_step::<GATED>(text, rules, &mut rw, k, j))
+            .or_else(|| word_step::<GATED>(text, rules, &mut rw, i, j))
         {
             matched = true;
             i = end;
             continue;
         }
-        // A word glued to an escape (`\nghp_…`): the word after the escape is checked next.
-        i = after_word(bytes, i, j, skip);
+        i = skip;
     }
     let unsettled = rw.out.is_some() && rw.unsettled;
     Scan {
@@ -1183,6 +1169,34 @@ fn scan_words<'a, const GATED: bool>(
         matched,
         unsettled,
     }
+}
+
+/// The step of [`scan_words`] at the word `text[i..j]`: its checks ([`word_checks`],
+/// [`match_word`]; a match that reaches past the word may have swallowed the start of another
+/// rule's match, [`swallowed`]), else a private key header glued to its end (`…\n-----BEGIN`).
+/// The end of the match when one matched.
+#[inline(always)]
+fn word_step<'a, const GATED: bool>(
+    text: &'a str,
+    rules: ScanRules<'_>,
+    rw: &mut Rewrite<'a>,
+    i: usize,
+    j: usize,
+) -> Option<usize> {
+    let bytes = text.as_bytes();
+    let checks = word_checks::<GATED>(bytes, i, j, rules);
+    if checks != 0 {
+        let mark = rw.mark();
+        if let Some(end) = match_word(text, rules, rw, i, j, checks) {
+            return Some(if end > j {
+                swallowed::<GATED>(text, rules, rw, mark, j, end)
+            } else {
+                end
+            });
+        }
+    }
+    let at = glued_header(bytes, i, j, rules)?;
+    glued_private_key::<GATED>(text, rules, rw, at, j)
 }
 
 /// The checks of [`scan_words`] at the word `text[i..j]` that `checks` allows (at least one):
@@ -1360,7 +1374,7 @@ fn match_word<'a>(
     // quote, a blank, `=` or `:` right after the word.)
     // In serialized or encoded text a key can follow an escape (`\nAuthorization:`,
     // `%20password=`): the key is the word after it.
-    let key = &text[after_word(bytes, i, j, i)..j];
+    let key = &text[escaped_word_start(bytes, i, j).unwrap_or(i)..j];
     let key_kind = operator.and_then(|_| assignment_key(key, next));
     let assigned = match (operator, key_kind) {
         (Some((op, header_style)), Some(_)) => assignment_value(text, op, header_style),
@@ -1548,7 +1562,7 @@ fn swallowed<const GATED: bool>(
             merged = Some(merged.unwrap_or(span_from).min(inner_from));
             end = inner_end;
         }
-        p = after_word(bytes, p, q, q);
+        p = escaped_word_start(bytes, p, q).unwrap_or(q);
     }
     if let Some(from) = merged {
         rw.rollback(mark);
@@ -1611,16 +1625,15 @@ struct ScanRules<'c> {
     any_length: u16,
 }
 
-/// Where a scan goes on after the word `bytes[i..j]` that nothing matched: where the word
-/// starts again after an escape glued to its front ([`escaped_start`]), else `next`. The one
-/// test inlined here (a backslash or `%` before the word) keeps the escape's checks off the
-/// path of ordinary words.
+/// Where the word `bytes[i..j]` starts again after an escape glued to its front
+/// ([`escaped_start`]). The one test inlined here (a backslash or `%` before the word) keeps
+/// the escape's checks off the path of ordinary words.
 #[inline(always)]
-fn after_word(bytes: &[u8], i: usize, j: usize, next: usize) -> usize {
+fn escaped_word_start(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
     if i > 0 && matches!(bytes[i - 1], b'\\' | b'%') {
-        escaped_start(bytes, i, j).unwrap_or(next)
+        escaped_start(bytes, i, j)
     } else {
-        next
+        None
     }
 }
 
@@ -1628,10 +1641,10 @@ fn after_word(bytes: &[u8], i: usize, j: usize, next: usize) -> usize {
 /// before it makes one: a backslash escape whose letter is a word character (`\n`, `\t`, `\r`,
 /// `\f`, `\b`, `\v`, `\x0a`, `\u0020`: serialized text, where every line of a value but the
 /// first starts glued to `n`, and the escaped strings of other languages) or a percent-encoded
-/// byte (`%20`, `%0A`: encoded text). The scan checks the word as it stands and then from
-/// there, so a secret after an escaped line break or an encoded blank (`…\nghp_…`,
+/// byte (`%20`, `%0A`: encoded text). The scan checks the word from there first and then as
+/// it stands, so a secret after an escaped line break or an encoded blank (`…\nghp_…`,
 /// `msg=deploy%20ghp_…`) is found as if a separator stood before it. Kept out of line: the
-/// scan calls it only after a backslash or `%` ([`after_word`]).
+/// scan calls it only after a backslash or `%` ([`escaped_word_start`]).
 #[inline(never)]
 fn escaped_start(bytes: &[u8], i: usize, j: usize) -> Option<usize> {
     let hex = |k: usize| bytes.get(k).is_some_and(u8::is_ascii_hexdigit);
