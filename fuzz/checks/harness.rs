@@ -197,7 +197,7 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
 ];
 
 /// Sensitive key names of the key table (`docs/redaction.md`, "Key names"), one per shape:
-/// exact names, separators and case, the `SNAKE_CASE` and camel-case suffix rules.
+/// exact names, separators and case, the `SNAKE_CASE`, camel-case and compound suffix rules.
 pub const PLANTED_KEYS: &[&str] = &[
     "apiKey",
     "api-key",
@@ -214,6 +214,8 @@ pub const PLANTED_KEYS: &[&str] = &[
     "DB_PASSWD",
     "stripeSecret",
     "openaiApiKey",
+    "PGPASSWORD",
+    "MYSQL_PWD",
 ];
 
 /// A secret planted under a sensitive key (no free-text shape would catch it alone).

@@ -234,6 +234,8 @@ const SENSITIVE_COMPACT: &[&str] = &[
 /// treated as assignments inside free text.
 const TEXT_EXEMPT_COMPACT: &[&str] = &["key", "session", "signature"];
 
+/// Last words of `_`- or `-`-separated names that make the name sensitive (`GITHUB_TOKEN`,
+/// `MYSQL_PWD`; `pwd` alone is a working directory and stays).
 const ENV_SUFFIXES: &[&str] = &[
     "key",
     "token",
@@ -242,9 +244,19 @@ const ENV_SUFFIXES: &[&str] = &[
     "passwd",
     "pass",
     "passphrase",
+    "pwd",
     "cvc",
     "cvv",
 ];
+
+/// Endings (lower case) that make a name sensitive even when nothing parts them from the
+/// words before them: `PGPASSWORD`, `dbpassword`, `appsecret`. No English word ends like
+/// them but the names themselves (unlike `key`, `pass` or `pwd`: `monkey`, `bypass`,
+/// `OLDPWD`), so they are matched in any case, whatever comes before them. `token` is not
+/// among them: a glued `…token` name is as often a page or a count as a credential
+/// (`nexttoken`, `mytoken` in prose), and the names that carry one are spelled with a
+/// separator or in camel case (`GITHUB_TOKEN`, `accessToken`).
+const COMPOUND_SUFFIXES: &[&str] = &["password", "passwd", "passphrase", "secret"];
 
 const BENIGN_KEY_PREFIXES: &[&str] = &[
     "primary",
@@ -275,7 +287,8 @@ const COMPACT_MAX: usize = 32;
 const KEY_END_COMPACT_FIRST: u8 = 1;
 /// [`KEY_ENDS`]: the byte (either case) ends an entry of [`SENSITIVE_COMPACT`].
 const KEY_END_COMPACT_LAST: u8 = 1 << 1;
-/// [`KEY_ENDS`]: the byte (either case) ends one of [`ENV_SUFFIXES`] or [`CAMEL_SUFFIXES`].
+/// [`KEY_ENDS`]: the byte (either case) ends one of [`ENV_SUFFIXES`], [`CAMEL_SUFFIXES`] or
+/// [`COMPOUND_SUFFIXES`].
 const KEY_END_SUFFIX: u8 = 1 << 2;
 /// [`KEY_ENDS`]: `_` or `-` (the last letter of the compact form is elsewhere).
 const KEY_END_SEPARATOR: u8 = 1 << 3;
@@ -304,6 +317,12 @@ static KEY_ENDS: [u8; 256] = {
     let mut i = 0;
     while i < CAMEL_SUFFIXES.len() {
         let suffix = CAMEL_SUFFIXES[i].as_bytes();
+        mark(&mut table, suffix[suffix.len() - 1], KEY_END_SUFFIX);
+        i += 1;
+    }
+    let mut i = 0;
+    while i < COMPOUND_SUFFIXES.len() {
+        let suffix = COMPOUND_SUFFIXES[i].as_bytes();
         mark(&mut table, suffix[suffix.len() - 1], KEY_END_SUFFIX);
         i += 1;
     }
@@ -476,7 +495,7 @@ pub fn is_sensitive_key(key: &str) -> bool {
             valid &= class != 0;
         }
         if !separators {
-            return valid && is_camel_sensitive(key);
+            return valid && (is_compound_sensitive(bytes) || is_camel_sensitive(key));
         }
     }
     // One pass: the characters (letters, digits, `_`, `-`), the separators and the hash of
@@ -515,7 +534,21 @@ pub fn is_sensitive_key(key: &str) -> bool {
                 && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
         }
     }
-    is_camel_sensitive(key)
+    is_compound_sensitive(bytes) || is_camel_sensitive(key)
+}
+
+/// Whether `key` ends with one of [`COMPOUND_SUFFIXES`] in any case.
+fn is_compound_sensitive(key: &[u8]) -> bool {
+    // `COMPOUND_SUFFIXES` by last byte.
+    let suffixes: &[&[u8]] = match key.last().map(u8::to_ascii_lowercase) {
+        Some(b'd') => &[b"password", b"passwd"],
+        Some(b'e') => &[b"passphrase"],
+        Some(b't') => &[b"secret"],
+        _ => return false,
+    };
+    suffixes.iter().any(|suffix| {
+        key.len() >= suffix.len() && key[key.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+    })
 }
 
 /// Whether `key` ends with one of [`CAMEL_SUFFIXES`] (exact case) right after a lower-case
@@ -3789,6 +3822,10 @@ mod tests {
             "sharedPaymentToken",
             "card_number",
             "botToken",
+            "PGPASSWORD",
+            "MYSQL_PWD",
+            "Dbpassword",
+            "APPSECRET",
         ] {
             assert!(is_sensitive_key(k), "{k}");
         }
@@ -3802,6 +3839,14 @@ mod tests {
             "_key",
             "id",
             "MODEL",
+            "pwd",
+            "OLDPWD",
+            "monkey",
+            "bypass",
+            "tokenizer",
+            "max_tokens",
+            "secretary",
+            "csrftoken",
         ] {
             assert!(!is_sensitive_key(k), "{k}");
         }
@@ -3910,6 +3955,12 @@ mod tests {
         for suffix in ENV_SUFFIXES {
             assert!(is_sensitive_key(&format!("MY_{suffix}")), "{suffix}");
         }
+        for suffix in COMPOUND_SUFFIXES {
+            assert!(is_sensitive_key(&format!("db{suffix}")), "{suffix}");
+            let upper = suffix.to_ascii_uppercase();
+            assert!(is_sensitive_key(&format!("PG{upper}")), "{suffix}");
+            assert!(is_sensitive_key(&format!("Db{suffix}")), "{suffix}");
+        }
         for key in APP_PASSWORD_KEYS {
             assert!(is_app_password_key(key), "{key}");
             assert!(is_app_password_key(&key.to_ascii_uppercase()), "{key}");
@@ -3955,6 +4006,13 @@ mod tests {
                         && compact_in(&key[..last_sep], BENIGN_KEY_PREFIXES));
                 }
             }
+        }
+        let lower = key.to_ascii_lowercase();
+        if COMPOUND_SUFFIXES
+            .iter()
+            .any(|suffix| lower.ends_with(suffix))
+        {
+            return true;
         }
         CAMEL_SUFFIXES.iter().any(|suffix| {
             key.len() > suffix.len()
@@ -4017,7 +4075,8 @@ mod tests {
 
     #[test]
     fn the_length_gate_keeps_the_rules() {
-        // Rejected by the length of their compact entries, then judged by the camel suffixes.
+        // Rejected by the length of their compact entries, then judged by the camel and
+        // compound suffixes.
         for (key, sensitive) in [
             ("command", false),
             ("workdir", false),
@@ -4030,6 +4089,8 @@ mod tests {
             ("Token", true),
             ("xToken", true),
             ("mytoken", false),
+            ("PGPASSWORD", true),
+            ("dbsecret", true),
             // Separators: the full rules.
             ("set-cookie", true),
             ("client_secret", true),

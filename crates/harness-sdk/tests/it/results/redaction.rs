@@ -111,6 +111,11 @@ fn redaction_row_sensitive_key_names_mask_the_whole_value() {
         "connectionString",
         "card_number",
         "cvc",
+        // Endings glued to the words before them, and `_PWD`.
+        "PGPASSWORD",
+        "dbpassword",
+        "appsecret",
+        "MYSQL_PWD",
     ] {
         assert!(is_sensitive_key(key), "{key}");
         let out = sanitize_tool_args(&json!({ key: "plain-words-but-secret-value" }));
@@ -119,7 +124,17 @@ fn redaction_row_sensitive_key_names_mask_the_whole_value() {
             "{key}: {out}"
         );
     }
-    for key in ["primary_key", "cache_key", "model", "sessionKey"] {
+    for key in [
+        "primary_key",
+        "cache_key",
+        "model",
+        "sessionKey",
+        "pwd",
+        "OLDPWD",
+        "monkey",
+        "bypass",
+        "max_tokens",
+    ] {
         assert!(!is_sensitive_key(key), "{key}");
     }
 }
@@ -135,6 +150,27 @@ fn redaction_row_assignments_in_free_text() {
         "zq8Xw2Lr5Tn0Vb7M",
     );
     assert_scrubbed("password: hunter2hunter2", "hunter2hunter2");
+    // Environment variables that carry a password (no `_` before `PASSWORD`, or `_PWD`).
+    for (text, expected) in [
+        (
+            "PGPASSWORD=hunter2hunter2 psql -h db -U app",
+            "PGPASSWORD=*** psql -h db -U app",
+        ),
+        (
+            "export PGPASSWORD='hunter2hunter2'",
+            "export PGPASSWORD='***'",
+        ),
+        (
+            "MYSQL_PWD=hunter2hunter2 mysql -u root",
+            "MYSQL_PWD=*** mysql -u root",
+        ),
+        (
+            "cd $OLDPWD && PWD=/srv/app make",
+            "cd $OLDPWD && PWD=/srv/app make",
+        ),
+    ] {
+        assert_eq!(redact_text(text), expected, "{text}");
+    }
     // The `=>` of Ruby, PHP and Perl hashes (it was read as `=` with the value `>`).
     for text in [
         "password => 'hunter2hunter2'",
