@@ -99,6 +99,11 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
     ),
     (
+        "user flag",
+        "curl -u admin:s3cr3t-user-pass",
+        "s3cr3t-user-pass",
+    ),
+    (
         "gitlab session",
         "_gitlab_session=0123456789abcdef0123456789abcdef",
         "0123456789abcdef0123456789abcdef",

@@ -2,9 +2,10 @@
 //!
 //! Two layers:
 //! * **Free-text patterns** ([`redact_text`]): sensitive `KEY=value` / `"key": "value"`
-//!   assignments, `Bearer <token>`, `--api-key <value>` flags, well-known token prefixes
-//!   (`sk-`, `ghp_`, `xoxb-`, `AKIA`, …), shell defaults `${SECRET_NAME:-default}`, and
-//!   caller-configured token prefixes ([`RedactionConfig::token_prefixes`]).
+//!   assignments, `Bearer <token>`, `--api-key <value>` flags, `curl -u user:<password>`,
+//!   well-known token prefixes (`sk-`, `ghp_`, `xoxb-`, `AKIA`, …), shell defaults
+//!   `${SECRET_NAME:-default}`, and caller-configured token prefixes
+//!   ([`RedactionConfig::token_prefixes`]).
 //! * **Key-aware values** ([`redact_field_value`]): under a sensitive key
 //!   ([`is_sensitive_key`]) the whole value is masked, except a shell reference to the key
 //!   itself (`${DISCORD_BOT_TOKEN:-}` under `DISCORD_BOT_TOKEN`); under other keys the pattern
@@ -1402,6 +1403,14 @@ fn match_word<'a>(
         rw.mask_span(start, end, false);
         return Some(end);
     }
+    // `curl -u user:password`: the password after the user name.
+    if flag_check
+        && USER_FLAGS.contains(&word)
+        && let Some((start, end)) = user_flag_password(text, j, word.starts_with("--"))
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
     // `KEY=value`, `"key": "value"`, `Authorization: Bearer x`.
     // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
     // quote, a blank, `=` or `:` right after the word.)
@@ -1892,6 +1901,9 @@ const DIGIT_BIT: u16 = 1 << 15;
 static PAIR_SECOND: [u16; 256] = {
     let mut table = [FAMILY_SINGLE; 256];
     table[b'-' as usize] |= FAMILY_FLAG | FAMILY_TOKEN_DASH;
+    // `-u` and `-U` ([`USER_FLAGS`]).
+    table[b'u' as usize] |= FAMILY_FLAG;
+    table[b'U' as usize] |= FAMILY_FLAG;
     table[b'_' as usize] |= FAMILY_TOKEN_UNDERSCORE;
     table[b'K' as usize] |= FAMILY_TOKEN_UPPER;
     table[b'S' as usize] |= FAMILY_TOKEN_UPPER;
@@ -2732,6 +2744,67 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
         return None;
     }
     Some((start, k))
+}
+
+/// Flags whose value is `user:password`: curl's `-u`/`--user` and `-U`/`--proxy-user`.
+const USER_FLAGS: &[&str] = &["-u", "--user", "-U", "--proxy-user"];
+
+/// The password of a [`USER_FLAGS`] value starting after the blank at `after` (or after `=`
+/// for a long flag, `--user=user:password`), quoted (also in escaped quotes) or not: from
+/// after the first `:` to the value's end (its closing quote, or the next blank or quote,
+/// before a trailing run of `,;)]}`; an unclosed quote's value ends the same way). `None` when the value is no `user:password`: no `:`, an empty side, a user name
+/// holding `/`, a path after the `:` (a URL, `redis://host`, which its own rule judges, or
+/// `rsync -u host:/data`), or digits on both sides (`docker run -u 1000:1000`, a user and
+/// group id).
+fn user_flag_password(text: &str, after: usize, long: bool) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    match bytes.get(after)? {
+        b' ' => {}
+        b'=' if long => {}
+        _ => return None,
+    }
+    let mut start = after + 1;
+    // The value's opening quote, if any, closed by the same bytes: a quote, or an escaped one
+    // in serialized text (`-u \"user:password\"`).
+    let close: Option<&[u8]> = match bytes.get(start..start + 2) {
+        Some([b'\\', b'"']) => Some(b"\\\""),
+        Some([b'\\', b'\'']) => Some(b"\\'"),
+        _ => match bytes.get(start) {
+            Some(b'"') => Some(b"\""),
+            Some(b'\'') => Some(b"'"),
+            _ => None,
+        },
+    };
+    start += close.map_or(0, <[u8]>::len);
+    let closed = close.and_then(|close| memchr::memmem::find(&bytes[start..], close));
+    let end = match closed {
+        Some(k) => start + k,
+        // Unquoted, or a quote that is never closed: the value runs to the next blank or
+        // quote, and a trailing run of `,;)]}` is the text's.
+        None => {
+            let mut end = start
+                + bytes[start..]
+                    .iter()
+                    .position(|&b| b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'`'))
+                    .unwrap_or(bytes.len() - start);
+            while end > start && matches!(bytes[end - 1], b',' | b';' | b')' | b']' | b'}') {
+                end -= 1;
+            }
+            end
+        }
+    };
+    let value = &bytes[start..end];
+    let colon = memchr::memchr(b':', value)?;
+    let (user, password) = (&value[..colon], &value[colon + 1..]);
+    if user.is_empty()
+        || password.is_empty()
+        || user.contains(&b'/')
+        || password[0] == b'/'
+        || (user.iter().all(u8::is_ascii_digit) && password.iter().all(u8::is_ascii_digit))
+    {
+        return None;
+    }
+    Some((start + colon + 1, end))
 }
 
 /// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
@@ -4285,6 +4358,9 @@ mod tests {
         "--api-key",
         "--token",
         "-p",
+        "-u",
+        "--user",
+        "admin:",
         "-----BEGIN",
         "PRIVATE KEY-----",
         "-----END",
@@ -4354,6 +4430,7 @@ mod tests {
     const WHOLE_SECRETS: &[&str] = &[
         "OPENAI_API_KEY=abc123def456ghi789",
         "--api-key k3yMaterial991",
+        "curl -u admin:k3yMaterial992",
         "https://example.test/callback?code=oauthGrantValue5678&state=x",
         "client%5Fsecret=opaqueOauthSecret77",
         "Authorization: Bearer opaqueTokenValue12345",

@@ -287,6 +287,74 @@ fn redaction_row_credential_flags() {
 }
 
 #[test]
+fn redaction_row_user_flags() {
+    for (text, expected) in [
+        (
+            "curl -u admin:hunter2hunter2 https://api.example.com/v1",
+            "curl -u admin:*** https://api.example.com/v1",
+        ),
+        (
+            "curl --user 'me@example.com:hunter2 hunter2' https://x",
+            "curl --user 'me@example.com:***' https://x",
+        ),
+        (
+            "curl --user=admin:hunter2hunter2 https://x",
+            "curl --user=admin:*** https://x",
+        ),
+        (
+            "curl -U proxyuser:hunter2hunter2 -x http://proxy:3128 https://x",
+            "curl -U proxyuser:*** -x http://proxy:3128 https://x",
+        ),
+        (
+            "curl -u \"admin:hunter2hunter2\" https://x",
+            "curl -u \"admin:***\" https://x",
+        ),
+        (
+            r#"{"command":"curl -u \"admin:hunter2 hunter2\" https://x"}"#,
+            r#"{"command":"curl -u \"admin:***\" https://x"}"#,
+        ),
+        (
+            "curl -u 'admin:hunter2hunter2 https://x",
+            "curl -u 'admin:*** https://x",
+        ),
+        // A password of 18 characters or more keeps its edges, like every mask.
+        (
+            "curl -u jane:ATBBwXyZ0123456789abcd https://x",
+            "curl -u jane:ATBBwX…abcd https://x",
+        ),
+        // In serialized text the command follows an escaped line break.
+        (
+            "set -e\\ncurl -u admin:hunter2hunter2),",
+            "set -e\\ncurl -u admin:***),",
+        ),
+    ] {
+        assert_eq!(redact_text(text), expected, "{text}");
+        assert_eq!(redact_text(expected), expected, "idempotent: {expected}");
+    }
+    // Values that are no user and password stay.
+    for text in [
+        "docker run -u 1000:1000 alpine id",
+        "rsync -u host:/data/ ./data/",
+        "git push -u origin main",
+        "sort -u names.txt",
+        "redis-cli -u redis://cache:6379/0 ping",
+        "curl -u :hunter2 https://x",
+        "curl -u admin: https://x",
+        "use -u or --user when the server asks",
+    ] {
+        assert_eq!(redact_text(text), text, "{text}");
+    }
+    // Under a key, and beside other secrets.
+    let out = sanitize_tool_args(&json!({
+        "command": "curl -sS -u admin:hunter2hunter2 -H 'Authorization: Bearer abcdefgh12345678' https://x"
+    }));
+    let text = out["command"].as_str().unwrap_or_default();
+    assert!(!text.contains("hunter2hunter2"), "{text}");
+    assert!(!text.contains("abcdefgh12345678"), "{text}");
+    assert!(text.contains("-u admin:"), "{text}");
+}
+
+#[test]
 fn redaction_row_bearer_tokens() {
     assert_scrubbed(
         "curl -H 'Authorization: Bearer opaqueTokenValue12345' https://api",
