@@ -1405,7 +1405,7 @@ fn match_word<'a>(
     }
     // `curl -u user:password`: the password after the user name.
     if flag_check
-        && USER_FLAGS.contains(&word)
+        && is_user_flag(word.as_bytes())
         && let Some((start, end)) = user_flag_password(text, j, word.starts_with("--"))
     {
         rw.mask_span(start, end, false);
@@ -1901,7 +1901,7 @@ const DIGIT_BIT: u16 = 1 << 15;
 static PAIR_SECOND: [u16; 256] = {
     let mut table = [FAMILY_SINGLE; 256];
     table[b'-' as usize] |= FAMILY_FLAG | FAMILY_TOKEN_DASH;
-    // `-u` and `-U` ([`USER_FLAGS`]).
+    // `-u` and `-U` ([`is_user_flag`]).
     table[b'u' as usize] |= FAMILY_FLAG;
     table[b'U' as usize] |= FAMILY_FLAG;
     table[b'_' as usize] |= FAMILY_TOKEN_UNDERSCORE;
@@ -2746,10 +2746,13 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     Some((start, k))
 }
 
-/// Flags whose value is `user:password`: curl's `-u`/`--user` and `-U`/`--proxy-user`.
-const USER_FLAGS: &[&str] = &["-u", "--user", "-U", "--proxy-user"];
+/// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
+/// `-U`/`--proxy-user`.
+fn is_user_flag(word: &[u8]) -> bool {
+    matches!(word, b"-u" | b"-U" | b"--user" | b"--proxy-user")
+}
 
-/// The password of a [`USER_FLAGS`] value starting after the blank at `after` (or after `=`
+/// The password of a user flag's ([`is_user_flag`]) value starting after the blank at `after` (or after `=`
 /// for a long flag, `--user=user:password`), quoted (also in escaped quotes) or not: from
 /// after the first `:` to the value's end (its closing quote, or the next blank or quote,
 /// before a trailing run of `,;)]}`; an unclosed quote's value ends the same way). `None` when the value is no `user:password`: no `:`, an empty side, a user name
