@@ -2726,6 +2726,21 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if matches!(bytes[k - 1], b':' | b'=') && names_another_rule(text, start, k - 1) {
         return None;
     }
+    // A mask before `:` or `=` is what an earlier scan left of such a key when a token rule
+    // masked it (`--api-key ghp_my_password:` becomes `--api-key ***:`): the mask is the value
+    // and the `:` stays, so a second scan keeps the text.
+    if k - start > 1 && matches!(bytes[k - 1], b':' | b'=') && is_masked(&text[start..k - 1]) {
+        return Some((start, k - 1));
+    }
+    // Such a key with a masked value (`--api-key token=***`, what an earlier scan left of
+    // `--api-key token=}…`) is the assignment's: its own rule keeps it.
+    if let Some(op) = memchr::memchr2(b'=', b':', &bytes[start..k]).map(|p| start + p)
+        && op > start
+        && is_masked(&text[op + 1..k])
+        && names_another_rule(text, start, op)
+    {
+        return None;
+    }
     // An authorization scheme (`--header-token Bearer <token>`): the credential after it is
     // the value, the scheme stays.
     if matches!(bytes.get(k), Some(b' ' | b'\t')) && is_value_scheme(&text[start..k]) {

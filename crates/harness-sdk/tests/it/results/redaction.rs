@@ -279,6 +279,17 @@ fn redaction_row_credential_flags() {
     assert_scrubbed("Bearer --api-key k3yMaterial991 x", "k3yMaterial991");
     // A value that merely ends with `:` or `=` is still the value.
     assert_scrubbed("run --password=secret123: next", "secret123");
+    // A key after the flag that a token rule masks leaves its `:`, and a second redaction
+    // keeps it (it took the `:` into the flag's value).
+    for text in [
+        "--api-key ghp_my_password: ",
+        "--api-key ghp_password= x",
+        "--api-key token=}…",
+    ] {
+        let once = redact_text(text);
+        assert!(once.contains("***") && !once.contains("ghp_"), "{once}");
+        assert_eq!(redact_text(&once), once, "{text}");
+    }
     // A header name after the flag is not its value: the header's own rule masks what follows.
     assert_scrubbed(
         "use --api-key Authorization: Digest username=ops, response=digestresponse1234567890 now",
