@@ -223,7 +223,8 @@ pub const PLANTED_KEYS: &[&str] = &[
     "MYSQL_PWD",
 ];
 
-/// A secret planted under a sensitive key (no free-text shape would catch it alone).
+/// A secret planted under a sensitive key or as a flag's value in an array of arguments (no
+/// free-text shape would catch it alone).
 pub const PLANTED_KEY_SECRET: &str = "opaque plain words 0427";
 
 /// What a planted secret is glued to on each side (after the blank that parts it from the
@@ -386,7 +387,9 @@ fn plant_in_strings(value: &Value, planted: &str) -> Value {
 }
 
 /// A copy of `value` (wrapped in an object when it is not one) where every object also holds
-/// the planted key secret under every key of [`PLANTED_KEYS`].
+/// the planted key secret under every key of [`PLANTED_KEYS`] and, under an ordinary key, as
+/// the values of credential flags in an array of arguments; every array also ends with such a
+/// flag and the secret.
 fn plant_under_keys(value: &Value) -> Value {
     let mut out = match value {
         Value::Object(_) => value.clone(),
@@ -395,7 +398,11 @@ fn plant_under_keys(value: &Value) -> Value {
     let mut stack = vec![&mut out];
     while let Some(node) = stack.pop() {
         match node {
-            Value::Array(items) => stack.extend(items.iter_mut()),
+            Value::Array(items) => {
+                items.push(Value::String("--password".to_owned()));
+                items.push(Value::String(PLANTED_KEY_SECRET.to_owned()));
+                stack.extend(items.iter_mut());
+            }
             Value::Object(map) => {
                 for key in PLANTED_KEYS {
                     map.insert(
@@ -403,6 +410,16 @@ fn plant_under_keys(value: &Value) -> Value {
                         Value::String(PLANTED_KEY_SECRET.to_owned()),
                     );
                 }
+                map.insert(
+                    "argv".to_owned(),
+                    serde_json::json!([
+                        "tool",
+                        "--api-key",
+                        PLANTED_KEY_SECRET,
+                        "-u",
+                        format!("admin:{PLANTED_KEY_SECRET}"),
+                    ]),
+                );
                 stack.extend(map.values_mut());
             }
             _ => {}

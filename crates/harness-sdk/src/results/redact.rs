@@ -2811,7 +2811,12 @@ fn user_flag_password(text: &str, after: usize, long: bool) -> Option<(usize, us
             end
         }
     };
-    let value = &bytes[start..end];
+    Some((start + user_password_at(&bytes[start..end])?, end))
+}
+
+/// Where the password of a user flag's `user:password` value starts (after the first `:`),
+/// or `None` when the value is no `user:password` (see [`user_flag_password`]).
+fn user_password_at(value: &[u8]) -> Option<usize> {
     let colon = memchr::memchr(b':', value)?;
     let (user, password) = (&value[..colon], &value[colon + 1..]);
     if user.is_empty()
@@ -2822,7 +2827,43 @@ fn user_flag_password(text: &str, after: usize, long: bool) -> Option<(usize, us
     {
         return None;
     }
-    Some((start + colon + 1, end))
+    Some(colon + 1)
+}
+
+/// Masks the values that follow credential flags in an array of arguments, where a flag and
+/// its value are two elements: `["--password", "…"]` (a `--` flag whose name is sensitive,
+/// [`is_text_key`]) masks the next element whole, `["-u", "user:…"]` (a user flag,
+/// [`is_user_flag`]) the password of the next element. A value that starts with `-` is the
+/// next flag, not a value, and stays; so does an already masked one, and any element after
+/// one that is not a string. Each element is a whole argument: a value is not cut at a blank.
+/// `string` gives an element's string, if it is one (the same rule serves `Value` and
+/// `SharedValue` arrays).
+pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Option<&mut String>) {
+    for k in 1..items.len() {
+        let (before, after) = items.split_at_mut(k);
+        let (Some(flag), Some(value)) = (string(&mut before[k - 1]), string(&mut after[0])) else {
+            continue;
+        };
+        if flag.as_bytes().first() != Some(&b'-') || value.is_empty() || value.as_bytes()[0] == b'-'
+        {
+            continue;
+        }
+        let from = if is_user_flag(flag.as_bytes()) {
+            match user_password_at(value.as_bytes()) {
+                Some(at) => at,
+                None => continue,
+            }
+        } else if flag.strip_prefix("--").is_some_and(is_text_key_memo) {
+            0
+        } else {
+            continue;
+        };
+        let secret = &value[from..];
+        if !is_masked(secret) {
+            let masked = safe_mask(secret, false);
+            value.replace_range(from.., &masked);
+        }
+    }
 }
 
 /// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).

@@ -11,7 +11,9 @@
 //!    parent's key, and whether it ends a `cause` chain): a string that no rule touches stays
 //!    the copy made in step 1 (never rebuilt), a masked secret reuses its own buffer, and only
 //!    a string rewritten by the pattern layer gets a new one. Whether the children of an
-//!    object continue a `cause` chain is worked out once per object.
+//!    object continue a `cause` chain is worked out once per object. In an array, the value
+//!    that follows a credential flag (`["--password", "…"]`, `["-u", "user:…"]`) is masked
+//!    before the array's elements are judged.
 //! 3. **Key facts from a memo.** What the key rules say about a key on its own
 //!    (`KeyFacts`) comes from a small per-thread memo, so a key is judged once per thread,
 //!    not once per scalar or per call; a hit compares the key as three machine words. A key
@@ -33,8 +35,9 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::redact::{
-    KeyMemo, MASK, RedactionConfig, is_cause_key, is_sensitive_key_in, redact_field_value_cow,
-    redact_field_value_in_place_with, redact_text_cow, redact_text_with, with_key_memo,
+    KeyMemo, MASK, RedactionConfig, is_cause_key, is_sensitive_key_in, mask_flag_values,
+    redact_field_value_cow, redact_field_value_in_place_with, redact_text_cow, redact_text_with,
+    with_key_memo,
 };
 use super::tree::{CLONE_RECURSION_LIMIT, clone_iteratively, depth_at_most, drop_deep};
 
@@ -243,6 +246,7 @@ where
 {
     match node {
         Value::Array(items) => {
+            mask_flag_values(items, value_string);
             let inner = place.array_element();
             for child in items {
                 walk_bounded(child, inner, f);
@@ -262,6 +266,14 @@ where
     }
 }
 
+/// The string of a value, if it is one (for [`mask_flag_values`]).
+fn value_string(value: &mut Value) -> Option<&mut String> {
+    match value {
+        Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
 enum WalkFrame<'a> {
     Array(std::slice::IterMut<'a, Value>, Place<'a>),
     Object(serde_json::map::IterMut<'a>, Place<'a>),
@@ -275,7 +287,10 @@ where
     let mut stack: Vec<WalkFrame<'a>> = Vec::new();
     let mut visit =
         |node: &'a mut Value, place: Place<'a>, stack: &mut Vec<WalkFrame<'a>>| match node {
-            Value::Array(items) => stack.push(WalkFrame::Array(items.iter_mut(), place)),
+            Value::Array(items) => {
+                mask_flag_values(items, value_string);
+                stack.push(WalkFrame::Array(items.iter_mut(), place));
+            }
             Value::Object(map) => stack.push(WalkFrame::Object(map.iter_mut(), place)),
             scalar => f(place, scalar),
         };

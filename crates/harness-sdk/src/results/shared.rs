@@ -12,7 +12,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use serde_json::{Map, Value};
 
-use super::redact::RedactionConfig;
+use super::redact::{RedactionConfig, mask_flag_values};
 use super::sanitize::{Place, ScalarMode, redact_scalar};
 
 /// What a repeated node becomes in the output.
@@ -282,7 +282,14 @@ fn walk(
                 } else {
                     match node {
                         SharedValue::Array(a) => stack.push(Frame::Array {
-                            items: a.items().into_iter(),
+                            items: {
+                                let mut items = a.items();
+                                mask_flag_values(&mut items, |item| match item {
+                                    SharedValue::String(s) => Some(s),
+                                    _ => None,
+                                });
+                                items.into_iter()
+                            },
                             out: Vec::new(),
                             place,
                             ptr,

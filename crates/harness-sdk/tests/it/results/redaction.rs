@@ -5,7 +5,10 @@
 use serde_json::{Value, json};
 use tether_harness_sdk::results::display::{DetailMode, infer_tool_meta_from_args};
 use tether_harness_sdk::results::redact::{is_sensitive_key, redact_text};
-use tether_harness_sdk::results::sanitize::{sanitize_tool_args, sanitize_tool_result};
+use tether_harness_sdk::results::sanitize::{
+    redact_structured, sanitize_tool_args, sanitize_tool_result,
+};
+use tether_harness_sdk::results::shared::{SharedValue, sanitize_shared_tool_args};
 
 /// `text` (which contains `secret`) loses the secret on every path, and redaction is stable.
 fn assert_scrubbed(text: &str, secret: &str) {
@@ -363,6 +366,45 @@ fn redaction_row_user_flags() {
     assert!(!text.contains("hunter2hunter2"), "{text}");
     assert!(!text.contains("abcdefgh12345678"), "{text}");
     assert!(text.contains("-u admin:"), "{text}");
+}
+
+#[test]
+fn redaction_row_flag_values_in_argument_arrays() {
+    let args = json!({
+        "command": ["mysql", "--password", "hunter2hunter2", "-h", "db"],
+        "curl": ["curl", "-u", "admin:pass word", "https://x"],
+        "long": ["tool", "--api-key", "correct horse battery staple"],
+        "kept": ["--password", "--other", "-u", "1000:1000", "--verbose", "file", "--user", "host:/srv"],
+        "mixed": ["--token", 42, "x", "--token", null, "y"],
+    });
+    let expected = json!({
+        "command": ["mysql", "--password", "***", "-h", "db"],
+        "curl": ["curl", "-u", "admin:***", "https://x"],
+        "long": ["tool", "--api-key", "correc…aple"],
+        "kept": ["--password", "--other", "-u", "1000:1000", "--verbose", "file", "--user", "host:/srv"],
+        "mixed": ["--token", 42, "x", "--token", null, "y"],
+    });
+    let out = sanitize_tool_args(&args);
+    assert_eq!(out, expected);
+    assert_eq!(sanitize_tool_args(&out), out, "idempotent");
+    assert_eq!(redact_structured(&args), expected);
+    assert_eq!(
+        sanitize_shared_tool_args(&SharedValue::from_json(&args)),
+        expected,
+        "shared graphs"
+    );
+    // At the root, and nested deeper than the walk recurses (the walk with its own stack).
+    assert_eq!(
+        sanitize_tool_args(&json!(["--password", "hunter2hunter2"])),
+        json!(["--password", "***"])
+    );
+    let mut deep = args["curl"].clone();
+    let mut deep_expected = expected["curl"].clone();
+    for _ in 0..300 {
+        deep = json!([deep]);
+        deep_expected = json!([deep_expected]);
+    }
+    assert_eq!(sanitize_tool_args(&deep), deep_expected);
 }
 
 #[test]
