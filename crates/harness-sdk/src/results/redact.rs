@@ -2763,8 +2763,15 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
 
 /// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
 /// `-U`/`--proxy-user`.
+#[inline]
 fn is_user_flag(word: &[u8]) -> bool {
-    matches!(word, b"-u" | b"-U" | b"--user" | b"--proxy-user")
+    // By length first: most flags a text holds are none of them.
+    match word.len() {
+        2 => word[0] == b'-' && word[1] | 0x20 == b'u',
+        6 => word == b"--user",
+        12 => word == b"--proxy-user",
+        _ => false,
+    }
 }
 
 /// The password of a user flag's ([`is_user_flag`]) value starting after the blank at `after` (or after `=`

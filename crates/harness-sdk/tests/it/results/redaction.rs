@@ -320,6 +320,10 @@ fn redaction_row_user_flags() {
             "curl -U proxyuser:*** -x http://proxy:3128 https://x",
         ),
         (
+            "curl --proxy-user proxyuser:hunter2hunter2 https://x",
+            "curl --proxy-user proxyuser:*** https://x",
+        ),
+        (
             "curl -u \"admin:hunter2hunter2\" https://x",
             "curl -u \"admin:***\" https://x",
         ),
