@@ -99,6 +99,11 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "xai-AbCdEfGhIjKlMnOpQrStUvWxYz",
     ),
     (
+        "xml element",
+        "<password>s3cr3t-xml-pass</password>",
+        "s3cr3t-xml-pass",
+    ),
+    (
         "user flag",
         "curl -u admin:s3cr3t-user-pass",
         "s3cr3t-user-pass",

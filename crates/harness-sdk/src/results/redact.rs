@@ -2,10 +2,10 @@
 //!
 //! Two layers:
 //! * **Free-text patterns** ([`redact_text`]): sensitive `KEY=value` / `"key": "value"`
-//!   assignments, `Bearer <token>`, `--api-key <value>` flags, `curl -u user:<password>`,
-//!   well-known token prefixes (`sk-`, `ghp_`, `xoxb-`, `AKIA`, …), shell defaults
-//!   `${SECRET_NAME:-default}`, and caller-configured token prefixes
-//!   ([`RedactionConfig::token_prefixes`]).
+//!   assignments, `<password>…</password>` elements, `Bearer <token>`, `--api-key <value>`
+//!   flags, `curl -u user:<password>`, well-known token prefixes (`sk-`, `ghp_`, `xoxb-`,
+//!   `AKIA`, …), shell defaults `${SECRET_NAME:-default}`, and caller-configured token
+//!   prefixes ([`RedactionConfig::token_prefixes`]).
 //! * **Key-aware values** ([`redact_field_value`]): under a sensitive key
 //!   ([`is_sensitive_key`]) the whole value is masked, except a shell reference to the key
 //!   itself (`${DISCORD_BOT_TOKEN:-}` under `DISCORD_BOT_TOKEN`); under other keys the pattern
@@ -1270,6 +1270,16 @@ fn match_word<'a>(
     } else {
         None
     };
+    // `<password>secret</password>`: an XML element named like a sensitive key.
+    if checks & CHECK_OPERATOR != 0
+        && next == Some(b'>')
+        && i > 0
+        && bytes[i - 1] == b'<'
+        && let Some((start, end)) = xml_element_value(text, i, j)
+    {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
     if checks & !(CHECK_OPERATOR | CHECK_HIDDEN) == 0
         && operator.is_none()
         && !colon
@@ -1496,10 +1506,14 @@ fn match_word<'a>(
     if let Some(eq) = hidden_eq
         && encoded_key(text, i, j, rw.copied)
             .map_or_else(|| is_text_key(word), |key| is_text_key(&key))
-        && let Some(a) = assignment(text, eq)
     {
-        rw.mask_span(a.value_start, a.value_end, a.quoted);
-        return Some(a.value_end);
+        if let Some(a) = assignment(text, eq) {
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+            return Some(a.value_end);
+        }
+        // A value turned down: as for a key before its operator (above), a later mask can end
+        // that value earlier, and the next scan may take it.
+        rw.unsettled = true;
     }
     None
 }
@@ -1787,7 +1801,7 @@ static CHECKS_BY_NEXT: [u16; 257] = {
     let mut table = [CHECK_ALL & !after; 257];
     table[b'.' as usize] |= CHECK_DOTTED | CHECK_JWT | CHECK_OAUTH_ACCESS;
     table[b'/' as usize] |= CHECK_OAUTH_REFRESH;
-    let operators = b"\"' \t=:\\";
+    let operators = b"\"' \t=:\\>";
     let mut k = 0;
     while k < operators.len() {
         table[operators[k] as usize] |= CHECK_OPERATOR;
@@ -1856,6 +1870,8 @@ static PAIR_FIRST: [u16; 256] = {
     table[b'$' as usize] |= FAMILY_SHELL;
     table[b'=' as usize] |= FAMILY_ASSIGNMENT;
     table[b':' as usize] |= FAMILY_ASSIGNMENT;
+    // The end of an XML element's start tag (`<password>…`, [`xml_element_value`]).
+    table[b'>' as usize] |= FAMILY_ASSIGNMENT;
     table[b'-' as usize] |= FAMILY_FLAG;
     let dash_letters = b"ktbparsixywcTCUo";
     let mut k = 0;
@@ -2759,6 +2775,25 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
         return None;
     }
     Some((start, k))
+}
+
+/// The text of an XML element whose name, the word `i..j` between `<` and `>`, is a sensitive
+/// key ([`is_text_key`]): from after the `>` to the next `<` (or the end of the text), without
+/// the blanks at either end. `None` for another name or an empty element.
+fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
+    if !is_text_key_memo(&text[i..j]) {
+        return None;
+    }
+    let bytes = text.as_bytes();
+    let mut start = j + 1;
+    let mut end = start + memchr::memchr(b'<', &bytes[start..]).unwrap_or(bytes.len() - start);
+    while start < end && bytes[start].is_ascii_whitespace() {
+        start += 1;
+    }
+    while end > start && bytes[end - 1].is_ascii_whitespace() {
+        end -= 1;
+    }
+    (end > start).then_some((start, end))
 }
 
 /// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
@@ -4427,6 +4462,10 @@ mod tests {
         "-u",
         "--user",
         "admin:",
+        "<password>",
+        "</",
+        "<",
+        ">",
         "-----BEGIN",
         "PRIVATE KEY-----",
         "-----END",
@@ -4497,6 +4536,7 @@ mod tests {
         "OPENAI_API_KEY=abc123def456ghi789",
         "--api-key k3yMaterial991",
         "curl -u admin:k3yMaterial992",
+        "<password>k3yMaterial993</password>",
         "https://example.test/callback?code=oauthGrantValue5678&state=x",
         "client%5Fsecret=opaqueOauthSecret77",
         "Authorization: Bearer opaqueTokenValue12345",

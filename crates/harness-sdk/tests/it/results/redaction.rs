@@ -412,6 +412,50 @@ fn redaction_row_flag_values_in_argument_arrays() {
 }
 
 #[test]
+fn redaction_row_xml_elements() {
+    for (text, expected) in [
+        (
+            "<server><id>nexus</id><username>deploy</username><password>hunter2hunter2</password></server>",
+            "<server><id>nexus</id><username>deploy</username><password>***</password></server>",
+        ),
+        (
+            "<Password>\n    hunter2hunter2\n  </Password>",
+            "<Password>\n    ***\n  </Password>",
+        ),
+        (
+            "<client_secret>0123456789abcdefghij</client_secret>",
+            "<client_secret>012345…ghij</client_secret>",
+        ),
+        // An element that is never closed runs to the end of the text.
+        ("<api_key>hunter2hunter2 and more", "<api_key>hunter…more"),
+        // Serialized into a JSON string.
+        (
+            r#"{"pom":"<password>hunter2hunter2</password>"}"#,
+            r#"{"pom":"<password>***</password>"}"#,
+        ),
+    ] {
+        assert_eq!(redact_text(text), expected, "{text}");
+        assert_eq!(redact_text(expected), expected, "idempotent: {expected}");
+    }
+    // Other elements, an empty one, and names too common to be secrets (`<key>` in a plist).
+    for text in [
+        "<name>tether</name><version>1.0</version>",
+        "<password></password>",
+        "<key>CFBundleName</key><string>Tether</string>",
+        "if a <b> c then d",
+        "echo done > password.txt",
+    ] {
+        assert_eq!(redact_text(text), text, "{text}");
+    }
+    // A value another rule turned down before the element (an assignment whose `=` follows an
+    // invisible character) is read again once the element's text is masked.
+    let text = "client_secret\u{3164}=opaque1234567<password>admin:&";
+    let once = redact_text(text);
+    assert!(!once.contains("opaque1234567"), "{once}");
+    assert_eq!(redact_text(&once), once, "idempotent: {once}");
+}
+
+#[test]
 fn redaction_row_bearer_tokens() {
     assert_scrubbed(
         "curl -H 'Authorization: Bearer opaqueTokenValue12345' https://api",
