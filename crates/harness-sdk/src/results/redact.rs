@@ -1257,6 +1257,15 @@ fn match_word<'a>(
     // and then another word, which no check after a word's end can use. (A space and a
     // word character, the most common case, leave no room for an operator.)
     let operator = if checks & CHECK_OPERATOR != 0 && !space_then_word(bytes, j) {
+        // `<password>secret</password>`: an XML element named like a sensitive key.
+        if next == Some(b'>')
+            && i > 0
+            && bytes[i - 1] == b'<'
+            && let Some((start, end)) = xml_element_value(text, i, j)
+        {
+            rw.mask_span(start, end, false);
+            return Some(end);
+        }
         assignment_operator(bytes, j)
     } else {
         None
@@ -1270,16 +1279,6 @@ fn match_word<'a>(
     } else {
         None
     };
-    // `<password>secret</password>`: an XML element named like a sensitive key.
-    if checks & CHECK_OPERATOR != 0
-        && next == Some(b'>')
-        && i > 0
-        && bytes[i - 1] == b'<'
-        && let Some((start, end)) = xml_element_value(text, i, j)
-    {
-        rw.mask_span(start, end, false);
-        return Some(end);
-    }
     if checks & !(CHECK_OPERATOR | CHECK_HIDDEN) == 0
         && operator.is_none()
         && !colon
