@@ -2808,12 +2808,13 @@ fn is_user_flag(word: &[u8]) -> bool {
     }
 }
 
-/// The password of a user flag's ([`is_user_flag`]) value starting after the blank at `after` (or after `=`
-/// for a long flag, `--user=user:password`), quoted (also in escaped quotes) or not: from
-/// after the first `:` to the value's end (its closing quote, or the next blank or quote,
-/// before a trailing run of `,;)]}`; an unclosed quote's value ends the same way). `None` when the value is no `user:password`: no `:`, an empty side, a user name
-/// holding `/`, a path after the `:` (a URL, `redis://host`, which its own rule judges, or
-/// `rsync -u host:/data`), or digits on both sides (`docker run -u 1000:1000`, a user and
+/// The password of a user flag's ([`is_user_flag`]) value starting after the blank at
+/// `after` (or after `=` for a long flag, `--user=user:password`), quoted (also in escaped
+/// quotes) or not: from after the first `:` to the value's end (its closing quote, or the
+/// next blank or quote, before a trailing run of `,;)]}`; an unclosed quote's value ends the
+/// same way). `None` when the value is no `user:password`: no `:`, an empty side, a user
+/// name holding `/`, a path after the `:` (a URL, `redis://host`, which its own rule judges,
+/// or `rsync -u host:/data`), or digits on both sides (`docker run -u 1000:1000`, a user and
 /// group id).
 fn user_flag_password(text: &str, after: usize, long: bool) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();

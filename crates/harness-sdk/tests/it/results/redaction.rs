@@ -46,6 +46,18 @@ fn assert_scrubbed(text: &str, secret: &str) {
     }
 }
 
+/// Each text of `cases` redacts to its expected text, which redaction keeps as it is; each
+/// text of `kept` stays as it is.
+fn assert_redactions(cases: &[(&str, &str)], kept: &[&str]) {
+    for (text, expected) in cases {
+        assert_eq!(redact_text(text), *expected, "{text}");
+        assert_eq!(redact_text(expected), *expected, "idempotent: {expected}");
+    }
+    for text in kept {
+        assert_eq!(redact_text(text), *text, "{text}");
+    }
+}
+
 #[test]
 fn redaction_row_codes_by_parent() {
     let out = sanitize_tool_result(&json!({
@@ -154,26 +166,27 @@ fn redaction_row_assignments_in_free_text() {
     );
     assert_scrubbed("password: hunter2hunter2", "hunter2hunter2");
     // Environment variables that carry a password (no `_` before `PASSWORD`, or `_PWD`).
-    for (text, expected) in [
-        (
-            "PGPASSWORD=hunter2hunter2 psql -h db -U app",
-            "PGPASSWORD=*** psql -h db -U app",
-        ),
-        (
-            "export PGPASSWORD='hunter2hunter2'",
-            "export PGPASSWORD='***'",
-        ),
-        (
-            "MYSQL_PWD=hunter2hunter2 mysql -u root",
-            "MYSQL_PWD=*** mysql -u root",
-        ),
-        (
-            "cd $OLDPWD && PWD=/srv/app make",
-            "cd $OLDPWD && PWD=/srv/app make",
-        ),
-    ] {
-        assert_eq!(redact_text(text), expected, "{text}");
-    }
+    assert_scrubbed(
+        "PGPASSWORD=hunter2hunter2 psql -h db -U app",
+        "hunter2hunter2",
+    );
+    assert_redactions(
+        &[
+            (
+                "PGPASSWORD=hunter2hunter2 psql -h db -U app",
+                "PGPASSWORD=*** psql -h db -U app",
+            ),
+            (
+                "export PGPASSWORD='hunter2hunter2'",
+                "export PGPASSWORD='***'",
+            ),
+            (
+                "MYSQL_PWD=hunter2hunter2 mysql -u root",
+                "MYSQL_PWD=*** mysql -u root",
+            ),
+        ],
+        &["cd $OLDPWD && PWD=/srv/app make"],
+    );
     // The `=>` of Ruby, PHP and Perl hashes (it was read as `=` with the value `>`).
     for text in [
         "password => 'hunter2hunter2'",
@@ -302,66 +315,64 @@ fn redaction_row_credential_flags() {
 
 #[test]
 fn redaction_row_user_flags() {
-    for (text, expected) in [
-        (
-            "curl -u admin:hunter2hunter2 https://api.example.com/v1",
-            "curl -u admin:*** https://api.example.com/v1",
-        ),
-        (
-            "curl --user 'me@example.com:hunter2 hunter2' https://x",
-            "curl --user 'me@example.com:***' https://x",
-        ),
-        (
-            "curl --user=admin:hunter2hunter2 https://x",
-            "curl --user=admin:*** https://x",
-        ),
-        (
-            "curl -U proxyuser:hunter2hunter2 -x http://proxy:3128 https://x",
-            "curl -U proxyuser:*** -x http://proxy:3128 https://x",
-        ),
-        (
-            "curl --proxy-user proxyuser:hunter2hunter2 https://x",
-            "curl --proxy-user proxyuser:*** https://x",
-        ),
-        (
-            "curl -u \"admin:hunter2hunter2\" https://x",
-            "curl -u \"admin:***\" https://x",
-        ),
-        (
-            r#"{"command":"curl -u \"admin:hunter2 hunter2\" https://x"}"#,
-            r#"{"command":"curl -u \"admin:***\" https://x"}"#,
-        ),
-        (
-            "curl -u 'admin:hunter2hunter2 https://x",
-            "curl -u 'admin:*** https://x",
-        ),
-        // A password of 18 characters or more keeps its edges, like every mask.
-        (
-            "curl -u jane:ATBBwXyZ0123456789abcd https://x",
-            "curl -u jane:ATBBwX…abcd https://x",
-        ),
-        // In serialized text the command follows an escaped line break.
-        (
-            "set -e\\ncurl -u admin:hunter2hunter2),",
-            "set -e\\ncurl -u admin:***),",
-        ),
-    ] {
-        assert_eq!(redact_text(text), expected, "{text}");
-        assert_eq!(redact_text(expected), expected, "idempotent: {expected}");
-    }
-    // Values that are no user and password stay.
-    for text in [
-        "docker run -u 1000:1000 alpine id",
-        "rsync -u host:/data/ ./data/",
-        "git push -u origin main",
-        "sort -u names.txt",
-        "redis-cli -u redis://cache:6379/0 ping",
-        "curl -u :hunter2 https://x",
-        "curl -u admin: https://x",
-        "use -u or --user when the server asks",
-    ] {
-        assert_eq!(redact_text(text), text, "{text}");
-    }
+    assert_scrubbed("curl -u admin:hunter2hunter2 https://x", "hunter2hunter2");
+    assert_redactions(
+        &[
+            (
+                "curl -u admin:hunter2hunter2 https://api.example.com/v1",
+                "curl -u admin:*** https://api.example.com/v1",
+            ),
+            (
+                "curl --user 'me@example.com:hunter2 hunter2' https://x",
+                "curl --user 'me@example.com:***' https://x",
+            ),
+            (
+                "curl --user=admin:hunter2hunter2 https://x",
+                "curl --user=admin:*** https://x",
+            ),
+            (
+                "curl -U proxyuser:hunter2hunter2 -x http://proxy:3128 https://x",
+                "curl -U proxyuser:*** -x http://proxy:3128 https://x",
+            ),
+            (
+                "curl --proxy-user proxyuser:hunter2hunter2 https://x",
+                "curl --proxy-user proxyuser:*** https://x",
+            ),
+            (
+                "curl -u \"admin:hunter2hunter2\" https://x",
+                "curl -u \"admin:***\" https://x",
+            ),
+            (
+                r#"{"command":"curl -u \"admin:hunter2 hunter2\" https://x"}"#,
+                r#"{"command":"curl -u \"admin:***\" https://x"}"#,
+            ),
+            (
+                "curl -u 'admin:hunter2hunter2 https://x",
+                "curl -u 'admin:*** https://x",
+            ),
+            // A password of 18 characters or more keeps its edges, like every mask.
+            (
+                "curl -u jane:ATBBwXyZ0123456789abcd https://x",
+                "curl -u jane:ATBBwX…abcd https://x",
+            ),
+            // In serialized text the command follows an escaped line break.
+            (
+                "set -e\\ncurl -u admin:hunter2hunter2),",
+                "set -e\\ncurl -u admin:***),",
+            ),
+        ],
+        // Values that are no user and password stay.
+        &[
+            "docker run -u 1000:1000 alpine id",
+            "rsync -u host:/data/ ./data/",
+            "git push -u origin main",
+            "sort -u names.txt",
+            "redis-cli -u redis://cache:6379/0 ping",
+            "curl -u :hunter2 https://x",
+            "curl -u admin: https://x",
+            "use -u or --user when the server asks",
+        ],
+    );
     // Under a key, and beside other secrets.
     let out = sanitize_tool_args(&json!({
         "command": "curl -sS -u admin:hunter2hunter2 -H 'Authorization: Bearer abcdefgh12345678' https://x"
@@ -381,13 +392,11 @@ fn redaction_row_flag_values_in_argument_arrays() {
         "kept": ["--password", "--other", "-u", "1000:1000", "--verbose", "file", "--user", "host:/srv"],
         "mixed": ["--token", 42, "x", "--token", null, "y"],
     });
-    let expected = json!({
-        "command": ["mysql", "--password", "***", "-h", "db"],
-        "curl": ["curl", "-u", "admin:***", "https://x"],
-        "long": ["tool", "--api-key", "correc…aple"],
-        "kept": ["--password", "--other", "-u", "1000:1000", "--verbose", "file", "--user", "host:/srv"],
-        "mixed": ["--token", 42, "x", "--token", null, "y"],
-    });
+    // Only the three values change; `kept` and `mixed` stay as they are.
+    let mut expected = args.clone();
+    expected["command"][2] = json!("***");
+    expected["curl"][2] = json!("admin:***");
+    expected["long"][2] = json!("correc…aple");
     let out = sanitize_tool_args(&args);
     assert_eq!(out, expected);
     assert_eq!(sanitize_tool_args(&out), out, "idempotent");
@@ -413,40 +422,39 @@ fn redaction_row_flag_values_in_argument_arrays() {
 
 #[test]
 fn redaction_row_xml_elements() {
-    for (text, expected) in [
-        (
-            "<server><id>nexus</id><username>deploy</username><password>hunter2hunter2</password></server>",
-            "<server><id>nexus</id><username>deploy</username><password>***</password></server>",
-        ),
-        (
-            "<Password>\n    hunter2hunter2\n  </Password>",
-            "<Password>\n    ***\n  </Password>",
-        ),
-        (
-            "<client_secret>0123456789abcdefghij</client_secret>",
-            "<client_secret>012345…ghij</client_secret>",
-        ),
-        // An element that is never closed runs to the end of the text.
-        ("<api_key>hunter2hunter2 and more", "<api_key>hunter…more"),
-        // Serialized into a JSON string.
-        (
-            r#"{"pom":"<password>hunter2hunter2</password>"}"#,
-            r#"{"pom":"<password>***</password>"}"#,
-        ),
-    ] {
-        assert_eq!(redact_text(text), expected, "{text}");
-        assert_eq!(redact_text(expected), expected, "idempotent: {expected}");
-    }
-    // Other elements, an empty one, and names too common to be secrets (`<key>` in a plist).
-    for text in [
-        "<name>tether</name><version>1.0</version>",
-        "<password></password>",
-        "<key>CFBundleName</key><string>Tether</string>",
-        "if a <b> c then d",
-        "echo done > password.txt",
-    ] {
-        assert_eq!(redact_text(text), text, "{text}");
-    }
+    assert_scrubbed("<password>hunter2hunter2</password>", "hunter2hunter2");
+    assert_redactions(
+        &[
+            (
+                "<server><id>nexus</id><username>deploy</username><password>hunter2hunter2</password></server>",
+                "<server><id>nexus</id><username>deploy</username><password>***</password></server>",
+            ),
+            (
+                "<Password>\n    hunter2hunter2\n  </Password>",
+                "<Password>\n    ***\n  </Password>",
+            ),
+            (
+                "<client_secret>0123456789abcdefghij</client_secret>",
+                "<client_secret>012345…ghij</client_secret>",
+            ),
+            // An element that is never closed runs to the end of the text.
+            ("<api_key>hunter2hunter2 and more", "<api_key>hunter…more"),
+            // Serialized into a JSON string.
+            (
+                r#"{"pom":"<password>hunter2hunter2</password>"}"#,
+                r#"{"pom":"<password>***</password>"}"#,
+            ),
+        ],
+        // Other elements, an empty one, and names too common to be secrets (`<key>` in a
+        // plist).
+        &[
+            "<name>tether</name><version>1.0</version>",
+            "<password></password>",
+            "<key>CFBundleName</key><string>Tether</string>",
+            "if a <b> c then d",
+            "echo done > password.txt",
+        ],
+    );
     // A value another rule turned down before the element (an assignment whose `=` follows an
     // invisible character) is read again once the element's text is masked.
     let text = "client_secret\u{3164}=opaque1234567<password>admin:&";
