@@ -3,7 +3,7 @@
 //! Two layers:
 //! * **Free-text patterns** ([`redact_text`]): sensitive `KEY=value` / `"key": "value"`
 //!   assignments, `<password>…</password>` elements, `Bearer <token>`, `--api-key <value>`
-//!   flags, `curl -u user:<password>`, well-known token prefixes (`sk-`, `ghp_`, `xoxb-`,
+//!   flags, `curl -u <user:password>`, well-known token prefixes (`sk-`, `ghp_`, `xoxb-`,
 //!   `AKIA`, …), shell defaults `${SECRET_NAME:-default}`, and caller-configured token
 //!   prefixes ([`RedactionConfig::token_prefixes`]).
 //! * **Key-aware values** ([`redact_field_value`]): under a sensitive key
@@ -1412,10 +1412,10 @@ fn match_word<'a>(
         rw.mask_span(start, end, false);
         return Some(end);
     }
-    // `curl -u user:password`: the password after the user name.
+    // `curl -u user:password`: the whole value (a user name can be a token too).
     if flag_check
         && is_user_flag(word.as_bytes())
-        && let Some((start, end)) = user_flag_password(text, j, word.starts_with("--"))
+        && let Some((start, end)) = user_flag_value(text, j, word.starts_with("--"))
     {
         rw.mask_span(start, end, false);
         return Some(end);
@@ -2808,15 +2808,14 @@ fn is_user_flag(word: &[u8]) -> bool {
     }
 }
 
-/// The password of a user flag's ([`is_user_flag`]) value starting after the blank at
+/// The `user:password` value of a user flag ([`is_user_flag`]) starting after the blank at
 /// `after` (or after `=` for a long flag, `--user=user:password`), quoted (also in escaped
-/// quotes) or not: from after the first `:` to the value's end (its closing quote, or the
-/// next blank or quote, before a trailing run of `,;)]}`; an unclosed quote's value ends the
-/// same way). `None` when the value is no `user:password`: no `:`, an empty side, a user
-/// name holding `/`, a path after the `:` (a URL, `redis://host`, which its own rule judges,
-/// or `rsync -u host:/data`), or digits on both sides (`docker run -u 1000:1000`, a user and
-/// group id).
-fn user_flag_password(text: &str, after: usize, long: bool) -> Option<(usize, usize)> {
+/// quotes) or not: inside its quotes, or up to the next blank or quote before a trailing run
+/// of `,;)]}` (an unclosed quote's value ends the same way). The whole value is the secret,
+/// not only the password: a user name can be a token (`-u ghp_…:x-oauth-basic`), and text the
+/// mask does not cover is not looked at again. `None` when the value is no `user:password`
+/// ([`is_user_password`]).
+fn user_flag_value(text: &str, after: usize, long: bool) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     match bytes.get(after)? {
         b' ' => {}
@@ -2853,29 +2852,29 @@ fn user_flag_password(text: &str, after: usize, long: bool) -> Option<(usize, us
             end
         }
     };
-    Some((start + user_password_at(&bytes[start..end])?, end))
+    is_user_password(&bytes[start..end]).then_some((start, end))
 }
 
-/// Where the password of a user flag's `user:password` value starts (after the first `:`),
-/// or `None` when the value is no `user:password` (see [`user_flag_password`]).
-fn user_password_at(value: &[u8]) -> Option<usize> {
-    let colon = memchr::memchr(b':', value)?;
+/// Whether a user flag's value is a `user:password`: a `:` with something on both sides, but
+/// not a user name holding `/` or a path after the `:` (a URL, `redis://host`, which its own
+/// rule judges, or `rsync -u host:/data`), nor digits on both sides (`docker run -u
+/// 1000:1000`, a user and group id).
+fn is_user_password(value: &[u8]) -> bool {
+    let Some(colon) = memchr::memchr(b':', value) else {
+        return false;
+    };
     let (user, password) = (&value[..colon], &value[colon + 1..]);
-    if user.is_empty()
+    !(user.is_empty()
         || password.is_empty()
         || user.contains(&b'/')
         || password[0] == b'/'
-        || (user.iter().all(u8::is_ascii_digit) && password.iter().all(u8::is_ascii_digit))
-    {
-        return None;
-    }
-    Some(colon + 1)
+        || (user.iter().all(u8::is_ascii_digit) && password.iter().all(u8::is_ascii_digit)))
 }
 
 /// Masks the values that follow credential flags in an array of arguments, where a flag and
 /// its value are two elements: `["--password", "…"]` (a `--` flag whose name is sensitive,
-/// [`is_text_key`]) masks the next element whole, `["-u", "user:…"]` (a user flag,
-/// [`is_user_flag`]) the password of the next element. A value that starts with `-` is the
+/// [`is_text_key`]) or `["-u", "user:…"]` (a user flag, [`is_user_flag`], before a
+/// [`is_user_password`] value) masks the next element whole. A value that starts with `-` is the
 /// next flag, not a value, and stays; so does an already masked one, and any element after
 /// one that is not a string. Each element is a whole argument: a value is not cut at a blank.
 /// `string` gives an element's string, if it is one (the same rule serves `Value` and
@@ -2890,20 +2889,13 @@ pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Op
         {
             continue;
         }
-        let from = if is_user_flag(flag.as_bytes()) {
-            match user_password_at(value.as_bytes()) {
-                Some(at) => at,
-                None => continue,
-            }
-        } else if flag.strip_prefix("--").is_some_and(is_text_key_memo) {
-            0
+        let secret = if is_user_flag(flag.as_bytes()) {
+            is_user_password(value.as_bytes())
         } else {
-            continue;
+            flag.strip_prefix("--").is_some_and(is_text_key_memo)
         };
-        let secret = &value[from..];
-        if !is_masked(secret) {
-            let masked = safe_mask(secret, false);
-            value.replace_range(from.., &masked);
+        if secret && !is_masked(value) {
+            *value = safe_mask(value, false);
         }
     }
 }
