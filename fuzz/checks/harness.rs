@@ -198,6 +198,11 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "postgres://app:s3cr3t-db-pass@db:5432/prod",
         "s3cr3t-db-pass",
     ),
+    (
+        "url token user",
+        "https://ghp_16C7e42F292c6912E7710c838347Ae178B4a:x-oauth-basic@github.com/o/r",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    ),
     ("card", "4111 1111 1111 1111", "4111 1111 1111 1111"),
     (
         "shell",

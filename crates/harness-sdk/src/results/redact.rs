@@ -1387,12 +1387,20 @@ fn match_word<'a>(
         rw.mask_span(start, end, false);
         return Some(end);
     }
-    // `scheme://user:password@host` (URLs and connection strings).
+    // `scheme://user:password@host` (URLs and connection strings). The scan goes on after
+    // the password, so a user name that is itself a token (`https://ghp_…:x-oauth-basic@…`,
+    // a common way to clone with a token) is masked with it.
     if next == Some(b':')
         && bytes[j..].starts_with(b"://")
         && let Some((start, end)) = url_password(text, j)
     {
-        rw.mask_span(start, end, false);
+        let user = &text[j + 3..start - 1];
+        let from = if is_builtin_token(user) || (custom_prefixes && is_custom_token(user, config)) {
+            j + 3
+        } else {
+            start
+        };
+        rw.mask_span(from, end, false);
         return Some(end);
     }
     // Slack and Discord webhook URLs: the path after the fixed part is the secret.

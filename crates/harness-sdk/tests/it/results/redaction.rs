@@ -782,6 +782,25 @@ fn redaction_row_url_and_connection_string_passwords() {
         "Server=tcp:db;Database=prod;User Id=sa;Password=Sq1Pa55word!;",
         "Sq1Pa55word!",
     );
+    // A user name that is a token is masked with the password (the scan does not come back to
+    // it); an ordinary one stays.
+    assert_scrubbed(
+        "git clone https://ghp_16C7e42F292c6912E7710c838347Ae178B4a:x-oauth-basic@github.com/o/r.git",
+        "ghp_16C7e42F292c6912E7710c838347Ae178B4a",
+    );
+    assert_redactions(
+        &[
+            (
+                "git clone https://ghp_16C7e42F292c6912E7710c838347Ae178B4a:x-oauth-basic@github.com/o/r.git",
+                "git clone https://ghp_16…asic@github.com/o/r.git",
+            ),
+            (
+                "psql postgres://app:s3cr3t-db-pass@db.internal:5432/prod",
+                "psql postgres://app:***@db.internal:5432/prod",
+            ),
+        ],
+        &[],
+    );
     // No password, nothing to mask.
     assert_eq!(
         redact_text("see https://user@example.com/path and https://example.com"),
