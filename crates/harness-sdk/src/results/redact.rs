@@ -1413,8 +1413,7 @@ fn match_word<'a>(
     }
     // `--api-key value`.
     if flag_check
-        && let Some(flag) = word.strip_prefix("--")
-        && is_text_key_memo(flag)
+        && is_credential_flag(word)
         && let Some((start, end)) = flag_value(text, j)
     {
         rw.mask_span(start, end, false);
@@ -2803,6 +2802,12 @@ fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
+/// Whether `word` is a `--` flag with a sensitive name ([`is_text_key`]: `--api-key`,
+/// `--password`), whose value is a credential.
+fn is_credential_flag(word: &str) -> bool {
+    word.strip_prefix("--").is_some_and(is_text_key_memo)
+}
+
 /// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
 /// `-U`/`--proxy-user`.
 #[inline]
@@ -2818,10 +2823,10 @@ fn is_user_flag(word: &[u8]) -> bool {
 
 /// The `user:password` value of a user flag ([`is_user_flag`]) starting after the blank at
 /// `after` (or after `=` for a long flag, `--user=user:password`), quoted (also in escaped
-/// quotes) or not: inside its quotes, or up to the next blank or quote before a trailing run
-/// of `,;)]}` (an unclosed quote's value ends the same way). The whole value is the secret,
-/// not only the password: a user name can be a token (`-u ghp_…:x-oauth-basic`), and text the
-/// mask does not cover is not looked at again. `None` when the value is no `user:password`
+/// quotes) or not: inside its quotes, or where an unquoted assignment's value ends
+/// ([`assignment_value_end`]; an unclosed quote's value ends the same way). The whole value
+/// is the secret, not only the password: a user name can be a token
+/// (`-u ghp_…:x-oauth-basic`), and text the mask does not cover is not looked at again. `None` when the value is no `user:password`
 /// ([`is_user_password`]).
 fn user_flag_value(text: &str, after: usize, long: bool) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
@@ -2831,34 +2836,14 @@ fn user_flag_value(text: &str, after: usize, long: bool) -> Option<(usize, usize
         _ => return None,
     }
     let mut start = after + 1;
-    // The value's opening quote, if any, closed by the same bytes: a quote, or an escaped one
-    // in serialized text (`-u \"user:password\"`).
-    let close: Option<&[u8]> = match bytes.get(start..start + 2) {
-        Some([b'\\', b'"']) => Some(b"\\\""),
-        Some([b'\\', b'\'']) => Some(b"\\'"),
-        _ => match bytes.get(start) {
-            Some(b'"') => Some(b"\""),
-            Some(b'\'') => Some(b"'"),
-            _ => None,
-        },
-    };
+    // The value's opening quote, if any ([`escaped_quote_len`]: a quote, or an escaped one in
+    // serialized text, `-u \"user:password\"`), closed by the same bytes.
+    let close = escaped_quote_len(bytes, start).map(|len| &bytes[start..start + len]);
     start += close.map_or(0, <[u8]>::len);
-    let closed = close.and_then(|close| memchr::memmem::find(&bytes[start..], close));
-    let end = match closed {
+    let end = match close.and_then(|close| memchr::memmem::find(&bytes[start..], close)) {
         Some(k) => start + k,
-        // Unquoted, or a quote that is never closed: the value runs to the next blank or
-        // quote, and a trailing run of `,;)]}` is the text's.
-        None => {
-            let mut end = start
-                + bytes[start..]
-                    .iter()
-                    .position(|&b| b.is_ascii_whitespace() || matches!(b, b'"' | b'\'' | b'`'))
-                    .unwrap_or(bytes.len() - start);
-            while end > start && matches!(bytes[end - 1], b',' | b';' | b')' | b']' | b'}') {
-                end -= 1;
-            }
-            end
-        }
+        // Unquoted, or a quote that is never closed: the end of an unquoted value.
+        None => assignment_value_end(text, start),
     };
     is_user_password(&bytes[start..end]).then_some((start, end))
 }
@@ -2880,8 +2865,7 @@ fn is_user_password(value: &[u8]) -> bool {
 }
 
 /// Masks the values that follow credential flags in an array of arguments, where a flag and
-/// its value are two elements: `["--password", "…"]` (a `--` flag whose name is sensitive,
-/// [`is_text_key`]) or `["-u", "user:…"]` (a user flag, [`is_user_flag`], before a
+/// its value are two elements: `["--password", "…"]` (a [`is_credential_flag`]) or `["-u", "user:…"]` (a user flag, [`is_user_flag`], before a
 /// [`is_user_password`] value) masks the next element whole. A value that starts with `-` is the
 /// next flag, not a value, and stays; so does an already masked one, and any element after
 /// one that is not a string. Each element is a whole argument: a value is not cut at a blank.
@@ -2900,7 +2884,7 @@ pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Op
         let secret = if is_user_flag(flag.as_bytes()) {
             is_user_password(value.as_bytes())
         } else {
-            flag.strip_prefix("--").is_some_and(is_text_key_memo)
+            is_credential_flag(flag)
         };
         if secret && !is_masked(value) {
             *value = safe_mask(value, false);
