@@ -109,6 +109,26 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "s3cr3t-user-pass",
     ),
     (
+        "single-dash flag",
+        "tool -token s3cr3t-dash-token",
+        "s3cr3t-dash-token",
+    ),
+    (
+        "quoted flag",
+        "tool --password 's3cr3t quoted pw'",
+        "s3cr3t quoted pw",
+    ),
+    (
+        "command flag glued",
+        "mysql -uroot -ps3cr3t-mysql-pass",
+        "s3cr3t-mysql-pass",
+    ),
+    (
+        "command flag",
+        "sshpass -p s3cr3t-sshpass-pw ssh",
+        "s3cr3t-sshpass-pw",
+    ),
+    (
         "gitlab session",
         "_gitlab_session=0123456789abcdef0123456789abcdef",
         "0123456789abcdef0123456789abcdef",
@@ -428,6 +448,11 @@ fn plant_under_keys(value: &Value) -> Value {
                         PLANTED_KEY_SECRET,
                         "-u",
                         format!("admin:{PLANTED_KEY_SECRET}"),
+                        "sshpass",
+                        "-p",
+                        PLANTED_KEY_SECRET,
+                        "mysql",
+                        format!("-p{PLANTED_KEY_SECRET}"),
                     ]),
                 );
                 stack.extend(map.values_mut());

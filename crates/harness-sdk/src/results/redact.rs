@@ -3,7 +3,8 @@
 //! Two layers:
 //! * **Free-text patterns** ([`redact_text`]): sensitive `KEY=value` / `"key": "value"`
 //!   assignments, `<password>…</password>` elements, `Bearer <token>`, `--api-key <value>`
-//!   flags, `curl -u <user:password>`, well-known token prefixes (`sk-`, `ghp_`, `xoxb-`,
+//!   flags, `curl -u <user:password>`, the password flags of known commands (`mysql -p…`,
+//!   `sshpass -p …`, `command_flags`), well-known token prefixes (`sk-`, `ghp_`, `xoxb-`,
 //!   `AKIA`, …), shell defaults `${SECRET_NAME:-default}`, and caller-configured token
 //!   prefixes ([`RedactionConfig::token_prefixes`]).
 //! * **Key-aware values** ([`redact_field_value`]): under a sensitive key
@@ -30,6 +31,10 @@
 
 use std::borrow::Cow;
 use std::cell::Cell;
+
+use command_flags::{Commands, CommandsMemo, Form};
+
+mod command_flags;
 
 /// The mask for short or non-string secrets.
 pub const MASK: &str = "***";
@@ -849,6 +854,9 @@ struct Rewrite<'a> {
     spans: usize,
     /// A dry rewrite only records where it would replace ([`swallowed`]).
     dry: bool,
+    /// The command line of the last command password flag looked up
+    /// ([`password_flag_value`]).
+    commands: CommandsMemo,
 }
 
 /// Where a [`Rewrite`] stood before a match ([`Rewrite::mark`], [`Rewrite::rollback`]).
@@ -869,6 +877,7 @@ impl<'a> Rewrite<'a> {
             last_from: 0,
             spans: 0,
             dry: false,
+            commands: CommandsMemo::default(),
         }
     }
 
@@ -1411,8 +1420,19 @@ fn match_word<'a>(
         rw.mask_span(start, end, false);
         return Some(end);
     }
-    // `--api-key value`.
-    if flag_check
+    // `mysql -pSECRET`, `sshpass -p SECRET`: a short flag that gives the command it follows
+    // a password (before the flags with sensitive names: a glued password can read as one,
+    // `-pmy-pass`).
+    // A flag with one `-` counts after a blank or a quote, the pair the scan's filter looks
+    // for ([`PAIR_FIRST`]); one with `--` anywhere.
+    let single_dash =
+        flag_check && i > 0 && matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'"' | b'\'');
+    if single_dash && let Some((start, end)) = password_flag_value(text, i, j, &mut rw.commands) {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `--api-key value`, `-token value`.
+    if (single_dash || (flag_check && word.starts_with("--")))
         && is_credential_flag(word)
         && let Some((start, end)) = flag_value(text, j)
     {
@@ -1431,8 +1451,9 @@ fn match_word<'a>(
     // (`assignment` first: it is pure and rejects most words at the next byte; it needs a
     // quote, a blank, `=` or `:` right after the word.)
     // In serialized or encoded text a key can follow an escape (`\nAuthorization:`,
-    // `%20password=`): the key is the word after it.
-    let key = &text[escaped_word_start(bytes, i, j).unwrap_or(i)..j];
+    // `%20password=`): the key is the word after it. A flag's dashes are no part of its name
+    // (`-password=…` glued to the text before it, where the flag rule does not look).
+    let key = text[escaped_word_start(bytes, i, j).unwrap_or(i)..j].trim_start_matches('-');
     let key_kind = operator.and_then(|_| assignment_key(key, next));
     let assigned = match (operator, key_kind) {
         (Some((op, header_style)), Some(_)) => assignment_value(text, op, header_style),
@@ -1839,7 +1860,8 @@ static CHECKS_BY_LEN: [u16; CHECK_LEN_MAX + 1] = {
 const FAMILY_SHELL: u16 = 1;
 /// `KEY=value`, `"key": "value"`: needs `=` or `:`.
 const FAMILY_ASSIGNMENT: u16 = 1 << 1;
-/// `--flag value`: needs `--`.
+/// `--flag value`, `-u user:password`, `-token value`, `mysql -p…`: needs `--`, `-u`, `-U`, or
+/// `-` after a blank or a quote.
 const FAMILY_FLAG: u16 = 1 << 2;
 /// A built-in token prefix with `-` (`sk-`, `glpat-`, `xoxb-`, …): needs one of the letters
 /// that precede the first `-` of such a prefix, then `-`.
@@ -1879,6 +1901,14 @@ static PAIR_FIRST: [u16; 256] = {
     // The end of an XML element's start tag (`<password>…`, [`xml_element_value`]).
     table[b'>' as usize] |= FAMILY_ASSIGNMENT;
     table[b'-' as usize] |= FAMILY_FLAG;
+    // A flag after a blank or a quote (`-token …`, `mysql -p…`: [`is_credential_flag`],
+    // [`password_flag_value`]; a flag with one `-` counts only there).
+    let before_flags = b" \t\n\"'";
+    let mut k = 0;
+    while k < before_flags.len() {
+        table[before_flags[k] as usize] |= FAMILY_FLAG;
+        k += 1;
+    }
     let dash_letters = b"ktbparsixywcTCUo";
     let mut k = 0;
     while k < dash_letters.len() {
@@ -2733,6 +2763,11 @@ fn scheme_token(text: &str, after: usize) -> Option<(usize, usize)> {
     (end_token - start >= 8).then_some((start, end_token))
 }
 
+/// The value of a credential flag ([`is_credential_flag`]) after the blank or `=` at `after`:
+/// inside its quotes when it is quoted ([`flag_argument`]), else up to the next value
+/// terminator, unless it is the next flag, a key or header name another rule reads, prose
+/// (a short lowercase word), or what an earlier scan left of such a value; after an
+/// authorization scheme, the credential after the scheme.
 fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let sep = *bytes.get(after)?;
@@ -2740,6 +2775,12 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
         return None;
     }
     let start = after + 1;
+    // A quoted value (`--password "…"`, also in escaped quotes): inside its quotes, whatever
+    // it holds.
+    if escaped_quote_len(bytes, start).is_some() {
+        let (start, end) = flag_argument(text, start);
+        return (end > start).then_some((start, end));
+    }
     let k = terminator_from(text, start);
     if k == start || bytes[start] == b'-' {
         return None;
@@ -2802,10 +2843,28 @@ fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
-/// Whether `word` is a `--` flag with a sensitive name ([`is_text_key`]: `--api-key`,
-/// `--password`), whose value is a credential.
+/// Whether `word` is a flag with a sensitive name ([`is_text_key`]: `--api-key`,
+/// `--password`), whose value is a credential. A single `-` also starts a name (`-password`,
+/// `-token`: Go's flags, Java's and OpenSSL's tools) of at least four letters (`-cvv` is a
+/// cluster of short flags); the keystore passwords of Java's `keytool` and `jarsigner`
+/// (`-storepass`, `-keypass`, `-srcstorepass`, …) count too.
 fn is_credential_flag(word: &str) -> bool {
-    word.strip_prefix("--").is_some_and(is_text_key_memo)
+    let name = match word.strip_prefix("--") {
+        Some(name) => name,
+        None => match word.strip_prefix('-') {
+            Some(name) if name.len() >= 4 => name,
+            _ => return false,
+        },
+    };
+    is_text_key_memo(name) || is_keystore_password(name.as_bytes())
+}
+
+/// Whether a flag's name ends like a keystore password's (`storepass`, `keypass`, in any
+/// case).
+fn is_keystore_password(name: &[u8]) -> bool {
+    [b"storepass".as_slice(), b"keypass"].iter().any(|suffix| {
+        name.len() >= suffix.len() && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+    })
 }
 
 /// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
@@ -2822,74 +2881,177 @@ fn is_user_flag(word: &[u8]) -> bool {
 }
 
 /// The `user:password` value of a user flag ([`is_user_flag`]) starting after the blank at
-/// `after` (or after `=` for a long flag, `--user=user:password`), quoted (also in escaped
-/// quotes) or not: inside its quotes, or where an unquoted assignment's value ends
-/// ([`assignment_value_end`]; an unclosed quote's value ends the same way). The whole value
-/// is the secret, not only the password: a user name can be a token
-/// (`-u ghp_…:x-oauth-basic`), and text the mask does not cover is not looked at again. `None` when the value is no `user:password`
-/// ([`is_user_password`]).
+/// `after` (or after `=` for a long flag, `--user=user:password`), quoted or not
+/// ([`flag_argument`]). The whole value is the secret, not only the password: a user name can
+/// be a token (`-u ghp_…:x-oauth-basic`), and text the mask does not cover is not looked at
+/// again. `None` when the value is no `user:password` ([`is_user_password`]).
 fn user_flag_value(text: &str, after: usize, long: bool) -> Option<(usize, usize)> {
-    let bytes = text.as_bytes();
-    match bytes.get(after)? {
+    match text.as_bytes().get(after)? {
         b' ' => {}
         b'=' if long => {}
         _ => return None,
     }
-    let mut start = after + 1;
-    // The value's opening quote, if any ([`escaped_quote_len`]: a quote, or an escaped one in
-    // serialized text, `-u \"user:password\"`), closed by the same bytes.
+    let (start, end) = flag_argument(text, after + 1);
+    is_user_password(&text.as_bytes()[start..end]).then_some((start, end))
+}
+
+/// The argument of a flag that starts at `start`: inside its quotes when it opens with one
+/// ([`escaped_quote_len`]: a quote, or an escaped one in serialized text, `-u \"…\"`, closed
+/// by the same bytes), else (also for a quote that is never closed) where an unquoted
+/// assignment's value ends ([`assignment_value_end`]). Possibly empty.
+fn flag_argument(text: &str, start: usize) -> (usize, usize) {
+    let bytes = text.as_bytes();
     let close = escaped_quote_len(bytes, start).map(|len| &bytes[start..start + len]);
-    start += close.map_or(0, <[u8]>::len);
+    let start = start + close.map_or(0, <[u8]>::len);
     let end = match close.and_then(|close| memchr::memmem::find(&bytes[start..], close)) {
         Some(k) => start + k,
-        // Unquoted, or a quote that is never closed: the end of an unquoted value.
         None => assignment_value_end(text, start),
     };
-    is_user_password(&bytes[start..end]).then_some((start, end))
+    (start, end)
+}
+
+/// The password that the flag `text[i..j]` (a word starting with `-`) gives the command it
+/// follows (`mysql -pSECRET`, `sshpass -p SECRET`, `docker login -p SECRET`; see
+/// `command_flags`): glued to the flag's letter or after one blank, quoted or not
+/// ([`flag_argument`]). `None` for any other flag, a flag of another command, a form the
+/// command does not read (`mysql -p db` asks for the password) and a value that starts with
+/// `-` (the next flag).
+fn password_flag_value(
+    text: &str,
+    i: usize,
+    j: usize,
+    memo: &mut CommandsMemo,
+) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let letter = *bytes.get(i + 1)?;
+    if bytes[i] != b'-' || !command_flags::is_password_letter(letter) {
+        return None;
+    }
+    let (form, from) = if j > i + 2 || escaped_quote_len(bytes, j).is_some() {
+        (Form::Glued, i + 2)
+    } else if bytes.get(j) == Some(&b' ') {
+        (Form::Separate, j + 1)
+    } else {
+        return None;
+    };
+    let (start, end) = flag_argument(text, from);
+    if end == start || (form == Form::Separate && bytes[start] == b'-') {
+        return None;
+    }
+    let flag = memo.before(text, i)?.flag(letter, form)?;
+    flag.takes(&bytes[start..end]).then_some((start, end))
 }
 
 /// Whether a user flag's value is a `user:password`: a `:` with something on both sides, but
 /// not a user name holding `/` or a path after the `:` (a URL, `redis://host`, which its own
 /// rule judges, or `rsync -u host:/data`), nor digits on both sides (`docker run -u
-/// 1000:1000`, a user and group id).
+/// 1000:1000`, a user and group id), nor a value that starts with `+` (a time format, `date -u
+/// +%H:%M`, where `-u` asks for UTC).
 fn is_user_password(value: &[u8]) -> bool {
     let Some(colon) = memchr::memchr(b':', value) else {
         return false;
     };
     let (user, password) = (&value[..colon], &value[colon + 1..]);
     !(user.is_empty()
+        || user[0] == b'+'
         || password.is_empty()
         || user.contains(&b'/')
         || password[0] == b'/'
         || (user.iter().all(u8::is_ascii_digit) && password.iter().all(u8::is_ascii_digit)))
 }
 
-/// Masks the values that follow credential flags in an array of arguments, where a flag and
-/// its value are two elements: `["--password", "…"]` (a [`is_credential_flag`]) or `["-u", "user:…"]` (a user flag, [`is_user_flag`], before a
-/// [`is_user_password`] value) masks the next element whole. A value that starts with `-` is the
-/// next flag, not a value, and stays; so does an already masked one, and any element after
-/// one that is not a string. Each element is a whole argument: a value is not cut at a blank.
-/// `string` gives an element's string, if it is one (the same rule serves `Value` and
-/// `SharedValue` arrays).
+/// Masks the credentials that flags give in an array of arguments, where a flag and its
+/// value are two elements: `["--password", "…"]` (a [`is_credential_flag`]) or `["-u",
+/// "user:…"]` (a user flag, [`is_user_flag`], before a [`is_user_password`] value) masks the
+/// next element whole, and so does a command's password flag after that command
+/// (`["sshpass", "-p", "…"]`, `["docker", "login", "-p", "…"]`; see `command_flags`), whose
+/// value can also be glued to it (`["mysql", "-p…"]`: the part after the letter is masked).
+/// A value that starts with `-` is the next flag, not a value, and stays; so does an already
+/// masked one, and any element after one that is not a string. Each element is a whole
+/// argument: a value is not cut at a blank. `string` gives an element's string, if it is one
+/// (the same rule serves `Value` and `SharedValue` arrays).
 pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Option<&mut String>) {
-    for k in 1..items.len() {
-        let (before, after) = items.split_at_mut(k);
-        let (Some(flag), Some(value)) = (string(&mut before[k - 1]), string(&mut after[0])) else {
+    // The commands among the elements before `seen`, for their password flags: taken in
+    // only when a flag with such a letter comes (most arrays hold none).
+    let mut commands = Commands::default();
+    let mut seen = 0;
+    // What the previous element, a flag, makes of this one.
+    let mut asks = FlagAsks::Nothing;
+    for k in 0..items.len() {
+        let letter = match string(&mut items[k]) {
+            None => {
+                asks = FlagAsks::Nothing;
+                continue;
+            }
+            Some(arg) => match arg.as_bytes() {
+                [b'-', letter, ..] if command_flags::is_password_letter(*letter) => Some(*letter),
+                _ => None,
+            },
+        };
+        if letter.is_some() {
+            for item in &mut items[seen..k] {
+                if let Some(word) = string(item) {
+                    commands.push(word);
+                }
+            }
+            seen = k;
+        }
+        let Some(arg) = string(&mut items[k]) else {
             continue;
         };
-        if flag.as_bytes().first() != Some(&b'-') || value.is_empty() || value.as_bytes()[0] == b'-'
-        {
+        let bytes = arg.as_bytes();
+        if bytes.first() == Some(&b'-') {
+            // `-pSECRET`: the password is glued to the flag's letter (and asks nothing of the
+            // next element, even when it reads as a flag's name, `-pmy-pass`).
+            if bytes.len() > 2
+                && let Some(flag) = letter.and_then(|letter| commands.flag(letter, Form::Glued))
+                && flag.takes(&bytes[2..])
+            {
+                if !is_masked(&arg[2..]) {
+                    let mask = safe_mask(&arg[2..], false);
+                    arg.replace_range(2.., &mask);
+                }
+                asks = FlagAsks::Nothing;
+                continue;
+            }
+            let separate = letter
+                .filter(|_| bytes.len() == 2)
+                .and_then(|letter| commands.flag(letter, Form::Separate));
+            asks = if is_user_flag(bytes) {
+                FlagAsks::UserPassword(separate)
+            } else if is_credential_flag(arg) {
+                FlagAsks::Credential
+            } else {
+                separate.map_or(FlagAsks::Nothing, FlagAsks::Password)
+            };
             continue;
         }
-        let secret = if is_user_flag(flag.as_bytes()) {
-            is_user_password(value.as_bytes())
-        } else {
-            is_credential_flag(flag)
+        let secret = match std::mem::replace(&mut asks, FlagAsks::Nothing) {
+            FlagAsks::Nothing => false,
+            FlagAsks::Credential => true,
+            FlagAsks::UserPassword(flag) => {
+                is_user_password(bytes) || flag.is_some_and(|flag| flag.takes(bytes))
+            }
+            FlagAsks::Password(flag) => flag.takes(bytes),
         };
-        if secret && !is_masked(value) {
-            *value = safe_mask(value, false);
+        if secret && !arg.is_empty() && !is_masked(arg) {
+            *arg = safe_mask(arg, false);
         }
     }
+}
+
+/// What a flag in an array of arguments makes of the next element ([`mask_flag_values`]).
+#[derive(Clone, Copy)]
+enum FlagAsks {
+    /// Nothing: the next element is judged on its own.
+    Nothing,
+    /// A credential (`--password`): the next element whole.
+    Credential,
+    /// A user flag (`-u`, `--user`): the next element when it is a `user:password`, or when
+    /// a command's password flag with the same letter takes it (Samba's `-U user%password`).
+    UserPassword(Option<&'static command_flags::PasswordFlag>),
+    /// A command's password flag (`sshpass -p`): the next element when the flag takes it.
+    Password(&'static command_flags::PasswordFlag),
 }
 
 /// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
@@ -4444,6 +4606,17 @@ mod tests {
         "--token",
         "-p",
         "-u",
+        "-U",
+        "-a",
+        "-token",
+        "-storepass",
+        "mysql",
+        "sshpass",
+        "docker",
+        "login",
+        "smbclient",
+        ";",
+        "admin%",
         "--user",
         "admin:",
         "<password>",
@@ -4544,6 +4717,11 @@ mod tests {
         "\"password\": \"hunter2hunter2\"",
         "client_se\u{200B}cret=opaque1234567",
         "client_secret\u{3164}=opaque1234567",
+        "mysql -uroot -pk3yMaterial994",
+        "sshpass -p 'k3y Material 995' ssh",
+        "docker login -u x -p k3yMaterial996",
+        "go run . -token k3yMaterial997",
+        "--password \"k3y Material 998\"",
     ];
 
     /// A text of [`SCAN_PIECES`] and, one pick in eight, [`WHOLE_SECRETS`].

@@ -311,6 +311,47 @@ fn redaction_row_credential_flags() {
         "use --api-key Authorization: Digest username=ops, response=digestresponse1234567890 now",
         "digestresponse1234567890",
     );
+    // One `-` also starts a long name (Go's flags, Java's and OpenSSL's tools), and Java's
+    // keystore passwords count.
+    assert_scrubbed(
+        "go run ./cmd/agent -token k3yMaterial991 -v",
+        "k3yMaterial991",
+    );
+    assert_redactions(
+        &[
+            ("app -password hunter2hunter2 -v", "app -password *** -v"),
+            // A quoted value, whatever it holds.
+            (
+                "app --password 'hunter2 hunter2' -v",
+                "app --password '***' -v",
+            ),
+            (
+                "app --password=\"hunter2hunter2\" -v",
+                "app --password=\"***\" -v",
+            ),
+            (
+                r#"{"cmd":"app --api-key \"correct horse battery staple\""}"#,
+                r#"{"cmd":"app --api-key \"correc…aple\""}"#,
+            ),
+            ("app -api-key=hunter2hunter2", "app -api-key=***"),
+            // Glued to the text before it, it is read as an assignment.
+            ("x;-password=hunter2hunter2", "x;-password=***"),
+            (
+                "keytool -genkey -keystore a.jks -storepass hunter2hunter2 -keypass 'hunter3 hunter3'",
+                "keytool -genkey -keystore a.jks -storepass *** -keypass '***'",
+            ),
+            (
+                "keytool -importkeystore -srcstorepass hunter2hunter2 -deststorepass hunter2hunter2",
+                "keytool -importkeystore -srcstorepass *** -deststorepass ***",
+            ),
+        ],
+        // A cluster of short flags is no name; prose after a flag stays.
+        &[
+            "tar -cvv -f out.tar dir",
+            "use -password or -token when asked",
+            "find . -name x -print",
+        ],
+    );
 }
 
 #[test]
@@ -371,6 +412,9 @@ fn redaction_row_user_flags() {
             "curl -u :hunter2 https://x",
             "curl -u admin: https://x",
             "use -u or --user when the server asks",
+            // `-u` asks `date` for UTC; the format after it is no user name.
+            "date -u +%Y-%m-%dT%H:%M:%SZ",
+            "date -u '+%H:%M'",
         ],
     );
     // Under a key, and beside other secrets.
@@ -381,6 +425,141 @@ fn redaction_row_user_flags() {
     assert!(!text.contains("hunter2hunter2"), "{text}");
     assert!(!text.contains("abcdefgh12345678"), "{text}");
     assert!(text.contains("-u *** "), "{text}");
+}
+
+#[test]
+fn redaction_row_command_password_flags() {
+    assert_scrubbed(
+        "mysql -u root -pS3cretPass991 -e 'show databases'",
+        "S3cretPass991",
+    );
+    assert_scrubbed(
+        "sshpass -p 'hunter2 hunter2' ssh deploy@host",
+        "hunter2 hunter2",
+    );
+    assert_redactions(
+        &[
+            // Glued, quoted, after `sudo` and a directory, in a later command of the line.
+            (
+                "cd /srv && sudo -u root /usr/bin/mysqldump -uroot -p'my pass' app > a.sql",
+                "cd /srv && sudo -u root /usr/bin/mysqldump -uroot -p'***' app > a.sql",
+            ),
+            (
+                "docker exec -it db mariadb -uroot -phunter2hunter2 app",
+                "docker exec -it db mariadb -uroot -p*** app",
+            ),
+            ("sshpass -phunter2 ssh host", "sshpass -p*** ssh host"),
+            (
+                "redis-cli -h 127.0.0.1 -a hunter2hunter2 ping",
+                "redis-cli -h 127.0.0.1 -a *** ping",
+            ),
+            (
+                "mongosh -u admin -p hunter2hunter2 --authenticationDatabase admin",
+                "mongosh -u admin -p *** --authenticationDatabase admin",
+            ),
+            (
+                "echo x | docker login -u mysql -p hunter2hunter2 registry.example.com",
+                "echo x | docker login -u mysql -p *** registry.example.com",
+            ),
+            (
+                "az login --service-principal -u app -p hunter2hunter2 --tenant t",
+                "az login --service-principal -u app -p *** --tenant t",
+            ),
+            (
+                "ldapsearch -x -D cn=admin,dc=example -w hunter2hunter2 -b dc=example",
+                "ldapsearch -x -D cn=admin,dc=example -w *** -b dc=example",
+            ),
+            (
+                "sqlcmd -S localhost -U sa -P 'Str0ng!Pass' -Q 'select 1'",
+                "sqlcmd -S localhost -U sa -P '***' -Q 'select 1'",
+            ),
+            ("zip -P hunter2hunter2 out.zip a", "zip -P *** out.zip a"),
+            ("7z a -phunter2hunter2 out.7z a", "7z a -p*** out.7z a"),
+            (
+                "openssl enc -aes-256-cbc -k hunter2hunter2 -in a",
+                "openssl enc -aes-256-cbc -k *** -in a",
+            ),
+            (
+                "smbclient //host/share -U admin%hunter2hunter2",
+                "smbclient //host/share -U admin%…ter2",
+            ),
+            (
+                "lftp -u admin,hunter2hunter2 host",
+                "lftp -u admin,…ter2 host",
+            ),
+            (
+                "http -a admin:hunter2 example.org",
+                "http -a *** example.org",
+            ),
+            (
+                "ssh-keygen -t ed25519 -N 'new pass phrase' -f key",
+                "ssh-keygen -t ed25519 -N '***' -f key",
+            ),
+            // In serialized text, after an escaped line break and in escaped quotes.
+            (
+                r#"{"cmd":"set -e\nmysql -pS3cretPass991 app"}"#,
+                r#"{"cmd":"set -e\nmysql -p*** app"}"#,
+            ),
+            (
+                r#"{"cmd":"sshpass -p \"hunter2 hunter2\" ssh h"}"#,
+                r#"{"cmd":"sshpass -p \"***\" ssh h"}"#,
+            ),
+            // Separators inside quotes belong to the command (SQL given to `mysql -e`).
+            (
+                "mysql -e \"use app; select count(*) from t\" -uroot -phunter2hunter2",
+                "mysql -e \"use app; select count(*) from t\" -uroot -p***",
+            ),
+            (
+                "bash -c 'cd /srv; sshpass -p hunter2hunter2 ssh h'",
+                "bash -c 'cd /srv; sshpass -p *** ssh h'",
+            ),
+            // A long password keeps its edges, and a second call keeps the mask.
+            (
+                "mysql -pcorrect-horse-battery-staple app",
+                "mysql -pcorrec…aple app",
+            ),
+        ],
+        // The same letters after other commands, or in a form the command does not read.
+        &[
+            "mysql -p app",
+            "mysql -h db -P 3306 -u root -p",
+            "mkdir -p /tmp/x && ls -a",
+            "docker run -p 8080:80 nginx",
+            "docker run -p 8080:80 mysql",
+            "gcc -pthread -o a a.c",
+            "redis-cli -a",
+            "sshpass -p -e ssh h",
+            "smbclient //host/share -U admin",
+            "lftp -u admin host",
+            "ssh-keygen -t ed25519 -N '' -f key",
+            "mysql -e 'select 1'; git commit -a -phunter2",
+        ],
+    );
+    // Under a key, and in an array of arguments (glued: the part after the letter).
+    let args = json!({
+        "command": "MYSQL_HOST=db mysql -uroot -pS3cretPass991 app",
+        "argv": ["mysql", "-uroot", "-pS3cretPass991", "app"],
+        "sshpass": ["sshpass", "-p", "hunter2 hunter2", "ssh", "h"],
+        "login": ["docker", "login", "-u", "mysql", "-p", "hunter2hunter2", "r"],
+        "samba": ["smbclient", "//h/s", "-U", "admin%hunter2"],
+        "ports": ["docker", "run", "-p", "8080:80", "mysql", "-p", "app", "-pS3cret"],
+    });
+    let mut expected = args.clone();
+    expected["command"] = json!("MYSQL_HOST=db mysql -uroot -p*** app");
+    expected["argv"][2] = json!("-p***");
+    expected["sshpass"][2] = json!("***");
+    expected["login"][5] = json!("***");
+    expected["samba"][3] = json!("***");
+    expected["ports"][7] = json!("-p***");
+    let out = sanitize_tool_args(&args);
+    assert_eq!(out, expected);
+    assert_eq!(sanitize_tool_args(&out), out, "idempotent");
+    assert_eq!(redact_structured(&args), expected);
+    assert_eq!(
+        sanitize_shared_tool_args(&SharedValue::from_json(&args)),
+        expected,
+        "shared graphs"
+    );
 }
 
 #[test]
@@ -1010,6 +1189,41 @@ fn redaction_stays_linear_when_a_span_holds_many_rule_starts() {
         let took = started.elapsed();
         assert_eq!(out, expected);
         assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+    }
+}
+
+/// A command's password flag reads back at most 512 bytes for its command, and a flag after
+/// the last one with only words and blanks between takes in those words instead of reading
+/// back again, so text made of such flags stays linear: flags with no separator of commands
+/// before them, flags with one every 500 bytes, and a command followed by its flags (each one
+/// masked). Reading back from every flag took 9 s for the second text in a debug build; the
+/// limit below leaves a thirtyfold margin over what it takes now.
+#[test]
+fn redaction_of_command_password_flags_stays_linear() {
+    let n = 60_000;
+    let no_separator = " -px".repeat(n);
+    let segment = format!("{}|", " -a x".repeat(100));
+    let separators = segment.repeat(n / 100);
+    let masked = format!("mysql{}\n", " -px".repeat(100)).repeat(n / 100);
+    for text in [&no_separator, &separators, &masked] {
+        let started = std::time::Instant::now();
+        let out = redact_text(text);
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+        let expected = if text == &masked {
+            masked.replace("-px", "-p***")
+        } else {
+            text.clone()
+        };
+        // The first difference, not the whole text.
+        let differs = out.bytes().zip(expected.bytes()).position(|(a, b)| a != b);
+        assert!(
+            differs.is_none() && out.len() == expected.len(),
+            "{differs:?} {}: {:?}",
+            out.len(),
+            out.get(differs.unwrap_or(0).saturating_sub(40)..)
+                .map(|s| &s[..s.len().min(80)])
+        );
     }
 }
 

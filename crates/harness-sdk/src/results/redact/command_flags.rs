@@ -1,0 +1,468 @@
+//! Passwords a command takes by a short flag whose meaning depends on the command:
+//! `mysql -pSECRET`, `sshpass -p SECRET`, `redis-cli -a SECRET`, `docker login -p SECRET`.
+//!
+//! The same letters mean something else after other commands (`mkdir -p`, `docker run -p
+//! 8080:80`, `ls -a`, `mysql -P 3306`), so such a flag counts only after a command known to
+//! take a password by it ([`COMMANDS`]), in the form that command reads (`mysql -p db` asks for
+//! the password and names a database: only `-pSECRET`, glued, is one). The command is found
+//! among the words before the flag in the same command: in a text back to the last separator
+//! of commands (a line break, `;`, `|`, `&`, a bracket or a quote), in an array of arguments
+//! among the elements before it.
+
+/// How a command reads a flag's value.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Form {
+    /// Glued to the flag only (`mysql -pSECRET`; `mysql -p db` asks for the password).
+    Glued,
+    /// As the next argument only (`redis-cli -a SECRET`).
+    Separate,
+    /// Either way (`sshpass -pSECRET`, `sshpass -p SECRET`).
+    Both,
+}
+
+impl Form {
+    fn reads(self, form: Form) -> bool {
+        self == Form::Both || self == form
+    }
+}
+
+/// A short flag whose value is a password.
+#[derive(Debug)]
+pub(super) struct PasswordFlag {
+    /// The flag's letter (`p` for `-p`).
+    letter: u8,
+    form: Form,
+    /// A byte the value holds when it carries a password: Samba's `-U user%password` and
+    /// `lftp -u user,password` (without it the value is a user name alone).
+    needs: Option<u8>,
+}
+
+impl PasswordFlag {
+    const fn new(letter: u8, form: Form) -> Self {
+        Self {
+            letter,
+            form,
+            needs: None,
+        }
+    }
+
+    /// Whether `value` (not empty) is a password this flag gives.
+    pub(super) fn takes(&self, value: &[u8]) -> bool {
+        self.needs
+            .is_none_or(|b| memchr::memchr(b, value).is_some())
+    }
+}
+
+/// Commands that take a password by the same flags.
+struct CommandFlags {
+    names: &'static [&'static str],
+    /// The flags count only after this word (`docker login -p`; `docker run -p` publishes a
+    /// port).
+    subcommand: Option<&'static str>,
+    flags: &'static [PasswordFlag],
+}
+
+/// The commands of this rule and their password flags.
+static COMMANDS: [CommandFlags; 16] = [
+    CommandFlags {
+        names: &[
+            "mysql",
+            "mysqldump",
+            "mysqladmin",
+            "mysqlimport",
+            "mysqlcheck",
+            "mysqlshow",
+            "mysqlpump",
+            "mysqlslap",
+            "mysqlbinlog",
+            "mysqlsh",
+            "mariadb",
+            "mariadb-dump",
+            "mariadb-admin",
+            "mariadb-import",
+            "mariadb-check",
+            "mariadb-show",
+            "mariadb-slap",
+            "mariadb-binlog",
+        ],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'p', Form::Glued)],
+    },
+    CommandFlags {
+        names: &["sshpass"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'p', Form::Both)],
+    },
+    CommandFlags {
+        names: &["redis-cli", "valkey-cli", "keydb-cli"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'a', Form::Separate)],
+    },
+    CommandFlags {
+        names: &[
+            "mongo",
+            "mongosh",
+            "mongodump",
+            "mongorestore",
+            "mongoexport",
+            "mongoimport",
+            "mongostat",
+            "mongotop",
+            "mongofiles",
+        ],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'p', Form::Both)],
+    },
+    CommandFlags {
+        names: &[
+            "docker", "podman", "buildah", "skopeo", "nerdctl", "helm", "oras",
+        ],
+        subcommand: Some("login"),
+        flags: &[PasswordFlag::new(b'p', Form::Separate)],
+    },
+    CommandFlags {
+        names: &["az"],
+        subcommand: Some("login"),
+        flags: &[PasswordFlag::new(b'p', Form::Separate)],
+    },
+    CommandFlags {
+        names: &[
+            "ldapsearch",
+            "ldapadd",
+            "ldapmodify",
+            "ldapdelete",
+            "ldapmodrdn",
+            "ldappasswd",
+            "ldapwhoami",
+            "ldapcompare",
+            "ldapexop",
+        ],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'w', Form::Both)],
+    },
+    CommandFlags {
+        names: &["sqlcmd", "bcp", "osql"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'P', Form::Both)],
+    },
+    CommandFlags {
+        names: &["zip", "unzip"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'P', Form::Separate)],
+    },
+    CommandFlags {
+        names: &["7z", "7za", "7zr", "rar", "unrar"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'p', Form::Glued)],
+    },
+    CommandFlags {
+        names: &["openssl"],
+        subcommand: None,
+        // `openssl enc -k <password>` and `-K <hex key>`.
+        flags: &[
+            PasswordFlag::new(b'k', Form::Separate),
+            PasswordFlag::new(b'K', Form::Separate),
+        ],
+    },
+    CommandFlags {
+        // HTTPie and xh: `-a user:password` (or a token with `-A bearer`).
+        names: &["http", "https", "xh", "xhs"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'a', Form::Separate)],
+    },
+    CommandFlags {
+        names: &[
+            "smbclient",
+            "rpcclient",
+            "smbcacls",
+            "smbget",
+            "smbtree",
+            "net",
+        ],
+        subcommand: None,
+        flags: &[PasswordFlag {
+            letter: b'U',
+            form: Form::Both,
+            needs: Some(b'%'),
+        }],
+    },
+    CommandFlags {
+        names: &["lftp"],
+        subcommand: None,
+        flags: &[PasswordFlag {
+            letter: b'u',
+            form: Form::Separate,
+            needs: Some(b','),
+        }],
+    },
+    CommandFlags {
+        // `-N <new passphrase>`, `-P <old passphrase>`.
+        names: &["ssh-keygen"],
+        subcommand: None,
+        flags: &[
+            PasswordFlag::new(b'N', Form::Separate),
+            PasswordFlag::new(b'P', Form::Separate),
+        ],
+    },
+    CommandFlags {
+        names: &["twine"],
+        subcommand: None,
+        flags: &[PasswordFlag::new(b'p', Form::Separate)],
+    },
+];
+
+/// The letters of every [`PasswordFlag`], indexed by byte: a flag with another letter is
+/// never looked at again.
+static LETTERS: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut c = 0;
+    while c < COMMANDS.len() {
+        let mut f = 0;
+        while f < COMMANDS[c].flags.len() {
+            table[COMMANDS[c].flags[f].letter as usize] = true;
+            f += 1;
+        }
+        c += 1;
+    }
+    table
+};
+
+/// Whether `letter` is the letter of some command's password flag.
+#[inline]
+pub(super) fn is_password_letter(letter: u8) -> bool {
+    LETTERS[usize::from(letter)]
+}
+
+/// The first bytes of the names of [`COMMANDS`], indexed by byte.
+static NAME_FIRST: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut c = 0;
+    while c < COMMANDS.len() {
+        let mut n = 0;
+        while n < COMMANDS[c].names.len() {
+            table[COMMANDS[c].names[n].as_bytes()[0] as usize] = true;
+            n += 1;
+        }
+        c += 1;
+    }
+    table
+};
+
+/// The index in [`COMMANDS`] of the command `word` runs ([`command_name`]).
+fn command_index(word: &str) -> Option<usize> {
+    let name = command_name(word);
+    // Every name is 2 to 14 bytes long and starts with one of a few bytes: most words are
+    // looked up no further.
+    if !(2..=14).contains(&name.len()) || !NAME_FIRST[usize::from(name.as_bytes()[0])] {
+        return None;
+    }
+    COMMANDS.iter().position(|c| c.names.contains(&name))
+}
+
+/// The name of the command a word runs: its last run of name characters (letters, digits,
+/// `.`, `_`, `-`), so without a directory (`/usr/bin/mysql`, `C:\tools\mysql.exe`) or
+/// punctuation glued before it (`!mysql`), and without an escape glued before it in
+/// serialized or encoded text (`\vmysql`, `\x0bmysql`, `\u000bmysql`, `%0Bmysql`); and
+/// without a `.exe` suffix.
+fn command_name(word: &str) -> &str {
+    let bytes = word.as_bytes();
+    let is_name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
+    let start = bytes.iter().rposition(|&b| !is_name(b)).map_or(0, |k| {
+        let rest = &bytes[k + 1..];
+        // `n` hex digits from `rest[from]` on.
+        let hex = |from: usize, n: usize| {
+            rest.get(from..from + n)
+                .is_some_and(|digits| digits.iter().all(u8::is_ascii_hexdigit))
+        };
+        let escape = match (bytes[k], rest.first()) {
+            (b'\\', Some(b'n' | b'r' | b't' | b'f' | b'b' | b'v')) => 1,
+            (b'\\', Some(b'x')) if hex(1, 2) => 3,
+            (b'\\', Some(b'u')) if hex(1, 4) => 5,
+            (b'%', _) if hex(0, 2) => 2,
+            _ => 0,
+        };
+        k + 1 + escape
+    });
+    let name = &word[start..];
+    name.strip_suffix(".exe").unwrap_or(name)
+}
+
+/// The commands met so far in one command line's words: those that take their password
+/// flags anywhere after them, and those that need a subcommand (`docker login`) once it has
+/// come.
+#[derive(Default, Clone, Copy, Debug)]
+pub(super) struct Commands {
+    /// Bit `k`: [`COMMANDS`]`[k]` was met and its flags count.
+    ready: u32,
+    /// Bit `k`: [`COMMANDS`]`[k]` was met and waits for its subcommand.
+    waiting: u32,
+}
+
+const _: () = assert!(COMMANDS.len() <= 32);
+
+impl Commands {
+    /// Takes in the next word of the command line.
+    pub(super) fn push(&mut self, word: &str) {
+        if let Some(k) = command_index(word) {
+            if COMMANDS[k].subcommand.is_some() {
+                self.waiting |= 1 << k;
+            } else {
+                self.ready |= 1 << k;
+            }
+            return;
+        }
+        let mut waiting = self.waiting;
+        while waiting != 0 {
+            let k = waiting.trailing_zeros() as usize;
+            waiting &= waiting - 1;
+            if COMMANDS[k].subcommand == Some(word) {
+                self.waiting &= !(1 << k);
+                self.ready |= 1 << k;
+            }
+        }
+    }
+
+    /// The password flag `-<letter>` of a command met so far that reads its value in `form`.
+    pub(super) fn flag(&self, letter: u8, form: Form) -> Option<&'static PasswordFlag> {
+        let mut ready = self.ready;
+        while ready != 0 {
+            let k = ready.trailing_zeros() as usize;
+            ready &= ready - 1;
+            if let Some(flag) = COMMANDS[k]
+                .flags
+                .iter()
+                .find(|f| f.letter == letter && f.form.reads(form))
+            {
+                return Some(flag);
+            }
+        }
+        None
+    }
+}
+
+/// How far back from a flag a text is read for its command, in bytes: a command line
+/// longer than this before its flag is not recognised (and reading stays linear in the
+/// text).
+const LOOKBACK: usize = 512;
+
+/// What a byte is to [`commands_before`]: [`BREAK`], [`DOUBLE`], [`SINGLE`], [`BLANK`] or
+/// [`BACKSLASH`] (0: part of a word).
+static BYTE_KINDS: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let breaks = b"\n\r;|&()`{}";
+    let mut k = 0;
+    while k < breaks.len() {
+        table[breaks[k] as usize] = BREAK;
+        k += 1;
+    }
+    table[b'"' as usize] = DOUBLE;
+    table[b'\'' as usize] = SINGLE;
+    table[b' ' as usize] = BLANK;
+    table[b'\t' as usize] = BLANK;
+    table[b'\\' as usize] = BACKSLASH;
+    table
+};
+
+/// [`BYTE_KINDS`]: a byte that separates two commands (a line break, `;`, `|`, `&`, a
+/// bracket, a backtick).
+const BREAK: u8 = 1;
+/// [`BYTE_KINDS`]: a double quote (it also separates words).
+const DOUBLE: u8 = 2;
+/// [`BYTE_KINDS`]: a single quote (it also separates words).
+const SINGLE: u8 = 3;
+/// [`BYTE_KINDS`]: a blank, which separates words (so do line breaks).
+const BLANK: u8 = 4;
+/// [`BYTE_KINDS`]: a backslash (`\n` and `\r` after it separate commands).
+const BACKSLASH: u8 = 5;
+
+/// The commands of the command line that the flag at byte `i` of `text` belongs to: the
+/// words from the last separator of commands before it up to the flag. A separator counts
+/// only outside quotes, as seen from the flag: with an even number of `"` and of `'` between
+/// it and the flag (`mysql -e "use app; select 1" -p…` is one command; `bash -c "cd /srv;
+/// mysql -p…"` starts one after the `;`). In serialized text an escaped line break (`\n`,
+/// `\r`) separates commands, and an escaped quote (`\"`) counts as a quote. Quotes separate
+/// words (`"cmd":"mysql` holds the word `mysql`). `None` when neither
+/// such a separator nor the start of the text is within [`LOOKBACK`] bytes.
+pub(super) fn commands_before(text: &str, i: usize) -> Option<Commands> {
+    let bytes = text.as_bytes();
+    let floor = i.saturating_sub(LOOKBACK);
+    let (mut double, mut single) = (false, false);
+    let mut start = None;
+    let mut k = i;
+    while k > floor {
+        k -= 1;
+        match BYTE_KINDS[usize::from(bytes[k])] {
+            DOUBLE => double = !double,
+            SINGLE => single = !single,
+            BREAK if !double && !single => {
+                start = Some(k + 1);
+                break;
+            }
+            BACKSLASH if !double && !single && matches!(bytes.get(k + 1), Some(b'n' | b'r')) => {
+                start = Some(k + 2);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let start = match start {
+        Some(start) => start,
+        None if floor == 0 => 0,
+        None => return None,
+    };
+    let mut commands = Commands::default();
+    // `start` follows an ASCII byte (or is 0) and `i` starts a word: both are boundaries.
+    commands.push_words(&text[start.min(i)..i]);
+    Some(commands)
+}
+
+impl Commands {
+    /// Takes in the words of `text` ([`commands_before`]: blanks, line breaks and quotes
+    /// separate them).
+    fn push_words(&mut self, text: &str) {
+        for word in text
+            .split(|c: char| {
+                c.is_ascii_whitespace()
+                    || (c.is_ascii() && matches!(BYTE_KINDS[c as usize], DOUBLE | SINGLE))
+            })
+            .filter(|word| !word.is_empty())
+        {
+            self.push(word);
+        }
+    }
+}
+
+/// [`commands_before`] for the flags of one scan, which come in the order of the text: when
+/// nothing between the last flag looked up and this one separates commands or opens or closes
+/// a quote (only blanks and words), this flag's command line is the last one's plus the words
+/// in between, taken in without reading back again. So a text of many flags is read about
+/// once, not [`LOOKBACK`] bytes per flag.
+#[derive(Default, Clone, Copy, Debug)]
+pub(super) struct CommandsMemo {
+    /// The last flag looked up and what [`commands_before`] found for it.
+    last: Option<(usize, Option<Commands>)>,
+}
+
+impl CommandsMemo {
+    /// [`commands_before`]`(text, i)`, for the `text` of every call on this memo.
+    pub(super) fn before(&mut self, text: &str, i: usize) -> Option<Commands> {
+        let found = match self.last {
+            Some((at, found))
+                if at <= i
+                    && text.as_bytes()[at..i]
+                        .iter()
+                        .all(|&b| matches!(BYTE_KINDS[usize::from(b)], 0 | BLANK)) =>
+            {
+                // Nothing in between moves the separator or the quotes: the same command line,
+                // or none within reach (then none is nearer now either).
+                found.map(|mut commands| {
+                    commands.push_words(&text[at..i]);
+                    commands
+                })
+            }
+            _ => commands_before(text, i),
+        };
+        self.last = Some((i, found));
+        found
+    }
+}
