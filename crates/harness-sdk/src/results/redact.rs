@@ -2934,12 +2934,35 @@ fn password_flag_value(
     } else {
         return None;
     };
-    let (start, end) = flag_argument(text, from);
+    let (start, mut end) = flag_argument(text, from);
+    // A flag quoted whole with its password (`'-pmy pass'`): the password ends at the quote.
+    if form == Form::Glued
+        && start == from
+        && let Some(open) = quote_before(bytes, i)
+        && let Some(k) = memchr::memmem::find(&bytes[from..], open)
+    {
+        end = from + k;
+    }
     if end == start || (form == Form::Separate && bytes[start] == b'-') {
         return None;
     }
     let flag = memo.before(text, i)?.flag(letter, form)?;
     flag.takes(&bytes[start..end]).then_some((start, end))
+}
+
+/// The quote right before byte `i` of `bytes`, with the backslashes that escape it (`"`, or
+/// `\"` in serialized text), if there is one.
+fn quote_before(bytes: &[u8], i: usize) -> Option<&[u8]> {
+    let quote = i.checked_sub(1)?;
+    if !matches!(bytes[quote], b'"' | b'\'') {
+        return None;
+    }
+    let escapes = bytes[..quote]
+        .iter()
+        .rev()
+        .take_while(|&&b| b == b'\\')
+        .count();
+    Some(&bytes[quote - escapes..i])
 }
 
 /// Whether a user flag's value is a `user:password`: a `:` with something on both sides, but

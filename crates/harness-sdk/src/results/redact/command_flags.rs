@@ -6,8 +6,8 @@
 //! take a password by it ([`COMMANDS`]), in the form that command reads (`mysql -p db` asks for
 //! the password and names a database: only `-pSECRET`, glued, is one). The command is found
 //! among the words before the flag in the same command: in a text back to the last separator
-//! of commands (a line break, `;`, `|`, `&`, a bracket or a quote), in an array of arguments
-//! among the elements before it.
+//! of commands outside quotes (a line break, `;`, `|`, `&`, a bracket, a backtick), in an
+//! array of arguments among the elements before it.
 
 /// How a command reads a flag's value.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -394,13 +394,25 @@ pub(super) fn commands_before(text: &str, i: usize) -> Option<Commands> {
         match BYTE_KINDS[usize::from(bytes[k])] {
             DOUBLE => double = !double,
             SINGLE => single = !single,
-            BREAK if !double && !single => {
+            // A line ended by a backslash goes on on the next one (`mysql -uroot \` then
+            // `-p…`).
+            BREAK if !double && !single && !continues(bytes, k) => {
                 start = Some(k + 1);
                 break;
             }
+            // `\n` in serialized text: a line break when the backslashes before the letter
+            // are odd in number (`\\n` is a backslash and an `n`), and one the line goes on
+            // after when they are three or more (`\\\n`, an escaped backslash before it).
             BACKSLASH if !double && !single && matches!(bytes.get(k + 1), Some(b'n' | b'r')) => {
-                start = Some(k + 2);
-                break;
+                let run = bytes[..=k]
+                    .iter()
+                    .rev()
+                    .take_while(|&&b| b == b'\\')
+                    .count();
+                if run == 1 {
+                    start = Some(k + 2);
+                    break;
+                }
             }
             _ => {}
         }
@@ -414,6 +426,13 @@ pub(super) fn commands_before(text: &str, i: usize) -> Option<Commands> {
     // `start` follows an ASCII byte (or is 0) and `i` starts a word: both are boundaries.
     commands.push_words(&text[start.min(i)..i]);
     Some(commands)
+}
+
+/// Whether the line break at `k` follows a backslash (also as `\` `\r` `\n`): the command
+/// goes on on the next line.
+fn continues(bytes: &[u8], k: usize) -> bool {
+    let before = &bytes[..k];
+    before.ends_with(b"\\") || (bytes[k] == b'\n' && before.ends_with(b"\\\r"))
 }
 
 impl Commands {

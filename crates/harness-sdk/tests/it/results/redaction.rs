@@ -513,6 +513,24 @@ fn redaction_row_command_password_flags() {
                 "bash -c 'cd /srv; sshpass -p hunter2hunter2 ssh h'",
                 "bash -c 'cd /srv; sshpass -p *** ssh h'",
             ),
+            // A line ended by a backslash goes on (also as escapes in serialized text).
+            (
+                "mysql -uroot \\\n  -phunter2hunter2 app",
+                "mysql -uroot \\\n  -p*** app",
+            ),
+            (
+                r#"{"cmd":"sshpass \\\n  -p hunter2hunter2 ssh h"}"#,
+                r#"{"cmd":"sshpass \\\n  -p *** ssh h"}"#,
+            ),
+            // A flag quoted whole with its password.
+            (
+                "mysql -uroot '-pmy pass word' app",
+                "mysql -uroot '-p***' app",
+            ),
+            (
+                r#"{"cmd":"mysql \"-pmy pass word\" app"}"#,
+                r#"{"cmd":"mysql \"-p***\" app"}"#,
+            ),
             // A long password keeps its edges, and a second call keeps the mask.
             (
                 "mysql -pcorrect-horse-battery-staple app",
@@ -533,6 +551,9 @@ fn redaction_row_command_password_flags() {
             "lftp -u admin host",
             "ssh-keygen -t ed25519 -N '' -f key",
             "mysql -e 'select 1'; git commit -a -phunter2",
+            // A line that does not go on: the next command is another.
+            "mysql -e 'select 1'\ngit commit -a -phunter2",
+            r#"{"cmd":"mysql -e x\ngit commit -phunter2"}"#,
         ],
     );
     // Under a key, and in an array of arguments (glued: the part after the letter).
