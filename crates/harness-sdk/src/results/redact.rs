@@ -2848,23 +2848,28 @@ fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
 /// `-token`: Go's flags, Java's and OpenSSL's tools) of at least four letters (`-cvv` is a
 /// cluster of short flags); the keystore passwords of Java's `keytool` and `jarsigner`
 /// (`-storepass`, `-keypass`, `-srcstorepass`, …) count too.
+#[inline]
 fn is_credential_flag(word: &str) -> bool {
-    let name = match word.strip_prefix("--") {
-        Some(name) => name,
-        None => match word.strip_prefix('-') {
-            Some(name) if name.len() >= 4 => name,
-            _ => return false,
-        },
+    let dashes = match word.as_bytes() {
+        [b'-', b'-', _, ..] => 2,
+        [b'-', _, _, _, _, ..] => 1,
+        _ => return false,
     };
+    // The dashes are ASCII: `dashes` is a character boundary.
+    let name = &word[dashes..];
     is_text_key_memo(name) || is_keystore_password(name.as_bytes())
 }
 
 /// Whether a flag's name ends like a keystore password's (`storepass`, `keypass`, in any
 /// case).
+#[inline]
 fn is_keystore_password(name: &[u8]) -> bool {
-    [b"storepass".as_slice(), b"keypass"].iter().any(|suffix| {
-        name.len() >= suffix.len() && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
-    })
+    // Both end with `pass`: the last byte rules out most names.
+    matches!(name.last(), Some(b's' | b'S'))
+        && [b"storepass".as_slice(), b"keypass"].iter().any(|suffix| {
+            name.len() >= suffix.len()
+                && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+        })
 }
 
 /// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
