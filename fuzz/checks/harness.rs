@@ -109,6 +109,16 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "s3cr3t-user-pass",
     ),
     (
+        "xml attribute",
+        "<add key=\"ApiKey\" value=\"s3cr3t-xml-attr\"/>",
+        "s3cr3t-xml-attr",
+    ),
+    (
+        "plist value",
+        "<key>password</key><string>s3cr3t-plist-pw</string>",
+        "s3cr3t-plist-pw",
+    ),
+    (
         "single-dash flag",
         "tool -token s3cr3t-dash-token",
         "s3cr3t-dash-token",

@@ -857,6 +857,10 @@ struct Rewrite<'a> {
     /// The command line of the last command password flag looked up
     /// ([`password_flag_value`]).
     commands: CommandsMemo,
+    /// Whether a replaced span held a separator of commands, a quote or an escape
+    /// ([`command_flags::moves_separators`]): a flag after it may follow another command in
+    /// the output.
+    moved_separators: bool,
 }
 
 /// Where a [`Rewrite`] stood before a match ([`Rewrite::mark`], [`Rewrite::rollback`]).
@@ -878,6 +882,7 @@ impl<'a> Rewrite<'a> {
             spans: 0,
             dry: false,
             commands: CommandsMemo::default(),
+            moved_separators: false,
         }
     }
 
@@ -919,6 +924,8 @@ impl<'a> Rewrite<'a> {
     fn replace_with(&mut self, from: usize, to: usize, write: impl FnOnce(&mut String)) {
         self.last_from = from;
         self.spans += 1;
+        self.moved_separators |= !self.moved_separators
+            && command_flags::moves_separators(&self.text.as_bytes()[from..to]);
         if !self.dry {
             let out = self
                 .out
@@ -1206,7 +1213,11 @@ fn scan_words<'a, const GATED: bool>(
         }
         i = skip;
     }
-    let unsettled = rw.out.is_some() && rw.unsettled;
+    // A command password flag's command line read differently in the output: a mask took a
+    // separator or a quote out of the text, or a flag found no separator within reach (which
+    // words are within reach moves with the masks before it).
+    let commands_moved = flags && (rw.moved_separators || rw.commands.limited);
+    let unsettled = rw.out.is_some() && (rw.unsettled || commands_moved);
     Scan {
         text: rw.finish(),
         matched,
@@ -1275,6 +1286,15 @@ fn match_word<'a>(
             rw.mask_span(start, end, false);
             return Some(end);
         }
+        // `<add key="Password" value="…"/>`: a tag's value attribute whose key names a secret.
+        if next == Some(b'=')
+            && j - i == 5
+            && bytes[i..j].eq_ignore_ascii_case(b"value")
+            && let Some((start, end)) = xml_attribute_value(text, i, j)
+        {
+            rw.mask_span(start, end, true);
+            return Some(end);
+        }
         assignment_operator(bytes, j)
     } else {
         None
@@ -1301,6 +1321,17 @@ fn match_word<'a>(
     let card_check = checks & CHECK_CARD != 0;
     let jwt_check = checks & CHECK_JWT != 0;
     let oauth_check = checks & (CHECK_OAUTH_ACCESS | CHECK_OAUTH_REFRESH) != 0;
+    // A flag with one `-` counts after a blank or a quote, the pair the scan's filter looks
+    // for ([`PAIR_FIRST`]); one with `--` anywhere.
+    let single_dash =
+        flag_check && i > 0 && matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'"' | b'\'');
+    // `mysql -pSECRET`, `sshpass -p SECRET`: a short flag that gives the command it follows a
+    // password. First: a glued password can read as a flag's name (`-pmy-pass`), a URL's
+    // scheme (`-pk3y…https://…`) or anything else a word can start.
+    if single_dash && let Some((start, end)) = password_flag_value(text, i, j, &mut rw.commands) {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
     // Payment card numbers (their groups span several words), also right after a `-`
     // (`-4111 1111 …`: the `-` starts the word but is not part of the number).
     let card_start = i + usize::from(c == b'-');
@@ -1417,17 +1448,6 @@ fn match_word<'a>(
         && bytes[j..].starts_with(b"://")
         && let Some((start, end)) = webhook_secret(text, j)
     {
-        rw.mask_span(start, end, false);
-        return Some(end);
-    }
-    // `mysql -pSECRET`, `sshpass -p SECRET`: a short flag that gives the command it follows
-    // a password (before the flags with sensitive names: a glued password can read as one,
-    // `-pmy-pass`).
-    // A flag with one `-` counts after a blank or a quote, the pair the scan's filter looks
-    // for ([`PAIR_FIRST`]); one with `--` anywhere.
-    let single_dash =
-        flag_check && i > 0 && matches!(bytes[i - 1], b' ' | b'\t' | b'\n' | b'"' | b'\'');
-    if single_dash && let Some((start, end)) = password_flag_value(text, i, j, &mut rw.commands) {
         rw.mask_span(start, end, false);
         return Some(end);
     }
@@ -2825,10 +2845,11 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
 }
 
 /// The text of an XML element whose name, the word `i..j` between `<` and `>`, is a sensitive
-/// key ([`is_text_key`]): from after the `>` to the next `<` (or the end of the text), without
-/// the blanks at either end. `None` for another name or an empty element.
+/// key ([`is_text_key`]), or that is a property list's value right after a sensitive key
+/// ([`is_plist_secret`]): from after the `>` to the next `<` (or the end of the text), without
+/// the blanks at either end. `None` for another element or an empty one.
 fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
-    if !is_text_key_memo(&text[i..j]) {
+    if !(is_text_key_memo(&text[i..j]) || is_plist_secret(text, i, j)) {
         return None;
     }
     let bytes = text.as_bytes();
@@ -2843,11 +2864,79 @@ fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
     (end > start).then_some((start, end))
 }
 
+/// How far an XML rule reads for the rest of its tag or the key before its element, in bytes
+/// (a longer tag or key is not read: redaction stays linear in the text).
+const XML_REACH: usize = 256;
+
+/// Whether the element named by the word `i..j` (after `<`) is a property list's value, a
+/// `<string>` or `<data>`, right after a `<key>` that names a sensitive key
+/// (`<key>password</key><string>…</string>`; blanks between them allowed).
+fn is_plist_secret(text: &str, i: usize, j: usize) -> bool {
+    let name = &text[i..j];
+    if name != "string" && name != "data" {
+        return false;
+    }
+    let before = text[..i - 1].trim_end();
+    let Some(rest) = before.strip_suffix("</key>") else {
+        return false;
+    };
+    let from = rest.len().saturating_sub(XML_REACH);
+    let Some(open) = memchr::memmem::rfind(&rest.as_bytes()[from..], b"<key>") else {
+        return false;
+    };
+    // `<key>` is ASCII: `from + open + 5` is a boundary (and `from` is reached only through
+    // such a match).
+    rest.get(from + open + 5..)
+        .is_some_and(|key| is_text_key_memo(key.trim()))
+}
+
+/// `<add key="Password" value="…"/>`: the quoted value of the `value` attribute (the word
+/// `i..j`, followed by `=`) of a tag that also has a `key` or `name` attribute naming a
+/// sensitive key ([`is_text_key`]), as in .NET's `appSettings`. Quotes may be escaped (in
+/// serialized text). `None` for any other attribute or tag, or an empty value.
+fn xml_attribute_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let (start, end) = quoted_at(bytes, j + 1)?;
+    // The tag around it: back to its `<`, on to its `>`, within reach.
+    let floor = i.saturating_sub(XML_REACH);
+    let open = floor + memchr::memrchr(b'<', &bytes[floor..i])?;
+    if memchr::memchr(b'>', &bytes[open..i]).is_some() {
+        return None;
+    }
+    let reach = (end + XML_REACH).min(bytes.len());
+    let close = end + memchr::memchr(b'>', &bytes[end..reach]).unwrap_or(reach - end);
+    let names_secret = |from: usize, to: usize| {
+        memchr::memchr_iter(b'=', &bytes[from..to]).any(|k| {
+            let eq = from + k;
+            let name_start = bytes[from..eq]
+                .iter()
+                .rposition(|b| !b.is_ascii_alphanumeric())
+                .map_or(from, |p| from + p + 1);
+            let name = &bytes[name_start..eq];
+            (name.eq_ignore_ascii_case(b"key") || name.eq_ignore_ascii_case(b"name"))
+                && quoted_at(bytes, eq + 1)
+                    .is_some_and(|(s, e)| e - s <= XML_REACH && is_text_key_memo(&text[s..e]))
+        })
+    };
+    (end > start && (names_secret(open, i) || names_secret(end, close))).then_some((start, end))
+}
+
+/// The text inside the quotes that open at byte `at` (a quote, or an escaped one in serialized
+/// text, [`escaped_quote_len`]) up to the same quote closing them. `None` without an opening
+/// or a closing quote.
+fn quoted_at(bytes: &[u8], at: usize) -> Option<(usize, usize)> {
+    let len = escaped_quote_len(bytes, at)?;
+    let start = at + len;
+    let end = start + memchr::memmem::find(&bytes[start..], &bytes[at..start])?;
+    Some((start, end))
+}
+
 /// Whether `word` is a flag with a sensitive name ([`is_text_key`]: `--api-key`,
 /// `--password`), whose value is a credential. A single `-` also starts a name (`-password`,
 /// `-token`: Go's flags, Java's and OpenSSL's tools) of at least four letters (`-cvv` is a
 /// cluster of short flags); the keystore passwords of Java's `keytool` and `jarsigner`
-/// (`-storepass`, `-keypass`, `-srcstorepass`, …) count too.
+/// (`-storepass`, `-keypass`, `-srcstorepass`, …) and curl's `--oauth2-bearer` count too
+/// ([`is_secret_flag_name`]).
 #[inline]
 fn is_credential_flag(word: &str) -> bool {
     let dashes = match word.as_bytes() {
@@ -2857,19 +2946,22 @@ fn is_credential_flag(word: &str) -> bool {
     };
     // The dashes are ASCII: `dashes` is a character boundary.
     let name = &word[dashes..];
-    is_text_key_memo(name) || is_keystore_password(name.as_bytes())
+    is_text_key_memo(name) || is_secret_flag_name(name.as_bytes())
 }
 
-/// Whether a flag's name ends like a keystore password's (`storepass`, `keypass`, in any
-/// case).
+/// Whether a flag's name, though no sensitive key, gives a secret (in any case): a keystore
+/// password's (ending in `storepass` or `keypass`) or curl's `oauth2-bearer` token.
 #[inline]
-fn is_keystore_password(name: &[u8]) -> bool {
-    // Both end with `pass`: the last byte rules out most names.
-    matches!(name.last(), Some(b's' | b'S'))
-        && [b"storepass".as_slice(), b"keypass"].iter().any(|suffix| {
+fn is_secret_flag_name(name: &[u8]) -> bool {
+    // The last byte rules out most names.
+    match name.last() {
+        Some(b's' | b'S') => [b"storepass".as_slice(), b"keypass"].iter().any(|suffix| {
             name.len() >= suffix.len()
                 && name[name.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
-        })
+        }),
+        Some(b'r' | b'R') => name.eq_ignore_ascii_case(b"oauth2-bearer"),
+        _ => false,
+    }
 }
 
 /// Whether `word` is a flag whose value is `user:password`: curl's `-u`/`--user` and
@@ -2951,7 +3043,7 @@ fn password_flag_value(
     if end == start || (form == Form::Separate && bytes[start] == b'-') {
         return None;
     }
-    let flag = memo.before(text, i)?.flag(letter, form)?;
+    let flag = memo.before(text, i).flag(letter, form)?;
     flag.takes(&bytes[start..end]).then_some((start, end))
 }
 
@@ -4644,6 +4736,11 @@ mod tests {
         "login",
         "smbclient",
         ";",
+        "value=",
+        "key=",
+        "<key>",
+        "</key>",
+        "<string>",
         "admin%",
         "--user",
         "admin:",
@@ -4750,6 +4847,8 @@ mod tests {
         "docker login -u x -p k3yMaterial996",
         "go run . -token k3yMaterial997",
         "--password \"k3y Material 998\"",
+        "<add key=\"ApiKey\" value=\"k3yMaterial999\"/>",
+        "<key>token</key><string>k3yMaterial990</string>",
     ];
 
     /// A text of [`SCAN_PIECES`] and, one pick in eight, [`WHOLE_SECRETS`].

@@ -381,9 +381,28 @@ const BACKSLASH: u8 = 5;
 /// it and the flag (`mysql -e "use app; select 1" -p…` is one command; `bash -c "cd /srv;
 /// mysql -p…"` starts one after the `;`). In serialized text an escaped line break (`\n`,
 /// `\r`) separates commands, and an escaped quote (`\"`) counts as a quote. Quotes separate
-/// words (`"cmd":"mysql` holds the word `mysql`). `None` when neither
-/// such a separator nor the start of the text is within [`LOOKBACK`] bytes.
-pub(super) fn commands_before(text: &str, i: usize) -> Option<Commands> {
+/// words (`"cmd":"mysql` holds the word `mysql`). When neither such a separator nor the start
+/// of the text is within [`LOOKBACK`] bytes, every word within them (failing towards privacy:
+/// the command line may begin further back, or a quote before the command may hide every
+/// separator), and `true` with it.
+pub(super) fn commands_before(text: &str, i: usize) -> (Commands, bool) {
+    let (start, limited) = match line_start(text, i) {
+        Some(start) => (start, false),
+        None => {
+            let floor = i.saturating_sub(LOOKBACK);
+            (text.ceil_char_boundary(floor), floor > 0)
+        }
+    };
+    let mut commands = Commands::default();
+    // `start` follows an ASCII byte or is a boundary, and `i` starts a word.
+    commands.push_words(&text[start.min(i)..i]);
+    (commands, limited)
+}
+
+/// Where the command line of the flag at byte `i` starts ([`commands_before`]): after the
+/// last separator outside quotes, or at the start of the text; `None` when neither is within
+/// [`LOOKBACK`] bytes.
+fn line_start(text: &str, i: usize) -> Option<usize> {
     let bytes = text.as_bytes();
     let floor = i.saturating_sub(LOOKBACK);
     let (mut double, mut single) = (false, false);
@@ -417,15 +436,10 @@ pub(super) fn commands_before(text: &str, i: usize) -> Option<Commands> {
             _ => {}
         }
     }
-    let start = match start {
-        Some(start) => start,
-        None if floor == 0 => 0,
-        None => return None,
-    };
-    let mut commands = Commands::default();
-    // `start` follows an ASCII byte (or is 0) and `i` starts a word: both are boundaries.
-    commands.push_words(&text[start.min(i)..i]);
-    Some(commands)
+    match start {
+        None if floor == 0 => Some(0),
+        start => start,
+    }
 }
 
 /// Whether the line break at `k` follows a backslash (also as `\` `\r` `\n`): the command
@@ -458,30 +472,56 @@ impl Commands {
 /// once, not [`LOOKBACK`] bytes per flag.
 #[derive(Default, Clone, Copy, Debug)]
 pub(super) struct CommandsMemo {
-    /// The last flag looked up and what [`commands_before`] found for it.
-    last: Option<(usize, Option<Commands>)>,
+    /// The last flag looked up, what [`commands_before`] found for it, and whether it found
+    /// no separator within reach.
+    last: Option<(usize, Commands, bool)>,
+    /// Whether some lookup found no separator within reach ([`commands_before`]).
+    pub(super) limited: bool,
 }
 
 impl CommandsMemo {
     /// [`commands_before`]`(text, i)`, for the `text` of every call on this memo.
-    pub(super) fn before(&mut self, text: &str, i: usize) -> Option<Commands> {
-        let found = match self.last {
-            Some((at, found))
+    pub(super) fn before(&mut self, text: &str, i: usize) -> Commands {
+        let (found, limited) = match self.last {
+            Some((at, mut commands, limited))
                 if at <= i
                     && text.as_bytes()[at..i]
                         .iter()
                         .all(|&b| matches!(BYTE_KINDS[usize::from(b)], 0 | BLANK)) =>
             {
-                // Nothing in between moves the separator or the quotes: the same command line,
-                // or none within reach (then none is nearer now either).
-                found.map(|mut commands| {
-                    commands.push_words(&text[at..i]);
-                    commands
-                })
+                // Nothing in between moves the separator or the quotes: the same command line
+                // (or, without a separator within reach, the words within reach and more).
+                commands.push_words(&text[at..i]);
+                (commands, limited)
+            }
+            // The last flag found no separator within reach: when this one finds none either,
+            // its words within reach are among the last one's and those in between (taken in
+            // without reading them all again; a quote between every two flags would have each
+            // one read its whole reach).
+            Some((at, mut commands, true)) if at <= i && i - at <= LOOKBACK => {
+                match line_start(text, i) {
+                    None => {
+                        commands.push_words(&text[at..i]);
+                        (commands, true)
+                    }
+                    Some(_) => commands_before(text, i),
+                }
             }
             _ => commands_before(text, i),
         };
-        self.last = Some((i, found));
+        self.limited |= limited;
+        self.last = Some((i, found, limited));
         found
     }
+}
+
+/// Whether `bytes` (a span a mask replaces) holds a byte that [`commands_before`] reads as a
+/// separator, a quote or an escape: masking it can change which command a later flag follows.
+pub(super) fn moves_separators(bytes: &[u8]) -> bool {
+    bytes.iter().any(|&b| {
+        matches!(
+            BYTE_KINDS[usize::from(b)],
+            BREAK | DOUBLE | SINGLE | BACKSLASH
+        )
+    })
 }
