@@ -859,8 +859,10 @@ struct Rewrite<'a> {
     commands: CommandsMemo,
     /// Whether a replaced span held a separator of commands, a quote or an escape
     /// ([`command_flags::moves_separators`]): a flag after it may follow another command in
-    /// the output.
+    /// the output. Watched only in a scan that looks for flags (`watch_separators`).
     moved_separators: bool,
+    /// Whether to watch for `moved_separators`.
+    watch_separators: bool,
 }
 
 /// Where a [`Rewrite`] stood before a match ([`Rewrite::mark`], [`Rewrite::rollback`]).
@@ -883,6 +885,7 @@ impl<'a> Rewrite<'a> {
             dry: false,
             commands: CommandsMemo::default(),
             moved_separators: false,
+            watch_separators: false,
         }
     }
 
@@ -924,8 +927,10 @@ impl<'a> Rewrite<'a> {
     fn replace_with(&mut self, from: usize, to: usize, write: impl FnOnce(&mut String)) {
         self.last_from = from;
         self.spans += 1;
-        self.moved_separators |= !self.moved_separators
-            && command_flags::moves_separators(&self.text.as_bytes()[from..to]);
+        if self.watch_separators && !self.moved_separators {
+            self.moved_separators =
+                command_flags::moves_separators(&self.text.as_bytes()[from..to]);
+        }
         if !self.dry {
             let out = self
                 .out
@@ -1145,6 +1150,7 @@ fn scan_words<'a, const GATED: bool>(
     // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
     let jump = GATED && !(tokens || assignments || extra);
     let mut rw = Rewrite::new(text);
+    rw.watch_separators = flags;
     let mut matched = false;
     let mut i = 0;
     while i < n {
@@ -1216,7 +1222,7 @@ fn scan_words<'a, const GATED: bool>(
     // A command password flag's command line read differently in the output: a mask took a
     // separator or a quote out of the text, or a flag found no separator within reach (which
     // words are within reach moves with the masks before it).
-    let commands_moved = flags && (rw.moved_separators || rw.commands.limited);
+    let commands_moved = rw.moved_separators || (flags && rw.commands.limited);
     let unsettled = rw.out.is_some() && (rw.unsettled || commands_moved);
     Scan {
         text: rw.finish(),
@@ -1881,7 +1887,8 @@ const FAMILY_SHELL: u16 = 1;
 /// `KEY=value`, `"key": "value"`: needs `=` or `:`.
 const FAMILY_ASSIGNMENT: u16 = 1 << 1;
 /// `--flag value`, `-u user:password`, `-token value`, `mysql -p…`: needs `--`, `-u`, `-U`, or
-/// `-` after a blank or a quote.
+/// `-` after a blank or a quote ([`DASH_HINT`]; a flag with one `-` and a longer name counts
+/// only there).
 const FAMILY_FLAG: u16 = 1 << 2;
 /// A built-in token prefix with `-` (`sk-`, `glpat-`, `xoxb-`, …): needs one of the letters
 /// that precede the first `-` of such a prefix, then `-`.
@@ -1921,14 +1928,6 @@ static PAIR_FIRST: [u16; 256] = {
     // The end of an XML element's start tag (`<password>…`, [`xml_element_value`]).
     table[b'>' as usize] |= FAMILY_ASSIGNMENT;
     table[b'-' as usize] |= FAMILY_FLAG;
-    // A flag after a blank or a quote (`-token …`, `mysql -p…`: [`is_credential_flag`],
-    // [`password_flag_value`]; a flag with one `-` counts only there).
-    let before_flags = b" \t\n\"'";
-    let mut k = 0;
-    while k < before_flags.len() {
-        table[before_flags[k] as usize] |= FAMILY_FLAG;
-        k += 1;
-    }
     let dash_letters = b"ktbparsixywcTCUo";
     let mut k = 0;
     while k < dash_letters.len() {
@@ -2010,8 +2009,12 @@ const AP_HINT: u16 = 1 << 10;
 /// In [`PAIR`]: `.` followed by a word character, which every dotted token has (after each of
 /// its two dots).
 const DOT_HINT: u16 = 1 << 11;
+/// In [`PAIR`]: `-` after a blank or a quote, where a flag with one `-` counts
+/// ([`is_credential_flag`], [`password_flag_value`]): turned into [`FAMILY_FLAG`]. (A bit of its
+/// own, so that a blank and a `u`, `-u`'s second byte, make no pair.)
+const DASH_HINT: u16 = 1 << 15;
 /// Every hint bit of [`PAIR`] (none of them is a family).
-const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT | DOT_HINT;
+const HINTS: u16 = CARD_HINT | DA_HINT | YA_HINT | AP_HINT | DOT_HINT | DASH_HINT;
 
 /// [`PAIR_FIRST`] and [`PAIR_SECOND`] in one load: the first-byte families in the low half,
 /// the second-byte families in the high half (the digit bit left out), plus the hints
@@ -2049,6 +2052,12 @@ static PAIR: [u32; 256] = {
         }
         if WORD_BYTES[b] {
             second |= DOT_HINT;
+        }
+        if matches!(c, b' ' | b'\t' | b'\n' | b'"' | b'\'') {
+            first |= DASH_HINT;
+        }
+        if c == b'-' {
+            second |= DASH_HINT;
         }
         table[b] = first as u32 | (second as u32) << 16;
         b += 1;
@@ -2090,6 +2099,9 @@ fn pattern_families(bytes: &[u8]) -> u16 {
         families = confirm_word_families(bytes, families);
     }
     let dot_before_word = families & DOT_HINT != 0;
+    if families & DASH_HINT != 0 {
+        families |= FAMILY_FLAG;
+    }
     families &= !HINTS;
     // Every dotted token has two dots, each followed by a word character (`SG.<id>.<secret>`,
     // `dp.pt.<secret>`, `<id>.<time>.<hmac>`): one dot (`C.UTF-8`, `file.json`) or dots that
@@ -4598,6 +4610,12 @@ mod tests {
             families |= FAMILY_EXTRA;
         }
         let dot_before_word = bytes.windows(2).any(|w| w[0] == b'.' && is_word_byte(w[1]));
+        if bytes
+            .windows(2)
+            .any(|w| matches!(w[0], b' ' | b'\t' | b'\n' | b'"' | b'\'') && w[1] == b'-')
+        {
+            families |= FAMILY_FLAG;
+        }
         if families & FAMILY_TOKEN_VENDOR != 0 && !(dot_before_word && has_two_dots(bytes)) {
             families &= !FAMILY_TOKEN_VENDOR;
         }
