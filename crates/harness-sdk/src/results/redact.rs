@@ -3010,13 +3010,12 @@ fn user_flag_value(text: &str, after: usize, long: bool) -> Option<(usize, usize
 /// assignment's value ends ([`assignment_value_end`]). Possibly empty.
 fn flag_argument(text: &str, start: usize) -> (usize, usize) {
     let bytes = text.as_bytes();
-    let close = escaped_quote_len(bytes, start).map(|len| &bytes[start..start + len]);
-    let start = start + close.map_or(0, <[u8]>::len);
-    let end = match close.and_then(|close| memchr::memmem::find(&bytes[start..], close)) {
-        Some(k) => start + k,
-        None => assignment_value_end(text, start),
-    };
-    (start, end)
+    if let Some(quoted) = quoted_at(bytes, start) {
+        return quoted;
+    }
+    // Unquoted, or a quote never closed: after the quote, to where an unquoted value ends.
+    let start = start + escaped_quote_len(bytes, start).unwrap_or(0);
+    (start, assignment_value_end(text, start))
 }
 
 /// The password that the flag `text[i..j]` (a word starting with `-`) gives the command it

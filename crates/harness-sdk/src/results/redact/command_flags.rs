@@ -386,7 +386,12 @@ const BACKSLASH: u8 = 5;
 /// the command line may begin further back, or a quote before the command may hide every
 /// separator), and `true` with it.
 pub(super) fn commands_before(text: &str, i: usize) -> (Commands, bool) {
-    let (start, limited) = match line_start(text, i) {
+    commands_from(text, line_start(text, i), i)
+}
+
+/// [`commands_before`] with the command line's start ([`line_start`]) already found.
+fn commands_from(text: &str, line_start: Option<usize>, i: usize) -> (Commands, bool) {
+    let (start, limited) = match line_start {
         Some(start) => (start, false),
         None => {
             let floor = i.saturating_sub(LOOKBACK);
@@ -504,7 +509,7 @@ impl CommandsMemo {
                         commands.push_words(&text[at..i]);
                         (commands, true)
                     }
-                    Some(_) => commands_before(text, i),
+                    start => commands_from(text, start, i),
                 }
             }
             _ => commands_before(text, i),
