@@ -139,6 +139,26 @@ pub const PLANTED_SECRETS: &[(&str, &str, &str)] = &[
         "s3cr3t-sshpass-pw",
     ),
     (
+        "namespaced xml element",
+        "<wsse:Password Type=\"#PasswordText\">s3cr3t-wsse-pw</wsse:Password>",
+        "s3cr3t-wsse-pw",
+    ),
+    (
+        "secret store flag",
+        "gh secret set X --body s3cr3t-gh-body",
+        "s3cr3t-gh-body",
+    ),
+    (
+        "secret store pair",
+        "fly secrets set FOO=s3cr3t-fly-value",
+        "s3cr3t-fly-value",
+    ),
+    (
+        "secure string",
+        "ConvertTo-SecureString 's3cr3t-ps-plain' -AsPlainText",
+        "s3cr3t-ps-plain",
+    ),
+    (
         "gitlab session",
         "_gitlab_session=0123456789abcdef0123456789abcdef",
         "0123456789abcdef0123456789abcdef",
@@ -428,8 +448,8 @@ fn plant_in_strings(value: &Value, planted: &str) -> Value {
 
 /// A copy of `value` (wrapped in an object when it is not one) where every object also holds
 /// the planted key secret under every key of [`PLANTED_KEYS`] and, under an ordinary key, as
-/// the values of credential flags in an array of arguments; every array also ends with such a
-/// flag and the secret.
+/// the values of credential flags and of commands that store secrets in an array of
+/// arguments; every array also ends with such a flag and the secret.
 fn plant_under_keys(value: &Value) -> Value {
     let mut out = match value {
         Value::Object(_) => value.clone(),
@@ -463,6 +483,16 @@ fn plant_under_keys(value: &Value) -> Value {
                         PLANTED_KEY_SECRET,
                         "mysql",
                         format!("-p{PLANTED_KEY_SECRET}"),
+                        "gh",
+                        "secret",
+                        "set",
+                        "X",
+                        "--body",
+                        PLANTED_KEY_SECRET,
+                        "fly",
+                        "secrets",
+                        "set",
+                        format!("FOO={PLANTED_KEY_SECRET}"),
                     ]),
                 );
                 stack.extend(map.values_mut());

@@ -863,6 +863,9 @@ struct Rewrite<'a> {
     moved_separators: bool,
     /// Whether to watch for `moved_separators`.
     watch_separators: bool,
+    /// Whether the text may hold a command whose every `KEY=value` is a secret
+    /// ([`command_flags::may_assign_secrets`]), once looked at.
+    assigns_secrets: Option<bool>,
 }
 
 /// Where a [`Rewrite`] stood before a match ([`Rewrite::mark`], [`Rewrite::rollback`]).
@@ -886,7 +889,32 @@ impl<'a> Rewrite<'a> {
             commands: CommandsMemo::default(),
             moved_separators: false,
             watch_separators: false,
+            assigns_secrets: None,
         }
+    }
+
+    /// A rule found a secret by the command it follows ([`command_flags`]). That command was
+    /// read in the text as it came in; a span replaced earlier in this scan may have held its
+    /// name (`KEY=kubectl` masked before `kubectl`'s flag), and the next scan, without it,
+    /// may read the secret's value with another rule, to another end: then it is scanned
+    /// again.
+    #[inline]
+    fn after_command(&mut self) {
+        self.unsettled |= self.spans > 0;
+    }
+
+    /// Whether the text may hold a command whose every `KEY=value` is a secret (looked at
+    /// once). From then on the scan watches for masks that move separators of commands, as a
+    /// scan for flags does; a mask before that may have moved one too.
+    fn assigns_secrets(&mut self) -> bool {
+        *self.assigns_secrets.get_or_insert_with(|| {
+            let found = command_flags::may_assign_secrets(self.text);
+            if found && !self.watch_separators {
+                self.watch_separators = true;
+                self.moved_separators = self.spans > 0;
+            }
+            found
+        })
     }
 
     /// A rewrite that writes nothing and starts where `mark` stood: it tells whether a check
@@ -928,8 +956,10 @@ impl<'a> Rewrite<'a> {
         self.last_from = from;
         self.spans += 1;
         if self.watch_separators && !self.moved_separators {
+            // With the byte before the span: a backslash there makes an escape of the span's
+            // first byte (`\n` whose `n` the mask takes).
             self.moved_separators =
-                command_flags::moves_separators(&self.text.as_bytes()[from..to]);
+                command_flags::moves_separators(&self.text.as_bytes()[from.saturating_sub(1)..to]);
         }
         if !self.dry {
             let out = self
@@ -1222,7 +1252,7 @@ fn scan_words<'a, const GATED: bool>(
     // A command password flag's command line read differently in the output: a mask took a
     // separator or a quote out of the text, or a flag found no separator within reach (which
     // words are within reach moves with the masks before it).
-    let commands_moved = rw.moved_separators || (flags && rw.commands.limited);
+    let commands_moved = rw.moved_separators || (rw.watch_separators && rw.commands.limited);
     let unsettled = rw.out.is_some() && (rw.unsettled || commands_moved);
     Scan {
         text: rw.finish(),
@@ -1283,14 +1313,33 @@ fn match_word<'a>(
     // and then another word, which no check after a word's end can use. (A space and a
     // word character, the most common case, leave no room for an operator.)
     let operator = if checks & CHECK_OPERATOR != 0 && !space_then_word(bytes, j) {
-        // `<password>secret</password>`: an XML element named like a sensitive key.
+        // `<password>secret</password>`, `<ns:password>…`: an XML element named like a
+        // sensitive key; and one whose start tag has attributes, found at its end tag
+        // (`<wsse:Password Type="…">secret</wsse:Password>`).
         if next == Some(b'>')
-            && i > 0
-            && bytes[i - 1] == b'<'
-            && let Some((start, end)) = xml_element_value(text, i, j)
+            && let Some((open, closing)) = xml_tag_start(bytes, i)
         {
-            rw.mask_span(start, end, false);
-            return Some(end);
+            if !closing && let Some((start, end)) = xml_element_value(text, open, i, j) {
+                rw.mask_span(start, end, false);
+                return Some(end);
+            }
+            if closing && is_text_key_memo(&text[i..j]) {
+                match xml_attributed_element_value(text, open, j) {
+                    Some((start, _)) if rw.copied > start => {
+                        // A rule inside the element's text replaced a span of it (a token):
+                        // the next scan, which keeps that span as it is, masks the text whole.
+                        rw.unsettled = true;
+                        return None;
+                    }
+                    Some((start, end)) => {
+                        rw.mask_span(start, end, false);
+                        return Some(j);
+                    }
+                    // A span replaced within reach may have taken a `<` or `>` out of the
+                    // text, and the next scan may find the element where this one did not.
+                    None => rw.unsettled |= rw.spans > 0 && rw.copied + 2 * XML_REACH > open,
+                }
+            }
         }
         // `<add key="Password" value="…"/>`: a tag's value attribute whose key names a secret.
         if next == Some(b'=')
@@ -1335,8 +1384,25 @@ fn match_word<'a>(
     // password. First: a glued password can read as a flag's name (`-pmy-pass`), a URL's
     // scheme (`-pk3y…https://…`) or anything else a word can start.
     if single_dash && let Some((start, end)) = password_flag_value(text, i, j, &mut rw.commands) {
+        rw.after_command();
         rw.mask_span(start, end, false);
         return Some(end);
+    }
+    // PowerShell's `ConvertTo-SecureString "secret" -AsPlainText`: the plain text before the
+    // flag, found from the flag.
+    if single_dash
+        && j - i == 12
+        && word_is(bytes, i, j, b"-asplaintext")
+        && let Some((start, end, quoted)) = secure_string_argument(bytes, i)
+    {
+        if rw.copied > start {
+            // Masked already, or a span of it replaced by another rule: the next scan, which
+            // keeps such a span as it is, masks the argument whole.
+            rw.unsettled |= !(rw.last_from == start && rw.copied == end);
+        } else {
+            rw.mask_span(start, end, quoted);
+            return Some(j);
+        }
     }
     // Payment card numbers (their groups span several words), also right after a `-`
     // (`-4111 1111 …`: the `-` starts the word but is not part of the number).
@@ -1457,11 +1523,37 @@ fn match_word<'a>(
         rw.mask_span(start, end, false);
         return Some(end);
     }
-    // `--api-key value`, `-token value`.
-    if (single_dash || (flag_check && word.starts_with("--")))
+    // `--api-key value`, `-token value`. (After `?` or `&` and before `=` such a word is a
+    // query pair's key, `?--password=…`, whose value the assignment rule reads, up to a
+    // fragment's `#`.)
+    if (single_dash
+        || (flag_check
+            && word.starts_with("--")
+            && !(next == Some(b'=') && after_query_separator(bytes, i))))
         && is_credential_flag(word)
         && let Some((start, end)) = flag_value(text, j)
     {
+        rw.mask_span(start, end, false);
+        return Some(end);
+    }
+    // `gh secret set NAME --body SECRET`: a long flag whose value a command that stores
+    // secrets takes as one (`command_flags`).
+    if flag_check
+        && word.starts_with("--")
+        && command_flags::is_long_flag_name(&bytes[i + 2..j])
+        && let Some((start, end)) = flag_value(text, j)
+        && let Some(flag) = rw.commands.before(text, i).long_flag(&bytes[i + 2..j])
+    {
+        rw.after_command();
+        let start = if flag.pair {
+            // `--from-literal=KEY=SECRET`: the part after the pair's `=`.
+            match memchr::memchr(b'=', &bytes[start..end]) {
+                Some(eq) if start + eq + 1 < end => start + eq + 1,
+                _ => return None,
+            }
+        } else {
+            start
+        };
         rw.mask_span(start, end, false);
         return Some(end);
     }
@@ -1497,8 +1589,7 @@ fn match_word<'a>(
             || is_gitlab_session(text, next, &a, key))
     {
         // In a query or form pair (`?code=…`, `&sig=…`) a `#` starts the fragment.
-        if i > 0
-            && matches!(bytes[i - 1], b'?' | b'&')
+        if after_query_separator(bytes, i)
             && !a.quoted
             && let Some(hash) = text[a.value_start..a.value_end].find('#')
             && hash > 0
@@ -1540,6 +1631,23 @@ fn match_word<'a>(
             rw.mask_span(a.value_start, a.value_end, a.quoted);
         }
         return Some(a.value_end);
+    }
+    // `fly secrets set KEY=SECRET`, `vault kv put PATH KEY=SECRET`: after a command that
+    // stores secrets, every value is one, whatever its key (`command_flags`). A flag's
+    // `--name=value` is the flag's (its own rule reads it, or nothing does).
+    if key_kind.is_none()
+        && c != b'-'
+        && let Some((op, false)) = operator
+        && bytes[op] == b'='
+        && rw.assigns_secrets()
+        && rw.commands.before(text, i).assigns()
+    {
+        rw.after_command();
+        if let Some(a) = assignment_value(text, op, false) {
+            rw.mask_span(a.value_start, a.value_end, a.quoted);
+            return Some(a.value_end);
+        }
+        rw.unsettled = true;
     }
     // A query or form key spelled with percent escapes, `+` or invisible characters
     // (`client%5Fsecret=`, `client_se\u{200B}cret=`): decoded, it is a sensitive name.
@@ -2853,15 +2961,52 @@ fn flag_value(text: &str, after: usize) -> Option<(usize, usize)> {
     if k - start <= 4 && bytes[start..k].iter().all(u8::is_ascii_lowercase) {
         return None;
     }
+    // PowerShell's `-Password (ConvertTo-SecureString "…" -AsPlainText)`: the plain text is
+    // the value, masked from its `-AsPlainText` ([`secure_string_argument`]).
+    if text[start..k]
+        .trim_start_matches('(')
+        .eq_ignore_ascii_case("ConvertTo-SecureString")
+    {
+        return None;
+    }
     Some((start, k))
 }
 
-/// The text of an XML element whose name, the word `i..j` between `<` and `>`, is a sensitive
-/// key ([`is_text_key`]), or that is a property list's value right after a sensitive key
+/// How long a namespace prefix of an element's name ([`xml_tag_start`]) may be.
+const XML_PREFIX_MAX: usize = 64;
+
+/// Whether the word at byte `i` of `bytes` is the name of an XML tag, after `<` (a start tag)
+/// or `</` (an end tag) and perhaps a namespace prefix (`<wsse:Password`): the index of the
+/// tag's `<`, and whether it is an end tag.
+#[inline]
+fn xml_tag_start(bytes: &[u8], i: usize) -> Option<(usize, bool)> {
+    let mut k = i;
+    if k > 0 && bytes[k - 1] == b':' {
+        let floor = k.saturating_sub(1 + XML_PREFIX_MAX);
+        let prefix = bytes[floor..k - 1]
+            .iter()
+            .rev()
+            .take_while(|&&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            .count();
+        if prefix == 0 {
+            return None;
+        }
+        k -= 1 + prefix;
+    }
+    match k.checked_sub(1).map(|p| bytes[p]) {
+        Some(b'<') => Some((k - 1, false)),
+        Some(b'/') if k >= 2 && bytes[k - 2] == b'<' => Some((k - 2, true)),
+        _ => None,
+    }
+}
+
+/// The text of an XML element whose start tag, `<` at byte `open` and the word `i..j` (its
+/// name, after a namespace prefix if it has one) followed by `>`, names a sensitive key
+/// ([`is_text_key`]), or that is a property list's value right after a sensitive key
 /// ([`is_plist_secret`]): from after the `>` to the next `<` (or the end of the text), without
 /// the blanks at either end. `None` for another element or an empty one.
-fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
-    if !(is_text_key_memo(&text[i..j]) || is_plist_secret(text, i, j)) {
+fn xml_element_value(text: &str, open: usize, i: usize, j: usize) -> Option<(usize, usize)> {
+    if !(is_text_key_memo(&text[i..j]) || (open + 1 == i && is_plist_secret(text, i, j))) {
         return None;
     }
     let bytes = text.as_bytes();
@@ -2879,6 +3024,43 @@ fn xml_element_value(text: &str, i: usize, j: usize) -> Option<(usize, usize)> {
 /// How far an XML rule reads for the rest of its tag or the key before its element, in bytes
 /// (a longer tag or key is not read: redaction stays linear in the text).
 const XML_REACH: usize = 256;
+
+/// The text of an XML element whose start tag has attributes (`<wsse:Password
+/// Type="…#PasswordText">secret</wsse:Password>`), found from its end tag: `<` at byte
+/// `open`, then `/` and the name (with its namespace prefix) up to byte `j`, where `>` follows
+/// (whether the name is a sensitive key, [`is_text_key`], is the caller's to judge). From
+/// after the start tag's `>` to the end tag, without the blanks at either end; the element's
+/// text and its start tag are each read within [`XML_REACH`] bytes. `None` for an element
+/// whose start tag has no attributes (that one is masked from its start tag,
+/// [`xml_element_value`]) or holds no text.
+fn xml_attributed_element_value(text: &str, open: usize, j: usize) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
+    let floor = open.saturating_sub(XML_REACH);
+    let gt = floor + memchr::memrchr(b'>', &bytes[floor..open])?;
+    if memchr::memchr(b'<', &bytes[gt + 1..open]).is_some() || gt == 0 || bytes[gt - 1] == b'/' {
+        return None;
+    }
+    let floor = gt.saturating_sub(XML_REACH);
+    let lt = floor + memchr::memrchr(b'<', &bytes[floor..gt])?;
+    // The start tag: the same name, then a blank before its attributes, and no other `>`.
+    let name = &bytes[open + 2..j];
+    if memchr::memchr(b'>', &bytes[lt + 1..gt]).is_some()
+        || !bytes[lt + 1..gt].starts_with(name)
+        || !bytes
+            .get(lt + 1 + name.len())
+            .is_some_and(u8::is_ascii_whitespace)
+    {
+        return None;
+    }
+    let (mut start, mut end) = (gt + 1, open);
+    while start < end && bytes[start].is_ascii_whitespace() {
+        start += 1;
+    }
+    while end > start && bytes[end - 1].is_ascii_whitespace() {
+        end -= 1;
+    }
+    (end > start).then_some((start, end))
+}
 
 /// Whether the element named by the word `i..j` (after `<`) is a property list's value, a
 /// `<string>` or `<data>`, right after a `<key>` that names a sensitive key
@@ -3058,6 +3240,71 @@ fn password_flag_value(
     flag.takes(&bytes[start..end]).then_some((start, end))
 }
 
+/// Whether the word at byte `i` of `bytes` follows `?` or `&`: a query or form pair's key.
+#[inline]
+fn after_query_separator(bytes: &[u8], i: usize) -> bool {
+    i > 0 && matches!(bytes[i - 1], b'?' | b'&')
+}
+
+/// Whether the word `bytes[i..j]` is `lower` (lower-case ASCII) in any ASCII case.
+#[inline]
+fn word_is(bytes: &[u8], i: usize, j: usize, lower: &[u8]) -> bool {
+    bytes[i..j].eq_ignore_ascii_case(lower)
+}
+
+/// How far back from `-AsPlainText` [`secure_string_argument`] reads, in bytes.
+const SECURE_STRING_REACH: usize = 256;
+
+/// The plain text that PowerShell's `ConvertTo-SecureString` turns into a secure string,
+/// given before its `-AsPlainText` flag at byte `i` of `bytes` (`ConvertTo-SecureString
+/// "secret" -AsPlainText -Force`, also with `-String` before the text): its span and whether
+/// it is quoted (a quote, or an escaped one in serialized text). `None` when the words before
+/// the flag are not such a command, within [`SECURE_STRING_REACH`] bytes.
+fn secure_string_argument(bytes: &[u8], i: usize) -> Option<(usize, usize, bool)> {
+    let floor = i.saturating_sub(SECURE_STRING_REACH);
+    let blanks_before = |mut k: usize| {
+        while k > floor && matches!(bytes[k - 1], b' ' | b'\t') {
+            k -= 1;
+        }
+        k
+    };
+    let word_before = |k: usize| {
+        let start = bytes[floor..k]
+            .iter()
+            .rposition(|&b| matches!(b, b' ' | b'\t' | b'(' | b'=' | b'\n'))
+            .map_or(floor, |p| floor + p + 1);
+        (start, k)
+    };
+    let end_quoted = blanks_before(i);
+    if end_quoted == i {
+        return None;
+    }
+    let (start, end, quoted, from) = if let Some(closing) = quote_before(bytes, end_quoted)
+        && let Some(open) =
+            memchr::memmem::rfind(&bytes[floor..end_quoted - closing.len()], closing)
+    {
+        let open = floor + open;
+        (open + closing.len(), end_quoted - closing.len(), true, open)
+    } else {
+        let (start, end) = word_before(end_quoted);
+        (start, end, false, start)
+    };
+    // A flag, or a variable (`$env:PASSWORD`), is not the text itself.
+    if start >= end || bytes[start] == b'-' || (!quoted && bytes[start] == b'$') {
+        return None;
+    }
+    let (mut w, mut e) = word_before(blanks_before(from));
+    if bytes[w..e].eq_ignore_ascii_case(b"-string") {
+        (w, e) = word_before(blanks_before(w));
+    }
+    // The command's name, also after a quote or an escape glued to it (`\nConvertTo-…` in
+    // serialized text). The word is cut at ASCII bytes, so it is a `str` again.
+    let word = std::str::from_utf8(&bytes[w..e]).ok()?;
+    command_flags::command_name(word)
+        .eq_ignore_ascii_case("ConvertTo-SecureString")
+        .then_some((start, end, quoted))
+}
+
 /// The quote right before byte `i` of `bytes`, with the backslashes that escape it (`"`, or
 /// `\"` in serialized text), if there is one.
 fn quote_before(bytes: &[u8], i: usize) -> Option<&[u8]> {
@@ -3103,23 +3350,34 @@ fn is_user_password(value: &[u8]) -> bool {
 /// (the same rule serves `Value` and `SharedValue` arrays).
 pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Option<&mut String>) {
     // The commands among the elements before `seen`, for their password flags: taken in
-    // only when a flag with such a letter comes (most arrays hold none).
+    // only when an element that such a command reads comes (most arrays hold none).
     let mut commands = Commands::default();
     let mut seen = 0;
     // What the previous element, a flag, makes of this one.
     let mut asks = FlagAsks::Nothing;
     for k in 0..items.len() {
-        let letter = match string(&mut items[k]) {
+        let (letter, commanded) = match string(&mut items[k]) {
             None => {
                 asks = FlagAsks::Nothing;
                 continue;
             }
             Some(arg) => match arg.as_bytes() {
-                [b'-', letter, ..] if command_flags::is_password_letter(*letter) => Some(*letter),
-                _ => None,
+                [b'-', letter, ..] if command_flags::is_password_letter(*letter) => {
+                    (Some(*letter), true)
+                }
+                [b'-', b'-', rest @ ..] => {
+                    (None, command_flags::is_long_flag_name(flag_name(rest)))
+                }
+                // `KEY=value` ([`command_flags::may_assign_secrets`]'s words are looked for
+                // in the elements only when one comes).
+                bytes => (
+                    None,
+                    bytes.first() != Some(&b'-')
+                        && memchr::memchr(b'=', bytes).is_some_and(|p| p > 0),
+                ),
             },
         };
-        if letter.is_some() {
+        if commanded {
             for item in &mut items[seen..k] {
                 if let Some(word) = string(item) {
                     commands.push(word);
@@ -3138,11 +3396,23 @@ pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Op
                 && let Some(flag) = letter.and_then(|letter| commands.flag(letter, Form::Glued))
                 && flag.takes(&bytes[2..])
             {
-                if !is_masked(&arg[2..]) {
-                    let mask = safe_mask(&arg[2..], false);
-                    arg.replace_range(2.., &mask);
-                }
+                mask_after(arg, 2);
                 asks = FlagAsks::Nothing;
+                continue;
+            }
+            // `--body SECRET`, `--body=SECRET`, `--from-literal=KEY=SECRET` after a command
+            // that stores secrets.
+            if commanded
+                && letter.is_none()
+                && let Some(flag) = commands.long_flag(flag_name(&bytes[2..]))
+            {
+                asks = match memchr::memchr(b'=', bytes) {
+                    Some(eq) => {
+                        mask_after(arg, long_flag_secret(arg, eq + 1, flag));
+                        FlagAsks::Nothing
+                    }
+                    None => FlagAsks::Long(flag),
+                };
                 continue;
             }
             let separate = letter
@@ -3157,17 +3427,49 @@ pub(crate) fn mask_flag_values<T>(items: &mut [T], string: impl Fn(&mut T) -> Op
             };
             continue;
         }
-        let secret = match std::mem::replace(&mut asks, FlagAsks::Nothing) {
-            FlagAsks::Nothing => false,
-            FlagAsks::Credential => true,
+        let from = match std::mem::replace(&mut asks, FlagAsks::Nothing) {
+            FlagAsks::Nothing => None,
+            FlagAsks::Credential => Some(0),
             FlagAsks::UserPassword(flag) => {
-                is_user_password(bytes) || flag.is_some_and(|flag| flag.takes(bytes))
+                (is_user_password(bytes) || flag.is_some_and(|flag| flag.takes(bytes))).then_some(0)
             }
-            FlagAsks::Password(flag) => flag.takes(bytes),
+            FlagAsks::Password(flag) => flag.takes(bytes).then_some(0),
+            FlagAsks::Long(flag) => Some(long_flag_secret(arg, 0, flag)),
         };
-        if secret && !arg.is_empty() && !is_masked(arg) {
-            *arg = safe_mask(arg, false);
+        // `["fly", "secrets", "set", "KEY=SECRET"]`: after a command that stores secrets,
+        // every value is one.
+        let from = from.or_else(|| {
+            (commanded && commands.assigns())
+                .then(|| memchr::memchr(b'=', bytes).map(|eq| eq + 1))
+                .flatten()
+        });
+        if let Some(from) = from {
+            mask_after(arg, from);
         }
+    }
+}
+
+/// A long flag's name in the bytes after its dashes: up to its `=`, if it has one.
+fn flag_name(rest: &[u8]) -> &[u8] {
+    memchr::memchr(b'=', rest).map_or(rest, |eq| &rest[..eq])
+}
+
+/// Where the secret starts in the value of a [`command_flags::LongFlag`] that starts at byte
+/// `from` of `arg`: there, or after the `=` of a `KEY=SECRET` pair (the end of `arg` when the
+/// pair has none).
+fn long_flag_secret(arg: &str, from: usize, flag: &command_flags::LongFlag) -> usize {
+    if !flag.pair {
+        return from;
+    }
+    memchr::memchr(b'=', &arg.as_bytes()[from..]).map_or(arg.len(), |eq| from + eq + 1)
+}
+
+/// Masks `arg` from byte `from` (an ASCII byte's end) on ([`safe_mask`]), unless that part is
+/// empty or already masked.
+fn mask_after(arg: &mut String, from: usize) {
+    if from < arg.len() && !is_masked(&arg[from..]) {
+        let mask = safe_mask(&arg[from..], false);
+        arg.replace_range(from.., &mask);
     }
 }
 
@@ -3183,6 +3485,9 @@ enum FlagAsks {
     UserPassword(Option<&'static command_flags::PasswordFlag>),
     /// A command's password flag (`sshpass -p`): the next element when the flag takes it.
     Password(&'static command_flags::PasswordFlag),
+    /// A long flag of a command that stores secrets (`gh secret set NAME --body`): the next
+    /// element (after its `=` for a `KEY=SECRET` pair).
+    Long(&'static command_flags::LongFlag),
 }
 
 /// Whether `word` names an HTTP authorization header (`Authorization`, `Proxy-Authorization`).
@@ -3510,10 +3815,14 @@ fn assignment_value(text: &str, op: usize, header_style: bool) -> Option<Assignm
             {
                 e += 1;
             }
-            // A value that is the lead-in of another shape (`--api-key …`, `Authorization: …`)
-            // is left to that shape, which masks what follows it.
+            // A value that is the lead-in of another shape (`--api-key …`, `Authorization: …`,
+            // PowerShell's `ConvertTo-SecureString "…" -AsPlainText`) is left to that shape,
+            // which masks what follows it.
             let value = &text[start..e];
-            if value.starts_with("--") || value.ends_with(':') {
+            if value.starts_with("--")
+                || value.ends_with(':')
+                || value.eq_ignore_ascii_case("ConvertTo-SecureString")
+            {
                 return None;
             }
             (e > start).then_some(Assignment {
@@ -3594,7 +3903,7 @@ fn is_query_secret(bytes: &[u8], i: usize, next: Option<u8>, a: &Assignment, key
     };
     let compact = &buf[..n];
     if FORM_PAIR_KEYS.contains(&compact) {
-        (i > 0 && matches!(bytes[i - 1], b'?' | b'&'))
+        after_query_separator(bytes, i)
             || bytes.get(a.value_end) == Some(&b'&')
             || after_body_label(bytes, i)
     } else {
@@ -4752,6 +5061,23 @@ mod tests {
         "docker",
         "login",
         "smbclient",
+        "gh secret set",
+        "--body",
+        "-b",
+        "fly secrets set",
+        "vault kv put",
+        "kubectl create secret",
+        "--from-literal=",
+        "FOO=",
+        "ConvertTo-SecureString",
+        "-AsPlainText",
+        "\"",
+        "'",
+        "(",
+        "<ns:",
+        "<wsse:Password Type=\"x\">",
+        "</wsse:Password>",
+        " a=\"1\">",
         ";",
         "value=",
         "key=",
@@ -4866,6 +5192,12 @@ mod tests {
         "--password \"k3y Material 998\"",
         "<add key=\"ApiKey\" value=\"k3yMaterial999\"/>",
         "<key>token</key><string>k3yMaterial990</string>",
+        "<wsse:Password Type=\"#PasswordText\">k3yMaterial981</wsse:Password>",
+        "<ns:password>k3yMaterial982</ns:password>",
+        "gh secret set X --body k3yMaterial983",
+        "fly secrets set FOO=k3yMaterial984",
+        "kubectl create secret generic x --from-literal=pw=k3yMaterial985",
+        "$p = ConvertTo-SecureString 'k3yMaterial986' -AsPlainText",
     ];
 
     /// A text of [`SCAN_PIECES`] and, one pick in eight, [`WHOLE_SECRETS`].

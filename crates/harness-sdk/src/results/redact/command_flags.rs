@@ -8,6 +8,12 @@
 //! among the words before the flag in the same command: in a text back to the last separator
 //! of commands outside quotes (a line break, `;`, `|`, `&`, a bracket, a backtick), in an
 //! array of arguments among the elements before it.
+//!
+//! Commands that store secrets carry them in other arguments too, whatever their names: a long
+//! flag's value (`gh secret set NAME --body SECRET`, `aws secretsmanager create-secret
+//! --secret-string SECRET`, `kubectl create secret generic NAME --from-literal=KEY=SECRET`,
+//! [`LongFlag`]) and every `KEY=SECRET` argument (`fly secrets set KEY=SECRET`, `vault kv put
+//! PATH KEY=SECRET`, [`CommandFlags::assignments`]).
 
 /// How a command reads a flag's value.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -53,6 +59,23 @@ impl PasswordFlag {
     }
 }
 
+/// A long flag whose value is a secret after a command that stores secrets (`gh secret set
+/// --body SECRET`), whatever its name says.
+#[derive(Debug)]
+pub(super) struct LongFlag {
+    /// The flag's name, without its dashes.
+    name: &'static str,
+    /// The value is a `KEY=SECRET` pair, whose part after the first `=` is the secret
+    /// (`kubectl create secret generic NAME --from-literal=KEY=SECRET`).
+    pub(super) pair: bool,
+}
+
+impl LongFlag {
+    const fn value(name: &'static str) -> Self {
+        Self { name, pair: false }
+    }
+}
+
 /// Commands that take a password by the same flags.
 struct CommandFlags {
     names: &'static [&'static str],
@@ -60,12 +83,34 @@ struct CommandFlags {
     /// port).
     subcommand: Option<&'static str>,
     flags: &'static [PasswordFlag],
+    /// Long flags whose value is a secret.
+    long: &'static [LongFlag],
+    /// Every `KEY=value` argument is a secret, whatever the key (`fly secrets set
+    /// KEY=SECRET`).
+    assignments: bool,
+}
+
+impl CommandFlags {
+    /// A command with short password flags only.
+    const fn short(
+        names: &'static [&'static str],
+        subcommand: Option<&'static str>,
+        flags: &'static [PasswordFlag],
+    ) -> Self {
+        Self {
+            names,
+            subcommand,
+            flags,
+            long: &[],
+            assignments: false,
+        }
+    }
 }
 
 /// The commands of this rule and their password flags.
-static COMMANDS: [CommandFlags; 16] = [
-    CommandFlags {
-        names: &[
+static COMMANDS: [CommandFlags; 23] = [
+    CommandFlags::short(
+        &[
             "mysql",
             "mysqldump",
             "mysqladmin",
@@ -85,21 +130,17 @@ static COMMANDS: [CommandFlags; 16] = [
             "mariadb-slap",
             "mariadb-binlog",
         ],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'p', Form::Glued)],
-    },
-    CommandFlags {
-        names: &["sshpass"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'p', Form::Both)],
-    },
-    CommandFlags {
-        names: &["redis-cli", "valkey-cli", "keydb-cli"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'a', Form::Separate)],
-    },
-    CommandFlags {
-        names: &[
+        None,
+        &[PasswordFlag::new(b'p', Form::Glued)],
+    ),
+    CommandFlags::short(&["sshpass"], None, &[PasswordFlag::new(b'p', Form::Both)]),
+    CommandFlags::short(
+        &["redis-cli", "valkey-cli", "keydb-cli"],
+        None,
+        &[PasswordFlag::new(b'a', Form::Separate)],
+    ),
+    CommandFlags::short(
+        &[
             "mongo",
             "mongosh",
             "mongodump",
@@ -110,23 +151,23 @@ static COMMANDS: [CommandFlags; 16] = [
             "mongotop",
             "mongofiles",
         ],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'p', Form::Both)],
-    },
-    CommandFlags {
-        names: &[
+        None,
+        &[PasswordFlag::new(b'p', Form::Both)],
+    ),
+    CommandFlags::short(
+        &[
             "docker", "podman", "buildah", "skopeo", "nerdctl", "helm", "oras",
         ],
-        subcommand: Some("login"),
-        flags: &[PasswordFlag::new(b'p', Form::Separate)],
-    },
-    CommandFlags {
-        names: &["az"],
-        subcommand: Some("login"),
-        flags: &[PasswordFlag::new(b'p', Form::Separate)],
-    },
-    CommandFlags {
-        names: &[
+        Some("login"),
+        &[PasswordFlag::new(b'p', Form::Separate)],
+    ),
+    CommandFlags::short(
+        &["az"],
+        Some("login"),
+        &[PasswordFlag::new(b'p', Form::Separate)],
+    ),
+    CommandFlags::short(
+        &[
             "ldapsearch",
             "ldapadd",
             "ldapmodify",
@@ -137,41 +178,41 @@ static COMMANDS: [CommandFlags; 16] = [
             "ldapcompare",
             "ldapexop",
         ],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'w', Form::Both)],
-    },
-    CommandFlags {
-        names: &["sqlcmd", "bcp", "osql"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'P', Form::Both)],
-    },
-    CommandFlags {
-        names: &["zip", "unzip"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'P', Form::Separate)],
-    },
-    CommandFlags {
-        names: &["7z", "7za", "7zr", "rar", "unrar"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'p', Form::Glued)],
-    },
-    CommandFlags {
-        names: &["openssl"],
-        subcommand: None,
-        // `openssl enc -k <password>` and `-K <hex key>`.
-        flags: &[
+        None,
+        &[PasswordFlag::new(b'w', Form::Both)],
+    ),
+    CommandFlags::short(
+        &["sqlcmd", "bcp", "osql"],
+        None,
+        &[PasswordFlag::new(b'P', Form::Both)],
+    ),
+    CommandFlags::short(
+        &["zip", "unzip"],
+        None,
+        &[PasswordFlag::new(b'P', Form::Separate)],
+    ),
+    CommandFlags::short(
+        &["7z", "7za", "7zr", "rar", "unrar"],
+        None,
+        &[PasswordFlag::new(b'p', Form::Glued)],
+    ),
+    // `openssl enc -k <password>` and `-K <hex key>`.
+    CommandFlags::short(
+        &["openssl"],
+        None,
+        &[
             PasswordFlag::new(b'k', Form::Separate),
             PasswordFlag::new(b'K', Form::Separate),
         ],
-    },
-    CommandFlags {
-        // HTTPie and xh: `-a user:password` (or a token with `-A bearer`).
-        names: &["http", "https", "xh", "xhs"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'a', Form::Separate)],
-    },
-    CommandFlags {
-        names: &[
+    ),
+    // HTTPie and xh: `-a user:password` (or a token with `-A bearer`).
+    CommandFlags::short(
+        &["http", "https", "xh", "xhs"],
+        None,
+        &[PasswordFlag::new(b'a', Form::Separate)],
+    ),
+    CommandFlags::short(
+        &[
             "smbclient",
             "rpcclient",
             "smbcacls",
@@ -179,35 +220,87 @@ static COMMANDS: [CommandFlags; 16] = [
             "smbtree",
             "net",
         ],
-        subcommand: None,
-        flags: &[PasswordFlag {
+        None,
+        &[PasswordFlag {
             letter: b'U',
             form: Form::Both,
             needs: Some(b'%'),
         }],
-    },
-    CommandFlags {
-        names: &["lftp"],
-        subcommand: None,
-        flags: &[PasswordFlag {
+    ),
+    CommandFlags::short(
+        &["lftp"],
+        None,
+        &[PasswordFlag {
             letter: b'u',
             form: Form::Separate,
             needs: Some(b','),
         }],
-    },
-    CommandFlags {
-        // `-N <new passphrase>`, `-P <old passphrase>`.
-        names: &["ssh-keygen"],
-        subcommand: None,
-        flags: &[
+    ),
+    // `-N <new passphrase>`, `-P <old passphrase>`.
+    CommandFlags::short(
+        &["ssh-keygen"],
+        None,
+        &[
             PasswordFlag::new(b'N', Form::Separate),
             PasswordFlag::new(b'P', Form::Separate),
         ],
+    ),
+    CommandFlags::short(&["twine"], None, &[PasswordFlag::new(b'p', Form::Separate)]),
+    CommandFlags {
+        names: &["gh"],
+        subcommand: Some("secret"),
+        flags: &[PasswordFlag::new(b'b', Form::Both)],
+        long: &[LongFlag::value("body")],
+        assignments: false,
     },
     CommandFlags {
-        names: &["twine"],
-        subcommand: None,
-        flags: &[PasswordFlag::new(b'p', Form::Separate)],
+        names: &["fly", "flyctl", "doppler"],
+        subcommand: Some("secrets"),
+        flags: &[],
+        long: &[],
+        assignments: true,
+    },
+    CommandFlags {
+        names: &["vault"],
+        subcommand: Some("put"),
+        flags: &[],
+        long: &[],
+        assignments: true,
+    },
+    CommandFlags {
+        names: &["vault"],
+        subcommand: Some("patch"),
+        flags: &[],
+        long: &[],
+        assignments: true,
+    },
+    CommandFlags {
+        names: &["kubectl", "oc"],
+        subcommand: Some("secret"),
+        flags: &[],
+        long: &[LongFlag {
+            name: "from-literal",
+            pair: true,
+        }],
+        assignments: false,
+    },
+    CommandFlags {
+        // `az keyvault secret set --value SECRET`.
+        names: &["az"],
+        subcommand: Some("keyvault"),
+        flags: &[],
+        long: &[LongFlag::value("value")],
+        assignments: false,
+    },
+    CommandFlags {
+        names: &["aws"],
+        subcommand: Some("secretsmanager"),
+        flags: &[],
+        long: &[
+            LongFlag::value("secret-string"),
+            LongFlag::value("secret-binary"),
+        ],
+        assignments: false,
     },
 ];
 
@@ -248,15 +341,45 @@ static NAME_FIRST: [bool; 256] = {
     table
 };
 
-/// The index in [`COMMANDS`] of the command `word` runs ([`command_name`]).
-fn command_index(word: &str) -> Option<usize> {
+/// The entries of [`COMMANDS`] for the command `word` runs ([`command_name`]), as bits (a
+/// command can have more than one: `az login`, `az keyvault`).
+fn command_bits(word: &str) -> u32 {
     let name = command_name(word);
     // Every name is 2 to 14 bytes long and starts with one of a few bytes: most words are
     // looked up no further.
     if !(2..=14).contains(&name.len()) || !NAME_FIRST[usize::from(name.as_bytes()[0])] {
-        return None;
+        return 0;
     }
-    COMMANDS.iter().position(|c| c.names.contains(&name))
+    COMMANDS
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.names.contains(&name))
+        .fold(0, |bits, (k, _)| bits | 1 << k)
+}
+
+/// The first bytes of the names of every [`LongFlag`], indexed by byte.
+static LONG_FIRST: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut c = 0;
+    while c < COMMANDS.len() {
+        let mut f = 0;
+        while f < COMMANDS[c].long.len() {
+            table[COMMANDS[c].long[f].name.as_bytes()[0] as usize] = true;
+            f += 1;
+        }
+        c += 1;
+    }
+    table
+};
+
+/// Whether `name` (a long flag's, without its dashes) is the name of some command's
+/// [`LongFlag`]: most flags are never looked at again.
+#[inline]
+pub(super) fn is_long_flag_name(name: &[u8]) -> bool {
+    name.first().is_some_and(|&b| LONG_FIRST[usize::from(b)])
+        && COMMANDS
+            .iter()
+            .any(|c| c.long.iter().any(|f| f.name.as_bytes() == name))
 }
 
 /// The name of the command a word runs: its last run of name characters (letters, digits,
@@ -264,7 +387,7 @@ fn command_index(word: &str) -> Option<usize> {
 /// punctuation glued before it (`!mysql`), and without an escape glued before it in
 /// serialized or encoded text (`\vmysql`, `\x0bmysql`, `\u000bmysql`, `%0Bmysql`); and
 /// without a `.exe` suffix.
-fn command_name(word: &str) -> &str {
+pub(super) fn command_name(word: &str) -> &str {
     let bytes = word.as_bytes();
     let is_name = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-');
     let start = bytes.iter().rposition(|&b| !is_name(b)).map_or(0, |k| {
@@ -303,11 +426,16 @@ const _: () = assert!(COMMANDS.len() <= 32);
 impl Commands {
     /// Takes in the next word of the command line.
     pub(super) fn push(&mut self, word: &str) {
-        if let Some(k) = command_index(word) {
-            if COMMANDS[k].subcommand.is_some() {
-                self.waiting |= 1 << k;
-            } else {
-                self.ready |= 1 << k;
+        let mut bits = command_bits(word);
+        if bits != 0 {
+            while bits != 0 {
+                let k = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if COMMANDS[k].subcommand.is_some() {
+                    self.waiting |= 1 << k;
+                } else {
+                    self.ready |= 1 << k;
+                }
             }
             return;
         }
@@ -324,20 +452,44 @@ impl Commands {
 
     /// The password flag `-<letter>` of a command met so far that reads its value in `form`.
     pub(super) fn flag(&self, letter: u8, form: Form) -> Option<&'static PasswordFlag> {
-        let mut ready = self.ready;
-        while ready != 0 {
-            let k = ready.trailing_zeros() as usize;
-            ready &= ready - 1;
-            if let Some(flag) = COMMANDS[k]
-                .flags
+        self.ready_commands().find_map(|c| {
+            c.flags
                 .iter()
                 .find(|f| f.letter == letter && f.form.reads(form))
-            {
-                return Some(flag);
-            }
-        }
-        None
+        })
     }
+
+    /// The long flag `--<name>` of a command met so far whose value is a secret.
+    pub(super) fn long_flag(&self, name: &[u8]) -> Option<&'static LongFlag> {
+        self.ready_commands()
+            .find_map(|c| c.long.iter().find(|f| f.name.as_bytes() == name))
+    }
+
+    /// Whether a command met so far takes every `KEY=value` argument as a secret.
+    pub(super) fn assigns(&self) -> bool {
+        self.ready_commands().any(|c| c.assignments)
+    }
+
+    /// The commands met so far whose flags count.
+    fn ready_commands(&self) -> impl Iterator<Item = &'static CommandFlags> {
+        let mut ready = self.ready;
+        std::iter::from_fn(move || {
+            (ready != 0).then(|| {
+                let k = ready.trailing_zeros() as usize;
+                ready &= ready - 1;
+                &COMMANDS[k]
+            })
+        })
+    }
+}
+
+/// Whether `text` may hold a command whose `KEY=value` arguments are secrets
+/// ([`CommandFlags::assignments`]): it holds the word such a command needs (`secrets`, or
+/// `vault`). Looked at once per scan, at its first assignment whose key is no secret.
+pub(super) fn may_assign_secrets(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    memchr::memmem::find(bytes, b"secrets").is_some()
+        || memchr::memmem::find(bytes, b"vault").is_some()
 }
 
 /// How far back from a flag a text is read for its command, in bytes: a command line

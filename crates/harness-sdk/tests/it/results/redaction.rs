@@ -58,6 +58,20 @@ fn assert_redactions(cases: &[(&str, &str)], kept: &[&str]) {
     }
 }
 
+/// `args` sanitizes to `expected` through `sanitize_tool_args` (and again to itself),
+/// `redact_structured` and the shared-graph walk.
+fn assert_every_walk(args: &Value, expected: &Value) {
+    let out = sanitize_tool_args(args);
+    assert_eq!(&out, expected);
+    assert_eq!(sanitize_tool_args(&out), out, "idempotent");
+    assert_eq!(&redact_structured(args), expected);
+    assert_eq!(
+        &sanitize_shared_tool_args(&SharedValue::from_json(args)),
+        expected,
+        "shared graphs"
+    );
+}
+
 #[test]
 fn redaction_row_codes_by_parent() {
     let out = sanitize_tool_result(&json!({
@@ -576,14 +590,140 @@ fn redaction_row_command_password_flags() {
     expected["login"][5] = json!("***");
     expected["samba"][3] = json!("***");
     expected["ports"][7] = json!("-p***");
-    let out = sanitize_tool_args(&args);
-    assert_eq!(out, expected);
-    assert_eq!(sanitize_tool_args(&out), out, "idempotent");
-    assert_eq!(redact_structured(&args), expected);
-    assert_eq!(
-        sanitize_shared_tool_args(&SharedValue::from_json(&args)),
-        expected,
-        "shared graphs"
+    assert_every_walk(&args, &expected);
+}
+
+#[test]
+fn redaction_row_secret_store_commands() {
+    assert_scrubbed(
+        "gh secret set DEPLOY_TOKEN --body 'hunter2 hunter2' --repo o/r",
+        "hunter2 hunter2",
+    );
+    assert_scrubbed(
+        "fly secrets set STRIPE=sk9hunter2hunter2",
+        "sk9hunter2hunter2",
+    );
+    assert_redactions(
+        &[
+            // A long flag's value, quoted or not, after a blank or `=`; `gh`'s `-b` too.
+            (
+                "gh secret set X --body \"hunter2hunter2\"",
+                "gh secret set X --body \"***\"",
+            ),
+            (
+                "gh secret set X --body=hunter2",
+                "gh secret set X --body=***",
+            ),
+            (
+                "gh secret set X -b hunter2hunter2",
+                "gh secret set X -b ***",
+            ),
+            ("gh secret set X -bhunter2hunter2", "gh secret set X -b***"),
+            (
+                "az keyvault secret set --vault-name v --name db --value hunter2hunter2",
+                "az keyvault secret set --vault-name v --name db --value ***",
+            ),
+            (
+                "aws secretsmanager create-secret --name x --secret-string hunter2hunter2",
+                "aws secretsmanager create-secret --name x --secret-string ***",
+            ),
+            // A literal's key stays, its value is the secret.
+            (
+                "kubectl create secret generic db --from-literal=user=admin --from-literal=pw=hunter2",
+                "kubectl create secret generic db --from-literal=user=*** --from-literal=pw=***",
+            ),
+            (
+                "oc create secret generic db --from-literal pw=hunter2hunter2",
+                "oc create secret generic db --from-literal pw=***",
+            ),
+            // Every value, whatever its key.
+            (
+                "fly secrets set FOO=hunter2 BAR=\"hunter2 hunter2\" -a app",
+                "fly secrets set FOO=*** BAR=\"***\" -a app",
+            ),
+            (
+                "doppler secrets set FOO=hunter2hunter2",
+                "doppler secrets set FOO=***",
+            ),
+            (
+                "vault kv put secret/app db=hunter2hunter2 api=hunter2",
+                "vault kv put secret/app db=*** api=***",
+            ),
+            // In serialized text, and in a later command of the line.
+            (
+                r#"{"command":"cd infra && flyctl secrets set FOO=hunter2hunter2"}"#,
+                r#"{"command":"cd infra && flyctl secrets set FOO=***"}"#,
+            ),
+        ],
+        // The same flags and pairs after other commands, or after another separator.
+        &[
+            "gh pr create --title x --body \"Fixes the secrets page\"",
+            "gh issue create -b \"the body text\"",
+            "git checkout -b feature/secrets",
+            "gh secret list; gh pr create --body hello-world",
+            "fly secrets list && RUST_LOG=debug cargo test",
+            "RUST_LOG=debug cargo test --test secrets",
+            "kubectl create configmap x --from-literal=mode=fast",
+            "az keyvault show --name v; az config set core.output=json",
+            "vault status; FOO=bar make",
+            "echo \"fly secrets set\" ; FOO=bar make",
+            "cargo xtask --value 3",
+        ],
+    );
+    // In arrays of arguments, through every walk.
+    let args = json!({
+        "gh": ["gh", "secret", "set", "X", "--body", "hunter2 hunter2"],
+        "glued": ["gh", "secret", "set", "X", "--body=hunter2"],
+        "fly": ["fly", "secrets", "set", "FOO=hunter2", "BAR=x"],
+        "kubectl": ["kubectl", "create", "secret", "generic", "x", "--from-literal", "pw=hunter2"],
+        "literal": ["kubectl", "create", "secret", "generic", "x", "--from-literal=pw=hunter2"],
+        "kept": ["gh", "pr", "create", "--body", "hello", "env", "FOO=bar"],
+        "configmap": ["kubectl", "create", "configmap", "x", "--from-literal", "mode=fast"],
+    });
+    let mut expected = args.clone();
+    expected["gh"][5] = json!("***");
+    expected["glued"][4] = json!("--body=***");
+    expected["fly"][3] = json!("FOO=***");
+    expected["fly"][4] = json!("BAR=***");
+    expected["kubectl"][6] = json!("pw=***");
+    expected["literal"][5] = json!("--from-literal=pw=***");
+    assert_every_walk(&args, &expected);
+}
+
+#[test]
+fn redaction_row_powershell_secure_strings() {
+    assert_scrubbed(
+        "$cred = New-Object PSCredential('u', (ConvertTo-SecureString 'hunter2 hunter2' -AsPlainText -Force))",
+        "hunter2 hunter2",
+    );
+    assert_redactions(
+        &[
+            // The text, not the command: before it a sensitive key's assignment read the
+            // command's name as the value.
+            (
+                "$password = ConvertTo-SecureString \"hunter2hunter2\" -AsPlainText -Force",
+                "$password = ConvertTo-SecureString \"***\" -AsPlainText -Force",
+            ),
+            (
+                "$s = ConvertTo-SecureString -String 'hunter2' -AsPlainText -Force",
+                "$s = ConvertTo-SecureString -String '***' -AsPlainText -Force",
+            ),
+            (
+                "Connect-X -Password (ConvertTo-SecureString hunter2hunter2 -AsPlainText -Force)",
+                "Connect-X -Password (ConvertTo-SecureString *** -AsPlainText -Force)",
+            ),
+            (
+                r#"{"command":"$p = convertto-securestring \"hunter2hunter2\" -asplaintext"}"#,
+                r#"{"command":"$p = convertto-securestring \"***\" -asplaintext"}"#,
+            ),
+        ],
+        // A variable is no secret; the flag elsewhere means nothing.
+        &[
+            "$p = ConvertTo-SecureString $env:PW -AsPlainText -Force",
+            "$p = ConvertTo-SecureString -AsPlainText -Force",
+            "Read-Host -AsSecureString",
+            "Write-Output plain -AsPlainText",
+        ],
     );
 }
 
@@ -601,15 +741,7 @@ fn redaction_row_flag_values_in_argument_arrays() {
     expected["command"][2] = json!("***");
     expected["curl"][2] = json!("***");
     expected["long"][2] = json!("correc…aple");
-    let out = sanitize_tool_args(&args);
-    assert_eq!(out, expected);
-    assert_eq!(sanitize_tool_args(&out), out, "idempotent");
-    assert_eq!(redact_structured(&args), expected);
-    assert_eq!(
-        sanitize_shared_tool_args(&SharedValue::from_json(&args)),
-        expected,
-        "shared graphs"
-    );
+    assert_every_walk(&args, &expected);
     // At the root, and nested deeper than the walk recurses (the walk with its own stack).
     assert_eq!(
         sanitize_tool_args(&json!(["--password", "hunter2hunter2"])),
@@ -682,10 +814,32 @@ fn redaction_row_xml_elements() {
                 r#"{"pom":"<password>hunter2hunter2</password>"}"#,
                 r#"{"pom":"<password>***</password>"}"#,
             ),
+            // A namespace prefix, and a start tag with attributes (found from the end tag),
+            // as in WS-Security's `UsernameToken`.
+            (
+                "<ns:password>hunter2hunter2</ns:password>",
+                "<ns:password>***</ns:password>",
+            ),
+            (
+                r#"<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText">hunter2hunter2</wsse:Password>"#,
+                r#"<wsse:Password Type="http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText">***</wsse:Password>"#,
+            ),
+            (
+                "<password encrypted=\"false\">\n  hunter2hunter2\n</password>",
+                "<password encrypted=\"false\">\n  ***\n</password>",
+            ),
+            // A token inside such an element: the whole text, in the scan after the token's.
+            (
+                "<password a=\"1\">ghp_abcdefghijklmnopqrstuvwxyz0123456789 tail</password>",
+                "<password a=\"1\">***</password>",
+            ),
         ],
         // Other elements, an empty one, and names too common to be secrets (`<key>` in a
         // plist).
         &[
+            "<ns:name>tether</ns:name><x:password/>",
+            "<password a=\"1\"/><other>x</other></password>",
+            "<b>x</b></password>",
             "<name>tether</name><version>1.0</version>",
             "<password></password>",
             "<key>CFBundleName</key><string>Tether</string>",
