@@ -1325,19 +1325,23 @@ fn match_word<'a>(
             }
             if closing && is_text_key_memo(&text[i..j]) {
                 match xml_attributed_element_value(text, open, j) {
-                    Some((start, _)) if rw.copied > start => {
+                    ElementText::Text(start, _) if rw.copied > start => {
                         // A rule inside the element's text replaced a span of it (a token):
                         // the next scan, which keeps that span as it is, masks the text whole.
                         rw.unsettled = true;
                         return None;
                     }
-                    Some((start, end)) => {
+                    ElementText::Text(start, end) => {
                         rw.mask_span(start, end, false);
                         return Some(j);
                     }
+                    // Masked from its start tag, if at all.
+                    ElementText::Nothing => {}
                     // A span replaced within reach may have taken a `<` or `>` out of the
                     // text, and the next scan may find the element where this one did not.
-                    None => rw.unsettled |= rw.spans > 0 && rw.copied + 2 * XML_REACH > open,
+                    ElementText::NotFound => {
+                        rw.unsettled |= rw.spans > 0 && rw.copied + 2 * XML_REACH > open;
+                    }
                 }
             }
         }
@@ -3025,32 +3029,49 @@ fn xml_element_value(text: &str, open: usize, i: usize, j: usize) -> Option<(usi
 /// (a longer tag or key is not read: redaction stays linear in the text).
 const XML_REACH: usize = 256;
 
+/// What [`xml_attributed_element_value`] found before an element's end tag.
+enum ElementText {
+    /// The element's text, from its first byte to its end, without the blanks around it.
+    Text(usize, usize),
+    /// Nothing to mask here: the element's start tag has no attributes (its text is masked
+    /// from the start tag, [`xml_element_value`]), or the element holds no text.
+    Nothing,
+    /// No start tag of the element within reach.
+    NotFound,
+}
+
 /// The text of an XML element whose start tag has attributes (`<wsse:Password
 /// Type="…#PasswordText">secret</wsse:Password>`), found from its end tag: `<` at byte
 /// `open`, then `/` and the name (with its namespace prefix) up to byte `j`, where `>` follows
 /// (whether the name is a sensitive key, [`is_text_key`], is the caller's to judge). From
 /// after the start tag's `>` to the end tag, without the blanks at either end; the element's
-/// text and its start tag are each read within [`XML_REACH`] bytes. `None` for an element
-/// whose start tag has no attributes (that one is masked from its start tag,
-/// [`xml_element_value`]) or holds no text.
-fn xml_attributed_element_value(text: &str, open: usize, j: usize) -> Option<(usize, usize)> {
+/// text and its start tag are each read within [`XML_REACH`] bytes.
+fn xml_attributed_element_value(text: &str, open: usize, j: usize) -> ElementText {
     let bytes = text.as_bytes();
     let floor = open.saturating_sub(XML_REACH);
-    let gt = floor + memchr::memrchr(b'>', &bytes[floor..open])?;
+    let Some(gt) = memchr::memrchr(b'>', &bytes[floor..open]).map(|k| floor + k) else {
+        return ElementText::NotFound;
+    };
     if memchr::memchr(b'<', &bytes[gt + 1..open]).is_some() || gt == 0 || bytes[gt - 1] == b'/' {
-        return None;
+        return ElementText::NotFound;
     }
     let floor = gt.saturating_sub(XML_REACH);
-    let lt = floor + memchr::memrchr(b'<', &bytes[floor..gt])?;
+    let Some(lt) = memchr::memrchr(b'<', &bytes[floor..gt]).map(|k| floor + k) else {
+        return ElementText::NotFound;
+    };
     // The start tag: the same name, then a blank before its attributes, and no other `>`.
     let name = &bytes[open + 2..j];
-    if memchr::memchr(b'>', &bytes[lt + 1..gt]).is_some()
-        || !bytes[lt + 1..gt].starts_with(name)
-        || !bytes
-            .get(lt + 1 + name.len())
+    let tag = &bytes[lt + 1..gt];
+    if tag == name {
+        return ElementText::Nothing;
+    }
+    if memchr::memchr(b'>', tag).is_some()
+        || !tag.starts_with(name)
+        || !tag[name.len()..]
+            .first()
             .is_some_and(u8::is_ascii_whitespace)
     {
-        return None;
+        return ElementText::NotFound;
     }
     let (mut start, mut end) = (gt + 1, open);
     while start < end && bytes[start].is_ascii_whitespace() {
@@ -3059,7 +3080,11 @@ fn xml_attributed_element_value(text: &str, open: usize, j: usize) -> Option<(us
     while end > start && bytes[end - 1].is_ascii_whitespace() {
         end -= 1;
     }
-    (end > start).then_some((start, end))
+    if end > start {
+        ElementText::Text(start, end)
+    } else {
+        ElementText::Nothing
+    }
 }
 
 /// Whether the element named by the word `i..j` (after `<`) is a property list's value, a
@@ -3344,6 +3369,10 @@ fn is_user_password(value: &[u8]) -> bool {
 /// next element whole, and so does a command's password flag after that command
 /// (`["sshpass", "-p", "…"]`, `["docker", "login", "-p", "…"]`; see `command_flags`), whose
 /// value can also be glued to it (`["mysql", "-p…"]`: the part after the letter is masked).
+/// After a command that stores secrets, its long flags' values are masked the same way
+/// (`["gh", "secret", "set", "X", "--body", "…"]`, also glued after `=`; after a pair's `=`
+/// for `--from-literal=KEY=…`), and so is the value of every `KEY=value` element when the
+/// command takes them all as secrets (`["fly", "secrets", "set", "KEY=…"]`).
 /// A value that starts with `-` is the next flag, not a value, and stays; so does an already
 /// masked one, and any element after one that is not a string. Each element is a whole
 /// argument: a value is not cut at a blank. `string` gives an element's string, if it is one
@@ -5241,6 +5270,33 @@ mod tests {
         ));
         let every = outcome(scan_words::<false>(text, &config, FAMILY_ALL, false));
         assert_eq!(filtered, every, "{text:?}");
+    }
+
+    /// An XML element's end tag after its masked text asks for no second scan (the text was
+    /// the start tag's to mask); after a mask that may have taken a `<` or a `>` out of the
+    /// text, it does.
+    #[test]
+    fn an_end_tag_asks_for_a_second_scan_only_after_a_mask_that_moves_tags() {
+        let config = RedactionConfig::default();
+        let scan = |text: &str| {
+            let scan = scan_words::<true>(text, &config, pattern_families(text.as_bytes()), false);
+            (scan.text.into_owned(), scan.unsettled)
+        };
+        for text in [
+            "<password>hunter2hunter2</password>",
+            "<ns:password>hunter2hunter2</ns:password>",
+            "<password a=\"1\">hunter2hunter2</password>",
+        ] {
+            let (once, unsettled) = scan(text);
+            assert!(!unsettled, "{text}: {once}");
+            assert!(!once.contains("hunter2"), "{text}: {once}");
+        }
+        // `token=a<b>c` masked: in the output the element holds text alone.
+        let text = "<password a=\"1\">x token=a<b>c </password>";
+        let (once, unsettled) = scan(text);
+        assert_eq!(once, "<password a=\"1\">x token=*** </password>");
+        assert!(unsettled);
+        assert_eq!(redact_text(text), "<password a=\"1\">*** </password>");
     }
 
     #[test]
