@@ -3304,7 +3304,9 @@ fn secure_string_argument(bytes: &[u8], i: usize) -> Option<(usize, usize, bool)
     if end_quoted == i {
         return None;
     }
+    // (A quote's escapes can run back past the reach: then it is read as no quote.)
     let (start, end, quoted, from) = if let Some(closing) = quote_before(bytes, end_quoted)
+        && end_quoted - floor >= closing.len()
         && let Some(open) =
             memchr::memmem::rfind(&bytes[floor..end_quoted - closing.len()], closing)
     {

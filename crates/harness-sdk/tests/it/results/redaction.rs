@@ -720,6 +720,9 @@ fn redaction_row_powershell_secure_strings() {
         // A variable is no secret; the flag elsewhere means nothing.
         &[
             "$p = ConvertTo-SecureString $env:PW -AsPlainText -Force",
+            // A quote whose escapes run back past the 256 bytes read (a slice out of bounds
+            // once, found on a second read).
+            &format!("ConvertTo-SecureString {}\" -AsPlainText", "\\".repeat(300)),
             "$p = ConvertTo-SecureString -AsPlainText -Force",
             "Read-Host -AsSecureString",
             "Write-Output plain -AsPlainText",
