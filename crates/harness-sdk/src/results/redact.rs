@@ -854,15 +854,9 @@ struct Rewrite<'a> {
     spans: usize,
     /// A dry rewrite only records where it would replace ([`swallowed`]).
     dry: bool,
-    /// The command line of the last command password flag looked up
-    /// ([`password_flag_value`]).
+    /// The command line of the last flag or assignment looked up for its command
+    /// ([`Rewrite::commands_before`]).
     commands: CommandsMemo,
-    /// Whether a replaced span held a separator of commands, a quote or an escape
-    /// ([`command_flags::moves_separators`]): a flag after it may follow another command in
-    /// the output. Watched only in a scan that looks for flags (`watch_separators`).
-    moved_separators: bool,
-    /// Whether to watch for `moved_separators`.
-    watch_separators: bool,
     /// Whether the text may hold a command whose every `KEY=value` is a secret
     /// ([`command_flags::may_assign_secrets`]), once looked at.
     assigns_secrets: Option<bool>,
@@ -887,34 +881,34 @@ impl<'a> Rewrite<'a> {
             spans: 0,
             dry: false,
             commands: CommandsMemo::default(),
-            moved_separators: false,
-            watch_separators: false,
             assigns_secrets: None,
         }
     }
 
-    /// A rule found a secret by the command it follows ([`command_flags`]). That command was
-    /// read in the text as it came in; a span replaced earlier in this scan may have held its
-    /// name (`KEY=kubectl` masked before `kubectl`'s flag), and the next scan, without it,
-    /// may read the secret's value with another rule, to another end: then it is scanned
-    /// again.
+    /// A rule read the text back to byte `start` (a command's line, the start tag of an
+    /// element): when that reaches into a span replaced in this scan, the output reads
+    /// differently there (a mask may have taken out a separator of commands, a quote, an
+    /// escape's letter, a command's name, a tag's `<` or `>`), and the next scan may find what
+    /// this one did not: it is scanned again ([`rescan`]).
     #[inline]
-    fn after_command(&mut self) {
-        self.unsettled |= self.spans > 0;
+    fn reads_back_to(&mut self, start: usize) {
+        self.unsettled |= self.copied > 0 && start <= self.copied;
+    }
+
+    /// The commands of the command line of the word at byte `i` ([`CommandsMemo::before`];
+    /// the line read back as [`Rewrite::reads_back_to`] says).
+    fn commands_before(&mut self, i: usize) -> Commands {
+        let (commands, start) = self.commands.before(self.text, i);
+        self.reads_back_to(start);
+        commands
     }
 
     /// Whether the text may hold a command whose every `KEY=value` is a secret (looked at
-    /// once). From then on the scan watches for masks that move separators of commands, as a
-    /// scan for flags does; a mask before that may have moved one too.
+    /// once).
     fn assigns_secrets(&mut self) -> bool {
-        *self.assigns_secrets.get_or_insert_with(|| {
-            let found = command_flags::may_assign_secrets(self.text);
-            if found && !self.watch_separators {
-                self.watch_separators = true;
-                self.moved_separators = self.spans > 0;
-            }
-            found
-        })
+        *self
+            .assigns_secrets
+            .get_or_insert_with(|| command_flags::may_assign_secrets(self.text))
     }
 
     /// A rewrite that writes nothing and starts where `mark` stood: it tells whether a check
@@ -955,12 +949,6 @@ impl<'a> Rewrite<'a> {
     fn replace_with(&mut self, from: usize, to: usize, write: impl FnOnce(&mut String)) {
         self.last_from = from;
         self.spans += 1;
-        if self.watch_separators && !self.moved_separators {
-            // With the byte before the span: a backslash there makes an escape of the span's
-            // first byte (`\n` whose `n` the mask takes).
-            self.moved_separators =
-                command_flags::moves_separators(&self.text.as_bytes()[from.saturating_sub(1)..to]);
-        }
         if !self.dry {
             let out = self
                 .out
@@ -1180,7 +1168,6 @@ fn scan_words<'a, const GATED: bool>(
     // `$`, or at a word that starts with `-` or `b`/`B`: jump from one such byte to the next.
     let jump = GATED && !(tokens || assignments || extra);
     let mut rw = Rewrite::new(text);
-    rw.watch_separators = flags;
     let mut matched = false;
     let mut i = 0;
     while i < n {
@@ -1249,11 +1236,9 @@ fn scan_words<'a, const GATED: bool>(
         }
         i = skip;
     }
-    // A command password flag's command line read differently in the output: a mask took a
-    // separator or a quote out of the text, or a flag found no separator within reach (which
-    // words are within reach moves with the masks before it).
-    let commands_moved = rw.moved_separators || (rw.watch_separators && rw.commands.limited);
-    let unsettled = rw.out.is_some() && (rw.unsettled || commands_moved);
+    // A flag that found no separator within reach reads the words within reach, which move
+    // with the masks before it in the output.
+    let unsettled = rw.out.is_some() && (rw.unsettled || rw.commands.limited);
     Scan {
         text: rw.finish(),
         matched,
@@ -1339,9 +1324,7 @@ fn match_word<'a>(
                     ElementText::Nothing => {}
                     // A span replaced within reach may have taken a `<` or `>` out of the
                     // text, and the next scan may find the element where this one did not.
-                    ElementText::NotFound => {
-                        rw.unsettled |= rw.spans > 0 && rw.copied + 2 * XML_REACH > open;
-                    }
+                    ElementText::NotFound => rw.reads_back_to(open.saturating_sub(2 * XML_REACH)),
                 }
             }
         }
@@ -1387,8 +1370,7 @@ fn match_word<'a>(
     // `mysql -pSECRET`, `sshpass -p SECRET`: a short flag that gives the command it follows a
     // password. First: a glued password can read as a flag's name (`-pmy-pass`), a URL's
     // scheme (`-pk3y…https://…`) or anything else a word can start.
-    if single_dash && let Some((start, end)) = password_flag_value(text, i, j, &mut rw.commands) {
-        rw.after_command();
+    if single_dash && let Some((start, end)) = password_flag_value(text, i, j, rw) {
         rw.mask_span(start, end, false);
         return Some(end);
     }
@@ -1546,9 +1528,8 @@ fn match_word<'a>(
         && word.starts_with("--")
         && command_flags::is_long_flag_name(&bytes[i + 2..j])
         && let Some((start, end)) = flag_value(text, j)
-        && let Some(flag) = rw.commands.before(text, i).long_flag(&bytes[i + 2..j])
+        && let Some(flag) = rw.commands_before(i).long_flag(&bytes[i + 2..j])
     {
-        rw.after_command();
         let start = if flag.pair {
             // `--from-literal=KEY=SECRET`: the part after the pair's `=`.
             match memchr::memchr(b'=', &bytes[start..end]) {
@@ -1644,9 +1625,8 @@ fn match_word<'a>(
         && let Some((op, false)) = operator
         && bytes[op] == b'='
         && rw.assigns_secrets()
-        && rw.commands.before(text, i).assigns()
+        && rw.commands_before(i).assigns()
     {
-        rw.after_command();
         if let Some(a) = assignment_value(text, op, false) {
             rw.mask_span(a.value_start, a.value_end, a.quoted);
             return Some(a.value_end);
@@ -3235,7 +3215,7 @@ fn password_flag_value(
     text: &str,
     i: usize,
     j: usize,
-    memo: &mut CommandsMemo,
+    rw: &mut Rewrite<'_>,
 ) -> Option<(usize, usize)> {
     let bytes = text.as_bytes();
     let letter = *bytes.get(i + 1)?;
@@ -3261,7 +3241,7 @@ fn password_flag_value(
     if end == start || (form == Form::Separate && bytes[start] == b'-') {
         return None;
     }
-    let flag = memo.before(text, i).flag(letter, form)?;
+    let flag = rw.commands_before(i).flag(letter, form)?;
     flag.takes(&bytes[start..end]).then_some((start, end))
 }
 

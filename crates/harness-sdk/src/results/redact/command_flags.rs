@@ -484,13 +484,19 @@ impl Commands {
 }
 
 /// Whether `text` may hold a command whose `KEY=value` arguments are secrets
-/// ([`CommandFlags::assignments`]): it holds the word such a command needs (`secrets`, or
-/// `vault`). Looked at once per scan, at its first assignment whose key is no secret.
+/// ([`CommandFlags::assignments`]): it holds the word such a command needs
+/// ([`ASSIGNING_WORDS`]). Looked at once per scan, at its first assignment whose key is no
+/// secret.
 pub(super) fn may_assign_secrets(text: &str) -> bool {
     let bytes = text.as_bytes();
-    memchr::memmem::find(bytes, b"secrets").is_some()
-        || memchr::memmem::find(bytes, b"vault").is_some()
+    ASSIGNING_WORDS
+        .iter()
+        .any(|word| memchr::memmem::find(bytes, word.as_bytes()).is_some())
 }
+
+/// The words [`may_assign_secrets`] looks for: every command whose `KEY=value` arguments are
+/// secrets has one of them as its name or subcommand (a test checks the table).
+const ASSIGNING_WORDS: [&str; 2] = ["secrets", "vault"];
 
 /// How far back from a flag a text is read for its command, in bytes: a command line
 /// longer than this before its flag is not recognised (and reading stays linear in the
@@ -536,13 +542,13 @@ const BACKSLASH: u8 = 5;
 /// words (`"cmd":"mysql` holds the word `mysql`). When neither such a separator nor the start
 /// of the text is within [`LOOKBACK`] bytes, every word within them (failing towards privacy:
 /// the command line may begin further back, or a quote before the command may hide every
-/// separator), and `true` with it.
-pub(super) fn commands_before(text: &str, i: usize) -> (Commands, bool) {
+/// separator), and `true` with it. Also the byte the words were read from.
+fn commands_before(text: &str, i: usize) -> (Commands, usize, bool) {
     commands_from(text, line_start(text, i), i)
 }
 
 /// [`commands_before`] with the command line's start ([`line_start`]) already found.
-fn commands_from(text: &str, line_start: Option<usize>, i: usize) -> (Commands, bool) {
+fn commands_from(text: &str, line_start: Option<usize>, i: usize) -> (Commands, usize, bool) {
     let (start, limited) = match line_start {
         Some(start) => (start, false),
         None => {
@@ -552,8 +558,9 @@ fn commands_from(text: &str, line_start: Option<usize>, i: usize) -> (Commands, 
     };
     let mut commands = Commands::default();
     // `start` follows an ASCII byte or is a boundary, and `i` starts a word.
-    commands.push_words(&text[start.min(i)..i]);
-    (commands, limited)
+    let start = start.min(i);
+    commands.push_words(&text[start..i]);
+    (commands, start, limited)
 }
 
 /// Where the command line of the flag at byte `i` starts ([`commands_before`]): after the
@@ -629,18 +636,19 @@ impl Commands {
 /// once, not [`LOOKBACK`] bytes per flag.
 #[derive(Default, Clone, Copy, Debug)]
 pub(super) struct CommandsMemo {
-    /// The last flag looked up, what [`commands_before`] found for it, and whether it found
-    /// no separator within reach.
-    last: Option<(usize, Commands, bool)>,
+    /// The last flag looked up, what [`commands_before`] found for it, the byte its words were
+    /// read from, and whether it found no separator within reach.
+    last: Option<(usize, Commands, usize, bool)>,
     /// Whether some lookup found no separator within reach ([`commands_before`]).
     pub(super) limited: bool,
 }
 
 impl CommandsMemo {
-    /// [`commands_before`]`(text, i)`, for the `text` of every call on this memo.
-    pub(super) fn before(&mut self, text: &str, i: usize) -> Commands {
-        let (found, limited) = match self.last {
-            Some((at, mut commands, limited))
+    /// [`commands_before`]`(text, i)`, for the `text` of every call on this memo, and the
+    /// byte the words were read from (for a line taken over from the last flag, that flag's).
+    pub(super) fn before(&mut self, text: &str, i: usize) -> (Commands, usize) {
+        let (found, start, limited) = match self.last {
+            Some((at, mut commands, start, limited))
                 if at <= i
                     && text.as_bytes()[at..i]
                         .iter()
@@ -649,36 +657,43 @@ impl CommandsMemo {
                 // Nothing in between moves the separator or the quotes: the same command line
                 // (or, without a separator within reach, the words within reach and more).
                 commands.push_words(&text[at..i]);
-                (commands, limited)
+                (commands, start, limited)
             }
             // The last flag found no separator within reach: when this one finds none either,
             // its words within reach are among the last one's and those in between (taken in
             // without reading them all again; a quote between every two flags would have each
             // one read its whole reach).
-            Some((at, mut commands, true)) if at <= i && i - at <= LOOKBACK => {
+            Some((at, mut commands, start, true)) if at <= i && i - at <= LOOKBACK => {
                 match line_start(text, i) {
                     None => {
                         commands.push_words(&text[at..i]);
-                        (commands, true)
+                        (commands, start, true)
                     }
-                    start => commands_from(text, start, i),
+                    line => commands_from(text, line, i),
                 }
             }
             _ => commands_before(text, i),
         };
         self.limited |= limited;
-        self.last = Some((i, found, limited));
-        found
+        self.last = Some((i, found, start, limited));
+        (found, start)
     }
 }
 
-/// Whether `bytes` (a span a mask replaces) holds a byte that [`commands_before`] reads as a
-/// separator, a quote or an escape: masking it can change which command a later flag follows.
-pub(super) fn moves_separators(bytes: &[u8]) -> bool {
-    bytes.iter().any(|&b| {
-        matches!(
-            BYTE_KINDS[usize::from(b)],
-            BREAK | DOUBLE | SINGLE | BACKSLASH
-        )
-    })
+#[cfg(test)]
+mod tests {
+    use super::{ASSIGNING_WORDS, COMMANDS};
+
+    /// A text that holds such a command holds one of [`ASSIGNING_WORDS`].
+    #[test]
+    fn every_assigning_command_has_a_word_looked_for() {
+        for command in COMMANDS.iter().filter(|c| c.assignments) {
+            let words = command.names.iter().copied().chain(command.subcommand);
+            assert!(
+                words.clone().any(|w| ASSIGNING_WORDS.contains(&w)),
+                "{:?}",
+                words.collect::<Vec<_>>()
+            );
+        }
+    }
 }
